@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   runs edgeq's demo on the embedded SQLite default
+#   make test   runs the whole test suite (lint, types, tests)
+# Both create .venv and install what they need into it.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test typecheck lint clean bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/edgeq demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check edgeq rules tests benchmarks examples
+
+# mypy cannot see setuptools' package-dir mapping through an editable install,
+# so it checks a copy laid out as installed (rules/ inside edgeq/).
+typecheck: $(STAMP)
+	rm -rf build/typecheck && mkdir -p build/typecheck
+	cp -r edgeq build/typecheck/edgeq && cp -r rules build/typecheck/edgeq/rules
+	cd build/typecheck && ../../$(BIN)/mypy --strict --config-file ../../pyproject.toml -p edgeq
+
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .hypothesis

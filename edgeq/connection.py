@@ -1,0 +1,182 @@
+"""All SQLite policy in one place: opening, pragmas, busy timeout, transactions.
+
+Every connection edgeq makes comes from :class:`ConnectionFactory`, so WAL,
+``synchronous``, the busy timeout and ``BEGIN IMMEDIATE`` are decided here and
+nowhere else (the huey storage model).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
+from edgeq.types import Durability
+
+__all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "store_error"]
+
+#: ``PRAGMA application_id`` of every edgeq database: "EDGQ".
+APPLICATION_ID = 0x45444751
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+
+
+def store_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """Translate a sqlite3 error into edgeq's vocabulary."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreBusy(
+            f"{path}: the database stayed locked by another connection past the busy "
+            f"timeout ({text}); retry, or raise QueueManager(timeout=...)"
+        )
+    return StoreError(f"{path}: the SQLite store failed: {text}")
+
+
+def check_foreign(path: Path) -> bool:
+    """Refuse a file edgeq must not touch; return True if it is a fresh database.
+
+    Reads only: a non-SQLite file, a SQLite database of another application, or
+    an unreadable one raises :class:`StoreError` and is left exactly as it was.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return True
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory: give the path of a database file")
+    with path.open("rb") as fh:
+        header = fh.read(len(_SQLITE_MAGIC))
+    if header != _SQLITE_MAGIC:
+        raise StoreError(
+            f"{path} is not a SQLite database (it may be another kind of file); "
+            "edgeq refuses to touch it: choose another path"
+        )
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{path} cannot be read as a SQLite database ({exc}); it may be corrupt. "
+            "edgeq left it untouched: restore it from a backup or choose another path"
+        ) from exc
+    if app_id == APPLICATION_ID:
+        return False
+    if tables == 0 and app_id == 0:
+        return True  # an empty SQLite file: nothing to lose
+    raise StoreError(
+        f"{path} is a SQLite database of another application (application_id={app_id}, "
+        f"{tables} schema objects); edgeq refuses to touch it: choose another path"
+    )
+
+
+class ConnectionFactory:
+    """Makes and tracks one connection per thread for one database file.
+
+    >>> import tempfile, os
+    >>> factory = ConnectionFactory(os.path.join(tempfile.mkdtemp(), "x.db"))
+    >>> with factory.write() as conn:
+    ...     _ = conn.execute("CREATE TABLE t (x)")
+    >>> factory.close()
+    """
+
+    def __init__(self, path: str | Path, *, durability: Durability = "full", timeout: float = 30.0) -> None:
+        if durability not in _SYNCHRONOUS:
+            raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self.path = str(path)
+        self.durability: Durability = durability
+        self.timeout = float(timeout)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: edgeq issues BEGIN/COMMIT itself, so the
+        # sqlite3 module never opens a deferred transaction behind its back.
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode}); use a local filesystem")
+            conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA temp_store = MEMORY")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise store_error(exc, self.path) from exc
+        return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        if self._closed:
+            raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._lock:
+                if self._closed:
+                    raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
+                conn = self._open()
+                self._all.append(conn)
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error.
+
+        Taking the write lock up front means two writers never deadlock on a lock
+        upgrade; contention waits in SQLite's busy handler instead of failing.
+        """
+        conn = self.connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise store_error(exc, self.path) from exc
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise store_error(exc, self.path) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise store_error(exc, self.path) from exc
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot, never blocks writers (WAL)."""
+        conn = self.connection()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this factory opened (from any thread)."""
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:  # pragma: no cover - closing is best effort
+                pass

@@ -1,0 +1,110 @@
+"""The exceptions edgeq raises.
+
+Every error derives from :class:`EdgeqError`, so ``except EdgeqError`` catches
+anything edgeq itself reports. Each message says what was wrong and what to do.
+Errors about bad arguments also derive from :class:`ValueError` (or
+:class:`TypeError`), and "not found" errors from :class:`LookupError`, so code
+that already catches the built-in families keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfirmIdNotFound",
+    "DuplicateMessage",
+    "EdgeqError",
+    "ExpiryError",
+    "InvalidArgument",
+    "InvalidType",
+    "MessageExpired",
+    "MessageNotFound",
+    "MessageTooLarge",
+    "NameMismatch",
+    "QueueExists",
+    "QueueFull",
+    "QueueManagerClosed",
+    "QueueNotEmpty",
+    "QueueNotFound",
+    "StoreBusy",
+    "StoreError",
+]
+
+
+class EdgeqError(Exception):
+    """Base class of every error edgeq raises."""
+
+
+# -- bad input -----------------------------------------------------------------
+
+
+class InvalidArgument(EdgeqError, ValueError):
+    """An argument has the right type but a value edgeq cannot accept."""
+
+
+class InvalidType(EdgeqError, TypeError):
+    """An argument has a type edgeq cannot accept."""
+
+
+class ExpiryError(InvalidArgument):
+    """A message expiry is neither a valid relative ``Int32`` nor absolute ``Int64``."""
+
+
+# -- the store -------------------------------------------------------------------
+
+
+class StoreError(EdgeqError):
+    """The database file cannot be used: not SQLite, not edgeq's, corrupt, or too new."""
+
+
+class NameMismatch(StoreError):
+    """The database belongs to a queue manager with another name."""
+
+
+class StoreBusy(StoreError):
+    """Another connection held the database lock for longer than the busy timeout."""
+
+
+class QueueManagerClosed(EdgeqError):
+    """The queue manager was closed; open a new one to continue."""
+
+
+# -- queues ----------------------------------------------------------------------
+
+
+class QueueNotFound(EdgeqError, LookupError):
+    """No queue of that name is defined on this queue manager."""
+
+
+class QueueExists(EdgeqError):
+    """A queue of that name is already defined."""
+
+
+class QueueNotEmpty(EdgeqError):
+    """The queue still holds unexpired messages, so it cannot be deleted."""
+
+
+class QueueFull(EdgeqError):
+    """The queue holds ``max_depth`` messages already."""
+
+
+# -- messages ----------------------------------------------------------------------
+
+
+class MessageTooLarge(EdgeqError):
+    """The message is larger than the queue's ``max_message_bytes``."""
+
+
+class DuplicateMessage(EdgeqError):
+    """The queue already holds a message with this uid (and the put was not a resend)."""
+
+
+class MessageNotFound(EdgeqError, LookupError):
+    """No message with that uid (in the state the call needs) is on the queue."""
+
+
+class ConfirmIdNotFound(MessageNotFound):
+    """No message on the queue is locked under that confirm id."""
+
+
+class MessageExpired(EdgeqError):
+    """The message expired before the operation completed; it has been discarded."""

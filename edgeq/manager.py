@@ -1,0 +1,791 @@
+"""The queue manager: local queues in one SQLite file, with MQe's expiry semantics."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from edgeq.clock import system_clock
+from edgeq.codec import decode_fields, encode_fields
+from edgeq.connection import ConnectionFactory, check_foreign
+from edgeq.errors import (
+    ConfirmIdNotFound,
+    DuplicateMessage,
+    InvalidArgument,
+    InvalidType,
+    MessageExpired,
+    MessageNotFound,
+    MessageTooLarge,
+    NameMismatch,
+    QueueExists,
+    QueueFull,
+    QueueNotEmpty,
+    QueueNotFound,
+    StoreError,
+)
+from edgeq.events import Event, RuleSet
+from edgeq.expiry import effective_deadline, own_deadline
+from edgeq.message import Message, check_fields
+from edgeq.names import check_name
+from edgeq.queues import QueueAttributes, check_attributes
+from edgeq.rows import EXPIRY_KINDS, to_message
+from edgeq.schema import SCHEMA_VERSION, migrate
+from edgeq.store import GET_LOCKED, PUT_LOCKED, READY, MessageRow, NewMessage, QueueRow, Tx
+from edgeq.types import Clock, Durability, FieldValue, Filter, Ordering, Where
+from edgeq.uid import MessageUID
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from edgeq.rules import QueueRule
+
+__all__ = ["QueueManager"]
+
+log = logging.getLogger("edgeq")
+
+_MAX_CONFIRM_ID = 2**63 - 1
+_DISCARD_BATCH = 1000  # expired rows per transaction when rules want copies
+_PAGE = 256
+
+
+def _check_confirm_id(confirm_id: object) -> int:
+    if isinstance(confirm_id, bool) or not isinstance(confirm_id, int):
+        raise InvalidType(f"confirm_id must be a positive int, not {confirm_id!r}")
+    if not 0 < confirm_id <= _MAX_CONFIRM_ID:
+        raise InvalidArgument(f"confirm_id must be a positive 64-bit int, not {confirm_id}")
+    return int(confirm_id)
+
+
+def _check_count(count: object) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidArgument(f"count must be a positive int, not {count!r}")
+    return int(count)
+
+
+def _check_uid(uid: object) -> MessageUID:
+    if isinstance(uid, str):
+        return MessageUID.parse(uid)
+    if not isinstance(uid, MessageUID):
+        raise InvalidType(f"uid must be a MessageUID (or its string form), not {type(uid).__name__}")
+    return uid
+
+
+def _same(a: object, b: object) -> bool:
+    # True == 1 in Python; a bool field only matches a bool filter value.
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def _matches(row: MessageRow, wanted: Mapping[str, FieldValue]) -> bool:
+    fields = decode_fields(row.fields)
+    return all(name in fields and _same(fields[name], value) for name, value in wanted.items())
+
+
+def _expired(row: MessageRow, now_ms: int) -> bool:
+    return row.deadline is not None and row.deadline <= now_ms
+
+
+class QueueManager:
+    """A queue manager: named local queues, durable in one SQLite file.
+
+    >>> import tempfile, os
+    >>> from edgeq import Message, Int32
+    >>> path = os.path.join(tempfile.mkdtemp(), "device.db")
+    >>> with QueueManager(path, name="DEV1") as qm:
+    ...     qm.define_queue("ORDERS", expiry_ms=3_600_000)
+    ...     uid = qm.put("ORDERS", Message(b"42 widgets", expiry=Int32(60_000)))
+    ...     qm.depth("ORDERS"), qm.get("ORDERS").data
+    (1, b'42 widgets')
+
+    ``name`` (1-48 of ``A-Za-z0-9._-``) is needed to create a store and is
+    checked against the stored one when reopening. ``durability="full"`` (WAL,
+    ``synchronous=FULL``) survives power loss; ``"normal"`` may lose the last
+    commits on power loss (never on a process crash) for speed. ``timeout`` is
+    how long a call waits for another connection's write lock. ``clock``
+    returns epoch ms; the default reads ``time.time()``, so freezegun works.
+
+    One instance may be shared by threads; several processes may open the same
+    file. Every message is delivered to exactly one getter.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        *,
+        durability: Durability = "full",
+        timeout: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(path, (str, Path)):
+            raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
+        if name is not None:
+            check_name(name, "queue manager name")
+        if clock is not None and not callable(clock):
+            raise InvalidType("clock must be a callable returning epoch milliseconds")
+        self.path = Path(path)
+        self._clock: Clock = clock or system_clock
+        self._rules = RuleSet()
+        self._active: set[str] = set()
+        self._active_lock = threading.Lock()
+        self._scheduler: BackgroundScheduler | None = None
+        check_foreign(self.path)
+        self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
+        try:
+            self.name = self._open_store(name)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open_store(self, name: str | None) -> str:
+        conn = self._db.connection()
+        (found,) = conn.execute("PRAGMA user_version").fetchone()
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer edgeq (schema {found}; this one knows "
+                f"{SCHEMA_VERSION}): upgrade edgeq to open it"
+            )
+        migrate(conn)
+        with self._db.write() as tx:
+            row = tx.execute("SELECT value FROM edgeq_meta WHERE key = 'name'").fetchone()
+            if row is None:
+                if name is None:
+                    raise InvalidArgument(
+                        f"{self.path} is a new store: give the queue manager a name, "
+                        f"e.g. QueueManager({str(self.path)!r}, name='DEV1')"
+                    )
+                tx.execute("INSERT INTO edgeq_meta (key, value) VALUES ('name', ?)", (name,))
+                tx.execute(
+                    "INSERT INTO edgeq_meta (key, value) VALUES ('created_ms', ?)", (str(self._clock()),)
+                )
+                return name
+        stored = str(row[0])
+        if name is not None and name != stored:
+            raise NameMismatch(
+                f"{self.path} belongs to queue manager {stored!r}, not {name!r}: "
+                f"open it with name={stored!r} (or name=None), or use another file"
+            )
+        return stored
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the expiry sweeper and close the store. Safe to call twice."""
+        self.stop_expiry_sweeper()
+        self._db.close()
+
+    def __enter__(self) -> QueueManager:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"QueueManager({str(self.path)!r}, name={self.name!r})"
+
+    @contextmanager
+    def _write(self) -> Iterator[Tx]:
+        with self._db.write() as conn:
+            yield Tx(conn)
+
+    def _queue(self, tx: Tx, name: str) -> QueueRow:
+        row = tx.queue(name)
+        if row is None:
+            known = [q.name for q in tx.queues()]
+            hint = f" (defined: {', '.join(known[:10])})" if known else " (none are defined)"
+            raise QueueNotFound(
+                f"no queue {name!r} on queue manager {self.name}{hint}: define it with define_queue({name!r})"
+            )
+        return row
+
+    # -- rules ------------------------------------------------------------------------
+
+    def add_rule(self, queue: str, rule: QueueRule) -> None:
+        """Attach a rule instance to a queue, for the life of this queue manager object.
+
+        >>> from edgeq.rules import QueueRule
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); qm.add_rule("Q", QueueRule()); qm.close()
+        """
+        from edgeq.rules import QueueRule
+
+        check_name(queue, "queue name")
+        if not isinstance(rule, QueueRule):
+            raise InvalidType(f"rule must be an edgeq.rules.QueueRule instance, not {type(rule).__name__}")
+        with self._write() as tx:
+            self._queue(tx, queue)
+        self._rules.add(queue, rule)
+
+    def remove_rule(self, queue: str, rule: QueueRule) -> bool:
+        """Detach a rule instance; return whether it was attached."""
+        return self._rules.remove(queue, rule)
+
+    def _message_thunk(self, row: MessageRow, now_ms: int) -> Callable[[], Message]:
+        return lambda: to_message(row, now_ms)
+
+    def _row_events(
+        self, queue: str, hook: str, rows: Iterable[MessageRow], now_ms: int, *extra: str
+    ) -> list[Event]:
+        """One event per row; empty (and no copies built) if the queue has no rules."""
+        if not self._rules.of(queue):
+            return []
+        return [Event(queue, hook, (self._message_thunk(row, now_ms), *extra)) for row in rows]
+
+    # -- queue definition ---------------------------------------------------------------
+
+    def define_queue(
+        self,
+        name: str,
+        *,
+        expiry_ms: int | None = None,
+        cap_expiry_ms: int | None = None,
+        max_depth: int | None = None,
+        max_message_bytes: int | None = None,
+        default_priority: int = 4,
+        ordering: Ordering = "priority",
+    ) -> None:
+        """Define a local queue; raise :class:`QueueExists` if it is defined already.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("ALERTS", expiry_ms=30_000, ordering="fifo")
+        >>> qm.queue_attributes("ALERTS").ordering
+        'fifo'
+        >>> qm.close()
+        """
+        check_name(name, "queue name")
+        attrs = check_attributes(
+            {
+                "expiry_ms": expiry_ms,
+                "cap_expiry_ms": cap_expiry_ms,
+                "max_depth": max_depth,
+                "max_message_bytes": max_message_bytes,
+                "default_priority": default_priority,
+                "ordering": ordering,
+            }
+        )
+        with self._write() as tx:
+            if tx.queue(name) is not None:
+                raise QueueExists(
+                    f"queue {name!r} is already defined on {self.name}: use alter_queue to change it"
+                )
+            tx.insert_queue(name, attrs, self._clock())
+
+    def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
+        """Change some of a queue's attributes (same keywords as :meth:`define_queue`).
+
+        A new ``expiry_ms`` applies at once to messages already on the queue that
+        have no expiry of their own; a new ``cap_expiry_ms`` only to new puts; a new
+        ``ordering`` re-orders the messages there. Returns the new attributes.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q")
+        >>> qm.alter_queue("Q", max_depth=1000).max_depth
+        1000
+        >>> qm.close()
+        """
+        check_name(name, "queue name")
+        if not attributes:
+            raise InvalidArgument("alter_queue needs at least one attribute to change, e.g. expiry_ms=60000")
+        check_attributes(attributes)
+        with self._write() as tx:
+            queue = self._queue(tx, name)
+            tx.update_queue(queue.id, attributes)
+            if "expiry_ms" in attributes and attributes["expiry_ms"] != queue.expiry_ms:
+                tx.retime(queue.id, attributes["expiry_ms"])
+            if "ordering" in attributes and attributes["ordering"] != queue.ordering:
+                tx.rerank(queue.id, attributes["ordering"] == "priority")
+            return QueueAttributes.from_row(self._queue(tx, name))
+
+    def queue_attributes(self, name: str) -> QueueAttributes:
+        """The definition of a queue.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", max_depth=10); qm.queue_attributes("Q").max_depth
+        10
+        >>> qm.close()
+        """
+        check_name(name, "queue name")
+        with self._db.read() as conn:
+            return QueueAttributes.from_row(self._queue(Tx(conn), name))
+
+    def queue_names(self) -> list[str]:
+        """The names of the queues defined here, sorted.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("B"); qm.define_queue("A"); qm.queue_names()
+        ['A', 'B']
+        >>> qm.close()
+        """
+        with self._db.read() as conn:
+            return [q.name for q in Tx(conn).queues()]
+
+    def activate(self, name: str) -> int:
+        """Activate a queue: discard every expired message on it, whatever its state.
+
+        Happens by itself the first time a queue is used after the queue manager
+        opens (MQe's "queue activated" check point). Returns how many it discarded.
+        """
+        check_name(name, "queue name")
+        with self._active_lock:
+            self._active.add(name)
+        try:
+            count = self._discard_expired(name, "activate")
+        except BaseException:
+            with self._active_lock:
+                self._active.discard(name)
+            raise
+        self._rules.dispatch([Event(name, "on_activated", (name,))])
+        return count
+
+    def _touch(self, name: str) -> None:
+        """Activate the queue on first reference (a set lookup afterwards)."""
+        check_name(name, "queue name")
+        if name not in self._active:
+            self.activate(name)
+
+    def delete_queue(self, name: str) -> None:
+        """Delete an empty queue. Expired messages are purged first (MQe's "deleted"
+        check point); any other message left raises :class:`QueueNotEmpty`."""
+        self._touch(name)
+        self._discard_expired(name, "delete")
+        with self._write() as tx:
+            queue = self._queue(tx, name)
+            if queue.depth:
+                raise QueueNotEmpty(
+                    f"queue {name!r} still holds {queue.depth} unexpired message(s): get them, "
+                    "or purge() the queue, before deleting it"
+                )
+            tx.delete_queue(queue.id)
+        with self._active_lock:
+            self._active.discard(name)
+        self._rules.dispatch([Event(name, "on_queue_deleted", (name,))])
+        self._rules.drop(name)
+
+    def depth(self, name: str) -> int:
+        """How many messages the queue holds, locked ones included; expired ones are
+        purged first (MQe's "size inquired" check point), so none is ever counted.
+
+        One indexed probe plus one row read: constant time at any depth.
+        """
+        self._touch(name)
+        self._discard_expired(name, "depth")
+        with self._db.read() as conn:
+            return self._queue(Tx(conn), name).depth
+
+    def purge(self, name: str) -> int:
+        """Remove every message from a queue (rules see reason ``purged``); return how many."""
+        self._touch(name)
+        now = self._clock()
+        if not self._rules.of(name):
+            with self._write() as tx:
+                return tx.delete_all(self._queue(tx, name).id)
+        total = 0
+        while True:
+            with self._write() as tx:
+                queue = self._queue(tx, name)
+                rows = tx.delete(queue.id, tx.ids(queue.id, _DISCARD_BATCH))
+            total += len(rows)
+            self._rules.dispatch(self._row_events(name, "on_removed", rows, now, "purged"))
+            if len(rows) < _DISCARD_BATCH:
+                return total
+
+    # -- expiry ---------------------------------------------------------------------------
+
+    def _discard_expired(self, name: str, where: Where) -> int:
+        """Discard every expired message of a queue, any state, at check point ``where``.
+
+        Walks the deadline index only, so unexpired messages are never read.
+        Without rules it is one DELETE; with rules it goes in batches, each
+        batch's rules firing after its commit.
+        """
+        now = self._clock()
+        if not self._rules.of(name):
+            with self._write() as tx:
+                return tx.delete_expired(self._queue(tx, name).id, now)
+        total = 0
+        while True:
+            with self._write() as tx:
+                queue = self._queue(tx, name)
+                rows = tx.delete(queue.id, tx.expired_ids(queue.id, now, _DISCARD_BATCH))
+            total += len(rows)
+            self._rules.dispatch(self._row_events(name, "on_expired", rows, now, where))
+            if len(rows) < _DISCARD_BATCH:
+                return total
+
+    def sweep_expired(self, name: str | None = None) -> int:
+        """Discard expired messages now (IBM MQ's expiry scan); return how many.
+
+        With no name, sweeps every queue. Rules see ``where="sweep"``.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); qm.sweep_expired("Q")
+        0
+        >>> qm.close()
+        """
+        names = [name] if name is not None else self.queue_names()
+        total = 0
+        for queue in names:
+            self._touch(queue)
+            total += self._discard_expired(queue, "sweep")
+        return total
+
+    def start_expiry_sweeper(self, interval_s: float) -> None:
+        """Sweep every queue every ``interval_s`` seconds in a background thread (APScheduler).
+
+        Stopped by :meth:`stop_expiry_sweeper` or :meth:`close`.
+        """
+        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
+            raise InvalidArgument(f"interval_s must be a positive number of seconds, not {interval_s!r}")
+        if self._scheduler is not None:
+            raise InvalidArgument("the expiry sweeper is already running: stop_expiry_sweeper() first")
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = BackgroundScheduler(daemon=True)
+        scheduler.add_job(
+            self._sweep_job, "interval", seconds=interval_s, max_instances=1, coalesce=True, id="edgeq-sweep"
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def stop_expiry_sweeper(self) -> None:
+        """Stop the background sweeper, waiting for a sweep in progress. No-op if none runs."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=True)
+
+    def _sweep_job(self) -> None:
+        try:
+            self.sweep_expired()
+        except Exception:
+            log.exception("periodic expiry sweep of %s failed", self.path)
+
+    # -- put -----------------------------------------------------------------------------
+
+    def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
+        """Put a message; return its uid.
+
+        With ``confirm_id`` the message is stored locked and invisible until
+        :meth:`confirm_put` (MQe's assured put). A message that is already expired
+        is discarded at once (rules see ``where="add"``) and never stored; its uid
+        is still returned.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q")
+        >>> uid = qm.put("Q", Message(b"x"), confirm_id=17)
+        >>> qm.get("Q") is None
+        True
+        >>> qm.confirm_put("Q", uid); qm.get("Q").uid == uid
+        True
+        >>> qm.close()
+        """
+        return self.put_many(queue, [message], confirm_id=confirm_id)[0]
+
+    def put_many(
+        self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
+    ) -> list[MessageUID]:
+        """Put several messages in one transaction: all are stored, or none."""
+        if isinstance(messages, (Message, bytes, str)) or not isinstance(messages, Sequence):
+            raise InvalidType("put_many takes a sequence of Message objects")
+        for message in messages:
+            if not isinstance(message, Message):
+                raise InvalidType(
+                    f"put takes an edgeq.Message, not {type(message).__name__}: wrap data as Message(b'...')"
+                )
+        if confirm_id is not None:
+            confirm_id = _check_confirm_id(confirm_id)
+        if not messages:
+            return []
+        self._touch(queue)
+        now = self._clock()
+        events: list[Event] = []
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            first = tx.stamps(now, len(messages))
+            depth = q.depth
+            cap_at = None if q.cap_expiry_ms is None else now + q.cap_expiry_ms
+            rows: list[NewMessage] = []
+            uids: list[MessageUID] = []
+            seen: set[MessageUID] = set()
+            for offset, message in enumerate(messages):
+                seq = first + offset
+                uid = message.uid or MessageUID(self.name, seq)
+                created = message.created_ms if message.uid is not None and message.created_ms else now
+                priority = q.default_priority if message.priority is None else message.priority
+                fields = encode_fields(message.fields)
+                size = len(message.data) + len(fields or b"")
+                if q.max_message_bytes is not None and size > q.max_message_bytes:
+                    raise MessageTooLarge(
+                        f"message is {size} bytes (data plus fields) but queue {queue!r} takes at most "
+                        f"{q.max_message_bytes} (max_message_bytes): split it, or raise the limit with alter_queue"
+                    )
+                if uid in seen:
+                    raise DuplicateMessage(f"message {uid} appears twice in one put_many: put it once")
+                seen.add(uid)
+                uids.append(uid)
+                own = own_deadline(message.expiry, created)
+                deadline = effective_deadline(own, now, q.expiry_ms, cap_at)
+                row = NewMessage(
+                    uid.origin, uid.stamp, READY if confirm_id is None else PUT_LOCKED, confirm_id,
+                    priority if q.ordering == "priority" else 0, seq, priority, created, now,
+                    EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
+                    cap_at, deadline, message.correlation_id, message.reply_to, fields, message.data,
+                )
+                if deadline is not None and deadline <= now:
+                    # MQe's "added" check point: never stored, rules still told.
+                    events.extend(self._row_events(queue, "on_expired", [self._as_row(row)], now, "add"))
+                    continue
+                existing = tx.find(q.id, uid.origin, uid.stamp)
+                if existing is not None:
+                    if not (message.resend and existing.state == PUT_LOCKED):
+                        raise self._duplicate(queue, uid, existing, message.resend)
+                    tx.delete(q.id, [existing.id])  # a resend replaces the unconfirmed copy
+                    depth -= 1
+                if q.max_depth is not None and depth >= q.max_depth:
+                    raise QueueFull(
+                        f"queue {queue!r} is full ({q.max_depth} messages, its max_depth): get some "
+                        "messages, or raise max_depth with alter_queue"
+                    )
+                depth += 1
+                rows.append(row)
+                events.extend(self._row_events(queue, "on_added", [self._as_row(row)], now))
+            tx.insert(q.id, rows)
+        self._rules.dispatch(events)
+        return uids
+
+    @staticmethod
+    def _as_row(row: NewMessage) -> MessageRow:
+        return MessageRow(
+            0, row.origin, row.stamp, row.state, row.confirm_id, row.priority, row.created_ms,
+            row.arrived_ms, row.expiry_kind, row.expiry_value, row.cap_at, row.deadline, 0,
+            row.correlation_id, row.reply_to, row.fields, row.data,
+        )
+
+    def _duplicate(self, queue: str, uid: MessageUID, existing: MessageRow, resend: bool) -> DuplicateMessage:
+        if existing.state == PUT_LOCKED:
+            return DuplicateMessage(
+                f"queue {queue!r} already holds an unconfirmed copy of {uid}: confirm_put it, "
+                "or put again with resend=True to replace it"
+            )
+        what = "resend of" if resend else "second put of"
+        return DuplicateMessage(
+            f"queue {queue!r} already holds confirmed message {uid}: this {what} it is a duplicate; "
+            "drop it (a resend only replaces an unconfirmed copy)"
+        )
+
+    # -- get and browse -----------------------------------------------------------------
+
+    def get(
+        self, queue: str, *, confirm_id: int | None = None, filter: Filter | None = None
+    ) -> Message | None:
+        """Take the next message (priority, then arrival); None when none is available.
+
+        Expired messages ahead of it are discarded (rules see ``where="get"``) and
+        never returned. With ``confirm_id`` the message is only locked, until
+        :meth:`confirm_get` deletes it or :meth:`undo` restores it. ``filter``
+        takes only a message whose fields equal every given value.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q")
+        >>> _ = qm.put("Q", Message(b"low", priority=1)); _ = qm.put("Q", Message(b"high", priority=8))
+        >>> qm.get("Q").data
+        b'high'
+        >>> qm.close()
+        """
+        got = self.get_many(queue, 1, confirm_id=confirm_id, filter=filter)
+        return got[0] if got else None
+
+    def get_many(
+        self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None
+    ) -> list[Message]:
+        """Take up to ``count`` messages in one transaction (see :meth:`get`)."""
+        count = _check_count(count)
+        if confirm_id is not None:
+            confirm_id = _check_confirm_id(confirm_id)
+        wanted = check_fields(filter) if filter is not None else None
+        self._touch(queue)
+        now = self._clock()
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            # Common case: nothing expired anywhere on the queue, so one page of
+            # exactly `count` rows is all a get reads.
+            page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, _PAGE)
+            chosen, expired = self._scan(tx, q, page, count, now, wanted)
+            discarded = tx.delete(q.id, expired)
+            if confirm_id is None:
+                taken = tx.delete(q.id, [row.id for row in chosen])
+            else:
+                tx.lock_for_get([row.id for row in chosen], confirm_id)
+                taken = chosen
+        events = self._row_events(queue, "on_expired", discarded, now, "get")
+        if confirm_id is None:
+            events += self._row_events(queue, "on_removed", taken, now, "got")
+        self._rules.dispatch(events)
+        by_id = {row.id: row for row in taken}
+        return [to_message(by_id[row.id], now) for row in chosen]
+
+    def _scan(
+        self, tx: Tx, q: QueueRow, page: int, count: int, now: int, wanted: Mapping[str, FieldValue] | None
+    ) -> tuple[list[MessageRow], list[int]]:
+        """Walk ready messages in get order: the first ``count`` live matches, and
+        the ids of the expired matches met before them (to discard)."""
+        chosen: list[MessageRow] = []
+        expired: list[int] = []
+        for rows in tx.ready(q.id, page):
+            for row in rows:
+                if wanted is not None and not _matches(row, wanted):
+                    continue
+                if _expired(row, now):
+                    expired.append(row.id)
+                    continue
+                chosen.append(row)
+                if len(chosen) == count:
+                    return chosen, expired
+        return chosen, expired
+
+    def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
+        """The visible messages in get order, without removing them.
+
+        Never returns expired or locked messages; expired ones that match are
+        discarded (rules see ``where="browse"``).
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q")
+        >>> _ = qm.put("Q", Message(b"a", fields={"k": "v"})); _ = qm.put("Q", Message(b"b"))
+        >>> [m.data for m in qm.browse("Q", filter={"k": "v"})]
+        [b'a']
+        >>> qm.close()
+        """
+        if limit is not None:
+            limit = _check_count(limit)
+        wanted = check_fields(filter) if filter is not None else None
+        self._touch(queue)
+        now = self._clock()
+        discarded: list[MessageRow] = []
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            if tx.has_expired(q.id, now):
+                ids = tx.expired_ids(q.id, now, q.depth, ready_only=True)
+                if wanted is not None:
+                    ids = [row.id for row in tx.rows(ids) if _matches(row, wanted)]
+                discarded = tx.delete(q.id, ids)
+        self._rules.dispatch(self._row_events(queue, "on_expired", discarded, now, "browse"))
+        out: list[Message] = []
+        with self._db.read() as conn:
+            tx = Tx(conn)
+            q = self._queue(tx, queue)
+            for rows in tx.ready(q.id, _PAGE):
+                for row in rows:
+                    if _expired(row, now) or (wanted is not None and not _matches(row, wanted)):
+                        continue
+                    out.append(to_message(row, now))
+                    if limit is not None and len(out) >= limit:
+                        return out
+        return out
+
+    # -- confirm and undo -----------------------------------------------------------------
+
+    def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
+        """Make an assured put visible, ordered by confirm time. Confirming twice is harmless.
+
+        Raises :class:`MessageExpired` (and discards it) if it expired while locked,
+        :class:`MessageNotFound` if the queue does not hold it.
+        """
+        uid = _check_uid(uid)
+        self._touch(queue)
+        now = self._clock()
+        expired: list[MessageRow] = []
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            row = tx.find(q.id, uid.origin, uid.stamp)
+            if row is None:
+                raise MessageNotFound(
+                    f"queue {queue!r} holds no message {uid}: it was never put, was undone, or expired "
+                    "and was discarded; put it again (with resend=True)"
+                )
+            if row.state != PUT_LOCKED:
+                return  # already confirmed: MQe ignores a second confirm
+            if _expired(row, now):
+                expired = tx.delete(q.id, [row.id])
+            else:
+                tx.make_ready(row.id, tx.stamps(now, 1))
+        if expired:
+            self._rules.dispatch(self._row_events(queue, "on_expired", expired, now, "add"))
+            raise MessageExpired(f"message {uid} expired before its put was confirmed; it has been discarded")
+
+    def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
+        """Complete an assured get: delete the locked message.
+
+        Raises :class:`MessageExpired` (and discards it) if it expired while locked,
+        :class:`MessageNotFound` if no message ``uid`` is locked by a get.
+        """
+        uid = _check_uid(uid)
+        self._touch(queue)
+        now = self._clock()
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            row = tx.find(q.id, uid.origin, uid.stamp)
+            if row is None or row.state != GET_LOCKED:
+                state = "is not locked by an assured get" if row is not None else "is not on the queue"
+                raise MessageNotFound(
+                    f"message {uid} {state} {queue!r}: confirm_get only completes a get(confirm_id=...) "
+                    "not yet confirmed or undone"
+                )
+            removed = tx.delete(q.id, [row.id])
+        if _expired(row, now):
+            self._rules.dispatch(self._row_events(queue, "on_expired", removed, now, "get"))
+            raise MessageExpired(f"message {uid} expired while locked by an assured get; it has been discarded")
+        self._rules.dispatch(self._row_events(queue, "on_removed", removed, now, "confirmed"))
+
+    def undo(self, queue: str, confirm_id: int) -> int:
+        """Undo whatever ``confirm_id`` locked: an assured get's messages become visible
+        again (``backout_count`` + 1); an assured put's locked copies are removed.
+        Returns how many messages it undid."""
+        confirm_id = _check_confirm_id(confirm_id)
+        self._touch(queue)
+        now = self._clock()
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            rows = tx.find_by_confirm_id(q.id, confirm_id)
+            if not rows:
+                raise ConfirmIdNotFound(
+                    f"nothing on queue {queue!r} is locked under confirm id {confirm_id}: it was already "
+                    "confirmed, undone, or expired"
+                )
+            tx.back_out([r.id for r in rows if r.state == GET_LOCKED])
+            removed = tx.delete(q.id, [r.id for r in rows if r.state == PUT_LOCKED])
+        self._rules.dispatch(self._row_events(queue, "on_removed", removed, now, "deleted"))
+        return len(rows)
+
+    def delete_message(self, queue: str, uid: MessageUID | str) -> None:
+        """Delete one message by uid, whatever its state (rules see reason ``deleted``;
+        an expired one is discarded as expired, ``where="get"``)."""
+        uid = _check_uid(uid)
+        self._touch(queue)
+        now = self._clock()
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            row = tx.find(q.id, uid.origin, uid.stamp)
+            if row is None:
+                raise MessageNotFound(f"queue {queue!r} holds no message {uid}")
+            removed = tx.delete(q.id, [row.id])
+        if _expired(row, now):
+            self._rules.dispatch(self._row_events(queue, "on_expired", removed, now, "get"))
+        else:
+            self._rules.dispatch(self._row_events(queue, "on_removed", removed, now, "deleted"))

@@ -1,0 +1,78 @@
+"""Queue attributes: what ``define_queue``/``alter_queue`` accept, validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.message import check_priority
+from edgeq.store import QueueRow
+from edgeq.types import Ordering
+
+__all__ = ["QueueAttributes", "check_attributes"]
+
+_POSITIVE = ("expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes")
+ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering")
+_MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAttributes:
+    """A local queue's definition, as ``qm.queue_attributes("Q")`` returns it.
+
+    ``expiry_ms``: messages without their own expiry expire this long after they
+    arrive (None: never). ``cap_expiry_ms``: new puts live at most this long on
+    the queue (IBM MQ CAPEXPRY). ``max_depth`` and ``max_message_bytes`` (data
+    plus encoded fields) bound the queue; ``ordering`` is ``"priority"`` (9 high
+    .. 0 low, then arrival) or ``"fifo"``.
+    """
+
+    name: str
+    expiry_ms: int | None
+    cap_expiry_ms: int | None
+    max_depth: int | None
+    max_message_bytes: int | None
+    default_priority: int
+    ordering: Ordering
+    created_ms: int
+
+    @classmethod
+    def from_row(cls, row: QueueRow) -> QueueAttributes:
+        ordering: Ordering = "fifo" if row.ordering == "fifo" else "priority"
+        return cls(
+            row.name, row.expiry_ms, row.cap_expiry_ms, row.max_depth, row.max_message_bytes,
+            row.default_priority, ordering, row.created_ms,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The attributes as a plain dict (for JSON output)."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Validate define/alter keywords; return them unchanged if all are valid.
+
+    >>> check_attributes({"expiry_ms": 60_000, "ordering": "fifo"})
+    {'expiry_ms': 60000, 'ordering': 'fifo'}
+    """
+    for key, value in attrs.items():
+        if key in _POSITIVE:
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidType(f"{key} must be a positive int or None, not {value!r}")
+            if not 0 < value <= _MAX:
+                raise InvalidArgument(f"{key} must be a positive int (or None for no limit), not {value}")
+        elif key == "default_priority":
+            if value is None:
+                raise InvalidArgument("default_priority must be an int from 0 to 9, not None")
+            check_priority(value, "default_priority")
+        elif key == "ordering":
+            if value not in ("priority", "fifo"):
+                raise InvalidArgument(f"ordering must be 'priority' or 'fifo', not {value!r}")
+        else:
+            raise InvalidArgument(
+                f"unknown queue attribute {key!r}: use one of {', '.join(ATTRIBUTE_NAMES)}"
+            )
+    return attrs

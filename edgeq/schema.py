@@ -1,0 +1,121 @@
+"""The store's schema and its migrations.
+
+``PRAGMA user_version`` records the schema version; :data:`MIGRATIONS` lists the
+steps to reach :data:`SCHEMA_VERSION`, each run in one transaction. Tables are
+declared through sqlite-utils; partial indexes, which it cannot express, are
+plain SQL.
+
+Tables (version 1):
+
+``edgeq_meta``
+    key/value: the queue manager ``name`` and its ``created_ms``.
+``edgeq_clock``
+    one row, the last 64-bit stamp issued (uids and arrival order).
+``queues``
+    one row per local queue, its attributes and its current ``depth`` (kept in
+    step with ``messages`` by every verb in ``edgeq.store``).
+``messages``
+    one row per message. ``state`` is 0 ready, 1 put-locked, 2 get-locked.
+    ``rank`` is the priority on priority queues and 0 on FIFO ones, ``seq`` the
+    arrival (or put-confirm) stamp: ``ORDER BY rank DESC, seq`` is get order.
+    ``deadline`` is the effective expiry in epoch ms (NULL: never).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from sqlite_utils import Database
+
+from edgeq.connection import APPLICATION_ID
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+
+def _v1(db: Database) -> None:
+    db.table("edgeq_meta").create({"key": str, "value": str}, pk="key")
+    db.table("edgeq_clock").create({"id": int, "stamp": int}, pk="id", not_null={"stamp"})
+    db.table("queues").create(
+        {
+            "id": int,
+            "name": str,
+            "expiry_ms": int,
+            "cap_expiry_ms": int,
+            "max_depth": int,
+            "max_message_bytes": int,
+            "default_priority": int,
+            "ordering": str,
+            "created_ms": int,
+            "depth": int,
+        },
+        pk="id",
+        not_null={"name", "default_priority", "ordering", "created_ms", "depth"},
+        defaults={"depth": 0},
+    )
+    db.table("queues").create_index(["name"], unique=True)
+    db.table("messages").create(
+        {
+            "id": int,
+            "queue_id": int,
+            "origin": str,
+            "stamp": int,
+            "state": int,
+            "confirm_id": int,
+            "rank": int,
+            "seq": int,
+            "priority": int,
+            "created_ms": int,
+            "arrived_ms": int,
+            "expiry_kind": int,
+            "expiry_value": int,
+            "cap_at": int,
+            "deadline": int,
+            "backout_count": int,
+            "correlation_id": bytes,
+            "reply_to": str,
+            "fields": bytes,
+            "data": bytes,
+        },
+        pk="id",
+        foreign_keys=[("queue_id", "queues", "id")],
+        not_null={
+            "queue_id", "origin", "stamp", "state", "rank", "seq", "priority",
+            "created_ms", "arrived_ms", "expiry_kind", "backout_count", "data",
+        },
+        defaults={"backout_count": 0},
+    )
+    db.execute("CREATE UNIQUE INDEX messages_uid ON messages (queue_id, origin, stamp)")
+    # Only ready messages are candidates for get/browse, so only they are indexed
+    # for it: locked rows never slow a get down.
+    db.execute("CREATE INDEX messages_ready ON messages (queue_id, rank DESC, seq) WHERE state = 0")
+    db.execute("CREATE INDEX messages_deadline ON messages (queue_id, deadline) WHERE deadline IS NOT NULL")
+    db.execute("CREATE INDEX messages_confirm ON messages (queue_id, confirm_id) WHERE confirm_id IS NOT NULL")
+    db.execute("INSERT INTO edgeq_clock (id, stamp) VALUES (1, 0)")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema on ``conn`` up to :data:`SCHEMA_VERSION`; return the version found.
+
+    Runs inside ``BEGIN IMMEDIATE`` so two processes opening a new file at once
+    cannot both create it.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if found < SCHEMA_VERSION:
+            db = Database(conn, execute_plugins=False)
+            for step in MIGRATIONS[found:]:
+                step(db)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return found

@@ -1,0 +1,292 @@
+"""The storage contract: every SQL statement edgeq runs on messages and queues.
+
+:class:`Tx` is one open transaction with a family of verbs that mirror each
+other (insert/delete, lock/unlock, find/find-by-confirm-id). Every verb that
+adds or removes message rows also moves ``queues.depth`` by the same amount, in
+the same transaction, so a depth inquiry is one row read however deep the queue.
+Policy (expiry, ordering, validation, rules) lives in ``edgeq.manager``; this
+module only knows rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["GET_LOCKED", "PUT_LOCKED", "READY", "MessageRow", "QueueRow", "Tx"]
+
+READY, PUT_LOCKED, GET_LOCKED = 0, 1, 2
+
+_MSG_COLS = (
+    "id, origin, stamp, state, confirm_id, priority, created_ms, arrived_ms, expiry_kind, "
+    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, fields, data"
+)
+_QUEUE_COLS = (
+    "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
+    "ordering, created_ms, depth"
+)
+_CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
+
+
+class MessageRow(NamedTuple):
+    id: int
+    origin: str
+    stamp: int
+    state: int
+    confirm_id: int | None
+    priority: int
+    created_ms: int
+    arrived_ms: int
+    expiry_kind: int
+    expiry_value: int | None
+    cap_at: int | None
+    deadline: int | None
+    backout_count: int
+    correlation_id: bytes | None
+    reply_to: str | None
+    fields: bytes | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    id: int
+    name: str
+    expiry_ms: int | None
+    cap_expiry_ms: int | None
+    max_depth: int | None
+    max_message_bytes: int | None
+    default_priority: int
+    ordering: str
+    created_ms: int
+    depth: int
+
+
+class NewMessage(NamedTuple):
+    """The values of a row to insert (``id`` is assigned by SQLite)."""
+
+    origin: str
+    stamp: int
+    state: int
+    confirm_id: int | None
+    rank: int
+    seq: int
+    priority: int
+    created_ms: int
+    arrived_ms: int
+    expiry_kind: int
+    expiry_value: int | None
+    cap_at: int | None
+    deadline: int | None
+    correlation_id: bytes | None
+    reply_to: str | None
+    fields: bytes | None
+    data: bytes
+
+
+def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+class Tx:
+    """The verbs of one transaction on ``conn`` (opened by ``ConnectionFactory``)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # -- the stamp clock -----------------------------------------------------------
+
+    def stamps(self, now_ms: int, count: int) -> int:
+        """Reserve ``count`` consecutive stamps; return the first.
+
+        Stamps are ``ms * 1000 + n``: never below the wall clock, and always above
+        every stamp issued before, by any thread or process, across restarts,
+        even when the wall clock steps back.
+        """
+        (last,) = self.conn.execute(
+            "UPDATE edgeq_clock SET stamp = max(stamp, ?) + ? WHERE id = 1 RETURNING stamp",
+            (now_ms * 1000 - 1, count),
+        ).fetchone()
+        return int(last) - count + 1
+
+    # -- queues --------------------------------------------------------------------
+
+    def queue(self, name: str) -> QueueRow | None:
+        row = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues WHERE name = ?", (name,)).fetchone()
+        return None if row is None else QueueRow(*row)
+
+    def queues(self) -> list[QueueRow]:
+        rows = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues ORDER BY name").fetchall()
+        return [QueueRow(*row) for row in rows]
+
+    def insert_queue(self, name: str, attrs: dict[str, object], now_ms: int) -> None:
+        cols = ", ".join(attrs)
+        marks = ", ".join("?" for _ in attrs)
+        self.conn.execute(
+            f"INSERT INTO queues (name, created_ms, depth, {cols}) VALUES (?, ?, 0, {marks})",
+            (name, now_ms, *attrs.values()),
+        )
+
+    def update_queue(self, queue_id: int, attrs: dict[str, object]) -> None:
+        sets = ", ".join(f"{col} = ?" for col in attrs)
+        self.conn.execute(f"UPDATE queues SET {sets} WHERE id = ?", (*attrs.values(), queue_id))
+
+    def delete_queue(self, queue_id: int) -> None:
+        self.conn.execute("DELETE FROM queues WHERE id = ?", (queue_id,))
+
+    def retime(self, queue_id: int, expiry_ms: int | None) -> None:
+        """Re-time messages without their own expiry to a new queue expiry interval."""
+        self.conn.execute(
+            """UPDATE messages SET deadline = CASE
+                   WHEN ?1 IS NULL THEN cap_at
+                   WHEN cap_at IS NULL THEN arrived_ms + ?1
+                   ELSE min(cap_at, arrived_ms + ?1) END
+               WHERE queue_id = ?2 AND expiry_kind = 0""",
+            (expiry_ms, queue_id),
+        )
+
+    def rerank(self, queue_id: int, by_priority: bool) -> None:
+        """Re-order a queue's messages for a new ordering (priority or FIFO)."""
+        self.conn.execute(
+            "UPDATE messages SET rank = CASE WHEN ? THEN priority ELSE 0 END WHERE queue_id = ?",
+            (by_priority, queue_id),
+        )
+
+    # -- messages: add and remove --------------------------------------------------
+
+    def insert(self, queue_id: int, rows: Sequence[NewMessage]) -> None:
+        self.conn.executemany(
+            """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
+                   created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
+                   correlation_id, reply_to, fields, data)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [(queue_id, *row) for row in rows],
+        )
+        self._move_depth(queue_id, len(rows))
+
+    def delete(self, queue_id: int, ids: Sequence[int]) -> list[MessageRow]:
+        """Delete rows by id and return them (for rules and for ``get``)."""
+        out: list[MessageRow] = []
+        for chunk in _chunks(ids):
+            marks = ", ".join("?" for _ in chunk)
+            out.extend(
+                MessageRow(*row)
+                for row in self.conn.execute(
+                    f"DELETE FROM messages WHERE id IN ({marks}) RETURNING {_MSG_COLS}", chunk
+                )
+            )
+        self._move_depth(queue_id, -len(out))
+        return out
+
+    def delete_expired(self, queue_id: int, now_ms: int) -> int:
+        """Delete every expired row of a queue at once (no copies kept); return how many."""
+        cur = self.conn.execute(
+            "DELETE FROM messages WHERE queue_id = ? AND deadline <= ?", (queue_id, now_ms)
+        )
+        self._move_depth(queue_id, -cur.rowcount)
+        return cur.rowcount
+
+    def delete_all(self, queue_id: int) -> int:
+        cur = self.conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
+        self._move_depth(queue_id, -cur.rowcount)
+        return cur.rowcount
+
+    def _move_depth(self, queue_id: int, delta: int) -> None:
+        if delta:
+            self.conn.execute("UPDATE queues SET depth = depth + ? WHERE id = ?", (delta, queue_id))
+
+    # -- messages: find ----------------------------------------------------------------
+
+    def find(self, queue_id: int, origin: str, stamp: int) -> MessageRow | None:
+        row = self.conn.execute(
+            f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND origin = ? AND stamp = ?",
+            (queue_id, origin, stamp),
+        ).fetchone()
+        return None if row is None else MessageRow(*row)
+
+    def find_by_confirm_id(self, queue_id: int, confirm_id: int) -> list[MessageRow]:
+        rows = self.conn.execute(
+            f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND confirm_id = ? ORDER BY id",
+            (queue_id, confirm_id),
+        ).fetchall()
+        return [MessageRow(*row) for row in rows]
+
+    def rows(self, ids: Sequence[int]) -> list[MessageRow]:
+        out: list[MessageRow] = []
+        for chunk in _chunks(ids):
+            marks = ", ".join("?" for _ in chunk)
+            out.extend(
+                MessageRow(*row)
+                for row in self.conn.execute(f"SELECT {_MSG_COLS} FROM messages WHERE id IN ({marks})", chunk)
+            )
+        return out
+
+    def ids(self, queue_id: int, limit: int) -> list[int]:
+        """Up to ``limit`` message ids of a queue, any state (for purging in batches)."""
+        rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? LIMIT ?", (queue_id, limit))
+        return [row[0] for row in rows]
+
+    def ready(self, queue_id: int, page: int) -> Iterator[list[MessageRow]]:
+        """Ready messages in get order, a page at a time (keyset pagination).
+
+        Paging by ``(rank, seq)`` rather than OFFSET lets the caller delete rows
+        between pages and keeps every page an index seek.
+        """
+        after: tuple[int, int] | None = None
+        while True:
+            if after is None:
+                rows = self.conn.execute(
+                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = 0 "
+                    "ORDER BY rank DESC, seq LIMIT ?",
+                    (queue_id, page),
+                ).fetchall()
+            else:
+                rows = self.conn.execute(
+                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = 0 "
+                    "AND (rank < ? OR (rank = ? AND seq > ?)) ORDER BY rank DESC, seq LIMIT ?",
+                    (queue_id, after[0], after[0], after[1], page),
+                ).fetchall()
+            if not rows:
+                return
+            after = (rows[-1][-2], rows[-1][-1])
+            yield [MessageRow(*row[:-2]) for row in rows]
+            if len(rows) < page:
+                return
+
+    def has_expired(self, queue_id: int, now_ms: int) -> bool:
+        """Whether any message of the queue, in any state, is past its deadline (index probe)."""
+        row = self.conn.execute(
+            "SELECT 1 FROM messages WHERE queue_id = ? AND deadline <= ? LIMIT 1", (queue_id, now_ms)
+        ).fetchone()
+        return row is not None
+
+    def expired_ids(self, queue_id: int, now_ms: int, limit: int, *, ready_only: bool = False) -> list[int]:
+        state = " AND state = 0" if ready_only else ""
+        rows = self.conn.execute(
+            f"SELECT id FROM messages WHERE queue_id = ? AND deadline <= ?{state} ORDER BY deadline LIMIT ?",
+            (queue_id, now_ms, limit),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    # -- messages: state changes ---------------------------------------------------------
+
+    def lock_for_get(self, ids: Iterable[int], confirm_id: int) -> None:
+        self.conn.executemany(
+            "UPDATE messages SET state = 2, confirm_id = ? WHERE id = ?", [(confirm_id, i) for i in ids]
+        )
+
+    def make_ready(self, msg_id: int, seq: int) -> None:
+        """Confirm a put: the message becomes visible, ordered by confirm time."""
+        self.conn.execute(
+            "UPDATE messages SET state = 0, confirm_id = NULL, seq = ? WHERE id = ?", (seq, msg_id)
+        )
+
+    def back_out(self, ids: Iterable[int]) -> None:
+        """Undo an assured get: visible again where it was, one more backout."""
+        self.conn.executemany(
+            "UPDATE messages SET state = 0, confirm_id = NULL, backout_count = backout_count + 1 WHERE id = ?",
+            [(i,) for i in ids],
+        )
