@@ -7,6 +7,7 @@ nowhere else (the huey storage model).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -100,9 +101,15 @@ class ConnectionFactory:
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: edgeq issues BEGIN/COMMIT itself, so the
         # sqlite3 module never opens a deferred transaction behind its back.
-        conn = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"{self.path}: cannot open the database file ({exc}); check that its directory "
+                "exists and is writable"
+            ) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -163,12 +170,23 @@ class ConnectionFactory:
     def read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: one consistent snapshot, never blocks writers (WAL)."""
         conn = self.connection()
-        conn.execute("BEGIN")
-        try:
+        if conn.in_transaction:  # already inside this thread's write: read within it
             yield conn
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+            return
+        try:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise store_error(exc, self.path) from exc
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
 
     def close(self) -> None:
         """Close every connection this factory opened (from any thread)."""
@@ -176,7 +194,5 @@ class ConnectionFactory:
             self._closed = True
             conns, self._all = self._all, []
         for conn in conns:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # closing is best effort
                 conn.close()
-            except sqlite3.Error:  # pragma: no cover - closing is best effort
-                pass

@@ -25,6 +25,10 @@ __all__ = [
     "QueueManagerClosed",
     "QueueNotEmpty",
     "QueueNotFound",
+    "RuleConfigError",
+    "RuleError",
+    "RuleLoadError",
+    "RuleNotFound",
     "StoreBusy",
     "StoreError",
 ]
@@ -97,6 +101,11 @@ class MessageTooLarge(EdgeqError):
 class DuplicateMessage(EdgeqError):
     """The queue already holds a message with this uid (and the put was not a resend)."""
 
+    def __init__(self, text: str, uid: object = None) -> None:
+        super().__init__(text)
+        #: the uid that was refused (a :class:`~edgeq.uid.MessageUID`), when known
+        self.uid = uid
+
 
 class MessageNotFound(EdgeqError, LookupError):
     """No message with that uid (in the state the call needs) is on the queue."""
@@ -108,3 +117,22 @@ class ConfirmIdNotFound(MessageNotFound):
 
 class MessageExpired(EdgeqError):
     """The message expired before the operation completed; it has been discarded."""
+
+
+# -- rules -------------------------------------------------------------------------------
+
+
+class RuleError(EdgeqError):
+    """A queue rule could not be found, loaded, configured or run."""
+
+
+class RuleNotFound(RuleError, LookupError):
+    """No rule is installed under that name (entry point group ``edgeq.rules``)."""
+
+
+class RuleLoadError(RuleError):
+    """A rule plugin is installed but failed to import or is not a QueueRule."""
+
+
+class RuleConfigError(RuleError, InvalidArgument):
+    """A rule binding's config was refused by the rule."""

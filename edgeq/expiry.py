@@ -21,11 +21,11 @@ from edgeq.values import Int32, Int64
 
 __all__ = [
     "EXPIRY_HELP",
+    "absolute_ms",
     "check_expiry",
     "effective_deadline",
     "own_deadline",
     "relative_ms",
-    "absolute_ms",
 ]
 
 MAX_RELATIVE_MS = 2**31 - 1

@@ -10,9 +10,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from edgeq.bindings import BindingInfo, RuleSpec, attach_stored, build_bindings, check_specs
 from edgeq.clock import system_clock
 from edgeq.codec import decode_fields, encode_fields
 from edgeq.connection import ConnectionFactory, check_foreign
+from edgeq.dispatch import Binding, Dispatcher, Pending
 from edgeq.errors import (
     ConfirmIdNotFound,
     DuplicateMessage,
@@ -28,21 +30,22 @@ from edgeq.errors import (
     QueueNotFound,
     StoreError,
 )
-from edgeq.events import Event, RuleSet
 from edgeq.expiry import effective_deadline, own_deadline
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
 from edgeq.rows import EXPIRY_KINDS, to_message
+from edgeq.rulestore import FailureRow, RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.store import GET_LOCKED, PUT_LOCKED, READY, MessageRow, NewMessage, QueueRow, Tx
-from edgeq.types import Clock, Durability, FieldValue, Filter, Ordering, Where
+from edgeq.types import Clock, Durability, FieldValue, Filter, Ordering, RemovalReason, Where
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
 
     from edgeq.rules import QueueRule
+    from edgeq.rules.base import EventKind
 
 __all__ = ["QueueManager"]
 
@@ -109,6 +112,8 @@ class QueueManager:
     commits on power loss (never on a process crash) for speed. ``timeout`` is
     how long a call waits for another connection's write lock. ``clock``
     returns epoch ms; the default reads ``time.time()``, so freezegun works.
+    A rule hook that raises on a durable event is retried up to
+    ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
 
     One instance may be shared by threads; several processes may open the same
     file. Every message is delivered to exactly one getter.
@@ -122,6 +127,8 @@ class QueueManager:
         durability: Durability = "full",
         timeout: float = 30.0,
         clock: Clock | None = None,
+        rule_retry_limit: int = 5,
+        rule_retry_base_ms: int = 1_000,
     ) -> None:
         if not isinstance(path, (str, Path)):
             raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
@@ -130,8 +137,10 @@ class QueueManager:
         if clock is not None and not callable(clock):
             raise InvalidType("clock must be a callable returning epoch milliseconds")
         self.path = Path(path)
+        for label, value in (("rule_retry_limit", rule_retry_limit), ("rule_retry_base_ms", rule_retry_base_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgument(f"{label} must be a positive int, not {value!r}")
         self._clock: Clock = clock or system_clock
-        self._rules = RuleSet()
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
@@ -139,6 +148,15 @@ class QueueManager:
         self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
         try:
             self.name = self._open_store(name)
+            self._rules = Dispatcher(
+                self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms
+            )
+            # Plugins load here, explicitly, never at import time.
+            with self._db.read() as conn:
+                stored = RuleTx(conn).bindings()
+            for queue, bindings in attach_stored(self, stored).items():
+                self._rules.set_persisted(queue, bindings)
+            self._rules.recover()
         except BaseException:
             self._db.close()
             raise
@@ -176,8 +194,16 @@ class QueueManager:
     # -- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the expiry sweeper and close the store. Safe to call twice."""
+        """Tell rules (``on_closed``), stop the expiry sweeper and close the store. Safe to call twice."""
         self.stop_expiry_sweeper()
+        if self._db.closed:
+            return
+        now = self._clock()
+        with self._active_lock:
+            active = sorted(self._active)
+        self._rules.dispatch([Pending("closed", queue, now) for queue in active if self._rules.wants(queue)])
+        with self._write():
+            pass  # forgets the events delivered since the last write
         self._db.close()
 
     def __enter__(self) -> QueueManager:
@@ -194,6 +220,7 @@ class QueueManager:
     @contextmanager
     def _write(self) -> Iterator[Tx]:
         with self._db.write() as conn:
+            self._rules.flush(conn)
             yield Tx(conn)
 
     def _queue(self, tx: Tx, name: str) -> QueueRow:
@@ -211,6 +238,9 @@ class QueueManager:
     def add_rule(self, queue: str, rule: QueueRule) -> None:
         """Attach a rule instance to a queue, for the life of this queue manager object.
 
+        Persisted rules, re-attached on every open, are bound by name with
+        ``define_queue(..., rules=[...])`` instead.
+
         >>> from edgeq.rules import QueueRule
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -221,24 +251,92 @@ class QueueManager:
         check_name(queue, "queue name")
         if not isinstance(rule, QueueRule):
             raise InvalidType(f"rule must be an edgeq.rules.QueueRule instance, not {type(rule).__name__}")
-        with self._write() as tx:
-            self._queue(tx, queue)
+        with self._db.read() as conn:
+            self._queue(Tx(conn), queue)
+        rule.attach(self, queue)
         self._rules.add(queue, rule)
 
     def remove_rule(self, queue: str, rule: QueueRule) -> bool:
-        """Detach a rule instance; return whether it was attached."""
+        """Detach a rule instance added with :meth:`add_rule`; return whether it was attached."""
         return self._rules.remove(queue, rule)
 
-    def _message_thunk(self, row: MessageRow, now_ms: int) -> Callable[[], Message]:
-        return lambda: to_message(row, now_ms)
+    def queue_bindings(self, queue: str) -> list[BindingInfo]:
+        """The rules bound to a queue, in the order they run (persisted ones first).
 
-    def _row_events(
-        self, queue: str, hook: str, rows: Iterable[MessageRow], now_ms: int, *extra: str
-    ) -> list[Event]:
-        """One event per row; empty (and no copies built) if the queue has no rules."""
-        if not self._rules.of(queue):
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", rules=["log"]); [b.name for b in qm.queue_bindings("Q")]
+        ['log']
+        >>> qm.close()
+        """
+        check_name(queue, "queue name")
+        with self._db.read() as conn:
+            self._queue(Tx(conn), queue)
+        return [BindingInfo(b.name, dict(b.config or {}), b.persisted, b.error) for b in self._rules.of(queue)]
+
+    def _bind(
+        self, tx: Tx, queue: QueueRow, specs: list[tuple[str, dict[str, Any]]], rules: list[QueueRule]
+    ) -> list[Binding]:
+        """Store a queue's bindings (rules already built and validated) in ``tx``."""
+        ids = RuleTx(tx.conn).replace_bindings(queue.id, specs)
+        return [
+            Binding(f"b{i}", name, rule, persisted=True, config=config)
+            for i, (name, config), rule in zip(ids, specs, rules, strict=True)
+        ]
+
+    def rule_failures(self, *, parked: bool | None = None) -> list[FailureRow]:
+        """Deliveries of durable events that raised: waiting for a retry, or parked.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.rule_failures()
+        []
+        >>> qm.close()
+        """
+        with self._db.read() as conn:
+            return RuleTx(conn).failures(parked=parked)
+
+    def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
+        """Retry failed deliveries now; with ``parked=True`` parked ones get a fresh round
+        of attempts first. Returns how many deliveries succeeded."""
+        if parked:
+            with self._write() as tx:
+                RuleTx(tx.conn).rearm(self._clock(), event_id)
+        return self._rules.retry()
+
+    def queue_stats(self, queue: str) -> dict[str, int]:
+        """A queue's persistent counters (kept by the ``counters`` and ``dead-letter`` rules).
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", rules=["counters"]); _ = qm.put("Q", Message(b"x")); qm.queue_stats("Q")
+        {'added': 1}
+        >>> qm.close()
+        """
+        check_name(queue, "queue name")
+        with self._db.read() as conn:
+            self._queue(Tx(conn), queue)
+            return RuleTx(conn).stats(queue)
+
+    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
+        """Add to a queue's counters (for rules). With the ``event_id`` of a durable event
+        the increment is applied once, however often the event is delivered; returns
+        whether it was applied."""
+        check_name(queue, "queue name")
+        for counter, n in increments.items():
+            if not isinstance(counter, str) or isinstance(n, bool) or not isinstance(n, int):
+                raise InvalidType(f"increments map counter names to ints, not {counter!r}: {n!r}")
+        with self._write() as tx:
+            return RuleTx(tx.conn).apply_stats(queue, increments, event_id)
+
+    def _events(
+        self, queue: str, kind: EventKind, rows: Iterable[MessageRow], now_ms: int,
+        *, where: Where | None = None, reason: RemovalReason | None = None,
+    ) -> list[Pending]:
+        """One event per row; empty (and no copies made) if the queue has no rules."""
+        if not self._rules.wants(queue):
             return []
-        return [Event(queue, hook, (self._message_thunk(row, now_ms), *extra)) for row in rows]
+        return [Pending(kind, queue, now_ms, row=row, where=where, reason=reason) for row in rows]
 
     # -- queue definition ---------------------------------------------------------------
 
@@ -252,8 +350,16 @@ class QueueManager:
         max_message_bytes: int | None = None,
         default_priority: int = 4,
         ordering: Ordering = "priority",
+        depth_threshold: int | None = None,
+        rules: Sequence[RuleSpec] | None = None,
     ) -> None:
         """Define a local queue; raise :class:`QueueExists` if it is defined already.
+
+        ``depth_threshold``: rules' ``on_threshold`` fires when a put takes the
+        depth up to it. ``rules``: rules to bind by name, each a name or a
+        ``(name, config)`` pair, e.g. ``[("dead-letter", {"queue": "DLQ"}), "log"]``;
+        the bindings are stored and re-attached whenever the store is opened. Each
+        rule validates its config now: on any error nothing is defined.
 
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -271,21 +377,28 @@ class QueueManager:
                 "max_message_bytes": max_message_bytes,
                 "default_priority": default_priority,
                 "ordering": ordering,
+                "depth_threshold": depth_threshold,
             }
         )
+        specs = check_specs(rules) if rules is not None else []
+        built = build_bindings(self, name, specs)  # validates every config before anything is stored
         with self._write() as tx:
             if tx.queue(name) is not None:
                 raise QueueExists(
                     f"queue {name!r} is already defined on {self.name}: use alter_queue to change it"
                 )
             tx.insert_queue(name, attrs, self._clock())
+            bound = self._bind(tx, self._queue(tx, name), specs, built) if specs else []
+        if bound:
+            self._rules.set_persisted(name, bound)
 
     def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
         """Change some of a queue's attributes (same keywords as :meth:`define_queue`).
 
         A new ``expiry_ms`` applies at once to messages already on the queue that
         have no expiry of their own; a new ``cap_expiry_ms`` only to new puts; a new
-        ``ordering`` re-orders the messages there. Returns the new attributes.
+        ``ordering`` re-orders the messages there; ``rules=[...]`` replaces the
+        persisted rule bindings. Returns the new attributes.
 
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -297,15 +410,22 @@ class QueueManager:
         check_name(name, "queue name")
         if not attributes:
             raise InvalidArgument("alter_queue needs at least one attribute to change, e.g. expiry_ms=60000")
+        specs = check_specs(attributes.pop("rules")) if "rules" in attributes else None
         check_attributes(attributes)
+        built = build_bindings(self, name, specs) if specs is not None else []
         with self._write() as tx:
             queue = self._queue(tx, name)
-            tx.update_queue(queue.id, attributes)
+            if attributes:
+                tx.update_queue(queue.id, attributes)
             if "expiry_ms" in attributes and attributes["expiry_ms"] != queue.expiry_ms:
                 tx.retime(queue.id, attributes["expiry_ms"])
             if "ordering" in attributes and attributes["ordering"] != queue.ordering:
                 tx.rerank(queue.id, attributes["ordering"] == "priority")
-            return QueueAttributes.from_row(self._queue(tx, name))
+            bound = self._bind(tx, queue, specs, built) if specs is not None else None
+            result = QueueAttributes.from_row(self._queue(tx, name))
+        if bound is not None:
+            self._rules.set_persisted(name, bound)
+        return result
 
     def queue_attributes(self, name: str) -> QueueAttributes:
         """The definition of a queue.
@@ -347,14 +467,15 @@ class QueueManager:
             with self._active_lock:
                 self._active.discard(name)
             raise
-        self._rules.dispatch([Event(name, "on_activated", (name,))])
+        if self._rules.wants(name):
+            self._rules.dispatch([Pending("activated", name, self._clock())])
         return count
 
-    def _touch(self, name: str) -> None:
-        """Activate the queue on first reference (a set lookup afterwards)."""
+    def _touch(self, name: str) -> int:
+        """Activate the queue on first reference (a set lookup afterwards); return how
+        many expired messages activation discarded."""
         check_name(name, "queue name")
-        if name not in self._active:
-            self.activate(name)
+        return 0 if name in self._active else self.activate(name)
 
     def delete_queue(self, name: str) -> None:
         """Delete an empty queue. Expired messages are purged first (MQe's "deleted"
@@ -371,7 +492,8 @@ class QueueManager:
             tx.delete_queue(queue.id)
         with self._active_lock:
             self._active.discard(name)
-        self._rules.dispatch([Event(name, "on_queue_deleted", (name,))])
+        if self._rules.wants(name):
+            self._rules.dispatch([Pending("queue_deleted", name, self._clock())])
         self._rules.drop(name)
 
     def depth(self, name: str) -> int:
@@ -388,17 +510,27 @@ class QueueManager:
     def purge(self, name: str) -> int:
         """Remove every message from a queue (rules see reason ``purged``); return how many."""
         self._touch(name)
-        now = self._clock()
-        if not self._rules.of(name):
+        if not self._rules.wants(name):
             with self._write() as tx:
                 return tx.delete_all(self._queue(tx, name).id)
+        return self._remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, _DISCARD_BATCH), "removed", reason="purged")
+
+    def _remove_in_batches(
+        self, name: str, select: Callable[[Tx, QueueRow, int], list[int]], kind: EventKind,
+        *, where: Where | None = None, reason: RemovalReason | None = None,
+    ) -> int:
+        """Delete the rows ``select`` picks, a batch per transaction, until none are left.
+        Each batch's events are recorded in its transaction and delivered after it."""
+        now = self._clock()
         total = 0
         while True:
             with self._write() as tx:
                 queue = self._queue(tx, name)
-                rows = tx.delete(queue.id, tx.ids(queue.id, _DISCARD_BATCH))
+                rows = tx.delete(queue.id, select(tx, queue, now))
+                events = self._events(name, kind, rows, now, where=where, reason=reason)
+                self._rules.record(tx.conn, events)
             total += len(rows)
-            self._rules.dispatch(self._row_events(name, "on_removed", rows, now, "purged"))
+            self._rules.dispatch(events)
             if len(rows) < _DISCARD_BATCH:
                 return total
 
@@ -411,24 +543,18 @@ class QueueManager:
         Without rules it is one DELETE; with rules it goes in batches, each
         batch's rules firing after its commit.
         """
-        now = self._clock()
-        if not self._rules.of(name):
+        if not self._rules.wants(name):
             with self._write() as tx:
-                return tx.delete_expired(self._queue(tx, name).id, now)
-        total = 0
-        while True:
-            with self._write() as tx:
-                queue = self._queue(tx, name)
-                rows = tx.delete(queue.id, tx.expired_ids(queue.id, now, _DISCARD_BATCH))
-            total += len(rows)
-            self._rules.dispatch(self._row_events(name, "on_expired", rows, now, where))
-            if len(rows) < _DISCARD_BATCH:
-                return total
+                return tx.delete_expired(self._queue(tx, name).id, self._clock())
+        return self._remove_in_batches(
+            name, lambda tx, q, now: tx.expired_ids(q.id, now, _DISCARD_BATCH), "expired", where=where
+        )
 
     def sweep_expired(self, name: str | None = None) -> int:
         """Discard expired messages now (IBM MQ's expiry scan); return how many.
 
-        With no name, sweeps every queue. Rules see ``where="sweep"``.
+        With no name, sweeps every queue. Rules see ``where="sweep"`` (or
+        ``"activate"`` for a queue's first use since the queue manager opened).
 
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -439,8 +565,9 @@ class QueueManager:
         names = [name] if name is not None else self.queue_names()
         total = 0
         for queue in names:
-            self._touch(queue)
-            total += self._discard_expired(queue, "sweep")
+            # On a queue's first reference, activation discards first (MQe's
+            # check point, where="activate"); those count as swept too.
+            total += self._touch(queue) + self._discard_expired(queue, "sweep")
         return total
 
     def start_expiry_sweeper(self, interval_s: float) -> None:
@@ -512,7 +639,22 @@ class QueueManager:
             return []
         self._touch(queue)
         now = self._clock()
-        events: list[Event] = []
+        events: list[Pending] = []
+        refused: Message | None = None
+        try:
+            uids = self._put_rows(queue, messages, confirm_id, now, events)
+        except DuplicateMessage as exc:
+            refused = next((m for m in messages if m.uid == exc.uid), None)
+            if refused is not None and self._rules.wants(queue):
+                self._rules.dispatch([Pending("duplicate", queue, now, message=refused)])
+            raise
+        self._rules.dispatch(events)
+        return uids
+
+    def _put_rows(
+        self, queue: str, messages: Sequence[Message], confirm_id: int | None, now: int, events: list[Pending]
+    ) -> list[MessageUID]:
+        """The put transaction; fills ``events`` with what the rules are owed."""
         with self._write() as tx:
             q = self._queue(tx, queue)
             first = tx.stamps(now, len(messages))
@@ -534,7 +676,7 @@ class QueueManager:
                         f"{q.max_message_bytes} (max_message_bytes): split it, or raise the limit with alter_queue"
                     )
                 if uid in seen:
-                    raise DuplicateMessage(f"message {uid} appears twice in one put_many: put it once")
+                    raise DuplicateMessage(f"message {uid} appears twice in one put_many: put it once", uid)
                 seen.add(uid)
                 uids.append(uid)
                 own = own_deadline(message.expiry, created)
@@ -543,11 +685,12 @@ class QueueManager:
                     uid.origin, uid.stamp, READY if confirm_id is None else PUT_LOCKED, confirm_id,
                     priority if q.ordering == "priority" else 0, seq, priority, created, now,
                     EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
-                    cap_at, deadline, message.correlation_id, message.reply_to, fields, message.data,
+                    cap_at, deadline, message.correlation_id, message.reply_to,
+                    None if message.expiry_report == "none" else message.expiry_report, fields, message.data,
                 )
                 if deadline is not None and deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
-                    events.extend(self._row_events(queue, "on_expired", [self._as_row(row)], now, "add"))
+                    events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
                     continue
                 existing = tx.find(q.id, uid.origin, uid.stamp)
                 if existing is not None:
@@ -562,9 +705,12 @@ class QueueManager:
                     )
                 depth += 1
                 rows.append(row)
-                events.extend(self._row_events(queue, "on_added", [self._as_row(row)], now))
+                events.extend(self._events(queue, "added", [self._as_row(row)], now))
             tx.insert(q.id, rows)
-        self._rules.dispatch(events)
+            threshold = q.depth_threshold
+            if threshold is not None and q.depth < threshold <= depth and self._rules.wants(queue):
+                events.append(Pending("threshold", queue, now, depth=depth))
+            self._rules.record(tx.conn, events)
         return uids
 
     @staticmethod
@@ -572,19 +718,21 @@ class QueueManager:
         return MessageRow(
             0, row.origin, row.stamp, row.state, row.confirm_id, row.priority, row.created_ms,
             row.arrived_ms, row.expiry_kind, row.expiry_value, row.cap_at, row.deadline, 0,
-            row.correlation_id, row.reply_to, row.fields, row.data,
+            row.correlation_id, row.reply_to, row.report, row.fields, row.data,
         )
 
     def _duplicate(self, queue: str, uid: MessageUID, existing: MessageRow, resend: bool) -> DuplicateMessage:
         if existing.state == PUT_LOCKED:
             return DuplicateMessage(
                 f"queue {queue!r} already holds an unconfirmed copy of {uid}: confirm_put it, "
-                "or put again with resend=True to replace it"
+                "or put again with resend=True to replace it",
+                uid,
             )
         what = "resend of" if resend else "second put of"
         return DuplicateMessage(
             f"queue {queue!r} already holds confirmed message {uid}: this {what} it is a duplicate; "
-            "drop it (a resend only replaces an unconfirmed copy)"
+            "drop it (a resend only replaces an unconfirmed copy)",
+            uid,
         )
 
     # -- get and browse -----------------------------------------------------------------
@@ -626,18 +774,15 @@ class QueueManager:
             # exactly `count` rows is all a get reads.
             page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, _PAGE)
             chosen, expired = self._scan(tx, q, page, count, now, wanted)
-            discarded = tx.delete(q.id, expired)
+            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
             if confirm_id is None:
-                taken = tx.delete(q.id, [row.id for row in chosen])
+                tx.delete(q.id, [row.id for row in chosen])
+                events += self._events(queue, "removed", chosen, now, reason="got")
             else:
                 tx.lock_for_get([row.id for row in chosen], confirm_id)
-                taken = chosen
-        events = self._row_events(queue, "on_expired", discarded, now, "get")
-        if confirm_id is None:
-            events += self._row_events(queue, "on_removed", taken, now, "got")
+            self._rules.record(tx.conn, events)
         self._rules.dispatch(events)
-        by_id = {row.id: row for row in taken}
-        return [to_message(by_id[row.id], now) for row in chosen]
+        return [to_message(row, now) for row in chosen]
 
     def _scan(
         self, tx: Tx, q: QueueRow, page: int, count: int, now: int, wanted: Mapping[str, FieldValue] | None
@@ -677,15 +822,16 @@ class QueueManager:
         wanted = check_fields(filter) if filter is not None else None
         self._touch(queue)
         now = self._clock()
-        discarded: list[MessageRow] = []
+        events: list[Pending] = []
         with self._write() as tx:
             q = self._queue(tx, queue)
             if tx.has_expired(q.id, now):
                 ids = tx.expired_ids(q.id, now, q.depth, ready_only=True)
                 if wanted is not None:
                     ids = [row.id for row in tx.rows(ids) if _matches(row, wanted)]
-                discarded = tx.delete(q.id, ids)
-        self._rules.dispatch(self._row_events(queue, "on_expired", discarded, now, "browse"))
+                events = self._events(queue, "expired", tx.delete(q.id, ids), now, where="browse")
+                self._rules.record(tx.conn, events)
+        self._rules.dispatch(events)
         out: list[Message] = []
         with self._db.read() as conn:
             tx = Tx(conn)
@@ -701,6 +847,17 @@ class QueueManager:
 
     # -- confirm and undo -----------------------------------------------------------------
 
+    def _delete_row(self, tx: Tx, q: QueueRow, row: MessageRow, now: int, where: Where,
+                    reason: RemovalReason) -> list[Pending]:
+        """Delete one message: an expired one counts as discarded at ``where``."""
+        removed = tx.delete(q.id, [row.id])
+        if _expired(row, now):
+            events = self._events(q.name, "expired", removed, now, where=where)
+        else:
+            events = self._events(q.name, "removed", removed, now, reason=reason)
+        self._rules.record(tx.conn, events)
+        return events
+
     def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
         """Make an assured put visible, ordered by confirm time. Confirming twice is harmless.
 
@@ -710,7 +867,6 @@ class QueueManager:
         uid = _check_uid(uid)
         self._touch(queue)
         now = self._clock()
-        expired: list[MessageRow] = []
         with self._write() as tx:
             q = self._queue(tx, queue)
             row = tx.find(q.id, uid.origin, uid.stamp)
@@ -721,13 +877,12 @@ class QueueManager:
                 )
             if row.state != PUT_LOCKED:
                 return  # already confirmed: MQe ignores a second confirm
-            if _expired(row, now):
-                expired = tx.delete(q.id, [row.id])
-            else:
+            if not _expired(row, now):
                 tx.make_ready(row.id, tx.stamps(now, 1))
-        if expired:
-            self._rules.dispatch(self._row_events(queue, "on_expired", expired, now, "add"))
-            raise MessageExpired(f"message {uid} expired before its put was confirmed; it has been discarded")
+                return
+            events = self._delete_row(tx, q, row, now, "add", "deleted")
+        self._rules.dispatch(events)
+        raise MessageExpired(f"message {uid} expired before its put was confirmed; it has been discarded")
 
     def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
         """Complete an assured get: delete the locked message.
@@ -747,11 +902,10 @@ class QueueManager:
                     f"message {uid} {state} {queue!r}: confirm_get only completes a get(confirm_id=...) "
                     "not yet confirmed or undone"
                 )
-            removed = tx.delete(q.id, [row.id])
+            events = self._delete_row(tx, q, row, now, "get", "confirmed")
+        self._rules.dispatch(events)
         if _expired(row, now):
-            self._rules.dispatch(self._row_events(queue, "on_expired", removed, now, "get"))
             raise MessageExpired(f"message {uid} expired while locked by an assured get; it has been discarded")
-        self._rules.dispatch(self._row_events(queue, "on_removed", removed, now, "confirmed"))
 
     def undo(self, queue: str, confirm_id: int) -> int:
         """Undo whatever ``confirm_id`` locked: an assured get's messages become visible
@@ -770,7 +924,9 @@ class QueueManager:
                 )
             tx.back_out([r.id for r in rows if r.state == GET_LOCKED])
             removed = tx.delete(q.id, [r.id for r in rows if r.state == PUT_LOCKED])
-        self._rules.dispatch(self._row_events(queue, "on_removed", removed, now, "deleted"))
+            events = self._events(queue, "removed", removed, now, reason="deleted")
+            self._rules.record(tx.conn, events)
+        self._rules.dispatch(events)
         return len(rows)
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
@@ -784,8 +940,5 @@ class QueueManager:
             row = tx.find(q.id, uid.origin, uid.stamp)
             if row is None:
                 raise MessageNotFound(f"queue {queue!r} holds no message {uid}")
-            removed = tx.delete(q.id, [row.id])
-        if _expired(row, now):
-            self._rules.dispatch(self._row_events(queue, "on_expired", removed, now, "get"))
-        else:
-            self._rules.dispatch(self._row_events(queue, "on_removed", removed, now, "deleted"))
+            events = self._delete_row(tx, q, row, now, "get", "deleted")
+        self._rules.dispatch(events)

@@ -12,7 +12,7 @@ from typing import Any
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.expiry import absolute_ms, check_expiry, own_deadline, relative_ms
 from edgeq.names import check_name
-from edgeq.types import FieldValue
+from edgeq.types import FieldValue, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
@@ -72,6 +72,8 @@ class Message:
     >>> m.expiry, m.priority, m.fields["sensor"]
     (Int32(60000), 7, 't1')
 
+    ``expiry_report`` asks for a report on the ``reply_to`` queue if the message
+    is discarded for expiry (made by the ``expiry-report`` rule).
     ``uid``, ``created_ms``, ``backout_count`` and ``remaining_expiry_ms`` are set
     by the queue manager on messages returned by ``get``/``browse``; a message
     that already has a ``uid`` keeps it when put on another queue manager.
@@ -86,6 +88,7 @@ class Message:
     correlation_id: bytes | None = field(default=None, kw_only=True)
     reply_to: str | None = field(default=None, kw_only=True)
     resend: bool = field(default=False, kw_only=True)
+    expiry_report: ReportOption = field(default="none", kw_only=True)
     uid: MessageUID | None = field(default=None, kw_only=True)
     created_ms: int | None = field(default=None, kw_only=True)
     backout_count: int = field(default=0, kw_only=True)
@@ -110,6 +113,10 @@ class Message:
             setattr_(self, "correlation_id", bytes(self.correlation_id))
         if self.reply_to is not None:
             check_name(self.reply_to, "reply_to queue name")
+        if self.expiry_report not in ("none", "with-data", "with-full-data"):
+            raise InvalidArgument(
+                f"expiry_report must be 'none', 'with-data' or 'with-full-data', not {self.expiry_report!r}"
+            )
         if not isinstance(self.resend, bool):
             raise InvalidType(f"resend must be a bool, not {self.resend!r}")
         if self.uid is not None and not isinstance(self.uid, MessageUID):
@@ -132,6 +139,8 @@ class Message:
             parts.append(f"fields={dict(self.fields)!r}")
         if self.resend:
             parts.append("resend=True")
+        if self.expiry_report != "none":
+            parts.append(f"expiry_report={self.expiry_report!r}")
         if self.backout_count:
             parts.append(f"backout_count={self.backout_count}")
         return f"Message({', '.join(parts)})"

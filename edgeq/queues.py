@@ -12,7 +12,7 @@ from edgeq.types import Ordering
 
 __all__ = ["QueueAttributes", "check_attributes"]
 
-_POSITIVE = ("expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes")
+_POSITIVE = ("expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold")
 ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering")
 _MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
 
@@ -25,7 +25,8 @@ class QueueAttributes:
     arrive (None: never). ``cap_expiry_ms``: new puts live at most this long on
     the queue (IBM MQ CAPEXPRY). ``max_depth`` and ``max_message_bytes`` (data
     plus encoded fields) bound the queue; ``ordering`` is ``"priority"`` (9 high
-    .. 0 low, then arrival) or ``"fifo"``.
+    .. 0 low, then arrival) or ``"fifo"``. ``depth_threshold``: rules'
+    ``on_threshold`` fires when a put takes the depth up to it.
     """
 
     name: str
@@ -36,13 +37,14 @@ class QueueAttributes:
     default_priority: int
     ordering: Ordering
     created_ms: int
+    depth_threshold: int | None = None
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
         ordering: Ordering = "fifo" if row.ordering == "fifo" else "priority"
         return cls(
             row.name, row.expiry_ms, row.cap_expiry_ms, row.max_depth, row.max_message_bytes,
-            row.default_priority, ordering, row.created_ms,
+            row.default_priority, ordering, row.created_ms, row.depth_threshold,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from edgeq.codec import decode_fields
 from edgeq.message import Message
 from edgeq.store import MessageRow
+from edgeq.types import ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
 __all__ = ["EXPIRY_KINDS", "to_message"]
+
+_REPORTS: dict[str, ReportOption] = {"with-data": "with-data", "with-full-data": "with-full-data"}
 
 #: ``messages.expiry_kind``: none, relative (Int32), absolute (Int64).
 EXPIRY_KINDS = {type(None): 0, Int32: 1, Int64: 2}
@@ -41,6 +44,7 @@ def to_message(row: MessageRow, now_ms: int) -> Message:
         expiry=_reported_expiry(row),
         correlation_id=row.correlation_id,
         reply_to=row.reply_to,
+        expiry_report=_REPORTS.get(row.report or "", "none"),
         uid=MessageUID(row.origin, row.stamp),
         created_ms=row.created_ms,
         backout_count=row.backout_count,

@@ -5,7 +5,7 @@ steps to reach :data:`SCHEMA_VERSION`, each run in one transaction. Tables are
 declared through sqlite-utils; partial indexes, which it cannot express, are
 plain SQL.
 
-Tables (version 1):
+Tables:
 
 ``edgeq_meta``
     key/value: the queue manager ``name`` and its ``created_ms``.
@@ -14,6 +14,15 @@ Tables (version 1):
 ``queues``
     one row per local queue, its attributes and its current ``depth`` (kept in
     step with ``messages`` by every verb in ``edgeq.store``).
+``rule_bindings`` (v2)
+    a queue's persisted rules, in order: entry-point name (or dotted path) and JSON config.
+``rule_events`` (v2)
+    expiry/removal events owed to persisted rules, written in the deleting
+    transaction and removed once delivered (at-least-once across crashes).
+``rule_failures`` (v2)
+    deliveries that raised: attempts, last error, next retry, parked.
+``queue_stats`` / ``stats_applied`` (v2)
+    per-queue counters (the ``counters`` rule), deduplicated by event id.
 ``messages``
     one row per message. ``state`` is 0 ready, 1 put-locked, 2 get-locked.
     ``rank`` is the priority on priority queues and 0 on FIFO ones, ``seq`` the
@@ -94,7 +103,44 @@ def _v1(db: Database) -> None:
     db.execute("INSERT INTO edgeq_clock (id, stamp) VALUES (1, 0)")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+def _v2(db: Database) -> None:
+    """Rules: persisted bindings, durable events, failures, counters; thresholds; reports."""
+    db.execute("ALTER TABLE queues ADD COLUMN depth_threshold INTEGER")
+    db.execute("ALTER TABLE messages ADD COLUMN report TEXT")
+    db.table("rule_bindings").create(
+        {"id": int, "queue_id": int, "position": int, "name": str, "config": str},
+        pk="id",
+        foreign_keys=[("queue_id", "queues", "id")],
+        not_null={"queue_id", "position", "name", "config"},
+    )
+    db.execute("CREATE UNIQUE INDEX rule_bindings_order ON rule_bindings (queue_id, position)")
+    # AUTOINCREMENT: an event id is never reused, so rules can deduplicate by it.
+    db.execute(
+        """CREATE TABLE rule_events (
+               id INTEGER PRIMARY KEY AUTOINCREMENT,
+               queue TEXT NOT NULL,
+               kind TEXT NOT NULL,
+               detail TEXT,
+               at_ms INTEGER NOT NULL,
+               message BLOB NOT NULL,
+               delivered INTEGER NOT NULL DEFAULT 0)"""
+    )
+    db.execute("CREATE INDEX rule_events_pending ON rule_events (id) WHERE delivered = 0")
+    db.table("rule_failures").create(
+        {
+            "event_id": int, "binding": str, "rule": str, "queue": str, "attempts": int,
+            "last_error": str, "last_ms": int, "next_ms": int, "parked": int,
+        },
+        pk=("event_id", "binding"),
+        not_null={"event_id", "binding", "rule", "queue", "attempts", "last_ms", "next_ms", "parked"},
+    )
+    db.table("queue_stats").create(
+        {"queue": str, "counter": str, "value": int}, pk=("queue", "counter"), not_null={"value"}
+    )
+    db.table("stats_applied").create({"event_id": int}, pk="event_id")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -21,11 +21,11 @@ READY, PUT_LOCKED, GET_LOCKED = 0, 1, 2
 
 _MSG_COLS = (
     "id, origin, stamp, state, confirm_id, priority, created_ms, arrived_ms, expiry_kind, "
-    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, fields, data"
+    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, report, fields, data"
 )
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
-    "ordering, created_ms, depth"
+    "ordering, created_ms, depth, depth_threshold"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -46,6 +46,7 @@ class MessageRow(NamedTuple):
     backout_count: int
     correlation_id: bytes | None
     reply_to: str | None
+    report: str | None
     fields: bytes | None
     data: bytes
 
@@ -62,6 +63,7 @@ class QueueRow:
     ordering: str
     created_ms: int
     depth: int
+    depth_threshold: int | None
 
 
 class NewMessage(NamedTuple):
@@ -82,6 +84,7 @@ class NewMessage(NamedTuple):
     deadline: int | None
     correlation_id: bytes | None
     reply_to: str | None
+    report: str | None
     fields: bytes | None
     data: bytes
 
@@ -135,6 +138,12 @@ class Tx:
         self.conn.execute(f"UPDATE queues SET {sets} WHERE id = ?", (*attrs.values(), queue_id))
 
     def delete_queue(self, queue_id: int) -> None:
+        """Delete an (empty) queue with its rule bindings and counters: a queue later
+        defined with the same name starts afresh."""
+        self.conn.execute("DELETE FROM rule_bindings WHERE queue_id = ?", (queue_id,))
+        self.conn.execute(
+            "DELETE FROM queue_stats WHERE queue = (SELECT name FROM queues WHERE id = ?)", (queue_id,)
+        )
         self.conn.execute("DELETE FROM queues WHERE id = ?", (queue_id,))
 
     def retime(self, queue_id: int, expiry_ms: int | None) -> None:
@@ -161,8 +170,8 @@ class Tx:
         self.conn.executemany(
             """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
                    created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
-                   correlation_id, reply_to, fields, data)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   correlation_id, reply_to, report, fields, data)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [(queue_id, *row) for row in rows],
         )
         self._move_depth(queue_id, len(rows))

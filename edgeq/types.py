@@ -16,6 +16,7 @@ __all__ = [
     "Filter",
     "Ordering",
     "RemovalReason",
+    "ReportOption",
     "Where",
 ]
 
@@ -34,3 +35,6 @@ Durability: TypeAlias = Literal["full", "normal"]
 Where: TypeAlias = Literal["add", "get", "browse", "activate", "delete", "depth", "sweep"]
 #: Why a message left a queue other than by expiring.
 RemovalReason: TypeAlias = Literal["got", "confirmed", "deleted", "purged"]
+#: Whether (and with how much data) an expiry report is wanted when a message is
+#: discarded for expiry (IBM MQ's MQRO_EXPIRATION*): the first 100 bytes, or all.
+ReportOption: TypeAlias = Literal["none", "with-data", "with-full-data"]

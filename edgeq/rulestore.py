@@ -1,0 +1,203 @@
+"""The storage contract for rules: bindings, durable events, failures and counters.
+
+Like :class:`edgeq.store.Tx`, every verb runs inside a transaction the caller
+opened; policy (what to record, when to retry) lives in ``edgeq.dispatch``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+
+from edgeq.store import MessageRow
+
+__all__ = ["BindingRow", "EventRow", "FailureRow", "RuleTx"]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRow:
+    id: int
+    queue: str
+    position: int
+    name: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    id: int
+    queue: str
+    kind: str
+    detail: str | None
+    at_ms: int
+    row: MessageRow
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRow:
+    """A delivery of a durable event to one rule binding that raised."""
+
+    event_id: int
+    binding: str
+    rule: str
+    queue: str
+    attempts: int
+    last_error: str
+    last_ms: int
+    next_ms: int
+    parked: bool
+
+
+_FAILURE_COLS = "event_id, binding, rule, queue, attempts, last_error, last_ms, next_ms, parked"
+
+
+class RuleTx:
+    """Rule verbs on one open transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # -- bindings ----------------------------------------------------------------------
+
+    def bindings(self, queue: str | None = None) -> list[BindingRow]:
+        where, args = ("WHERE q.name = ?", (queue,)) if queue is not None else ("", ())
+        rows = self.conn.execute(
+            "SELECT b.id, q.name, b.position, b.name, b.config FROM rule_bindings b "
+            f"JOIN queues q ON q.id = b.queue_id {where} ORDER BY q.name, b.position",
+            args,
+        ).fetchall()
+        return [BindingRow(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def replace_bindings(self, queue_id: int, specs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:
+        """Replace a queue's bindings with ``specs`` (in order); return the new binding ids."""
+        self.conn.execute("DELETE FROM rule_bindings WHERE queue_id = ?", (queue_id,))
+        ids = []
+        for position, (name, config) in enumerate(specs):
+            (new_id,) = self.conn.execute(
+                "INSERT INTO rule_bindings (queue_id, position, name, config) VALUES (?, ?, ?, ?) RETURNING id",
+                (queue_id, position, name, json.dumps(dict(config), sort_keys=True)),
+            ).fetchone()
+            ids.append(int(new_id))
+        return ids
+
+    # -- durable events ------------------------------------------------------------------
+
+    def record(self, queue: str, kind: str, detail: str | None, at_ms: int, row: MessageRow) -> int:
+        (event_id,) = self.conn.execute(
+            "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES (?, ?, ?, ?, ?) RETURNING id",
+            (queue, kind, detail, at_ms, cbor2.dumps(list(row))),
+        ).fetchone()
+        return int(event_id)
+
+    def _event(self, r: tuple[Any, ...]) -> EventRow:
+        return EventRow(r[0], r[1], r[2], r[3], r[4], MessageRow(*cbor2.loads(r[5])))
+
+    def pending(self) -> list[EventRow]:
+        """Events recorded but not yet delivered (a crash came between), oldest first."""
+        rows = self.conn.execute(
+            "SELECT id, queue, kind, detail, at_ms, message FROM rule_events WHERE delivered = 0 ORDER BY id"
+        ).fetchall()
+        return [self._event(r) for r in rows]
+
+    def event(self, event_id: int) -> EventRow | None:
+        r = self.conn.execute(
+            "SELECT id, queue, kind, detail, at_ms, message FROM rule_events WHERE id = ?", (event_id,)
+        ).fetchone()
+        return None if r is None else self._event(r)
+
+    def finish(self, event_ids: Sequence[int]) -> None:
+        """Forget delivered events, except those a failed delivery still needs for its retry."""
+        for start in range(0, len(event_ids), 500):
+            chunk = event_ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            self.conn.execute(
+                f"DELETE FROM rule_events WHERE id IN ({marks}) "
+                "AND id NOT IN (SELECT event_id FROM rule_failures)",
+                chunk,
+            )
+            self.conn.execute(f"UPDATE rule_events SET delivered = 1 WHERE id IN ({marks})", chunk)
+
+    # -- failures ----------------------------------------------------------------------
+
+    def fail(
+        self, event_id: int, binding: str, rule: str, queue: str, error: str, now_ms: int, limit: int, base_ms: int
+    ) -> FailureRow:
+        """Count one more failed delivery; park it once ``limit`` attempts have failed."""
+        row = self.conn.execute(
+            "SELECT attempts FROM rule_failures WHERE event_id = ? AND binding = ?", (event_id, binding)
+        ).fetchone()
+        attempts = 1 + (row[0] if row else 0)
+        next_ms = now_ms + min(base_ms * 2 ** (attempts - 1), 3_600_000)
+        parked = attempts >= limit
+        self.conn.execute(
+            f"INSERT OR REPLACE INTO rule_failures ({_FAILURE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (event_id, binding, rule, queue, attempts, error, now_ms, next_ms, int(parked)),
+        )
+        return FailureRow(event_id, binding, rule, queue, attempts, error, now_ms, next_ms, parked)
+
+    def succeed(self, event_id: int, binding: str) -> None:
+        """A retry worked: drop the failure, and the event once nothing else needs it."""
+        self.conn.execute("DELETE FROM rule_failures WHERE event_id = ? AND binding = ?", (event_id, binding))
+        self.conn.execute(
+            "DELETE FROM rule_events WHERE id = ? AND delivered = 1 "
+            "AND id NOT IN (SELECT event_id FROM rule_failures)",
+            (event_id,),
+        )
+
+    def failures(self, *, parked: bool | None = None, due_ms: int | None = None) -> list[FailureRow]:
+        clauses, args = [], []
+        if parked is not None:
+            clauses.append("parked = ?")
+            args.append(int(parked))
+        if due_ms is not None:
+            clauses.append("next_ms <= ?")
+            args.append(due_ms)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.conn.execute(
+            f"SELECT {_FAILURE_COLS} FROM rule_failures {where} ORDER BY event_id, binding", args
+        ).fetchall()
+        return [FailureRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
+
+    def next_retry_ms(self) -> int | None:
+        (value,) = self.conn.execute("SELECT min(next_ms) FROM rule_failures WHERE parked = 0").fetchone()
+        return None if value is None else int(value)
+
+    def rearm(self, now_ms: int, event_id: int | None = None) -> int:
+        """Give parked deliveries (all, or one event's) a fresh round of attempts."""
+        where, args = ("AND event_id = ?", (event_id,)) if event_id is not None else ("", ())
+        cur = self.conn.execute(
+            f"UPDATE rule_failures SET parked = 0, attempts = 0, next_ms = ? WHERE parked = 1 {where}",
+            (now_ms, *args),
+        )
+        return cur.rowcount
+
+    # -- counters ----------------------------------------------------------------------
+
+    def apply_stats(self, queue: str, increments: Mapping[str, int], event_id: int | None) -> bool:
+        """Add ``increments`` to a queue's counters, once per durable event id; return whether applied."""
+        if event_id is not None:
+            cur = self.conn.execute("INSERT OR IGNORE INTO stats_applied (event_id) VALUES (?)", (event_id,))
+            if cur.rowcount == 0:
+                return False  # a redelivery after a crash: already counted
+            # Ids below the oldest event still held can never be delivered again.
+            self.conn.execute(
+                "DELETE FROM stats_applied WHERE event_id < coalesce((SELECT min(id) FROM rule_events), ?)",
+                (event_id,),
+            )
+        self.conn.executemany(
+            "INSERT INTO queue_stats (queue, counter, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (queue, counter) DO UPDATE SET value = value + excluded.value",
+            [(queue, name, int(n)) for name, n in increments.items()],
+        )
+        return True
+
+    def stats(self, queue: str) -> dict[str, int]:
+        rows = self.conn.execute(
+            "SELECT counter, value FROM queue_stats WHERE queue = ? ORDER BY counter", (queue,)
+        ).fetchall()
+        return {name: int(value) for name, value in rows}

@@ -1,0 +1,86 @@
+"""``dead-letter``: copy expired (or otherwise deleted) messages to a dead-letter queue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from edgeq.rules.base import QueueRule, RuleEvent
+
+from edgeq.errors import DuplicateMessage, InvalidArgument, QueueNotFound
+from edgeq.names import check_name
+from edgeq.values import Int64
+
+if TYPE_CHECKING:
+    from edgeq.manager import QueueManager
+
+__all__ = ["DeadLetterRule"]
+
+_REASONS = ("expired", "got", "confirmed", "deleted", "purged")
+
+
+class DeadLetterRule(QueueRule):
+    """Copies expired (or otherwise deleted) messages to a dead-letter queue, as MQe's rule does.
+
+    Config: ``queue`` (the dead-letter queue, required, on the same queue
+    manager); ``reasons`` (default ``["expired"]``; also ``got``, ``confirmed``,
+    ``deleted``, ``purged``); ``keep_expiry`` (default false: the copy never
+    expires; true: it keeps the remaining expiry, as IBM MQ's DLQ handling does).
+
+    The copy keeps the message's uid (so a redelivered event never makes a second
+    copy), is marked ``resend``, and carries fields ``dlq.queue``,
+    ``dlq.reason``, ``dlq.where`` (for expiry), ``dlq.original_expiry`` and
+    ``dlq.at_ms``. Each copy adds one to the source queue's ``dead_lettered``
+    counter.
+
+    >>> import tempfile, os
+    >>> from edgeq import QueueManager, Message, Int64
+    >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+    >>> qm.define_queue("DLQ"); qm.define_queue("Q", rules=[("dead-letter", {"queue": "DLQ"})])
+    >>> _ = qm.put("Q", Message(b"late", expiry=Int64(1)))
+    >>> qm.get("DLQ").fields["dlq.where"]
+    'add'
+    >>> qm.close()
+    """
+
+    def __init__(self, queue: str, reasons: Sequence[str] = ("expired",), keep_expiry: bool = False) -> None:
+        self.target = check_name(queue, "dead-letter queue name")
+        if isinstance(reasons, str) or not all(r in _REASONS for r in reasons):
+            raise InvalidArgument(f"reasons must be a list drawn from {list(_REASONS)}, not {reasons!r}")
+        if not isinstance(keep_expiry, bool):
+            raise InvalidArgument(f"keep_expiry must be true or false, not {keep_expiry!r}")
+        self.reasons = frozenset(reasons)
+        self.keep_expiry = keep_expiry
+
+    def attach(self, queue_manager: QueueManager, queue: str) -> None:
+        if queue == self.target:
+            raise InvalidArgument(f"queue {queue!r} cannot be its own dead-letter queue")
+        if self.target not in queue_manager.queue_names():
+            raise QueueNotFound(f"dead-letter queue {self.target!r} is not defined: define it first")
+        super().attach(queue_manager, queue)
+
+    def on_expired(self, event: RuleEvent) -> None:
+        if "expired" in self.reasons:
+            self._copy(event, "expired")
+
+    def on_removed(self, event: RuleEvent) -> None:
+        if event.reason in self.reasons:
+            self._copy(event, event.reason or "deleted")
+
+    def _copy(self, event: RuleEvent, reason: str) -> None:
+        message, qm = event.message, self.queue_manager
+        if message is None or qm is None:
+            return
+        fields = dict(message.fields)
+        fields.update({"dlq.queue": event.queue, "dlq.reason": reason, "dlq.at_ms": Int64(event.at_ms)})
+        if event.where is not None:
+            fields["dlq.where"] = event.where
+        if message.expiry is not None:
+            fields["dlq.original_expiry"] = message.expiry
+        remaining = message.remaining_expiry_ms
+        expiry = Int64(event.at_ms + remaining) if self.keep_expiry and remaining is not None else None
+        try:
+            qm.put(self.target, message.replace(fields=fields, expiry=expiry, resend=True))
+        except DuplicateMessage:
+            return  # this event was delivered before a crash: the copy is already there
+        qm.apply_stats(event.queue, {"dead_lettered": 1})

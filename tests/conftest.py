@@ -1,0 +1,78 @@
+"""Shared fixtures: a real SQLite file per test, and a clock the test controls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
+
+from edgeq import ManualClock, QueueManager
+
+T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
+
+
+class Recorder(QueueRule):
+    """A rule that records every event it is given, for assertions."""
+
+    def __init__(self) -> None:
+        self.events: list[RuleEvent] = []
+
+    def _record(self, event: RuleEvent) -> None:
+        self.events.append(event)
+
+    on_activated = on_added = on_removed = on_expired = _record
+    on_duplicate = on_threshold = on_closed = on_queue_deleted = _record
+
+    @property
+    def calls(self) -> list[tuple[str, object, object]]:
+        """(kind, message or queue, where or reason) of every event, in order."""
+        return [
+            (e.kind, e.message if e.message is not None else e.queue, e.where or e.reason) for e in self.events
+        ]
+
+    def expired(self) -> list[tuple[bytes, object]]:
+        """(data, where) of every expiry seen, in order."""
+        return [(e.message.data, e.where) for e in self.events if e.kind == "expired" and e.message]
+
+    def removed(self) -> list[tuple[bytes, object]]:
+        return [(e.message.data, e.reason) for e in self.events if e.kind == "removed" and e.message]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "device.db"
+
+
+@pytest.fixture
+def open_qm(db_path: Path, clock: ManualClock) -> Iterator[Callable[..., QueueManager]]:
+    """Open (or reopen) the test's queue manager; all are closed at teardown."""
+    opened: list[QueueManager] = []
+
+    def _open(**kwargs: object) -> QueueManager:
+        kwargs.setdefault("name", "DEV1")
+        kwargs.setdefault("clock", clock)
+        qm = QueueManager(db_path, **kwargs)  # type: ignore[arg-type]
+        opened.append(qm)
+        return qm
+
+    yield _open
+    for qm in opened:
+        qm.close()
+
+
+@pytest.fixture
+def qm(open_qm: Callable[..., QueueManager]) -> QueueManager:
+    return open_qm()
+
+
+@pytest.fixture
+def rule() -> Recorder:
+    return Recorder()
