@@ -25,6 +25,7 @@ __all__ = [
     "QueueManagerClosed",
     "QueueNotEmpty",
     "QueueNotFound",
+    "RemoteUnavailable",
     "RuleConfigError",
     "RuleError",
     "RuleLoadError",
@@ -85,6 +86,10 @@ class QueueExists(EdgeqError):
 
 class QueueNotEmpty(EdgeqError):
     """The queue still holds unexpired messages, so it cannot be deleted."""
+
+
+class RemoteUnavailable(EdgeqError):
+    """A synchronous remote queue could not reach its target; nothing was kept."""
 
 
 class QueueFull(EdgeqError):

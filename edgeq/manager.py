@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from edgeq.bindings import BindingInfo, RuleSpec, attach_stored, build_bindings, check_specs
 from edgeq.clock import system_clock
@@ -18,6 +18,7 @@ from edgeq.dispatch import Binding, Dispatcher, Pending
 from edgeq.errors import (
     ConfirmIdNotFound,
     DuplicateMessage,
+    EdgeqError,
     InvalidArgument,
     InvalidType,
     MessageExpired,
@@ -28,6 +29,7 @@ from edgeq.errors import (
     QueueFull,
     QueueNotEmpty,
     QueueNotFound,
+    RemoteUnavailable,
     StoreError,
 )
 from edgeq.expiry import effective_deadline, own_deadline
@@ -35,6 +37,7 @@ from edgeq.message import Message, check_fields
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
 from edgeq.rows import EXPIRY_KINDS, to_message
+from edgeq.results import ConfirmResult, PutResult
 from edgeq.rulestore import FailureRow, RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.store import GET_LOCKED, PUT_LOCKED, READY, MessageRow, NewMessage, QueueRow, Tx
@@ -112,7 +115,9 @@ class QueueManager:
     commits on power loss (never on a process crash) for speed. ``timeout`` is
     how long a call waits for another connection's write lock. ``clock``
     returns epoch ms; the default reads ``time.time()``, so freezegun works.
-    A rule hook that raises on a durable event is retried up to
+    Confirmed assured puts are remembered for ``remember_confirmed_ms`` (a day
+    by default; None: not at all), so a late duplicate of one is recognised even
+    after the message was consumed. A rule hook that raises on a durable event is retried up to
     ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
 
     One instance may be shared by threads; several processes may open the same
@@ -129,6 +134,7 @@ class QueueManager:
         clock: Clock | None = None,
         rule_retry_limit: int = 5,
         rule_retry_base_ms: int = 1_000,
+        remember_confirmed_ms: int | None = 86_400_000,
     ) -> None:
         if not isinstance(path, (str, Path)):
             raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
@@ -140,7 +146,14 @@ class QueueManager:
         for label, value in (("rule_retry_limit", rule_retry_limit), ("rule_retry_base_ms", rule_retry_base_ms)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{label} must be a positive int, not {value!r}")
+        if remember_confirmed_ms is not None and (
+            isinstance(remember_confirmed_ms, bool) or not isinstance(remember_confirmed_ms, int)
+            or remember_confirmed_ms < 1
+        ):
+            raise InvalidArgument(f"remember_confirmed_ms must be a positive int or None, not {remember_confirmed_ms!r}")
         self._clock: Clock = clock or system_clock
+        self._remember_ms = remember_confirmed_ms
+        self._transmitter: Callable[[str], None] | None = None
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
@@ -222,6 +235,16 @@ class QueueManager:
         with self._db.write() as conn:
             self._rules.flush(conn)
             yield Tx(conn)
+
+    def _readable(self, tx: Tx, name: str) -> QueueRow:
+        """The queue, if applications may get and browse it (not a remote queue)."""
+        q = self._queue(tx, name)
+        if q.kind == "remote":
+            raise InvalidArgument(
+                f"{name!r} is a remote queue: messages put there are transmitted to queue manager "
+                f"{q.target_qmgr}; get them there (MQe: applications cannot get or browse a remote queue)"
+            )
+        return q
 
     def _queue(self, tx: Tx, name: str) -> QueueRow:
         row = tx.queue(name)
@@ -368,8 +391,8 @@ class QueueManager:
         'fifo'
         >>> qm.close()
         """
-        check_name(name, "queue name")
-        attrs = check_attributes(
+        self._define(
+            name,
             {
                 "expiry_ms": expiry_ms,
                 "cap_expiry_ms": cap_expiry_ms,
@@ -378,8 +401,17 @@ class QueueManager:
                 "default_priority": default_priority,
                 "ordering": ordering,
                 "depth_threshold": depth_threshold,
-            }
+            },
+            rules,
         )
+
+    def _define(
+        self, name: str, attributes: dict[str, Any], rules: Sequence[RuleSpec] | None,
+        kind: dict[str, str | None] | None = None,
+    ) -> None:
+        """Define a queue of any kind: validated attributes, bindings stored with it."""
+        check_name(name, "queue name")
+        attrs = check_attributes(attributes)
         specs = check_specs(rules) if rules is not None else []
         built = build_bindings(self, name, specs)  # validates every config before anything is stored
         with self._write() as tx:
@@ -387,7 +419,7 @@ class QueueManager:
                 raise QueueExists(
                     f"queue {name!r} is already defined on {self.name}: use alter_queue to change it"
                 )
-            tx.insert_queue(name, attrs, self._clock())
+            tx.insert_queue(name, {**attrs, **(kind or {})}, self._clock())
             bound = self._bind(tx, self._queue(tx, name), specs, built) if specs else []
         if bound:
             self._rules.set_persisted(name, bound)
@@ -625,9 +657,47 @@ class QueueManager:
     def put_many(
         self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
     ) -> list[MessageUID]:
-        """Put several messages in one transaction: all are stored, or none."""
+        """Put several messages in one transaction: all are stored, or none.
+
+        Raises :class:`DuplicateMessage`, :class:`QueueFull` or
+        :class:`MessageTooLarge` for the first message that cannot be stored (and
+        stores none). See :meth:`put_each` for per-message outcomes instead.
+        """
+        results, q = self._put(queue, messages, confirm_id, strict=True)
+        uids = [r.uid for r in results]
+        if q is not None and q.kind == "remote" and q.mode == "sync":
+            self._transmit_now(queue, [r.uid for r in results if r.status == "stored"])
+        return uids
+
+    def put_each(
+        self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
+    ) -> list[PutResult]:
+        """Put a batch in one transaction, with an outcome per message instead of an error.
+
+        Each :class:`~edgeq.results.PutResult` says ``stored``, ``replaced`` (a
+        resend over an unconfirmed copy), ``duplicate`` (already held or, for
+        assured puts, confirmed within ``remember_confirmed_ms``), ``expired``
+        (discarded on arrival) or ``refused`` (too large, queue full). This is
+        what a receiver of batches (the home server) needs.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="HOME")
+        >>> qm.define_queue("Q")
+        >>> m = Message(b"x", uid=MessageUID("DEV1", 5))
+        >>> [r.status for r in qm.put_each("Q", [m, m.replace(resend=True)], confirm_id=1)]
+        ['stored', 'refused']
+        >>> qm.close()
+        """
+        results, q = self._put(queue, messages, confirm_id, strict=False)
+        if q is not None and q.kind == "remote" and q.mode == "sync":
+            self._transmit_now(queue, [r.uid for r in results if r.status == "stored"])
+        return results
+
+    def _put(
+        self, queue: str, messages: Sequence[Message], confirm_id: int | None, *, strict: bool
+    ) -> tuple[list[PutResult], QueueRow | None]:
         if isinstance(messages, (Message, bytes, str)) or not isinstance(messages, Sequence):
-            raise InvalidType("put_many takes a sequence of Message objects")
+            raise InvalidType("put takes a sequence of Message objects")
         for message in messages:
             if not isinstance(message, Message):
                 raise InvalidType(
@@ -636,32 +706,37 @@ class QueueManager:
         if confirm_id is not None:
             confirm_id = _check_confirm_id(confirm_id)
         if not messages:
-            return []
+            return [], None
         self._touch(queue)
         now = self._clock()
         events: list[Pending] = []
-        refused: Message | None = None
         try:
-            uids = self._put_rows(queue, messages, confirm_id, now, events)
+            results, q = self._put_rows(queue, messages, confirm_id, now, events, strict=strict)
         except DuplicateMessage as exc:
             refused = next((m for m in messages if m.uid == exc.uid), None)
             if refused is not None and self._rules.wants(queue):
                 self._rules.dispatch([Pending("duplicate", queue, now, message=refused)])
             raise
+        duplicates = [m for m, r in zip(messages, results, strict=True) if r.status == "duplicate"]
+        if duplicates and self._rules.wants(queue):
+            events += [Pending("duplicate", queue, now, message=m) for m in duplicates]
         self._rules.dispatch(events)
-        return uids
+        return results, q
 
     def _put_rows(
-        self, queue: str, messages: Sequence[Message], confirm_id: int | None, now: int, events: list[Pending]
-    ) -> list[MessageUID]:
-        """The put transaction; fills ``events`` with what the rules are owed."""
+        self, queue: str, messages: Sequence[Message], confirm_id: int | None, now: int,
+        events: list[Pending], *, strict: bool,
+    ) -> tuple[list[PutResult], QueueRow]:
+        """The put transaction: one outcome per message; with ``strict`` the first
+        message that cannot be stored raises and rolls the whole batch back.
+        Fills ``events`` with what the rules are owed."""
         with self._write() as tx:
             q = self._queue(tx, queue)
             first = tx.stamps(now, len(messages))
             depth = q.depth
             cap_at = None if q.cap_expiry_ms is None else now + q.cap_expiry_ms
             rows: list[NewMessage] = []
-            uids: list[MessageUID] = []
+            results: list[PutResult] = []
             seen: set[MessageUID] = set()
             for offset, message in enumerate(messages):
                 seq = first + offset
@@ -669,16 +744,6 @@ class QueueManager:
                 created = message.created_ms if message.uid is not None and message.created_ms else now
                 priority = q.default_priority if message.priority is None else message.priority
                 fields = encode_fields(message.fields)
-                size = len(message.data) + len(fields or b"")
-                if q.max_message_bytes is not None and size > q.max_message_bytes:
-                    raise MessageTooLarge(
-                        f"message is {size} bytes (data plus fields) but queue {queue!r} takes at most "
-                        f"{q.max_message_bytes} (max_message_bytes): split it, or raise the limit with alter_queue"
-                    )
-                if uid in seen:
-                    raise DuplicateMessage(f"message {uid} appears twice in one put_many: put it once", uid)
-                seen.add(uid)
-                uids.append(uid)
                 own = own_deadline(message.expiry, created)
                 deadline = effective_deadline(own, now, q.expiry_ms, cap_at)
                 row = NewMessage(
@@ -688,30 +753,66 @@ class QueueManager:
                     cap_at, deadline, message.correlation_id, message.reply_to,
                     None if message.expiry_report == "none" else message.expiry_report, fields, message.data,
                 )
+                error = self._refusal(tx, q, uid, message, row, depth, seen)
+                if isinstance(error, PutResult):
+                    results.append(error)  # a duplicate of something already confirmed
+                    if strict and error.error is not None:
+                        raise error.error
+                    continue
+                if error is not None:
+                    if strict:
+                        raise error
+                    results.append(PutResult(uid, "refused", str(error), error))
+                    continue
+                seen.add(uid)
                 if deadline is not None and deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
                     events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
+                    results.append(PutResult(uid, "expired"))
                     continue
                 existing = tx.find(q.id, uid.origin, uid.stamp)
-                if existing is not None:
-                    if not (message.resend and existing.state == PUT_LOCKED):
-                        raise self._duplicate(queue, uid, existing, message.resend)
-                    tx.delete(q.id, [existing.id])  # a resend replaces the unconfirmed copy
+                if existing is not None:  # _refusal let it through: a resend over an unconfirmed copy
+                    tx.delete(q.id, [existing.id])
                     depth -= 1
-                if q.max_depth is not None and depth >= q.max_depth:
-                    raise QueueFull(
-                        f"queue {queue!r} is full ({q.max_depth} messages, its max_depth): get some "
-                        "messages, or raise max_depth with alter_queue"
-                    )
                 depth += 1
                 rows.append(row)
+                results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
                 events.extend(self._events(queue, "added", [self._as_row(row)], now))
             tx.insert(q.id, rows)
             threshold = q.depth_threshold
             if threshold is not None and q.depth < threshold <= depth and self._rules.wants(queue):
                 events.append(Pending("threshold", queue, now, depth=depth))
             self._rules.record(tx.conn, events)
-        return uids
+        return results, q
+
+    def _refusal(
+        self, tx: Tx, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage, depth: int,
+        seen: set[MessageUID],
+    ) -> EdgeqError | PutResult | None:
+        """Why this message cannot be stored (an error, or a duplicate outcome), or None."""
+        size = len(row.data) + len(row.fields or b"")
+        if q.max_message_bytes is not None and size > q.max_message_bytes:
+            return MessageTooLarge(
+                f"message is {size} bytes (data plus fields) but queue {q.name!r} takes at most "
+                f"{q.max_message_bytes} (max_message_bytes): split it, or raise the limit with alter_queue"
+            )
+        if uid in seen:
+            return DuplicateMessage(f"message {uid} appears twice in one batch: put it once", uid)
+        existing = tx.find(q.id, uid.origin, uid.stamp)
+        if existing is not None and not (message.resend and existing.state == PUT_LOCKED):
+            return PutResult(uid, "duplicate", "already held", self._duplicate(q.name, uid, existing, message.resend))
+        if existing is None and tx.remembered(q.id, uid.origin, uid.stamp):
+            error = DuplicateMessage(
+                f"queue {q.name!r} already received and confirmed message {uid}: this is a duplicate; drop it",
+                uid,
+            )
+            return PutResult(uid, "duplicate", "already confirmed", error)
+        if existing is None and q.max_depth is not None and depth >= q.max_depth:
+            return QueueFull(
+                f"queue {q.name!r} is full ({q.max_depth} messages, its max_depth): get some "
+                "messages, or raise max_depth with alter_queue"
+            )
+        return None
 
     @staticmethod
     def _as_row(row: NewMessage) -> MessageRow:
@@ -769,7 +870,7 @@ class QueueManager:
         self._touch(queue)
         now = self._clock()
         with self._write() as tx:
-            q = self._queue(tx, queue)
+            q = self._readable(tx, queue)
             # Common case: nothing expired anywhere on the queue, so one page of
             # exactly `count` rows is all a get reads.
             page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, _PAGE)
@@ -824,7 +925,7 @@ class QueueManager:
         now = self._clock()
         events: list[Pending] = []
         with self._write() as tx:
-            q = self._queue(tx, queue)
+            q = self._readable(tx, queue)
             if tx.has_expired(q.id, now):
                 ids = tx.expired_ids(q.id, now, q.depth, ready_only=True)
                 if wanted is not None:
@@ -864,25 +965,58 @@ class QueueManager:
         Raises :class:`MessageExpired` (and discards it) if it expired while locked,
         :class:`MessageNotFound` if the queue does not hold it.
         """
-        uid = _check_uid(uid)
+        (result,) = self.confirm_put_each(queue, [uid])
+        if result.status == "unknown":
+            raise MessageNotFound(
+                f"queue {queue!r} holds no message {result.uid}: it was never put, was undone, or expired "
+                "and was discarded; put it again (with resend=True)"
+            )
+        if result.status == "expired":
+            raise MessageExpired(
+                f"message {result.uid} expired before its put was confirmed; it has been discarded"
+            )
+
+    def confirm_put_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
+        """Confirm a batch of assured puts in one transaction, with an outcome per uid:
+        ``confirmed``, ``already`` (confirmed before: harmless), ``unknown`` (not held:
+        put it again) or ``expired`` (it expired while locked and was discarded).
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="HOME")
+        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1)
+        >>> [r.status for r in qm.confirm_put_each("Q", [uid, uid, "DEV9.1"])]
+        ['confirmed', 'already', 'unknown']
+        >>> qm.close()
+        """
+        if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
+            raise InvalidType("confirm_put_each takes a sequence of uids")
+        checked = [_check_uid(uid) for uid in uids]
         self._touch(queue)
         now = self._clock()
+        results: list[ConfirmResult] = []
         with self._write() as tx:
             q = self._queue(tx, queue)
-            row = tx.find(q.id, uid.origin, uid.stamp)
-            if row is None:
-                raise MessageNotFound(
-                    f"queue {queue!r} holds no message {uid}: it was never put, was undone, or expired "
-                    "and was discarded; put it again (with resend=True)"
-                )
-            if row.state != PUT_LOCKED:
-                return  # already confirmed: MQe ignores a second confirm
-            if not _expired(row, now):
-                tx.make_ready(row.id, tx.stamps(now, 1))
-                return
-            events = self._delete_row(tx, q, row, now, "add", "deleted")
+            events: list[Pending] = []
+            for uid in checked:
+                row = tx.find(q.id, uid.origin, uid.stamp)
+                if row is None:
+                    known = tx.remembered(q.id, uid.origin, uid.stamp)
+                    results.append(ConfirmResult(uid, "already" if known else "unknown"))
+                elif row.state != PUT_LOCKED:
+                    results.append(ConfirmResult(uid, "already"))  # MQe ignores a second confirm
+                elif _expired(row, now):
+                    events += self._events(queue, "expired", tx.delete(q.id, [row.id]), now, where="add")
+                    results.append(ConfirmResult(uid, "expired"))
+                else:
+                    tx.make_ready(row.id, tx.stamps(now, 1))
+                    if self._remember_ms is not None:
+                        tx.remember(q.id, uid.origin, uid.stamp, now)
+                    results.append(ConfirmResult(uid, "confirmed"))
+            if self._remember_ms is not None:
+                tx.forget_before(now - self._remember_ms)
+            self._rules.record(tx.conn, events)
         self._rules.dispatch(events)
-        raise MessageExpired(f"message {uid} expired before its put was confirmed; it has been discarded")
+        return results
 
     def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
         """Complete an assured get: delete the locked message.
@@ -942,3 +1076,140 @@ class QueueManager:
                 raise MessageNotFound(f"queue {queue!r} holds no message {uid}")
             events = self._delete_row(tx, q, row, now, "get", "deleted")
         self._rules.dispatch(events)
+
+    def release_locks(self, queue: str) -> int:
+        """Undo every assured-get lock on a queue (its getter is gone); return how many.
+
+        Each released message is visible again with ``backout_count`` + 1.
+        """
+        self._touch(queue)
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            ids = tx.get_locked(q.id)
+            tx.back_out(ids)
+        return len(ids)
+
+    # -- remote and home-server queues (the sync layer builds on these) ------------------------
+
+    def define_remote_queue(
+        self,
+        name: str,
+        *,
+        target_qmgr: str,
+        target_queue: str | None = None,
+        mode: Literal["async", "sync"] = "async",
+        expiry_ms: int | None = None,
+        cap_expiry_ms: int | None = None,
+        max_depth: int | None = None,
+        max_message_bytes: int | None = None,
+        default_priority: int = 4,
+        rules: Sequence[RuleSpec] | None = None,
+    ) -> None:
+        """Define a remote queue: puts are kept here (durably, expiry running) and
+        transmitted to ``target_queue`` (default: the same name) on queue manager
+        ``target_qmgr`` by the sync agent. ``mode="async"`` stores and forwards
+        later; ``mode="sync"`` transmits inside ``put`` and raises
+        :class:`RemoteUnavailable` (keeping nothing) if that fails. Applications
+        cannot get or browse a remote queue.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> qm.queue_attributes("ORDERS").target_queue
+        'ORDERS'
+        >>> qm.close()
+        """
+        check_name(target_qmgr, "target queue manager name")
+        if target_queue is not None:
+            check_name(target_queue, "target queue name")
+        if mode not in ("async", "sync"):
+            raise InvalidArgument(f"mode must be 'async' or 'sync', not {mode!r}")
+        attrs = {
+            "expiry_ms": expiry_ms, "cap_expiry_ms": cap_expiry_ms, "max_depth": max_depth,
+            "max_message_bytes": max_message_bytes, "default_priority": default_priority, "ordering": "priority",
+        }
+        kind = {"kind": "remote", "target_qmgr": target_qmgr, "target_queue": target_queue or name, "mode": mode}
+        self._define(name, attrs, rules, kind)
+
+    def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
+        """Define a home-server queue: a local queue that the sync agent fills by pulling,
+        from home server ``server``, the messages addressed to this queue manager's
+        ``name`` (held there on the queue ``<this qm name>.<name>``). Other keywords
+        are those of :meth:`define_queue`.
+        """
+        check_name(server, "home server name")
+        rules = attributes.pop("rules", None)
+        defaults: dict[str, Any] = {"default_priority": 4, "ordering": "priority"}
+        self._define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server})
+
+    def remote_queues(self) -> list[QueueAttributes]:
+        """The remote queues defined here."""
+        return self._queues_of_kind("remote")
+
+    def home_server_queues(self) -> list[QueueAttributes]:
+        """The home-server queues defined here."""
+        return self._queues_of_kind("home")
+
+    def _queues_of_kind(self, kind: str) -> list[QueueAttributes]:
+        with self._db.read() as conn:
+            return [QueueAttributes.from_row(q) for q in Tx(conn).queues() if q.kind == kind]
+
+    def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:
+        """Register what pushes a sync-mode remote queue inside ``put`` (the sync agent
+        does this): ``transmitter(queue_name)`` must deliver the queue now or raise."""
+        if transmitter is not None and not callable(transmitter):
+            raise InvalidType("the transmitter must be callable as transmitter(queue_name)")
+        self._transmitter = transmitter
+
+    def _transmit_now(self, queue: str, uids: list[MessageUID]) -> None:
+        """Sync mode: deliver at once, or take the messages back and raise."""
+        if not uids:
+            return
+        transmitter = self._transmitter
+        reason = "no sync agent is running (nothing called set_transmitter)"
+        if transmitter is not None:
+            try:
+                transmitter(queue)
+                reason = "the server did not take every message"
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            left = [row.id for uid in uids if (row := tx.find(q.id, uid.origin, uid.stamp)) is not None]
+            tx.delete(q.id, left)
+        if left:
+            raise RemoteUnavailable(
+                f"remote queue {queue!r} is synchronous and could not deliver to {q.target_qmgr}: {reason}; "
+                "nothing was kept: retry when the server is reachable, or use mode='async'"
+            )
+
+    def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
+        """The next ``limit`` messages to transmit from a remote queue, in get order,
+        without removing or locking them. Expired ones met first are discarded
+        (rules see ``where="get"``): an expired message is never transmitted."""
+        limit = _check_count(limit)
+        self._touch(queue)
+        now = self._clock()
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            if q.kind != "remote":
+                raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
+            chosen, expired = self._scan(tx, q, max(limit, _PAGE), limit, now, None)
+            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
+            self._rules.record(tx.conn, events)
+        self._rules.dispatch(events)
+        return [to_message(row, now) for row in chosen]
+
+    def transmitted(self, queue: str, uids: Sequence[MessageUID | str]) -> int:
+        """Delete local copies the target has confirmed, in one transaction (rules see
+        reason ``transmitted``); uids no longer here are skipped. Returns how many."""
+        checked = [_check_uid(uid) for uid in uids]
+        self._touch(queue)
+        now = self._clock()
+        with self._write() as tx:
+            q = self._queue(tx, queue)
+            ids = [row.id for uid in checked if (row := tx.find(q.id, uid.origin, uid.stamp)) is not None]
+            events = self._events(queue, "removed", tx.delete(q.id, ids), now, reason="transmitted")
+            self._rules.record(tx.conn, events)
+        self._rules.dispatch(events)
+        return len(ids)

@@ -8,7 +8,7 @@ from typing import Any
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.message import check_priority
 from edgeq.store import QueueRow
-from edgeq.types import Ordering
+from edgeq.types import Ordering, QueueKind
 
 __all__ = ["QueueAttributes", "check_attributes"]
 
@@ -38,13 +38,23 @@ class QueueAttributes:
     ordering: Ordering
     created_ms: int
     depth_threshold: int | None = None
+    #: ``"local"``; ``"remote"`` (puts are stored here and transmitted to
+    #: ``target_qmgr``/``target_queue`` in ``mode`` async or sync); or ``"home"``
+    #: (a local queue filled by pulling from home server ``server``)
+    kind: QueueKind = "local"
+    target_qmgr: str | None = None
+    target_queue: str | None = None
+    mode: str | None = None
+    server: str | None = None
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
         ordering: Ordering = "fifo" if row.ordering == "fifo" else "priority"
+        kind: QueueKind = "remote" if row.kind == "remote" else "home" if row.kind == "home" else "local"
         return cls(
             row.name, row.expiry_ms, row.cap_expiry_ms, row.max_depth, row.max_message_bytes,
             row.default_priority, ordering, row.created_ms, row.depth_threshold,
+            kind, row.target_qmgr, row.target_queue, row.mode, row.server,
         )
 
     def as_dict(self) -> dict[str, Any]:

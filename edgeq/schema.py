@@ -21,6 +21,9 @@ Tables:
     transaction and removed once delivered (at-least-once across crashes).
 ``rule_failures`` (v2)
     deliveries that raised: attempts, last error, next retry, parked.
+``confirmed_uids`` (v3)
+    uids of confirmed assured puts, kept ``remember_confirmed_ms`` so a late
+    duplicate is recognised after the message itself was consumed.
 ``queue_stats`` / ``stats_applied`` (v2)
     per-queue counters (the ``counters`` rule), deduplicated by event id.
 ``messages``
@@ -140,7 +143,23 @@ def _v2(db: Database) -> None:
     db.table("stats_applied").create({"event_id": int}, pk="event_id")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
+def _v3(db: Database) -> None:
+    """Sync: remote and home-server queue definitions; remembered confirmed uids."""
+    db.execute("ALTER TABLE queues ADD COLUMN kind TEXT NOT NULL DEFAULT 'local'")
+    for column in ("target_qmgr", "target_queue", "mode", "server"):
+        db.execute(f"ALTER TABLE queues ADD COLUMN {column} TEXT")
+    db.execute(
+        """CREATE TABLE confirmed_uids (
+               queue_id INTEGER NOT NULL REFERENCES queues(id),
+               origin TEXT NOT NULL,
+               stamp INTEGER NOT NULL,
+               confirmed_ms INTEGER NOT NULL,
+               PRIMARY KEY (queue_id, origin, stamp)) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX confirmed_uids_age ON confirmed_uids (confirmed_ms)")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

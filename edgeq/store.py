@@ -25,7 +25,7 @@ _MSG_COLS = (
 )
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
-    "ordering, created_ms, depth, depth_threshold"
+    "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -64,6 +64,11 @@ class QueueRow:
     created_ms: int
     depth: int
     depth_threshold: int | None
+    kind: str
+    target_qmgr: str | None
+    target_queue: str | None
+    mode: str | None
+    server: str | None
 
 
 class NewMessage(NamedTuple):
@@ -141,6 +146,7 @@ class Tx:
         """Delete an (empty) queue with its rule bindings and counters: a queue later
         defined with the same name starts afresh."""
         self.conn.execute("DELETE FROM rule_bindings WHERE queue_id = ?", (queue_id,))
+        self.conn.execute("DELETE FROM confirmed_uids WHERE queue_id = ?", (queue_id,))
         self.conn.execute(
             "DELETE FROM queue_stats WHERE queue = (SELECT name FROM queues WHERE id = ?)", (queue_id,)
         )
@@ -292,6 +298,29 @@ class Tx:
         self.conn.execute(
             "UPDATE messages SET state = 0, confirm_id = NULL, seq = ? WHERE id = ?", (seq, msg_id)
         )
+
+    def get_locked(self, queue_id: int) -> list[int]:
+        rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? AND state = 2", (queue_id,))
+        return [row[0] for row in rows]
+
+    # -- remembered confirmed uids -------------------------------------------------------
+
+    def remember(self, queue_id: int, origin: str, stamp: int, now_ms: int) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO confirmed_uids (queue_id, origin, stamp, confirmed_ms) VALUES (?, ?, ?, ?)",
+            (queue_id, origin, stamp, now_ms),
+        )
+
+    def remembered(self, queue_id: int, origin: str, stamp: int) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM confirmed_uids WHERE queue_id = ? AND origin = ? AND stamp = ?",
+            (queue_id, origin, stamp),
+        ).fetchone()
+        return row is not None
+
+    def forget_before(self, cutoff_ms: int) -> None:
+        """Drop remembered uids confirmed before ``cutoff_ms`` (an index range delete)."""
+        self.conn.execute("DELETE FROM confirmed_uids WHERE confirmed_ms < ?", (cutoff_ms,))
 
     def back_out(self, ids: Iterable[int]) -> None:
         """Undo an assured get: visible again where it was, one more backout."""
