@@ -36,8 +36,8 @@ from edgeq.expiry import effective_deadline, own_deadline
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
-from edgeq.rows import EXPIRY_KINDS, to_message
 from edgeq.results import ConfirmResult, PutResult
+from edgeq.rows import EXPIRY_KINDS, to_message
 from edgeq.rulestore import FailureRow, RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.store import GET_LOCKED, PUT_LOCKED, READY, MessageRow, NewMessage, QueueRow, Tx
@@ -407,7 +407,7 @@ class QueueManager:
 
     def _define(
         self, name: str, attributes: dict[str, Any], rules: Sequence[RuleSpec] | None,
-        kind: dict[str, str | None] | None = None,
+        kind: Mapping[str, str | None] | None = None,
     ) -> None:
         """Define a queue of any kind: validated attributes, bindings stored with it."""
         check_name(name, "queue name")

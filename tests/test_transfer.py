@@ -117,7 +117,7 @@ def test_sync_remote_queue_delivers_inside_put_or_keeps_nothing(qm: QueueManager
         raise ConnectionError("server unreachable")
 
     qm.set_transmitter(down)
-    with pytest.raises(RemoteUnavailable, match="server unreachable.*nothing was kept"):
+    with pytest.raises(RemoteUnavailable, match=r"server unreachable.*nothing was kept"):
         qm.put("NOW", Message(b"x"))
     assert qm.depth("NOW") == 0
     sent: list[bytes] = []
