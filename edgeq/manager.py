@@ -629,6 +629,7 @@ class QueueManager:
     def _sweep_job(self) -> None:
         try:
             self.sweep_expired()
+            self._rules.retry()  # also retries rule deliveries that are due on an idle queue
         except Exception:
             log.exception("periodic expiry sweep of %s failed", self.path)
 
@@ -753,7 +754,7 @@ class QueueManager:
                     cap_at, deadline, message.correlation_id, message.reply_to,
                     None if message.expiry_report == "none" else message.expiry_report, fields, message.data,
                 )
-                error = self._refusal(tx, q, uid, message, row, depth, seen)
+                error, existing = self._refusal(tx, q, uid, message, row, depth, seen)
                 if isinstance(error, PutResult):
                     results.append(error)  # a duplicate of something already confirmed
                     if strict and error.error is not None:
@@ -770,7 +771,6 @@ class QueueManager:
                     events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
                     results.append(PutResult(uid, "expired"))
                     continue
-                existing = tx.find(q.id, uid.origin, uid.stamp)
                 if existing is not None:  # _refusal let it through: a resend over an unconfirmed copy
                     tx.delete(q.id, [existing.id])
                     depth -= 1
@@ -788,31 +788,36 @@ class QueueManager:
     def _refusal(
         self, tx: Tx, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage, depth: int,
         seen: set[MessageUID],
-    ) -> EdgeqError | PutResult | None:
-        """Why this message cannot be stored (an error, or a duplicate outcome), or None."""
+    ) -> tuple[EdgeqError | PutResult | None, MessageRow | None]:
+        """Why this message cannot be stored (an error, or a duplicate outcome), or None;
+        and the copy of it already held, if any (a resend replaces it)."""
         size = len(row.data) + len(row.fields or b"")
         if q.max_message_bytes is not None and size > q.max_message_bytes:
             return MessageTooLarge(
                 f"message is {size} bytes (data plus fields) but queue {q.name!r} takes at most "
                 f"{q.max_message_bytes} (max_message_bytes): split it, or raise the limit with alter_queue"
-            )
-        if uid in seen:
-            return DuplicateMessage(f"message {uid} appears twice in one batch: put it once", uid)
-        existing = tx.find(q.id, uid.origin, uid.stamp)
-        if existing is not None and not (message.resend and existing.state == PUT_LOCKED):
-            return PutResult(uid, "duplicate", "already held", self._duplicate(q.name, uid, existing, message.resend))
-        if existing is None and tx.remembered(q.id, uid.origin, uid.stamp):
-            error = DuplicateMessage(
-                f"queue {q.name!r} already received and confirmed message {uid}: this is a duplicate; drop it",
-                uid,
-            )
-            return PutResult(uid, "duplicate", "already confirmed", error)
+            ), None
+        existing = None
+        if message.uid is not None:  # a uid made just now is new by construction: no lookups
+            if uid in seen:
+                return DuplicateMessage(f"message {uid} appears twice in one batch: put it once", uid), None
+            existing = tx.find(q.id, uid.origin, uid.stamp)
+            if existing is not None and not (message.resend and existing.state == PUT_LOCKED):
+                error = self._duplicate(q.name, uid, existing, message.resend)
+                return PutResult(uid, "duplicate", "already held", error), None
+            if existing is None and tx.remembered(q.id, uid.origin, uid.stamp):
+                error = DuplicateMessage(
+                    f"queue {q.name!r} already received and confirmed message {uid}: this is a duplicate; "
+                    "drop it",
+                    uid,
+                )
+                return PutResult(uid, "duplicate", "already confirmed", error), None
         if existing is None and q.max_depth is not None and depth >= q.max_depth:
             return QueueFull(
                 f"queue {q.name!r} is full ({q.max_depth} messages, its max_depth): get some "
                 "messages, or raise max_depth with alter_queue"
-            )
-        return None
+            ), None
+        return None, existing
 
     @staticmethod
     def _as_row(row: NewMessage) -> MessageRow:
