@@ -33,6 +33,7 @@ from edgeq.errors import (
     StoreError,
 )
 from edgeq.expiry import effective_deadline, own_deadline
+from edgeq.journal import JournalEntry, JournalSide, JournalTx, entry_row
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
@@ -117,7 +118,9 @@ class QueueManager:
     returns epoch ms; the default reads ``time.time()``, so freezegun works.
     Confirmed assured puts are remembered for ``remember_confirmed_ms`` (a day
     by default; None: not at all), so a late duplicate of one is recognised even
-    after the message was consumed. A rule hook that raises on a durable event is retried up to
+    after the message was consumed. ``journal="server"`` keeps an append-only
+    history of accepted, expired and delivered messages (``journal="device"``:
+    only expiries, to report to the server); see :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
     ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
 
     One instance may be shared by threads; several processes may open the same
@@ -135,6 +138,7 @@ class QueueManager:
         rule_retry_limit: int = 5,
         rule_retry_base_ms: int = 1_000,
         remember_confirmed_ms: int | None = 86_400_000,
+        journal: JournalSide | None = None,
     ) -> None:
         if not isinstance(path, (str, Path)):
             raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
@@ -153,6 +157,9 @@ class QueueManager:
             raise InvalidArgument(f"remember_confirmed_ms must be a positive int or None, not {remember_confirmed_ms!r}")
         self._clock: Clock = clock or system_clock
         self._remember_ms = remember_confirmed_ms
+        if journal not in (None, "server", "device"):
+            raise InvalidArgument(f"journal must be None, 'server' or 'device', not {journal!r}")
+        self._journal: JournalSide | None = journal
         self._transmitter: Callable[[str], None] | None = None
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
@@ -357,9 +364,37 @@ class QueueManager:
         *, where: Where | None = None, reason: RemovalReason | None = None,
     ) -> list[Pending]:
         """One event per row; empty (and no copies made) if the queue has no rules."""
-        if not self._rules.wants(queue):
+        if not self._observed(queue):
             return []
         return [Pending(kind, queue, now_ms, row=row, where=where, reason=reason) for row in rows]
+
+    def _observed(self, queue: str) -> bool:
+        """Whether anything (rules, the journal) must see this queue's events."""
+        return self._journal is not None or self._rules.wants(queue)
+
+    def _record(self, tx: Tx, events: list[Pending]) -> None:
+        """Make the events durable in the caller's transaction: rule events and journal entries."""
+        self._rules.record(tx.conn, events)
+        if self._journal is None:
+            return
+        rows = []
+        for ev in events:
+            row = ev.row
+            if row is None:
+                continue
+            uid = f"{row.origin}.{row.stamp}"
+            if ev.kind == "expired":
+                rows.append(entry_row(
+                    "expired", self._journal, ev.at_ms, ev.queue, uid, row.origin, check_point=ev.where,
+                    size=len(row.data), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
+                ))
+            elif ev.kind == "removed" and ev.reason in ("got", "confirmed") and self._journal == "server":
+                rows.append(entry_row(
+                    "delivered", "server", ev.at_ms, ev.queue, uid, row.origin, size=len(row.data),
+                    created_ms=row.created_ms, arrived_ms=row.arrived_ms,
+                ))
+        if rows:
+            JournalTx(tx.conn).add(rows)
 
     # -- queue definition ---------------------------------------------------------------
 
@@ -542,7 +577,7 @@ class QueueManager:
     def purge(self, name: str) -> int:
         """Remove every message from a queue (rules see reason ``purged``); return how many."""
         self._touch(name)
-        if not self._rules.wants(name):
+        if not self._observed(name):
             with self._write() as tx:
                 return tx.delete_all(self._queue(tx, name).id)
         return self._remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, _DISCARD_BATCH), "removed", reason="purged")
@@ -560,7 +595,7 @@ class QueueManager:
                 queue = self._queue(tx, name)
                 rows = tx.delete(queue.id, select(tx, queue, now))
                 events = self._events(name, kind, rows, now, where=where, reason=reason)
-                self._rules.record(tx.conn, events)
+                self._record(tx, events)
             total += len(rows)
             self._rules.dispatch(events)
             if len(rows) < _DISCARD_BATCH:
@@ -575,7 +610,7 @@ class QueueManager:
         Without rules it is one DELETE; with rules it goes in batches, each
         batch's rules firing after its commit.
         """
-        if not self._rules.wants(name):
+        if not self._observed(name):
             with self._write() as tx:
                 return tx.delete_expired(self._queue(tx, name).id, self._clock())
         return self._remove_in_batches(
@@ -782,7 +817,7 @@ class QueueManager:
             threshold = q.depth_threshold
             if threshold is not None and q.depth < threshold <= depth and self._rules.wants(queue):
                 events.append(Pending("threshold", queue, now, depth=depth))
-            self._rules.record(tx.conn, events)
+            self._record(tx, events)
         return results, q
 
     def _refusal(
@@ -886,7 +921,7 @@ class QueueManager:
                 events += self._events(queue, "removed", chosen, now, reason="got")
             else:
                 tx.lock_for_get([row.id for row in chosen], confirm_id)
-            self._rules.record(tx.conn, events)
+            self._record(tx, events)
         self._rules.dispatch(events)
         return [to_message(row, now) for row in chosen]
 
@@ -936,7 +971,7 @@ class QueueManager:
                 if wanted is not None:
                     ids = [row.id for row in tx.rows(ids) if _matches(row, wanted)]
                 events = self._events(queue, "expired", tx.delete(q.id, ids), now, where="browse")
-                self._rules.record(tx.conn, events)
+                self._record(tx, events)
         self._rules.dispatch(events)
         out: list[Message] = []
         with self._db.read() as conn:
@@ -961,7 +996,7 @@ class QueueManager:
             events = self._events(q.name, "expired", removed, now, where=where)
         else:
             events = self._events(q.name, "removed", removed, now, reason=reason)
-        self._rules.record(tx.conn, events)
+        self._record(tx, events)
         return events
 
     def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
@@ -981,10 +1016,15 @@ class QueueManager:
                 f"message {result.uid} expired before its put was confirmed; it has been discarded"
             )
 
-    def confirm_put_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
+    def confirm_put_each(
+        self, queue: str, uids: Sequence[MessageUID | str], *, device: str | None = None,
+        clock_offset_ms: int | None = None,
+    ) -> list[ConfirmResult]:
         """Confirm a batch of assured puts in one transaction, with an outcome per uid:
         ``confirmed``, ``already`` (confirmed before: harmless), ``unknown`` (not held:
         put it again) or ``expired`` (it expired while locked and was discarded).
+        ``device`` and ``clock_offset_ms`` (the sender's clock minus ours) go
+        into the journal's ``accepted`` entries.
 
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="HOME")
@@ -999,6 +1039,7 @@ class QueueManager:
         self._touch(queue)
         now = self._clock()
         results: list[ConfirmResult] = []
+        accepted: list[tuple[object, ...]] = []
         with self._write() as tx:
             q = self._queue(tx, queue)
             events: list[Pending] = []
@@ -1016,10 +1057,17 @@ class QueueManager:
                     tx.make_ready(row.id, tx.stamps(now, 1))
                     if self._remember_ms is not None:
                         tx.remember(q.id, uid.origin, uid.stamp, now)
+                    if self._journal == "server":
+                        accepted.append(entry_row(
+                            "accepted", "server", now, queue, str(uid), uid.origin, size=len(row.data),
+                            created_ms=row.created_ms, arrived_ms=row.arrived_ms, confirmed_ms=now,
+                            clock_offset_ms=clock_offset_ms, device=device or uid.origin,
+                        ))
                     results.append(ConfirmResult(uid, "confirmed"))
             if self._remember_ms is not None:
                 tx.forget_before(now - self._remember_ms)
-            self._rules.record(tx.conn, events)
+            JournalTx(tx.conn).add(accepted)
+            self._record(tx, events)
         self._rules.dispatch(events)
         return results
 
@@ -1064,7 +1112,7 @@ class QueueManager:
             tx.back_out([r.id for r in rows if r.state == GET_LOCKED])
             removed = tx.delete(q.id, [r.id for r in rows if r.state == PUT_LOCKED])
             events = self._events(queue, "removed", removed, now, reason="deleted")
-            self._rules.record(tx.conn, events)
+            self._record(tx, events)
         self._rules.dispatch(events)
         return len(rows)
 
@@ -1201,7 +1249,7 @@ class QueueManager:
                 raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
             chosen, expired = self._scan(tx, q, max(limit, _PAGE), limit, now, None)
             events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
-            self._rules.record(tx.conn, events)
+            self._record(tx, events)
         self._rules.dispatch(events)
         return [to_message(row, now) for row in chosen]
 
@@ -1215,6 +1263,54 @@ class QueueManager:
             q = self._queue(tx, queue)
             ids = [row.id for uid in checked if (row := tx.find(q.id, uid.origin, uid.stamp)) is not None]
             events = self._events(queue, "removed", tx.delete(q.id, ids), now, reason="transmitted")
-            self._rules.record(tx.conn, events)
+            self._record(tx, events)
         self._rules.dispatch(events)
         return len(ids)
+
+    # -- the journal --------------------------------------------------------------------------
+
+    def journal_since(self, after_id: int = 0, limit: int = 10_000) -> list[JournalEntry]:
+        """Journal entries with an id above ``after_id``, oldest first (at most ``limit``).
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> [(e.kind, e.uid == str(uid)) for e in qm.journal_since()]
+        [('accepted', True)]
+        >>> qm.close()
+        """
+        if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
+            raise InvalidArgument(f"after_id must be a non-negative int, not {after_id!r}")
+        limit = _check_count(limit)
+        with self._db.read() as conn:
+            return JournalTx(conn).since(after_id, limit)
+
+    def journal_trim(self, up_to_id: int) -> int:
+        """Delete journal entries up to ``up_to_id`` (a device, once the server has them)."""
+        if isinstance(up_to_id, bool) or not isinstance(up_to_id, int):
+            raise InvalidType(f"up_to_id must be an int, not {up_to_id!r}")
+        with self._write() as tx:
+            return JournalTx(tx.conn).trim(up_to_id)
+
+    def journal_remote_expiries(
+        self, device: str, entries: Sequence[JournalEntry], *, clock_offset_ms: int = 0
+    ) -> int:
+        """Record expiries a device reports (from its own journal): side ``device``,
+        times rebased to this clock by ``clock_offset_ms`` (device minus server). A
+        report received twice is kept once. Returns how many entries were new."""
+        check_name(device, "device name")
+        if self._journal != "server":
+            raise InvalidArgument("journal_remote_expiries needs QueueManager(..., journal='server')")
+        rows = [
+            entry_row(
+                "expired", "device", e.at_ms - clock_offset_ms, e.queue, e.uid, e.origin,
+                check_point=e.check_point, size=e.size, created_ms=e.created_ms,
+                arrived_ms=None if e.arrived_ms is None else e.arrived_ms - clock_offset_ms,
+                clock_offset_ms=clock_offset_ms, device=device,
+            )
+            for e in entries if e.kind == "expired"
+        ]
+        with self._write() as tx:
+            before = tx.conn.total_changes
+            JournalTx(tx.conn).add(rows)
+            return tx.conn.total_changes - before

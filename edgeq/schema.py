@@ -24,6 +24,10 @@ Tables:
 ``confirmed_uids`` (v3)
     uids of confirmed assured puts, kept ``remember_confirmed_ms`` so a late
     duplicate is recognised after the message itself was consumed.
+``journal`` (v4)
+    append-only history when ``QueueManager(journal=...)`` is on: ``accepted``
+    (confirmed assured puts), ``expired`` (with side and check point) and
+    ``delivered`` (gets) entries; see ``edgeq.journal``.
 ``queue_stats`` / ``stats_applied`` (v2)
     per-queue counters (the ``counters`` rule), deduplicated by event id.
 ``messages``
@@ -159,7 +163,34 @@ def _v3(db: Database) -> None:
     db.execute("CREATE INDEX confirmed_uids_age ON confirmed_uids (confirmed_ms)")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
+def _v4(db: Database) -> None:
+    """The journal: an append-only history for analytics (home server) or an outbox
+    of expiries to report (device)."""
+    db.execute(
+        """CREATE TABLE journal (
+               id INTEGER PRIMARY KEY AUTOINCREMENT,
+               kind TEXT NOT NULL,
+               side TEXT NOT NULL,
+               at_ms INTEGER NOT NULL,
+               queue TEXT NOT NULL,
+               uid TEXT NOT NULL,
+               origin TEXT NOT NULL,
+               check_point TEXT,
+               size INTEGER,
+               created_ms INTEGER,
+               arrived_ms INTEGER,
+               confirmed_ms INTEGER,
+               clock_offset_ms INTEGER,
+               device TEXT)"""
+    )
+    # A device may report the same expiry twice (at-least-once): keep one.
+    db.execute(
+        "CREATE UNIQUE INDEX journal_device_expiry ON journal (uid, queue) "
+        "WHERE kind = 'expired' AND side = 'device'"
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,84 @@
+"""The journal: accepted, expired and delivered entries, written with the change itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
+from edgeq.errors import InvalidArgument
+from edgeq.journal import JournalEntry
+
+from .conftest import T0
+
+
+def test_server_journal_records_accepted_expired_and_delivered(
+    open_qm: Callable[..., QueueManager], clock: ManualClock
+) -> None:
+    qm = open_qm(name="HOME", journal="server")
+    qm.define_queue("ORDERS")
+    uid = MessageUID("DEV1", (T0 - 500) * 1000)
+    device_msg = Message(b"12345", uid=uid, created_ms=T0 - 500)
+    qm.put_each("ORDERS", [device_msg], confirm_id=1)
+    clock.advance(20)
+    qm.confirm_put_each("ORDERS", [uid], device="DEV1", clock_offset_ms=-30)
+    qm.put("ORDERS", Message(b"short", expiry=Int32(10)))
+    assert qm.get("ORDERS") is not None  # delivered (priority 4, arrival order: the device message)
+    clock.advance(10)
+    assert qm.sweep_expired("ORDERS") == 1
+    accepted, delivered, expired = qm.journal_since()
+    assert (accepted.kind, accepted.side, accepted.uid, accepted.origin, accepted.device) == (
+        "accepted", "server", str(uid), "DEV1", "DEV1"
+    )
+    assert (accepted.size, accepted.created_ms, accepted.arrived_ms, accepted.confirmed_ms) == (5, T0 - 500, T0, T0 + 20)
+    assert accepted.clock_offset_ms == -30
+    assert (delivered.kind, delivered.uid, delivered.at_ms) == ("delivered", str(uid), T0 + 20)
+    assert (expired.kind, expired.side, expired.check_point, expired.origin) == ("expired", "server", "sweep", "HOME")
+    assert [e.id for e in qm.journal_since(accepted.id)] == [delivered.id, expired.id]
+
+
+def test_device_journal_keeps_only_expiries_and_can_be_trimmed(
+    open_qm: Callable[..., QueueManager], clock: ManualClock
+) -> None:
+    qm = open_qm(journal="device")
+    qm.define_queue("Q")
+    qm.put("Q", Message(b"y"))
+    qm.put("Q", Message(b"x", expiry=Int32(5)))
+    got = qm.get("Q")
+    assert got is not None and got.data == b"y"  # a device journal does not record deliveries
+    clock.advance(5)
+    assert qm.depth("Q") == 0
+    (entry,) = qm.journal_since()
+    assert (entry.kind, entry.side, entry.check_point, entry.at_ms) == ("expired", "device", "depth", T0 + 5)
+    assert qm.journal_trim(entry.id) == 1
+    assert qm.journal_since() == []
+
+
+def test_remote_expiries_are_rebased_and_deduplicated(open_qm: Callable[..., QueueManager]) -> None:
+    qm = open_qm(name="HOME", journal="server")
+    reported = JournalEntry(3, "expired", "device", T0 + 1_000, "ORDERS", "DEV1.5", "DEV1", check_point="get")
+    assert qm.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 1
+    assert qm.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 0  # resent: kept once
+    (entry,) = qm.journal_since()
+    assert (entry.side, entry.at_ms, entry.device, entry.check_point) == ("device", T0 + 600, "DEV1", "get")
+
+
+def test_journal_arguments_are_validated(open_qm: Callable[..., QueueManager]) -> None:
+    with pytest.raises(InvalidArgument, match="journal must be"):
+        open_qm(journal="both")
+    qm = open_qm(journal="device")
+    with pytest.raises(InvalidArgument, match="journal='server'"):
+        qm.journal_remote_expiries("DEV1", [])
+    with pytest.raises(InvalidArgument, match="after_id"):
+        qm.journal_since(-1)
+
+
+def test_bulk_expiry_is_journaled_without_rules(open_qm: Callable[..., QueueManager], clock: ManualClock) -> None:
+    qm = open_qm(name="HOME", journal="server")
+    qm.define_queue("Q")
+    qm.put_many("Q", [Message(b"%d" % i, expiry=Int32(1)) for i in range(1_200)])
+    clock.advance(1)
+    assert qm.depth("Q") == 0
+    entries = qm.journal_since(limit=5_000)
+    assert len(entries) == 1_200 and {e.check_point for e in entries} == {"depth"}
