@@ -19,6 +19,7 @@ from edgeq.cli_common import (
     Options,
     emit_json,
     json_flag,
+    log_to_stderr,
     open_store,
     parse_filter,
     require_queue,
@@ -26,6 +27,7 @@ from edgeq.cli_common import (
 )
 from edgeq.cli_format import EXPIRE_AT, FIELD, RELATIVE_EXPIRY, format_message, format_time, message_json
 from edgeq.cli_queue import purge, queue
+from edgeq.cli_rules import rules
 from edgeq.errors import MessageTooLarge, QueueFull
 from edgeq.message import Message
 from edgeq.rules import QueueRule
@@ -64,15 +66,20 @@ def cli(ctx: click.Context, db: Path | None, name: str | None, as_json: bool) ->
       edgeq --db dev.db --name DEV1 queue define ORDERS --expiry-ms 1h
       edgeq --db dev.db put ORDERS '42 widgets' --priority 7 --expire-after 30s
       edgeq --db dev.db get ORDERS
+      edgeq --db dev.db queue define DLQ
+      edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
+      edgeq rules list              # the rules installed, to bind by name
       edgeq demo                    # a guided tour of expiry, rules and assured delivery
 
     Exit status: 0 on success, 1 on an error, 2 on a usage mistake.
     """
+    log_to_stderr()
     ctx.obj = Options(db, name, as_json)
 
 
 cli.add_command(queue)
 cli.add_command(purge)
+cli.add_command(rules)
 
 
 # -- messages ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -16,7 +17,17 @@ from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
 from edgeq.types import FieldValue
 
-__all__ = ["EdgeqGroup", "Options", "emit_json", "json_flag", "open_store", "parse_filter", "require_queue", "wants_json"]
+__all__ = [
+    "EdgeqGroup",
+    "Options",
+    "emit_json",
+    "json_flag",
+    "log_to_stderr",
+    "open_store",
+    "parse_filter",
+    "require_queue",
+    "wants_json",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +44,25 @@ class EdgeqGroup(click.Group):
             raise click.ClickException(f"SQLite failed: {exc}") from exc
         except OSError as exc:
             raise click.ClickException(str(exc)) from exc
+
+
+class _WarningLine(logging.Handler):
+    """Prints each warning or error edgeq logs (a rule that raised, a plugin that failed
+    to load) as one ``Warning: ...`` line on stderr: the command itself still succeeded."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f": {type(exc).__name__}: {exc}"
+        click.echo(f"Warning: {' '.join(text.split())}", err=True)
+
+
+def log_to_stderr() -> None:
+    """Send edgeq's log warnings to stderr as single lines, not tracebacks (idempotent)."""
+    logger = logging.getLogger("edgeq")
+    if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+        logger.addHandler(_WarningLine(logging.WARNING))
 
 
 @dataclass(slots=True)

@@ -7,10 +7,11 @@ parsers can be tested on their own.
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -18,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from edgeq.bindings import BindingInfo
 from edgeq.errors import EdgeqError
 from edgeq.expiry import MAX_RELATIVE_MS
 from edgeq.message import Message
 from edgeq.queues import QueueAttributes
+from edgeq.rules.registry import RuleInfo
+from edgeq.rulestore import FailureRow
 from edgeq.types import FieldValue
 from edgeq.values import Int32, Int64
 
@@ -31,14 +35,24 @@ __all__ = [
     "FIELD",
     "LIMIT",
     "RELATIVE_EXPIRY",
+    "RULE",
     "Limit",
+    "binding_json",
+    "failure_json",
+    "format_bindings",
     "format_duration",
+    "format_failures",
     "format_field",
     "format_message",
+    "format_rule_spec",
+    "format_rules_table",
+    "format_stats",
+    "format_table",
     "format_time",
     "message_json",
     "parse_duration",
     "parse_field",
+    "parse_rule_spec",
     "parse_time",
     "queue_json",
 ]
@@ -259,6 +273,63 @@ def format_field(name: str, value: FieldValue) -> str:
     return shlex.quote(f"{name}:{kind}={_field_text(value)}" if needs_type else f"{name}={_field_text(value)}")
 
 
+# -- rule bindings ----------------------------------------------------------------
+
+
+_RULE_SPEC = re.compile(r"(?P<name>[^{]*?)\s*:\s*(?P<config>\{.*)", re.DOTALL)
+_RULE_EXAMPLE = 'e.g. counters, or dead-letter:{"queue": "DLQ"}'
+
+
+def _dotted_path(name: str) -> bool:
+    module, _, attr = name.partition(":")
+    return bool(module) and all(part.isidentifier() for part in module.split(".")) and attr.isidentifier()
+
+
+def parse_rule_spec(text: str) -> tuple[str, dict[str, Any]]:
+    """A rule binding from ``NAME`` or ``NAME:JSON`` (JSON an object); NAME may be a
+    dotted path ``package.module:Class``.
+
+    >>> parse_rule_spec("counters"), parse_rule_spec('dead-letter:{"queue": "DLQ"}')
+    (('counters', {}), ('dead-letter', {'queue': 'DLQ'}))
+    >>> parse_rule_spec('my_pkg.rules:Alarm:{"url": "https://x"}')
+    ('my_pkg.rules:Alarm', {'url': 'https://x'})
+    """
+    match = _RULE_SPEC.fullmatch(text.strip())
+    name = text.strip() if match is None else match.group("name")
+    config: dict[str, Any] = {}
+    if match is not None:
+        try:
+            config = json.loads(match.group("config"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{text!r}: the config after '{name}:' is not a valid JSON object ({exc.msg}, "
+                f"column {exc.colno}); {_RULE_EXAMPLE}"
+            ) from None
+    if not name or name.startswith("{"):
+        raise ValueError(f"{text!r} has no rule name: give NAME or NAME:JSON, {_RULE_EXAMPLE}")
+    if "{" in name:
+        raise ValueError(f"{text!r} is not NAME or NAME:JSON (a ':' before the config), {_RULE_EXAMPLE}")
+    if ":" in name and not _dotted_path(name):
+        raise ValueError(
+            f"{text!r}: a rule's config after ':' is a JSON object ({_RULE_EXAMPLE}); "
+            "a rule given by dotted path is package.module:Class"
+        )
+    return name, config
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, ensure_ascii=False)
+
+
+def format_rule_spec(name: str, config: Mapping[str, Any]) -> str:
+    """A binding in the syntax ``--rule`` reads: ``NAME``, or ``NAME:JSON``.
+
+    >>> format_rule_spec("counters", {}), format_rule_spec("dead-letter", {"queue": "DLQ"})
+    ('counters', 'dead-letter:{"queue": "DLQ"}')
+    """
+    return f"{name}:{_config_text(config)}" if config else name
+
+
 # -- click parameter types -----------------------------------------------------------
 
 
@@ -326,6 +397,7 @@ EXPIRE_AT = _Parsed("time", parse_time)
 FIELD = _Parsed("name=value", parse_field)
 LIMIT = _Parsed("count|none", _limit(_int))
 DURATION_LIMIT = _Parsed("duration|none", _limit(parse_duration))
+RULE = _Parsed("name[:json]", parse_rule_spec)
 
 
 # -- messages and queues ------------------------------------------------------------------
@@ -413,9 +485,17 @@ def message_json(message: Message) -> dict[str, Any]:
     }
 
 
-def queue_json(attrs: QueueAttributes, depth: int) -> dict[str, Any]:
-    """A queue's attributes and depth as JSON."""
-    return {**attrs.as_dict(), "depth": depth}
+def binding_json(binding: BindingInfo) -> dict[str, Any]:
+    """A rule binding as JSON: name, config, whether it is persisted, and its load error."""
+    return {"name": binding.name, "config": binding.config, "persisted": binding.persisted, "error": binding.error}
+
+
+def queue_json(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo] | None = None) -> dict[str, Any]:
+    """A queue's attributes and depth (and rule bindings, in order, when given) as JSON."""
+    out = {**attrs.as_dict(), "depth": depth}
+    if bindings is not None:
+        out["rules"] = [binding_json(b) for b in bindings]
+    return out
 
 
 def _limit_text(value: int | None, duration: bool) -> str:
@@ -424,8 +504,8 @@ def _limit_text(value: int | None, duration: bool) -> str:
     return f"{value} ({format_duration(value)})" if duration else str(value)
 
 
-def format_queue(attrs: QueueAttributes, depth: int) -> str:
-    """A queue's attributes and depth, one per line, for people."""
+def format_queue(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo] | None = None) -> str:
+    """A queue's attributes and depth, one per line, for people; then its rule bindings, if given."""
     rows: Mapping[str, str] = {
         "queue": attrs.name,
         "depth": str(depth),
@@ -439,13 +519,42 @@ def format_queue(attrs: QueueAttributes, depth: int) -> str:
         "created": format_time(attrs.created_ms),
     }
     width = max(len(key) for key in rows)
-    return "\n".join(f"{key:<{width}}  {value}" for key, value in rows.items())
+    lines = [f"{key:<{width}}  {value}" for key, value in rows.items()]
+    if bindings is not None:
+        rules = format_bindings(bindings).splitlines()
+        lines.append(f"{'rules':<{width}}  {rules[0]}")
+        lines.extend(f"{'':<{width}}  {line}" for line in rules[1:])
+    return "\n".join(lines)
+
+
+def format_bindings(bindings: list[BindingInfo]) -> str:
+    """A queue's rule bindings, one per line in the order they run (``none`` if there are none)."""
+    if not bindings:
+        return "none"
+    lines = []
+    for n, b in enumerate(bindings, start=1):
+        line = f"{n}. {format_rule_spec(b.name, b.config)}"
+        if not b.persisted:
+            line += "  (in-process)"
+        if b.error is not None:
+            line += f"  BROKEN: {b.error}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def format_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
+    """Rows under a header, in columns two spaces apart (no trailing blanks)."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table
+    )
 
 
 def format_queue_table(queues: list[tuple[QueueAttributes, int]]) -> str:
     """Queues as a table: name, depth and the main attributes."""
     header = ("QUEUE", "DEPTH", "EXPIRY", "CAP", "MAX-DEPTH", "PRIO", "ORDERING")
-    rows = [header] + [
+    rows = [
         (
             a.name,
             str(depth),
@@ -457,5 +566,57 @@ def format_queue_table(queues: list[tuple[QueueAttributes, int]]) -> str:
         )
         for a, depth in queues
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return format_table(header, rows)
+
+
+# -- rules, failures and counters ------------------------------------------------------
+
+
+def format_rules_table(rules: list[RuleInfo]) -> str:
+    """Installed rules as a table: name, package and summary."""
+    return format_table(("RULE", "PACKAGE", "SUMMARY"), [(r.name, r.package, r.summary) for r in rules])
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def failure_json(failure: FailureRow) -> dict[str, Any]:
+    """A failed rule delivery as JSON; ``next_retry_ms`` is None once it is parked."""
+    return {
+        "event_id": failure.event_id,
+        "queue": failure.queue,
+        "rule": failure.rule,
+        "binding": failure.binding,
+        "attempts": failure.attempts,
+        "parked": failure.parked,
+        "last_error": failure.last_error,
+        "last_attempt_ms": failure.last_ms,
+        "last_attempt": format_time(failure.last_ms),
+        "next_retry_ms": None if failure.parked else failure.next_ms,
+        "next_retry": None if failure.parked else format_time(failure.next_ms),
+    }
+
+
+def format_failures(failures: list[FailureRow]) -> str:
+    """Failed rule deliveries as a table: event, queue, rule, attempts, state, next retry, last error."""
+    header = ("EVENT", "QUEUE", "RULE", "ATTEMPTS", "STATE", "NEXT-RETRY", "LAST-ERROR")
+    rows = [
+        (
+            str(f.event_id),
+            f.queue,
+            f.rule,
+            str(f.attempts),
+            "parked" if f.parked else "waiting",
+            "-" if f.parked else format_time(f.next_ms),
+            _one_line(f.last_error),
+        )
+        for f in failures
+    ]
+    return format_table(header, rows)
+
+
+def format_stats(stats: Mapping[str, int]) -> str:
+    """A queue's counters, one per line, sorted by name."""
+    width = max(len(name) for name in stats)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in sorted(stats.items()))

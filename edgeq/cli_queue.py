@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -10,13 +11,17 @@ from edgeq.cli_common import EdgeqGroup, F, emit_json, json_flag, open_store, re
 from edgeq.cli_format import (
     DURATION_LIMIT,
     LIMIT,
+    RULE,
     Limit,
+    format_bindings,
     format_duration,
     format_queue,
     format_queue_table,
+    format_stats,
     queue_json,
 )
 from edgeq.errors import QueueNotEmpty
+from edgeq.manager import QueueManager
 
 __all__ = ["purge", "queue"]
 
@@ -44,6 +49,29 @@ def _queue_options(f: F) -> F:
     return f
 
 
+def _rule_option(f: F) -> F:
+    return click.option(
+        "--rule", "rule_specs", type=RULE, multiple=True, metavar="NAME[:JSON]",
+        help="Bind a rule: its name (see `edgeq rules list`) or package.module:Class, then optionally "
+             "':' and its config as a JSON object, e.g. 'dead-letter:{\"queue\":\"DLQ\"}'. "
+             "Repeatable: the rules run in the order given.",
+    )(f)
+
+
+def _check_rules(specs: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Load and configure each rule before the store is opened, so a typo creates nothing."""
+    from edgeq.rules.registry import build_rule
+
+    for name, config in specs:
+        build_rule(name, config)
+
+
+def _echo_bindings(qm: QueueManager, name: str, first: str) -> None:
+    lines = format_bindings(qm.queue_bindings(name)).splitlines()
+    click.echo(first)
+    click.echo("\n".join(f"  {line}" for line in lines))
+
+
 def _attributes(**given: Any) -> dict[str, Any]:
     """The queue attributes actually given on the command line (Limit unwrapped)."""
     return {k: (v.value if isinstance(v, Limit) else v) for k, v in given.items() if v is not None}
@@ -59,36 +87,51 @@ def _value_text(key: str, value: object) -> str:
 
 @click.group(cls=EdgeqGroup)
 def queue() -> None:
-    """Define, alter, list, show and delete queues.
+    """Define, alter, list, show and delete queues, and read their counters.
 
     \b
     Examples:
-      edgeq --db dev.db --name DEV1 queue define ORDERS --expiry-ms 1h
+      edgeq --db dev.db --name DEV1 queue define ORDERS --expiry-ms 1h --rule counters
       edgeq --db dev.db queue list
+      edgeq --db dev.db queue stats ORDERS
     """
 
 
 @queue.command("define")
 @click.argument("name")
 @_queue_options
+@_rule_option
 @json_flag
 @click.pass_context
-def queue_define(ctx: click.Context, /, name: str, as_json: bool, **options: Any) -> None:
+def queue_define(
+    ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], as_json: bool,
+    **options: Any,
+) -> None:
     """Define queue NAME (creating the store if --db does not exist yet, which needs --name).
+
+    Each --rule binds a rule to the queue; the bindings are stored with it and
+    come back whenever the store is opened. A rule checks its config now: if any
+    is wrong, nothing is defined.
 
     \b
     Examples:
       edgeq --db dev.db --name DEV1 queue define ORDERS
       edgeq --db dev.db queue define ALERTS --expiry-ms 30s --cap-expiry-ms 5m --ordering fifo
+      edgeq --db dev.db queue define DLQ
+      edgeq --db dev.db queue define SENSORS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
+      edgeq --db dev.db queue define SENSORS2 --depth-threshold 500 --rule 'log:{"events":["threshold"]}'
     """
+    _check_rules(rule_specs)
     qm = open_store(ctx, create=True)
     if name in qm.queue_names():
         raise click.ClickException(
             f"queue {name!r} is already defined on {qm.name}: change it with `edgeq queue alter {name} ...`"
         )
-    qm.define_queue(name, **_attributes(**options))
+    qm.define_queue(name, **_attributes(**options), rules=list(rule_specs))
     if wants_json(ctx, as_json):
-        emit_json(queue_json(qm.queue_attributes(name), 0))
+        emit_json(queue_json(qm.queue_attributes(name), 0, qm.queue_bindings(name)))
+    elif rule_specs:
+        _echo_bindings(qm, name, f"Defined queue {name} on {qm.name}, with rules (run in this order):")
     else:
         click.echo(f"Defined queue {name} on {qm.name}.")
 
@@ -96,30 +139,49 @@ def queue_define(ctx: click.Context, /, name: str, as_json: bool, **options: Any
 @queue.command("alter")
 @click.argument("name")
 @_queue_options
+@_rule_option
+@click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue.")
 @json_flag
 @click.pass_context
-def queue_alter(ctx: click.Context, /, name: str, as_json: bool, **options: Any) -> None:
+def queue_alter(
+    ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], no_rules: bool,
+    as_json: bool, **options: Any,
+) -> None:
     """Change some attributes of queue NAME; those not given stay as they are.
 
     A new --expiry-ms applies at once to messages already there without their own
-    expiry; a new --cap-expiry-ms applies to later puts only.
+    expiry; a new --cap-expiry-ms applies to later puts only. --rule options
+    replace all the queue's rule bindings (give every rule it should keep);
+    --no-rules removes them.
 
     \b
     Examples:
       edgeq --db dev.db queue alter ORDERS --max-depth 1000
       edgeq --db dev.db queue alter ORDERS --expiry-ms none
+      edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
+      edgeq --db dev.db queue alter ORDERS --no-rules
     """
+    if rule_specs and no_rules:
+        raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), not both")
     changes = _attributes(**options)
-    if not changes:
-        raise click.UsageError("nothing to change: give at least one option, e.g. --max-depth 1000")
+    if not changes and not rule_specs and not no_rules:
+        raise click.UsageError(
+            "nothing to change: give at least one option, e.g. --max-depth 1000 or --rule counters"
+        )
     qm = open_store(ctx)
     require_queue(qm, name)
-    attrs = qm.alter_queue(name, **changes)
+    rules = list(rule_specs) if rule_specs or no_rules else None
+    attrs = qm.alter_queue(name, **changes, **({} if rules is None else {"rules": rules}))
     if wants_json(ctx, as_json):
-        emit_json(queue_json(attrs, qm.depth(name)))
-    else:
+        emit_json(queue_json(attrs, qm.depth(name), qm.queue_bindings(name)))
+        return
+    if changes:
         changed = ", ".join(f"{k} {_value_text(k, v)}" for k, v in changes.items())
         click.echo(f"Altered queue {name}: {changed}.")
+    if no_rules:
+        click.echo(f"Removed every rule binding from {name}.")
+    elif rules is not None:
+        _echo_bindings(qm, name, f"Replaced the rules of {name}; now (run in this order):")
 
 
 @queue.command("list")
@@ -137,7 +199,7 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
     qm = open_store(ctx)
     queues = [(qm.queue_attributes(n), qm.depth(n)) for n in qm.queue_names()]
     if wants_json(ctx, as_json):
-        emit_json([queue_json(a, d) for a, d in queues])
+        emit_json([queue_json(a, d, qm.queue_bindings(a.name)) for a, d in queues])
     elif not queues:
         click.echo(f"No queues are defined on {qm.name}.")
     else:
@@ -149,7 +211,10 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
 @json_flag
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show every attribute of queue NAME, and its depth.
+    """Show every attribute of queue NAME, its depth, and its rule bindings in the order they run.
+
+    A binding whose plugin failed to load is marked BROKEN, with the reason; its
+    events wait (see `edgeq rules failures`) until it loads again.
 
     \b
     Example:
@@ -157,11 +222,42 @@ def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """
     qm = open_store(ctx)
     require_queue(qm, name)
-    attrs, depth = qm.queue_attributes(name), qm.depth(name)
+    attrs, depth, bindings = qm.queue_attributes(name), qm.depth(name), qm.queue_bindings(name)
     if wants_json(ctx, as_json):
-        emit_json(queue_json(attrs, depth))
+        emit_json(queue_json(attrs, depth, bindings))
     else:
-        click.echo(format_queue(attrs, depth))
+        click.echo(format_queue(attrs, depth, bindings))
+
+
+@queue.command("stats")
+@click.argument("name")
+@json_flag
+@click.pass_context
+def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show the counters of queue NAME, kept by the counters and dead-letter rules.
+
+    Counters: added, got, deleted, purged, expired and expired.<check point>,
+    duplicates (counters rule), dead_lettered (dead-letter rule).
+
+    \b
+    Examples:
+      edgeq --db dev.db queue stats ORDERS
+      edgeq --db dev.db queue stats ORDERS --json
+    """
+    qm = open_store(ctx)
+    require_queue(qm, name)
+    stats = qm.queue_stats(name)
+    if wants_json(ctx, as_json):
+        emit_json({"queue": name, "counters": stats})
+    elif stats:
+        click.echo(format_stats(stats))
+    elif any(b.name == "counters" for b in qm.queue_bindings(name)):
+        click.echo(f"No counters on {name} yet: nothing has happened since the counters rule was bound.")
+    else:
+        click.echo(
+            f"No counters on {name}: bind the counters rule to keep them "
+            f"(`edgeq queue alter {name} --rule counters ...`, listing every rule the queue should keep)."
+        )
 
 
 @queue.command("delete")

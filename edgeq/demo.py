@@ -2,8 +2,10 @@
 
 :func:`run_demo` drives a real queue manager on a real SQLite file, with a
 :class:`~edgeq.clock.ManualClock` so that time moves instantly and the output
-is the same on every run. A queue rule narrates every discard and, as an MQe
-expiry rule may, copies each expired message to a dead-letter queue.
+is the same on every run. The built-in ``dead-letter`` and ``counters`` rules are
+bound to the queues by name (persisted with them): the first copies each expired
+message to a dead-letter queue, as an MQe expiry rule may, the second counts what
+happens; an in-process rule narrates every discard.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeq.bindings import RuleSpec
 from edgeq.cli_format import format_duration, format_time
 from edgeq.clock import ManualClock
 from edgeq.connection import check_foreign
@@ -21,17 +24,18 @@ from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
-from edgeq.rules.dead_letter import DeadLetterRule
 from edgeq.types import Where
 from edgeq.values import Int32, Int64
 
-__all__ = ["DEMO_QM", "START_MS", "DemoPathInUse", "DemoResult", "prepare_path", "run_demo"]
+__all__ = ["DEMO_QM", "RULES", "START_MS", "DemoPathInUse", "DemoResult", "prepare_path", "run_demo"]
 
 #: The queue manager name of every demo store (what ``--replace`` checks for).
 DEMO_QM = "EDGEQ.DEMO"
 #: The demo clock's start: 2025-11-21T09:00:00Z.
 START_MS = 1_763_715_600_000
 ORDERS, ALERTS, DLQ = "ORDERS", "ALERTS", "DEAD.LETTER"
+#: The rules bound by name to ORDERS and ALERTS, stored with the queue definitions.
+RULES: list[RuleSpec] = [("dead-letter", {"queue": DLQ}), "counters"]
 
 Echo = Callable[[str], None]
 
@@ -49,6 +53,8 @@ class DemoResult:
     expirations: list[tuple[str, Where, str]] = field(default_factory=list)
     #: The depth of each queue left in the store.
     depths: dict[str, int] = field(default_factory=dict)
+    #: The counters of ORDERS at the end (``queue_stats``).
+    stats: dict[str, int] = field(default_factory=dict)
 
 
 def _stored_name(path: Path) -> str | None:
@@ -149,9 +155,8 @@ class _Tour:
     def open(self) -> QueueManager:
         return QueueManager(self.path, name=DEMO_QM, clock=self.clock)
 
-    def attach_rules(self, *queues: str) -> None:
+    def add_narrator(self, *queues: str) -> None:
         for queue in queues:
-            self.qm.add_rule(queue, DeadLetterRule(DLQ))
             self.qm.add_rule(queue, _Narrator(self.echo, self.result))
 
     def step(self, title: str) -> None:
@@ -205,14 +210,16 @@ def _setup(t: _Tour) -> None:
     t.step("Define three queues")
     t.qm.define_queue(DLQ)
     t.say(f"{DLQ:<12} no expiry: where expired messages are copied")
-    t.qm.define_queue(ORDERS, expiry_ms=60_000)
+    t.qm.define_queue(ORDERS, expiry_ms=60_000, rules=RULES)
     t.say(f"{ORDERS:<12} expiry_ms 60s: a message without an expiry of its own lives 60s on it")
-    t.qm.define_queue(ALERTS, cap_expiry_ms=30_000, ordering="fifo")
+    t.qm.define_queue(ALERTS, cap_expiry_ms=30_000, ordering="fifo", rules=RULES)
     t.say(f"{ALERTS:<12} cap_expiry_ms 30s: no message lives longer than 30s on it; FIFO order")
-    t.attach_rules(ORDERS, ALERTS)
-    t.say(f"Two rules watch {ORDERS} and {ALERTS}: the built-in dead-letter rule copies every")
-    t.say(f"expired message to {DLQ} (a rule cannot stop a discard, but it can keep a copy),")
-    t.say("and a narrator prints what the queue manager tells its rules: the 'rule>' lines.")
+    t.say(f"Both are defined with rules={RULES!r}:")
+    t.say("built-in rules bound by name and stored with the queue. dead-letter copies every expired")
+    t.say(f"message to {DLQ} (a rule cannot stop a discard, but it can keep a copy); counters")
+    t.say("counts what happens. A third, in-process rule added with add_rule() narrates what")
+    t.say("the queue manager tells its rules: the 'rule>' lines.")
+    t.add_narrator(ORDERS, ALERTS)
 
 
 def _expiry_kinds(t: _Tour) -> None:
@@ -282,8 +289,10 @@ def _check_activate(t: _Tour) -> None:
     t.qm.close()
     t.advance(15_000)
     t.qm = t.open()
-    t.attach_rules(ORDERS)
-    t.say(f"Reopened {DEMO_QM}, with both rules added again (they live as long as the object).")
+    t.add_narrator(ORDERS)
+    bound = ", ".join(b.name for b in t.qm.queue_bindings(ORDERS) if b.persisted)
+    t.say(f"Reopened {DEMO_QM}: the stored bindings ({bound}) came back by themselves;")
+    t.say("the narrator, an in-process rule, lives as long as the object and is added again.")
     t.say(f"The first use of {ORDERS} activates it (here: a call to activate() itself).")
     count = t.qm.activate(ORDERS)
     t.say(f"activate({ORDERS}) discarded {count} message(s), whatever their state.")
@@ -328,6 +337,14 @@ def _summary(t: _Tour) -> None:
     for queue in t.qm.queue_names():
         t.result.depths[queue] = t.qm.depth(queue)
         t.say(f"{queue:<12} depth {t.result.depths[queue]}")
+    t.result.stats = t.qm.queue_stats(ORDERS)
+    t.say(f"The counters rule's figures for {ORDERS}, from queue_stats({ORDERS!r}):")
+    width = max(len(name) for name in t.result.stats)
+    for name, value in t.result.stats.items():
+        t.say(f"  {name:<{width}}  {value}")
     t.say(f"{DLQ} keeps a copy of each expired message, with fields dlq.queue, dlq.where")
-    t.say("and more. Look at them (opened again, the store follows the real clock):")
+    t.say("and more. Look at them, and at the counters and bindings (opened again, the store")
+    t.say("follows the real clock):")
     t.say(f"  edgeq --db {t.path} browse {DLQ}")
+    t.say(f"  edgeq --db {t.path} queue stats {ORDERS}")
+    t.say(f"  edgeq --db {t.path} queue show {ORDERS}")

@@ -217,11 +217,14 @@ class Dispatcher:
         self.dispatch([_from_stored(r) for r in rows])
         return len(rows)
 
-    def retry(self) -> int:
-        """Retry the failed deliveries that are due; return how many now succeeded."""
+    def retry(self, *, force: bool = False, event_id: int | None = None) -> int:
+        """Retry failed deliveries that are due (with ``force``: all that are not
+        parked, now), optionally only those of ``event_id``; return how many succeeded."""
         now = self._clock()
         with self._db.read() as conn:
-            due = RuleTx(conn).failures(parked=False, due_ms=now)
+            due = RuleTx(conn).failures(parked=False, due_ms=None if force else now)
+        if event_id is not None:
+            due = [f for f in due if f.event_id == event_id]
         done = 0
         for failure in due:
             binding = next((b for b in self.of(failure.queue) if b.key == failure.binding), None)

@@ -327,12 +327,17 @@ class QueueManager:
             return RuleTx(conn).failures(parked=parked)
 
     def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
-        """Retry failed deliveries now; with ``parked=True`` parked ones get a fresh round
-        of attempts first. Returns how many deliveries succeeded."""
+        """Retry failed deliveries now, without waiting for their backoff; with
+        ``parked=True`` parked ones get a fresh round of attempts first; with
+        ``event_id`` only that event's. Returns how many deliveries succeeded.
+        (Due retries also happen by themselves: on later operations, on the
+        expiry sweeper's ticks, and when the store is opened.)"""
+        if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
+            raise InvalidType(f"event_id must be an int, not {event_id!r}")
         if parked:
             with self._write() as tx:
                 RuleTx(tx.conn).rearm(self._clock(), event_id)
-        return self._rules.retry()
+        return self._rules.retry(force=True, event_id=event_id)
 
     def queue_stats(self, queue: str) -> dict[str, int]:
         """A queue's persistent counters (kept by the ``counters`` and ``dead-letter`` rules).

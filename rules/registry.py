@@ -34,7 +34,7 @@ class RuleInfo:
 
 
 def _summary(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
+    doc = (inspect.getdoc(obj) or "").replace("``", "")  # reST literals read badly in a table
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 

@@ -25,10 +25,19 @@ EXPECTED = [
 ]
 
 
+#: ORDERS' counters at the end: 7 stored puts (order-X never was), order-B got and
+#: order-G confirmed, 6 expirations on ORDERS (ALERTS' 2 went with the queue), each copied.
+EXPECTED_STATS = {
+    "added": 7, "got": 2, "expired": 6, "dead_lettered": 6, "expired.add": 1, "expired.get": 1,
+    "expired.depth": 1, "expired.activate": 1, "expired.sweep": 2,
+}
+
+
 def demo_output(path: Path) -> tuple[str, list[tuple[str, str, str]]]:
     lines: list[str] = []
     result = run_demo(path, lines.append)
     assert result.path == path
+    assert result.stats == EXPECTED_STATS
     return "\n".join(lines), [(q, str(w), d) for q, w, d in result.expirations]
 
 
@@ -58,14 +67,28 @@ def test_the_tour_shows_expiry_kinds_cap_priority_and_assured_delivery(tmp_path:
     assert "confirm_get() deleted it: depth of ORDERS is 0." in out
 
 
+def test_rules_are_bound_by_name_and_the_counters_shown(tmp_path: Path) -> None:
+    out, _ = demo_output(tmp_path / "demo.db")
+    assert "rules=[('dead-letter', {'queue': 'DEAD.LETTER'}), 'counters']" in out
+    assert "the stored bindings (dead-letter, counters) came back by themselves" in out
+    assert "from queue_stats('ORDERS'):" in out
+    for name, value in EXPECTED_STATS.items():
+        assert re.search(rf"^      {re.escape(name)} +{value}$", out, flags=re.MULTILINE), name
+
+
 def test_the_store_is_left_as_described(tmp_path: Path) -> None:
     path = tmp_path / "demo.db"
     out, _ = demo_output(path)
     assert f"edgeq --db {path} browse DEAD.LETTER" in out
+    assert f"edgeq --db {path} queue stats ORDERS" in out
     with QueueManager(path) as qm:  # the real clock from here on
         assert qm.name == DEMO_QM
         assert qm.queue_names() == ["DEAD.LETTER", "ORDERS"]
         assert qm.depth("ORDERS") == 0
+        assert [(b.name, b.config, b.persisted) for b in qm.queue_bindings("ORDERS")] == [
+            ("dead-letter", {"queue": "DEAD.LETTER"}, True), ("counters", {}, True),
+        ]
+        assert qm.queue_stats("ORDERS") == EXPECTED_STATS
         copies = qm.browse("DEAD.LETTER")
     found = [(m.fields["dlq.queue"], m.fields["dlq.where"], m.data.decode()) for m in copies]
     assert sorted(found) == sorted(EXPECTED)

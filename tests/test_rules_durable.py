@@ -136,3 +136,20 @@ def test_expiry_events_of_locked_and_batched_discards_are_durable(
     conn = __import__("sqlite3").connect(tmp_path / "device.db")
     assert conn.execute("SELECT count(*) FROM rule_events").fetchone()[0] == 0  # all forgotten at close
     conn.close()
+
+
+def test_explicit_retry_ignores_backoff_and_filters_by_event(
+    open_qm: Callable[..., QueueManager], tmp_path: Path
+) -> None:
+    switch = tmp_path / "fail"
+    switch.touch()
+    qm = open_qm(rule_retry_base_ms=3_600_000)
+    qm.define_queue("Q", rules=[("tests.rulekit:Failing", {"switch": str(switch)})])
+    qm.put("Q", Message(b"a", expiry=Int64(1)))
+    qm.put("Q", Message(b"b", expiry=Int64(1)))
+    first, second = (f.event_id for f in qm.rule_failures())
+    switch.unlink()
+    assert qm.retry_rule_failures(event_id=first) == 1  # now, though its backoff has an hour to run
+    assert [f.event_id for f in qm.rule_failures()] == [second]
+    assert qm.retry_rule_failures() == 1
+    assert qm.rule_failures() == []

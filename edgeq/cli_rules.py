@@ -1,0 +1,129 @@
+"""The ``edgeq rules ...`` commands: installed rules, failed deliveries and their retry.
+
+Binding rules to a queue is ``edgeq queue define/alter ... --rule NAME[:JSON]``;
+``edgeq queue show`` lists a queue's bindings and ``edgeq queue stats`` its counters.
+"""
+
+from __future__ import annotations
+
+import click
+
+from edgeq.cli_common import EdgeqGroup, emit_json, json_flag, open_store, wants_json
+from edgeq.cli_format import failure_json, format_failures, format_rules_table
+
+__all__ = ["rules"]
+
+
+@click.group(cls=EdgeqGroup)
+def rules() -> None:
+    """List installed rules; show and retry rule deliveries that failed.
+
+    Rules are bound to queues with `edgeq queue define/alter QUEUE --rule NAME[:JSON]`.
+
+    \b
+    Examples:
+      edgeq rules list
+      edgeq --db dev.db rules failures --parked
+      edgeq --db dev.db rules retry --parked
+    """
+
+
+@rules.command("list")
+@json_flag
+@click.pass_context
+def rules_list(ctx: click.Context, as_json: bool) -> None:
+    """List the installed rules (the edgeq.rules entry points): name, package, summary.
+
+    Needs no store. A plugin that fails to load is listed with a summary
+    starting BROKEN. A rule not installed can still be bound by dotted path,
+    package.module:Class.
+
+    \b
+    Examples:
+      edgeq rules list
+      edgeq rules list --json
+    """
+    from edgeq.rules.registry import installed_rules
+
+    found = installed_rules()
+    if wants_json(ctx, as_json):
+        emit_json([{"name": r.name, "package": r.package, "summary": r.summary, "target": r.target} for r in found])
+    elif not found:
+        click.echo("No rules are installed.")
+    else:
+        click.echo(format_rules_table(found))
+
+
+@rules.command("failures")
+@click.option("--parked", is_flag=True,
+              help="Only deliveries parked after their last attempt (retried only by `rules retry --parked`).")
+@click.option("--waiting", is_flag=True, help="Only deliveries waiting for their next retry.")
+@json_flag
+@click.pass_context
+def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: bool) -> None:
+    """List the durable rule events whose delivery to a rule raised.
+
+    One row per event and rule: the event id, queue, rule, attempts so far,
+    state (waiting for a retry, or parked), next retry time (UTC) and the last
+    error. A waiting delivery is retried with backoff by any later operation on
+    the store; once its attempts run out it is parked.
+
+    \b
+    Examples:
+      edgeq --db dev.db rules failures
+      edgeq --db dev.db rules failures --parked --json
+    """
+    if parked and waiting:
+        raise click.UsageError("give --parked or --waiting (or neither, for both), not both")
+    qm = open_store(ctx)
+    failures = qm.rule_failures(parked=True if parked else False if waiting else None)
+    if wants_json(ctx, as_json):
+        emit_json([failure_json(f) for f in failures])
+    elif not failures:
+        none = "parked rule failures" if parked else "rule failures waiting for a retry" if waiting else "rule failures"
+        click.echo(f"No {none}.")
+    else:
+        click.echo(format_failures(failures))
+
+
+@rules.command("retry")
+@click.option("--parked", is_flag=True, help="Give parked deliveries a fresh round of attempts first.")
+@click.option("--event", "event_id", type=click.IntRange(min=1), metavar="ID",
+              help="Only this event's deliveries (ids from `rules failures`).")
+@json_flag
+@click.pass_context
+def rules_retry(ctx: click.Context, parked: bool, event_id: int | None, as_json: bool) -> None:
+    """Retry failed rule deliveries now; print how many succeeded and what still fails.
+
+    Deliveries waiting for their retry time are retried at once, without waiting
+    for their backoff; with --parked, parked ones get a fresh round of attempts
+    too. --event ID limits both to one event.
+
+    \b
+    Examples:
+      edgeq --db dev.db rules retry
+      edgeq --db dev.db rules retry --parked
+      edgeq --db dev.db rules retry --parked --event 42
+    """
+    qm = open_store(ctx)
+    candidates = qm.rule_failures(parked=None if parked else False)
+    if event_id is not None and not any(f.event_id == event_id for f in candidates):
+        which = "rule failure" if parked else "waiting rule failure (add --parked for parked ones)"
+        raise click.ClickException(
+            f"no {which} for event {event_id}: see `edgeq rules failures`"
+        )
+    succeeded = qm.retry_rule_failures(parked=parked, event_id=event_id)
+    left = qm.rule_failures()
+    still_parked = sum(f.parked for f in left)
+    if wants_json(ctx, as_json):
+        emit_json({"succeeded": succeeded, "waiting": len(left) - still_parked, "parked": still_parked})
+        return
+    click.echo(f"Retried: {succeeded} deliver{'y' if succeeded == 1 else 'ies'} succeeded.")
+    if left:
+        click.echo(
+            f"Still failing: {len(left) - still_parked} waiting, {still_parked} parked "
+            "(see `edgeq rules failures`)."
+        )
+    else:
+        # Opening the store already retries what is due, so the count can miss those.
+        click.echo("No rule failures are left.")
