@@ -20,13 +20,13 @@ demo: $(STAMP)
 	$(BIN)/edgeq demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check edgeq rules tests benchmarks examples
+	$(BIN)/ruff check edgeq rules sync tests benchmarks examples
 
 # mypy cannot see setuptools' package-dir mapping through an editable install,
 # so it checks a copy laid out as installed (rules/ inside edgeq/).
 typecheck: $(STAMP)
 	rm -rf build/typecheck && mkdir -p build/typecheck
-	cp -r edgeq build/typecheck/edgeq && cp -r rules build/typecheck/edgeq/rules
+	cp -r edgeq build/typecheck/edgeq && cp -r rules build/typecheck/edgeq/rules && cp -r sync build/typecheck/edgeq/sync
 	cd build/typecheck && ../../$(BIN)/mypy --strict --config-file ../../pyproject.toml -p edgeq
 
 test: $(STAMP) lint typecheck

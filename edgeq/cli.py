@@ -28,6 +28,7 @@ from edgeq.cli_common import (
 from edgeq.cli_format import EXPIRE_AT, FIELD, RELATIVE_EXPIRY, format_message, format_time, message_json
 from edgeq.cli_queue import purge, queue
 from edgeq.cli_rules import rules
+from edgeq.cli_sync import serve, sync
 from edgeq.errors import MessageTooLarge, QueueFull
 from edgeq.message import Message
 from edgeq.rules import QueueRule
@@ -79,6 +80,8 @@ def cli(ctx: click.Context, db: Path | None, name: str | None, as_json: bool) ->
 
 cli.add_command(queue)
 cli.add_command(purge)
+cli.add_command(serve)  # edgeq serve / edgeq sync: network stacks are imported lazily
+cli.add_command(sync)
 cli.add_command(rules)
 
 

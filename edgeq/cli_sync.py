@@ -1,0 +1,172 @@
+"""``edgeq serve`` (the home server) and ``edgeq sync`` (the device agent).
+
+Both import their network stacks lazily (starlette/uvicorn for ``serve``, httpx
+for ``sync``), so the rest of the command line works on a device without them.
+Both log one JSON object per line on stderr (see ``edgeq.sync.logs``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from edgeq.cli_common import Options
+from edgeq.manager import QueueManager
+
+if TYPE_CHECKING:
+    from edgeq.sync.agent import Progress
+
+__all__ = ["serve", "sync"]
+
+_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+
+
+def _store(ctx: click.Context, db: Path | None, name: str | None) -> tuple[Path, str | None]:
+    opts: Options = ctx.find_object(Options) or Options(None, None, False)
+    path = db or opts.db
+    if path is None:
+        raise click.ClickException("no store given: pass --db PATH (or set EDGEQ_DB)")
+    name = name or opts.name
+    fresh = not path.exists() or (path.is_file() and path.stat().st_size == 0)
+    if fresh and not name:
+        raise click.ClickException(f"{path} is a new store: name its queue manager with --name")
+    return path, name
+
+
+def _need(module: str, extra: str) -> None:
+    try:
+        __import__(module)
+    except ImportError as exc:
+        raise click.ClickException(
+            f"this command needs {module}: install the {extra!r} extra, e.g. pip install 'edgeq[{extra}]'"
+        ) from exc
+
+
+@click.command("serve")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="The server's store (default: the group's --db).")
+@click.option("--name", help="The server's queue manager name (needed to create the store), e.g. HOME.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--max-body-bytes", default=16 * 1024 * 1024, show_default=True, type=click.IntRange(1024),
+              help="Largest request body accepted (413 beyond it).")
+@click.option("--max-batch", default=5000, show_default=True, type=click.IntRange(1),
+              help="Most messages (or uids) per request.")
+@click.option("--remember-confirmed-ms", default=86_400_000, show_default=True, type=click.IntRange(1),
+              help="How long confirmed uids are remembered, so late duplicates are recognised.")
+@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
+@click.option("--sweep-interval", default=60.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds between expiry sweeps (0: none); locked puts expire through these.")
+@click.option("--log-level", type=_LEVELS, default="info", show_default=True)
+@click.pass_context
+def serve(
+    ctx: click.Context, db: Path | None, name: str | None, host: str, port: int, max_body_bytes: int,
+    max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, log_level: str,
+) -> None:
+    """Run the home server: devices push (put/confirm) and pull over HTTP.
+
+    \b
+    Examples:
+      edgeq serve --db home.db --name HOME --host 127.0.0.1 --port 8470
+      curl http://127.0.0.1:8470/metrics
+    """
+    _need("uvicorn", "server")
+    _need("starlette", "server")
+    import uvicorn
+
+    from edgeq.sync.logs import setup_json_logging
+    from edgeq.sync.server import create_app
+
+    path, name = _store(ctx, db, name)
+    setup_json_logging(log_level.upper())
+    qm = QueueManager(path, name=name, durability="full" if durability == "full" else "normal",
+                      remember_confirmed_ms=remember_confirmed_ms)
+    try:
+        if sweep_interval:
+            qm.start_expiry_sweeper(sweep_interval)
+        app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch)
+        import logging
+
+        logging.getLogger("edgeq.sync.server").info(
+            "serving %s on %s:%d", qm.name, host, port,
+            extra={"event": "serve", "qmgr": qm.name, "db": str(path), "host": host, "port": port,
+                   "pid": __import__("os").getpid()},
+        )
+        uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+                    log_level=log_level.lower())
+    finally:
+        qm.close()
+
+
+@click.command("sync")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="The device's store (default: the group's --db).")
+@click.option("--name", help="The device's queue manager name (needed only to create the store).")
+@click.option("--server", "server_url", required=True, envvar="EDGEQ_SERVER", show_envvar=True,
+              help="The home server's URL, e.g. http://home:8470.")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.01),
+              help="Seconds between sync cycles in daemon mode.")
+@click.option("--once", is_flag=True, help="Push and pull until done, print a JSON summary, and exit (1 on failure).")
+@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1))
+@click.option("--pull/--no-pull", default=True, show_default=True, help="Also fill home-server queues.")
+@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1), help="HTTP timeout, seconds.")
+@click.option("--progress/--no-progress", default=None, help="Show backlog progress on stderr (default: if a terminal).")
+@click.option("--log-level", type=_LEVELS, default="info", show_default=True)
+@click.pass_context
+def sync(
+    ctx: click.Context, db: Path | None, name: str | None, server_url: str, interval: float, once: bool,
+    batch_size: int, pull: bool, timeout: float, progress: bool | None, log_level: str,
+) -> None:
+    """Run the device's sync agent: push remote queues to the home server, pull home-server queues.
+
+    \b
+    Examples:
+      edgeq sync --db device.db --server http://home:8470            # daemon
+      edgeq sync --db device.db --server http://home:8470 --once     # drain and exit
+    """
+    _need("httpx", "sync")
+    from edgeq.sync.agent import SyncAgent
+    from edgeq.sync.logs import setup_json_logging
+
+    path, name = _store(ctx, db, name)
+    setup_json_logging(log_level.upper())
+    show = sys.stderr.isatty() if progress is None else progress
+    qm = QueueManager(path, name=name)
+    agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout)
+    if show:
+        agent.progress = _show_progress
+    agent.pull_enabled = pull
+    try:
+        if once:
+            pushed = agent.push_once()
+            pulled = agent.pull_once() if pushed.ok and pull else None
+            summary = {
+                "pushed": {k: getattr(pushed, k) for k in ("sent", "transmitted", "duplicates", "expired",
+                                                            "refused", "requeued", "batches", "error")},
+                "rate": round(pushed.rate, 1),
+                "pulled": None if pulled is None else {
+                    k: getattr(pulled, k) for k in ("received", "duplicates", "expired", "refused",
+                                                    "acknowledged", "error")},
+            }
+            click.echo(json.dumps(summary))
+            if not pushed.ok or (pulled is not None and not pulled.ok):
+                ctx.exit(1)
+            return
+
+        def _stop(signum: int, frame: FrameType | None) -> None:
+            agent.request_stop()
+
+        signal.signal(signal.SIGTERM, _stop)
+        agent.run(interval)
+    finally:
+        agent.close()
+        qm.close()
+
+
+def _show_progress(progress: Progress) -> None:
+    left = "?" if progress.left is None else f"{progress.left:,}"
+    click.echo(f"{progress.queue}: {progress.done:,} sent, {left} left, {progress.rate:,.0f} msg/s", err=True)

@@ -1,0 +1,15 @@
+"""Store-and-forward between queue managers over HTTP: MQe's two-stage put/confirm.
+
+* :mod:`edgeq.sync.protocol` -- the versioned CBOR wire format (pure, no HTTP);
+* :mod:`edgeq.sync.server` -- the home server, a Starlette ASGI app over a
+  :class:`~edgeq.QueueManager` (needs the ``server`` extra);
+* :mod:`edgeq.sync.agent` -- the device side, :class:`~edgeq.sync.agent.SyncAgent`
+  (needs the ``sync`` extra, i.e. httpx).
+
+Importing this package imports neither starlette nor httpx: a device that only
+queues locally never needs them. See ``docs/protocol.md``.
+"""
+
+from edgeq.sync.protocol import CONTENT_TYPE, PROTOCOL_VERSION
+
+__all__ = ["CONTENT_TYPE", "PROTOCOL_VERSION"]

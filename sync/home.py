@@ -1,0 +1,224 @@
+"""The home server's logic, free of HTTP: decoded request bodies in, response bodies out.
+
+:class:`HomeService` runs each stage of a batch as **one** transaction on the
+server's :class:`~edgeq.QueueManager` (``put_each``, ``confirm_put_each``,
+``get_many``), so a failure leaves nothing half done. Bodies are the dicts of
+:mod:`edgeq.sync.protocol`; a bad one raises :class:`ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edgeq.sync import protocol as p
+from edgeq.sync.metrics import DeviceState, Metrics
+
+from edgeq import __version__
+from edgeq.clock import system_clock
+from edgeq.errors import MessageExpired, MessageNotFound, QueueNotFound
+from edgeq.manager import QueueManager
+from edgeq.names import check_name
+from edgeq.types import Clock
+
+__all__ = ["HomeService", "ServerLimits", "device_queue_name"]
+
+log = logging.getLogger("edgeq.sync.server")
+
+MAX_CONFIRM_ID = 2**63 - 1
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BATCH = 5_000
+
+
+def device_queue_name(device: str, queue: str) -> str:
+    """Where the server holds messages for home-server queue ``queue`` of ``device``.
+
+    >>> device_queue_name("DEV1", "INBOX")
+    'DEV1.INBOX'
+    """
+    name = f"{device}.{queue}"
+    check_name(name, "device queue name")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Limits the server enforces and announces in its hello."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_batch: int = DEFAULT_MAX_BATCH
+
+
+class HomeService:
+    """Serve hello, put, confirm, pull and pull-confirm bodies over ``qm``."""
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        *,
+        limits: ServerLimits | None = None,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.qm = qm
+        self.limits = limits or ServerLimits()
+        self.clock: Clock = clock or system_clock
+        self.metrics = metrics or Metrics()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _device(self, body: Mapping[str, Any], *, hello: bool = False) -> tuple[DeviceState, int, int]:
+        """The calling device (must have said hello unless this is one), its clock, ours."""
+        name = p.req_name(body, "qmgr")
+        sent = p.req_int(body, "now_ms", high=2**62)
+        now = self.clock()
+        state = self.metrics.device(name) if hello else self.metrics.known_device(name)
+        if state is None or (state.clock_offset_ms is None and not hello):
+            raise p.ProtocolError(
+                "hello-required",
+                f"this server has no clock offset for {name} (it restarted, or {name} never said hello): "
+                "send /v1/hello, then retry",
+            )
+        state.seen(now)
+        return state, sent, now
+
+    @staticmethod
+    def _new_confirm_id() -> int:
+        return secrets.randbelow(MAX_CONFIRM_ID) + 1
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    def hello(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        p.expect(body, "hello")
+        state, sent, now = self._device(body, hello=True)
+        agent = body.get("agent")
+        state.agent = agent[:200] if isinstance(agent, str) else ""
+        state.clock_offset_ms = now - sent
+        state.hellos += 1
+        log.info(
+            "hello from %s", state.name,
+            extra={"event": "hello", "device": state.name, "clock_offset_ms": state.clock_offset_ms,
+                   "agent": state.agent},
+        )
+        return {
+            "type": "hello",
+            "server": self.qm.name,
+            "now_ms": now,
+            "offset_ms": state.clock_offset_ms,
+            "max_body_bytes": self.limits.max_body_bytes,
+            "max_batch": self.limits.max_batch,
+            "server_version": __version__,
+        }
+
+    def put(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Stage one: store the batch locked and invisible, one transaction."""
+        p.expect(body, "put")
+        state, sent, now = self._device(body)
+        queue = p.req_name(body, "queue")
+        wire = p.decode_messages(body, "messages", max_len=self.limits.max_batch)
+        transit = p.transit_ms(sent, now, state.clock_offset_ms)
+        messages = [w.to_message(now, transit) for w in wire]
+        started = time.perf_counter()
+        results: list[dict[str, Any]]
+        try:
+            outcome = self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id()) if messages else []
+            results = [p.result(r.uid, r.status, r.detail if r.status == "refused" else None) for r in outcome]
+        except QueueNotFound as exc:
+            results = [p.result(m.uid, "refused", f"no-queue: {exc}") for m in wire]
+        tally = Counter(r["s"] for r in results)
+        self.metrics.count("received", tally["stored"] + tally["replaced"])
+        self.metrics.count("duplicates", tally["duplicate"])
+        self.metrics.count("expired_on_arrival", tally["expired"])
+        self.metrics.count("refused", tally["refused"])
+        log.info(
+            "put %d message(s) from %s to %s", len(wire), state.name, queue,
+            extra={"event": "put", "device": state.name, "queue": queue, "count": len(wire),
+                   "transit_ms": transit, "results": dict(tally),
+                   "ms": round((time.perf_counter() - started) * 1000, 2)},
+        )
+        return {"type": "put", "now_ms": self.clock(), "queue": queue, "results": results}
+
+    def confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Stage two: make the batch visible, one transaction."""
+        p.expect(body, "confirm")
+        state, _, _ = self._device(body)
+        queue = p.req_name(body, "queue")
+        uids = p.req_uids(body, "uids", max_len=self.limits.max_batch)
+        results: list[dict[str, Any]]
+        try:
+            outcome = self.qm.confirm_put_each(queue, uids) if uids else []
+            results = [p.result(r.uid, r.status) for r in outcome]
+        except QueueNotFound as exc:
+            results = [p.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
+        tally = Counter(r["s"] for r in results)
+        self.metrics.count("confirmed", tally["confirmed"])
+        self.metrics.count("expired_locked", tally["expired"])
+        log.info(
+            "confirm %d message(s) from %s on %s", len(uids), state.name, queue,
+            extra={"event": "confirm", "device": state.name, "queue": queue, "count": len(uids),
+                   "results": dict(tally)},
+        )
+        return {"type": "confirm", "now_ms": self.clock(), "queue": queue, "results": results}
+
+    def pull(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Assured get, for a device's home-server queue: lock up to ``max`` messages."""
+        p.expect(body, "pull")
+        state, _, _ = self._device(body)
+        queue = p.req_name(body, "queue")
+        limit = p.req_int(body, "max", low=1, high=self.limits.max_batch)
+        try:
+            held = device_queue_name(state.name, queue)
+        except ValueError as exc:
+            raise p.ProtocolError("invalid", str(exc)) from exc
+        try:
+            # One puller per device queue: whatever an earlier pull locked and the
+            # device never confirmed (lost response, crash) is offered again.
+            released = self.qm.release_locks(held)
+            got = self.qm.get_many(held, limit, confirm_id=self._new_confirm_id())
+        except QueueNotFound:
+            log.info("pull from %s: no queue %s", state.name, held,
+                     extra={"event": "pull", "device": state.name, "queue": held, "count": 0, "missing": True})
+            return {"type": "pull", "now_ms": self.clock(), "queue": queue, "messages": [], "more": False,
+                    "missing": True}
+        now = self.clock()
+        messages = [p.WireMessage.from_message(m).to_wire() for m in got]
+        self.metrics.count("pulled", len(messages))
+        log.info(
+            "pull %d message(s) by %s from %s", len(messages), state.name, held,
+            extra={"event": "pull", "device": state.name, "queue": held, "count": len(messages),
+                   "released": released},
+        )
+        return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages, "more": len(got) == limit}
+
+    def pull_confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The device stored what it pulled: delete those messages here."""
+        p.expect(body, "pull-confirm")
+        state, _, _ = self._device(body)
+        queue = p.req_name(body, "queue")
+        uids = p.req_uids(body, "uids", max_len=self.limits.max_batch)
+        try:
+            held = device_queue_name(state.name, queue)
+        except ValueError as exc:
+            raise p.ProtocolError("invalid", str(exc)) from exc
+        results: list[dict[str, Any]] = []
+        for uid in uids:  # the core has no batch confirm_get yet: one transaction per uid
+            try:
+                self.qm.confirm_get(held, uid)
+                results.append(p.result(uid, "confirmed"))
+            except MessageExpired:
+                results.append(p.result(uid, "expired"))
+            except (MessageNotFound, QueueNotFound):
+                results.append(p.result(uid, "unknown"))
+        tally = Counter(r["s"] for r in results)
+        self.metrics.count("pull_confirmed", tally["confirmed"])
+        log.info(
+            "pull-confirm %d message(s) by %s on %s", len(uids), state.name, held,
+            extra={"event": "pull-confirm", "device": state.name, "queue": held, "count": len(uids),
+                   "results": dict(tally)},
+        )
+        return {"type": "pull-confirm", "now_ms": self.clock(), "queue": queue, "results": results}

@@ -1,0 +1,58 @@
+"""Structured logs: one JSON object per line, through the standard ``logging`` module.
+
+Sync code logs events as ``log.info("put", extra={"event": "put", "device": ...})``;
+:class:`JsonFormatter` turns every record into a line like
+``{"ts": 1763683200.123, "level": "info", "logger": "edgeq.sync.server",
+"event": "put", "msg": "put", "device": "DEV1", ...}`` that tools can parse.
+
+>>> import logging
+>>> record = logging.LogRecord("edgeq.sync", logging.INFO, __file__, 1, "hi %s", ("x",), None)
+>>> record.event = "hello"; record.device = "DEV1"
+>>> import json; line = json.loads(JsonFormatter().format(record))
+>>> line["event"], line["msg"], line["device"]
+('hello', 'hi x', 'DEV1')
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, TextIO
+
+__all__ = ["JsonFormatter", "setup_json_logging"]
+
+# Attributes every LogRecord has: anything else was passed in ``extra``.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Format a record as one JSON object (its ``extra`` fields included)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": getattr(record, "event", None) or "log",
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in out:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+def setup_json_logging(level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send edgeq's (and uvicorn's) logs to ``stream`` (stderr) as JSON lines."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    for name in ("edgeq", "uvicorn", "uvicorn.error", "apscheduler"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.propagate = False
+        logger.setLevel(level)
+    logging.getLogger("uvicorn.access").disabled = True  # the server logs its own request events
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)

@@ -1,0 +1,443 @@
+"""The sync wire format, version 1: CBOR bodies over HTTP (see ``docs/protocol.md``).
+
+Every request and response body is one CBOR map carrying ``"v"`` (the protocol
+version) and ``"type"``. Messages travel with their typed fields, binary data
+as CBOR byte strings, and their expiry as **remaining milliseconds** that the
+receiver rebases on its own clock; an absolute device time is never trusted.
+
+This module is pure: it encodes and validates, and knows nothing of HTTP
+servers or clients, so both ends (and tests) share it.
+
+>>> from edgeq import Message, MessageUID
+>>> m = Message(b"\\x00\\xff", fields={"n": 3}, uid=MessageUID("DEV1", 5_000), priority=4,
+...             remaining_expiry_ms=60_000)
+>>> wire = WireMessage.from_message(m)
+>>> back = WireMessage.from_wire(decode_body(encode_body({"m": wire.to_wire()}))["m"])
+>>> got = back.to_message(receiver_now_ms=1_000_000)
+>>> got.data, got.fields["n"], int(got.expiry), str(got.uid)
+(b'\\x00\\xff', Int64(3), 1060000, 'DEV1.5000')
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+import cbor2
+
+from edgeq.errors import EdgeqError
+from edgeq.message import Message
+from edgeq.types import FieldValue, ReportOption
+from edgeq.uid import MessageUID
+from edgeq.values import Int32, Int64
+
+__all__ = [
+    "CONTENT_TYPE",
+    "MAX_REMAINING_MS",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "ConfirmStatus",
+    "ErrorCode",
+    "ProtocolError",
+    "PullConfirmStatus",
+    "PutStatus",
+    "WireMessage",
+    "decode_body",
+    "decode_fields",
+    "encode_body",
+    "encode_fields",
+    "error_body",
+    "expect",
+    "opt_int",
+    "req_int",
+    "req_list",
+    "req_name",
+    "req_str",
+    "transit_ms",
+]
+
+PROTOCOL_VERSION: Final = 1
+SUPPORTED_VERSIONS: Final = frozenset({1})
+CONTENT_TYPE: Final = "application/cbor"
+#: Far beyond any useful expiry, and safe to add to an epoch ms.
+MAX_REMAINING_MS: Final = 2**62
+
+PATH_HELLO: Final = "/v1/hello"
+PATH_PUT: Final = "/v1/put"
+PATH_CONFIRM: Final = "/v1/confirm"
+PATH_PULL: Final = "/v1/pull"
+PATH_PULL_CONFIRM: Final = "/v1/pull/confirm"
+
+#: Per-message results of a put (the first stage of a push).
+PutStatus: TypeAlias = Literal["stored", "replaced", "duplicate", "expired", "refused"]
+#: Per-uid results of a confirm (the second stage of a push).
+ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired", "refused"]
+#: Per-uid results of a pull confirm.
+PullConfirmStatus: TypeAlias = Literal["confirmed", "unknown", "expired"]
+
+ErrorCode: TypeAlias = Literal[
+    "malformed",
+    "unsupported-version",
+    "unsupported-media-type",
+    "too-large",
+    "invalid",
+    "hello-required",
+    "unauthorized",
+    "busy",
+    "internal",
+    "not-found",
+    "method-not-allowed",
+]
+
+#: The HTTP status each error code is sent with.
+HTTP_STATUS: Final[Mapping[str, int]] = {
+    "malformed": 400,
+    "unsupported-version": 400,
+    "unsupported-media-type": 415,
+    "too-large": 413,
+    "invalid": 422,
+    "hello-required": 428,
+    "unauthorized": 401,
+    "busy": 503,
+    "internal": 500,
+    "not-found": 404,
+    "method-not-allowed": 405,
+}
+
+
+class ProtocolError(EdgeqError):
+    """A request or response that breaks the protocol; ``code`` is the wire error code."""
+
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code: ErrorCode = code
+        self.detail = detail
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS[self.code]
+
+
+def _invalid(detail: str) -> ProtocolError:
+    return ProtocolError("invalid", detail)
+
+
+# -- bodies ----------------------------------------------------------------------------
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """One CBOR map, stamped with the protocol version (``"v"``)."""
+    return cbor2.dumps({"v": PROTOCOL_VERSION, **body})
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """Decode and check one body: exactly one CBOR map of a supported version.
+
+    Raises :class:`ProtocolError` ``malformed`` (not CBOR, truncated, trailing
+    bytes, not a map) or ``unsupported-version``.
+
+    >>> decode_body(b"\\xa1\\x61v\\x01")
+    {'v': 1}
+    >>> try:
+    ...     decode_body(b"\\xa1\\x61v")
+    ... except ProtocolError as exc:
+    ...     print(exc.code)
+    malformed
+    """
+    stream = io.BytesIO(raw)
+    try:
+        value = cbor2.CBORDecoder(stream).decode()
+    except Exception as exc:  # any decoder failure is the sender's fault: never a 500
+        text = str(exc).split("(expected")[0].strip()
+        raise ProtocolError("malformed", f"body is not valid CBOR ({text} ...)") from exc
+    if stream.tell() != len(raw):
+        raise ProtocolError("malformed", f"{len(raw) - stream.tell()} trailing bytes after the CBOR body")
+    if not isinstance(value, dict):
+        raise ProtocolError("malformed", f"body must be a CBOR map, not {type(value).__name__}")
+    version = value.get("v")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ProtocolError("unsupported-version", f"body has no protocol version 'v' (this end speaks {PROTOCOL_VERSION})")
+    if version not in SUPPORTED_VERSIONS:
+        raise ProtocolError(
+            "unsupported-version",
+            f"protocol version {version} is not supported (this end speaks {sorted(SUPPORTED_VERSIONS)}): "
+            "upgrade the older end",
+        )
+    return value
+
+
+def error_body(code: ErrorCode, detail: str) -> bytes:
+    """The body of an error response."""
+    return encode_body({"type": "error", "code": code, "detail": detail, "supported": sorted(SUPPORTED_VERSIONS)})
+
+
+# -- field checks (raise ProtocolError "invalid") ------------------------------------------
+
+
+def expect(body: Mapping[str, Any], kind: str) -> None:
+    """Check the body's ``type``."""
+    got = body.get("type")
+    if got != kind:
+        raise _invalid(f"expected a {kind!r} body, got type {got!r}")
+
+
+def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**63 - 1) -> int:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(f"{key!r} must be an integer, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise _invalid(f"{key!r} = {value} is out of range {low} .. {high}")
+    return value
+
+
+def opt_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**63 - 1) -> int | None:
+    return None if body.get(key) is None else req_int(body, key, low=low, high=high)
+
+
+def req_str(body: Mapping[str, Any], key: str, *, max_len: int = 1024) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not 0 < len(value) <= max_len:
+        raise _invalid(f"{key!r} must be a non-empty string of at most {max_len} characters")
+    return value
+
+
+def req_name(body: Mapping[str, Any], key: str) -> str:
+    """A queue or queue manager name (1-48 of ``A-Za-z0-9._-``)."""
+    from edgeq.names import check_name
+
+    value = req_str(body, key, max_len=48)
+    try:
+        check_name(value, key)
+    except EdgeqError as exc:
+        raise _invalid(str(exc)) from exc
+    return value
+
+
+def req_list(body: Mapping[str, Any], key: str, *, max_len: int) -> list[Any]:
+    value = body.get(key)
+    if not isinstance(value, list):
+        raise _invalid(f"{key!r} must be an array, not {type(value).__name__}")
+    if len(value) > max_len:
+        raise _invalid(f"{key!r} holds {len(value)} items; at most {max_len} per request")
+    return value
+
+
+def req_uids(body: Mapping[str, Any], key: str, *, max_len: int) -> list[MessageUID]:
+    out: list[MessageUID] = []
+    for item in req_list(body, key, max_len=max_len):
+        out.append(_uid(item))
+    return out
+
+
+def _uid(value: object) -> MessageUID:
+    if not isinstance(value, str):
+        raise _invalid(f"a uid must be a string ORIGIN.STAMP, not {type(value).__name__}")
+    try:
+        return MessageUID.parse(value)
+    except EdgeqError as exc:
+        raise _invalid(str(exc)) from exc
+
+
+# -- typed fields ----------------------------------------------------------------------------
+
+_FIELD_CODES: Final = {"?": bool, "i": Int32, "l": Int64, "s": str, "b": bytes, "f": float}
+
+
+def encode_fields(fields: Mapping[str, FieldValue]) -> dict[str, list[Any]]:
+    """Typed fields as a CBOR-ready map ``{name: [code, value]}`` (as edgeq.codec stores them).
+
+    >>> encode_fields({"n": Int32(5), "on": True, "t": 1.5})
+    {'n': ['i', 5], 'on': ['?', True], 't': ['f', 1.5]}
+    """
+    out: dict[str, list[Any]] = {}
+    for name, value in fields.items():
+        if isinstance(value, bool):
+            out[name] = ["?", value]
+        elif isinstance(value, Int32):
+            out[name] = ["i", int(value)]
+        elif isinstance(value, Int64):
+            out[name] = ["l", int(value)]
+        elif isinstance(value, str):
+            out[name] = ["s", value]
+        elif isinstance(value, bytes):
+            out[name] = ["b", value]
+        else:
+            out[name] = ["f", float(value)]
+    return out
+
+
+def decode_fields(raw: object) -> dict[str, FieldValue]:
+    """Check and decode what :func:`encode_fields` made; raise ``invalid`` on anything else.
+
+    >>> decode_fields({"n": ["i", 5]})
+    {'n': Int32(5)}
+    """
+    if not isinstance(raw, dict):
+        raise _invalid(f"fields must be a map, not {type(raw).__name__}")
+    out: dict[str, FieldValue] = {}
+    for name, item in raw.items():
+        if not isinstance(name, str) or not isinstance(item, list) or len(item) != 2:
+            raise _invalid(f"field {name!r} must be [type code, value]")
+        code, value = item
+        kind = _FIELD_CODES.get(code) if isinstance(code, str) else None
+        if kind is None:
+            raise _invalid(f"field {name!r} has unknown type code {code!r} (use one of {''.join(_FIELD_CODES)})")
+        if kind is float:
+            ok = isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
+        elif kind in (Int32, Int64):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise _invalid(f"field {name!r} of type {code!r} has a {type(value).__name__} value")
+        try:
+            out[name] = float(value) if kind is float else kind(value)
+        except EdgeqError as exc:
+            raise _invalid(f"field {name!r}: {exc}") from exc
+    return out
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+_REPORTS: Final = ("none", "with-data", "with-full-data")
+
+
+def transit_ms(sender_now_ms: int, receiver_now_ms: int, offset_ms: int | None) -> int:
+    """How long a body spent in transit beyond the handshake's latency (never negative).
+
+    ``offset_ms`` is receiver clock minus sender clock as measured at the hello
+    (it includes the hello's one-way latency, which is therefore not counted).
+
+    >>> transit_ms(1_000, 6_200, 200)   # sent at 1000 (= 1200 here), arrived at 6200
+    5000
+    >>> transit_ms(1_000, 900, 0)       # clocks disagree the other way: no credit given
+    0
+    """
+    if offset_ms is None:
+        return 0
+    return max(0, receiver_now_ms - (sender_now_ms + offset_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class WireMessage:
+    """A message as it crosses the wire.
+
+    ``remaining_ms`` is the time left before the message expires on the sender's
+    clock when it was read for sending (None: no expiry). The receiver turns it
+    into an absolute ``Int64`` expiry on *its* clock (:meth:`to_message`).
+    """
+
+    uid: MessageUID
+    data: bytes
+    fields: Mapping[str, FieldValue]
+    priority: int | None
+    remaining_ms: int | None
+    created_ms: int | None
+    correlation_id: bytes | None = None
+    reply_to: str | None = None
+    expiry_report: ReportOption = "none"
+    resend: bool = False
+
+    @classmethod
+    def from_message(cls, message: Message, *, resend: bool = False) -> WireMessage:
+        """The wire form of a message read from a queue (it must have a uid)."""
+        if message.uid is None:
+            raise ValueError("only a message that has been put (and so has a uid) can be transmitted")
+        return cls(
+            message.uid, message.data, message.fields, message.priority, message.remaining_expiry_ms,
+            message.created_ms, message.correlation_id, message.reply_to, message.expiry_report, resend,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"u": str(self.uid), "d": self.data}
+        if self.priority is not None:
+            out["p"] = self.priority
+        if self.created_ms is not None:
+            out["c"] = self.created_ms
+        if self.remaining_ms is not None:
+            out["x"] = self.remaining_ms
+        if self.fields:
+            out["f"] = encode_fields(self.fields)
+        if self.correlation_id is not None:
+            out["ci"] = self.correlation_id
+        if self.reply_to is not None:
+            out["rt"] = self.reply_to
+        if self.expiry_report != "none":
+            out["er"] = self.expiry_report
+        if self.resend:
+            out["r"] = True
+        return out
+
+    @classmethod
+    def from_wire(cls, raw: object) -> WireMessage:
+        """Check one wire message; raise :class:`ProtocolError` ``invalid`` naming the problem."""
+        if not isinstance(raw, dict):
+            raise _invalid(f"a message must be a map, not {type(raw).__name__}")
+        uid = _uid(raw.get("u"))
+        data = raw.get("d")
+        if not isinstance(data, bytes):
+            raise _invalid(f"message {uid}: 'd' (data) must be a byte string, not {type(data).__name__}")
+        priority = opt_int(raw, "p", high=9)
+        created = opt_int(raw, "c", high=2**62)
+        remaining = opt_int(raw, "x", low=1, high=MAX_REMAINING_MS)
+        fields = decode_fields(raw["f"]) if raw.get("f") is not None else {}
+        corr = raw.get("ci")
+        if corr is not None and not isinstance(corr, bytes):
+            raise _invalid(f"message {uid}: 'ci' (correlation id) must be a byte string")
+        reply_to = raw.get("rt")
+        if reply_to is not None and not isinstance(reply_to, str):
+            raise _invalid(f"message {uid}: 'rt' (reply-to queue) must be a string")
+        report = raw.get("er", "none")
+        if report not in _REPORTS:
+            raise _invalid(f"message {uid}: 'er' (expiry report) must be one of {', '.join(_REPORTS)}")
+        resend = raw.get("r", False)
+        if not isinstance(resend, bool):
+            raise _invalid(f"message {uid}: 'r' (resend) must be a boolean")
+        return cls(uid, data, fields, priority, remaining, created, corr, reply_to, report, resend)
+
+    def to_message(self, receiver_now_ms: int, transit: int = 0, *, resend: bool | None = None) -> Message:
+        """The message to put on the receiver: expiry rebased as ``Int64(now + remaining - transit)``.
+
+        A result at or before ``receiver_now_ms`` means the message expired before
+        it arrived: the receiver's put discards it (expiry check point "add").
+        ``resend`` overrides the wire flag (a puller re-puts with resend).
+        """
+        expiry = None if self.remaining_ms is None else Int64(max(1, receiver_now_ms + self.remaining_ms - transit))
+        try:
+            return Message(
+                self.data, fields=dict(self.fields), priority=self.priority, expiry=expiry,
+                correlation_id=self.correlation_id, reply_to=self.reply_to,
+                resend=self.resend if resend is None else resend,
+                expiry_report=self.expiry_report, uid=self.uid, created_ms=self.created_ms,
+            )
+        except EdgeqError as exc:
+            raise _invalid(f"message {self.uid}: {exc}") from exc
+
+
+def decode_messages(body: Mapping[str, Any], key: str, *, max_len: int) -> list[WireMessage]:
+    """The checked messages of a body; a uid given twice is ``invalid``."""
+    out = [WireMessage.from_wire(raw) for raw in req_list(body, key, max_len=max_len)]
+    if len({m.uid for m in out}) != len(out):
+        raise _invalid("a uid appears twice in one request: send each message once")
+    return out
+
+
+def result(uid: MessageUID | str, status: str, detail: str | None = None) -> dict[str, Any]:
+    """One per-message result: ``{"u": uid, "s": status}`` (+ ``"why"``)."""
+    out: dict[str, Any] = {"u": str(uid), "s": status}
+    if detail:
+        out["why"] = detail
+    return out
+
+
+def decode_results(body: Mapping[str, Any], allowed: Sequence[str]) -> list[tuple[str, str, str | None]]:
+    """Check a response's per-message results: ``(uid, status, why)`` triples."""
+    out: list[tuple[str, str, str | None]] = []
+    for item in req_list(body, "results", max_len=2**20):
+        if not isinstance(item, dict) or not isinstance(item.get("u"), str) or item.get("s") not in allowed:
+            raise _invalid(f"bad result {item!r}: expected {{'u': uid, 's': one of {', '.join(allowed)}}}")
+        why = item.get("why")
+        out.append((item["u"], item["s"], why if isinstance(why, str) else None))
+    return out

@@ -1,0 +1,94 @@
+"""The device's HTTP client: CBOR bodies over one keep-alive httpx connection pool."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from edgeq.sync import protocol as p
+
+from edgeq.errors import EdgeqError
+
+__all__ = ["ServerRefused", "SyncError", "Transport", "Unreachable"]
+
+
+class SyncError(EdgeqError):
+    """Talking to the home server failed."""
+
+
+class Unreachable(SyncError):
+    """The server could not be reached, timed out, or failed (5xx): retry later."""
+
+
+class ServerRefused(SyncError):
+    """The server refused the request (4xx) with a protocol error ``code``."""
+
+    def __init__(self, code: str, detail: str, status: int) -> None:
+        super().__init__(f"server refused the request ({status} {code}): {detail}")
+        self.code = code
+        self.detail = detail
+        self.status = status
+
+
+class Transport:
+    """POST CBOR bodies to ``server_url``; decoded response bodies come back.
+
+    ``client`` may be given (tests, custom TLS); otherwise one is made with
+    ``timeout`` seconds and keep-alive, and closed by :meth:`close`. ``auth`` is
+    any ``httpx.Auth`` (the seam for request signing).
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        client: httpx.Client | None = None,
+        timeout: float = 30.0,
+        auth: httpx.Auth | None = None,
+    ) -> None:
+        self.server_url = server_url.rstrip("/")
+        self._own = client is None
+        self.client = client if client is not None else httpx.Client(timeout=timeout)
+        self._auth = auth
+        self._headers = {"content-type": p.CONTENT_TYPE, "accept": p.CONTENT_TYPE}
+
+    def call(self, path: str, body: Mapping[str, Any], expect: str) -> dict[str, Any]:
+        """Send one request; return the response body of type ``expect``.
+
+        Raises :class:`Unreachable` for network failures and 5xx answers (the
+        request may or may not have been applied: the protocol makes a retry
+        safe), :class:`ServerRefused` for 4xx answers.
+        """
+        raw = p.encode_body(body)
+        try:
+            response = self.client.post(
+                self.server_url + path, content=raw, headers=self._headers,
+                auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"cannot reach {self.server_url}: {type(exc).__name__}: {exc}") from exc
+        media = response.headers.get("content-type", "").split(";")[0].strip()
+        decoded: dict[str, Any] | None = None
+        problem = ""
+        if media == p.CONTENT_TYPE:
+            try:
+                decoded = p.decode_body(response.content)
+            except p.ProtocolError as exc:
+                problem = exc.detail
+        else:
+            problem = f"answer is {media or 'untyped'}, not CBOR"
+        if response.status_code >= 400:
+            code = str(decoded.get("code", "")) if decoded else ""
+            detail = str(decoded.get("detail", "")) if decoded else problem or response.text[:200]
+            if response.status_code >= 500 or response.status_code in (408, 429):
+                raise Unreachable(f"{self.server_url} answered {response.status_code} {code}: {detail}")
+            raise ServerRefused(code or "http", detail, response.status_code)
+        if decoded is None or decoded.get("type") != expect:
+            what = problem or f"type {decoded.get('type')!r}" if decoded is not None else problem
+            raise Unreachable(f"{self.server_url} gave a bad {expect} answer: {what}")
+        return decoded
+
+    def close(self) -> None:
+        if self._own:
+            self.client.close()

@@ -1,0 +1,196 @@
+"""Fixtures for the sync tests: a real home server on loopback (uvicorn in a thread),
+real SQLite files, real httpx clients, and ManualClocks on both sides."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.server import create_app
+
+from edgeq import ManualClock, QueueManager
+from tests.conftest import T0, Recorder
+
+__all__ = ["T0", "LiveServer", "Network", "Recorder"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, signalling an event once it listens."""
+
+    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
+        super().__init__(config)
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self._ready.set()
+
+
+class LiveServer:
+    """A home server over ``qm``, served by uvicorn on a loopback port in a thread."""
+
+    def __init__(self, qm: QueueManager, clock: ManualClock | None, **app_options: Any) -> None:
+        self.qm = qm
+        self.app = create_app(qm, clock=clock, **app_options)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off",
+                                access_log=False)
+        self._ready = threading.Event()
+        self.server = _Server(config, self._ready)
+        self._thread = threading.Thread(target=self._run, name="uvicorn-test", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self.server.serve())
+        finally:
+            self._ready.set()  # a failed start must not leave start() waiting
+
+    def start(self) -> LiveServer:
+        self._thread.start()
+        if not self._ready.wait(10) or not self.server.started:
+            raise RuntimeError("uvicorn did not start")
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)
+
+    @property
+    def metrics(self) -> Any:
+        return self.app.state.service.metrics
+
+
+@pytest.fixture
+def server_clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def device_clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def home_qm(tmp_path: Path, server_clock: ManualClock) -> Iterator[QueueManager]:
+    qm = QueueManager(tmp_path / "home.db", name="HOME", clock=server_clock)
+    qm.define_queue("ORDERS")
+    yield qm
+    qm.close()
+
+
+@pytest.fixture
+def device_qm(tmp_path: Path, device_clock: ManualClock) -> Iterator[QueueManager]:
+    qm = QueueManager(tmp_path / "device.db", name="DEV1", clock=device_clock)
+    qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+    yield qm
+    qm.close()
+
+
+@pytest.fixture
+def make_server(server_clock: ManualClock) -> Iterator[Callable[..., LiveServer]]:
+    started: list[LiveServer] = []
+
+    def _make(qm: QueueManager, **options: Any) -> LiveServer:
+        server = LiveServer(qm, server_clock, **options).start()
+        started.append(server)
+        return server
+
+    yield _make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def server(home_qm: QueueManager, make_server: Callable[..., LiveServer]) -> LiveServer:
+    return make_server(home_qm)
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+@pytest.fixture
+def make_agent(device_clock: ManualClock) -> Iterator[Callable[..., SyncAgent]]:
+    agents: list[SyncAgent] = []
+
+    def _make(qm: QueueManager, url: str, **options: Any) -> SyncAgent:
+        options.setdefault("clock", device_clock)
+        agent = SyncAgent(qm, url, **options)
+        agents.append(agent)
+        return agent
+
+    yield _make
+    for agent in agents:
+        agent.close()
+
+
+@pytest.fixture
+def agent(device_qm: QueueManager, server: LiveServer, make_agent: Callable[..., SyncAgent]) -> SyncAgent:
+    return make_agent(device_qm, server.url)
+
+
+class Network(httpx.BaseTransport):
+    """A real HTTP transport with faults a test switches on: a network that is down,
+    responses lost after the server handled the request, or a hook run before a request."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.down = False
+        self.down_for: set[str] = set()  # paths whose requests never arrive
+        self.lose_once: list[str] = []  # paths whose next response is lost
+        self.before: dict[str, Callable[[], None]] = {}  # path -> run once before forwarding
+        self.calls: list[str] = []
+        self.attempted = threading.Event()  # set by every request, even one that fails
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.calls.append(path)
+        self.attempted.set()
+        if self.down or path in self.down_for:
+            raise httpx.ConnectError("network is down", request=request)
+        hook = self.before.pop(path, None)
+        if hook is not None:
+            hook()
+        response = self.inner.handle_request(request)
+        if path in self.lose_once:
+            self.lose_once.remove(path)
+            response.read()
+            response.close()
+            raise httpx.ReadError("response lost", request=request)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    net = Network()
+    yield net
+    net.close()
+
+
+@pytest.fixture
+def flaky_agent(
+    device_qm: QueueManager, server: LiveServer, network: Network, make_agent: Callable[..., SyncAgent]
+) -> Iterator[SyncAgent]:
+    """An agent whose HTTP goes through :class:`Network`."""
+    with httpx.Client(transport=network, timeout=10) as client:
+        yield make_agent(device_qm, server.url, client=client)

@@ -1,0 +1,112 @@
+"""The wire format: binary-safe, typed, versioned, strict about what it accepts."""
+
+from __future__ import annotations
+
+import cbor2
+import pytest
+from edgeq.sync import protocol as p
+
+from edgeq import Int32, Int64, Message, MessageUID
+
+UID = MessageUID("DEV1", 1_763_683_200_000_123)
+
+
+def roundtrip(message: Message, now: int = 5_000_000, transit: int = 0) -> Message:
+    wire = p.WireMessage.from_message(message, resend=True).to_wire()
+    body = p.decode_body(p.encode_body({"type": "put", "messages": [wire]}))
+    return p.decode_messages(body, "messages", max_len=10)[0].to_message(now, transit)
+
+
+def test_every_byte_value_and_every_field_type_survive() -> None:
+    data = bytes(range(256)) * 3
+    fields = {"i": Int32(-5), "l": Int64(2**40), "s": "zürich ✓", "b": b"\x00\xff", "f": 1.25, "t": True}
+    got = roundtrip(Message(data, fields=fields, uid=UID, priority=7, correlation_id=b"\x00c",
+                            reply_to="REPLIES", expiry_report="with-data"))
+    assert got.data == data
+    assert dict(got.fields) == fields
+    assert [type(got.fields[k]) for k in fields] == [Int32, Int64, str, bytes, float, bool]
+    assert (got.uid, got.priority, got.correlation_id, got.reply_to, got.expiry_report, got.resend) == (
+        UID, 7, b"\x00c", "REPLIES", "with-data", True)
+    assert got.created_ms == UID.created_ms
+
+
+def test_expiry_is_rebased_from_remaining_ms_on_the_receivers_clock() -> None:
+    sent = Message(b"x", uid=UID, remaining_expiry_ms=60_000)
+    assert roundtrip(sent, now=1_000_000).expiry == Int64(1_060_000)
+    assert roundtrip(sent, now=1_000_000, transit=10_000).expiry == Int64(1_050_000)
+    assert roundtrip(Message(b"x", uid=UID), now=1_000_000).expiry is None
+
+
+def test_transit_counts_only_delay_beyond_the_handshake_latency() -> None:
+    assert p.transit_ms(sender_now_ms=1_000, receiver_now_ms=1_250, offset_ms=250) == 0
+    assert p.transit_ms(sender_now_ms=1_000, receiver_now_ms=61_250, offset_ms=250) == 60_000
+    assert p.transit_ms(sender_now_ms=1_000, receiver_now_ms=2_000, offset_ms=None) == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"", "malformed"),
+        (cbor2.dumps({"v": 1, "type": "put"})[:-2], "malformed"),
+        (cbor2.dumps({"v": 1}) + b"\x00", "malformed"),
+        (cbor2.dumps([1, 2]), "malformed"),
+        (b"\x81" * 10_000, "malformed"),  # nesting bomb
+        (b"\x9b\xff\xff\xff\xff\xff\xff\xff\xff", "malformed"),  # huge declared length
+        (cbor2.dumps({"type": "put"}), "unsupported-version"),
+        (cbor2.dumps({"v": 99, "type": "put"}), "unsupported-version"),
+    ],
+)
+def test_bad_bodies_are_refused_with_a_code(raw: bytes, code: str) -> None:
+    with pytest.raises(p.ProtocolError) as info:
+        p.decode_body(raw)
+    assert info.value.code == code
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"d": b"x"},
+        {"u": "DEV1.1", "d": "text, not bytes"},
+        {"u": "DEV1.1", "d": b"x", "p": 10},
+        {"u": "DEV1.1", "d": b"x", "x": 0},
+        {"u": "DEV1.1", "d": b"x", "f": {"n": ["q", 1]}},
+        {"u": "DEV1.1", "d": b"x", "f": {"n": ["i", 2**40]}},
+        {"u": "DEV1.1", "d": b"x", "f": {"n": ["s", b"bytes"]}},
+        {"u": "DEV1.1", "d": b"x", "r": "yes"},
+        {"u": "no dot", "d": b"x"},
+        "not a map",
+    ],
+)
+def test_schema_errors_name_the_problem(message: object) -> None:
+    with pytest.raises(p.ProtocolError) as info:
+        wire = p.decode_messages({"messages": [message]}, "messages", max_len=10)
+        wire[0].to_message(1_000)
+    assert info.value.code == "invalid" and info.value.http_status == 422
+
+
+def test_a_uid_twice_in_one_request_is_invalid() -> None:
+    one = {"u": "DEV1.1", "d": b"x"}
+    with pytest.raises(p.ProtocolError, match="twice"):
+        p.decode_messages({"messages": [one, one]}, "messages", max_len=10)
+
+
+def test_too_many_messages_is_invalid() -> None:
+    with pytest.raises(p.ProtocolError, match="at most 2"):
+        p.decode_messages({"messages": [{}, {}, {}]}, "messages", max_len=2)
+
+
+def test_error_bodies_carry_version_code_and_detail() -> None:
+    body = p.decode_body(p.error_body("too-large", "too big"))
+    assert body == {"v": 1, "type": "error", "code": "too-large", "detail": "too big", "supported": [1]}
+
+
+def test_edgeq_and_its_cli_import_no_network_stack() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, edgeq, edgeq.cli, edgeq.sync, edgeq.sync.protocol; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn', 'httpx'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
