@@ -62,11 +62,14 @@ def _need(module: str, extra: str) -> None:
 @click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
 @click.option("--sweep-interval", default=60.0, show_default=True, type=click.FloatRange(0),
               help="Seconds between expiry sweeps (0: none); locked puts expire through these.")
+@click.option("--journal/--no-journal", default=True, show_default=True,
+              help="Keep the journal of accepted, expired and delivered messages (for `edgeq export`).")
 @click.option("--log-level", type=_LEVELS, default="info", show_default=True)
 @click.pass_context
 def serve(
     ctx: click.Context, db: Path | None, name: str | None, host: str, port: int, max_body_bytes: int,
-    max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, log_level: str,
+    max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
+    log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
 
@@ -85,7 +88,7 @@ def serve(
     path, name = _store(ctx, db, name)
     setup_json_logging(log_level.upper())
     qm = QueueManager(path, name=name, durability="full" if durability == "full" else "normal",
-                      remember_confirmed_ms=remember_confirmed_ms)
+                      remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
     try:
         if sweep_interval:
             qm.start_expiry_sweeper(sweep_interval)
@@ -115,11 +118,13 @@ def serve(
 @click.option("--pull/--no-pull", default=True, show_default=True, help="Also fill home-server queues.")
 @click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1), help="HTTP timeout, seconds.")
 @click.option("--progress/--no-progress", default=None, help="Show backlog progress on stderr (default: if a terminal).")
+@click.option("--report-expiries/--no-report-expiries", default=True, show_default=True,
+              help="Journal this device's expiries (stored with the store) and report them to the server.")
 @click.option("--log-level", type=_LEVELS, default="info", show_default=True)
 @click.pass_context
 def sync(
     ctx: click.Context, db: Path | None, name: str | None, server_url: str, interval: float, once: bool,
-    batch_size: int, pull: bool, timeout: float, progress: bool | None, log_level: str,
+    batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool, log_level: str,
 ) -> None:
     """Run the device's sync agent: push remote queues to the home server, pull home-server queues.
 
@@ -135,7 +140,7 @@ def sync(
     path, name = _store(ctx, db, name)
     setup_json_logging(log_level.upper())
     show = sys.stderr.isatty() if progress is None else progress
-    qm = QueueManager(path, name=name)
+    qm = QueueManager(path, name=name, journal="device" if report_expiries else "off")
     agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout)
     if show:
         agent.progress = _show_progress
@@ -146,7 +151,8 @@ def sync(
             pulled = agent.pull_once() if pushed.ok and pull else None
             summary = {
                 "pushed": {k: getattr(pushed, k) for k in ("sent", "transmitted", "duplicates", "expired",
-                                                            "refused", "requeued", "batches", "error")},
+                                                            "refused", "requeued", "batches",
+                                                            "expiries_reported", "error")},
                 "rate": round(pushed.rate, 1),
                 "pulled": None if pulled is None else {
                     k: getattr(pulled, k) for k in ("received", "duplicates", "expired", "refused",

@@ -14,6 +14,7 @@ from edgeq.bindings import BindingInfo, RuleSpec, attach_stored, build_bindings,
 from edgeq.clock import system_clock
 from edgeq.codec import decode_fields, encode_fields
 from edgeq.connection import ConnectionFactory, check_foreign
+from edgeq.devices import DeviceRecord, DeviceTx
 from edgeq.dispatch import Binding, Dispatcher, Pending
 from edgeq.errors import (
     ConfirmIdNotFound,
@@ -120,7 +121,8 @@ class QueueManager:
     by default; None: not at all), so a late duplicate of one is recognised even
     after the message was consumed. ``journal="server"`` keeps an append-only
     history of accepted, expired and delivered messages (``journal="device"``:
-    only expiries, to report to the server); see :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
+    only expiries, to report to the server; ``"off"``: none); the setting is
+    stored, so later opens (``journal=None``) keep it. See :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
     ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
 
     One instance may be shared by threads; several processes may open the same
@@ -138,7 +140,7 @@ class QueueManager:
         rule_retry_limit: int = 5,
         rule_retry_base_ms: int = 1_000,
         remember_confirmed_ms: int | None = 86_400_000,
-        journal: JournalSide | None = None,
+        journal: JournalSide | Literal["off"] | None = None,
     ) -> None:
         if not isinstance(path, (str, Path)):
             raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
@@ -157,9 +159,9 @@ class QueueManager:
             raise InvalidArgument(f"remember_confirmed_ms must be a positive int or None, not {remember_confirmed_ms!r}")
         self._clock: Clock = clock or system_clock
         self._remember_ms = remember_confirmed_ms
-        if journal not in (None, "server", "device"):
-            raise InvalidArgument(f"journal must be None, 'server' or 'device', not {journal!r}")
-        self._journal: JournalSide | None = journal
+        if journal not in (None, "server", "device", "off"):
+            raise InvalidArgument(f"journal must be 'server', 'device', 'off' or None, not {journal!r}")
+        self._journal: JournalSide | None = None
         self._transmitter: Callable[[str], None] | None = None
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
@@ -168,6 +170,7 @@ class QueueManager:
         self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
         try:
             self.name = self._open_store(name)
+            self._journal = self._journal_setting(journal)
             self._rules = Dispatcher(
                 self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms
             )
@@ -211,6 +214,22 @@ class QueueManager:
             )
         return stored
 
+    def _journal_setting(self, journal: str | None) -> JournalSide | None:
+        """The journal mode is a property of the store: given once, kept for every later open."""
+        with self._db.write() as conn:
+            if journal is not None:
+                conn.execute("INSERT OR REPLACE INTO edgeq_meta (key, value) VALUES ('journal', ?)", (journal,))
+                stored = journal
+            else:
+                row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'journal'").fetchone()
+                stored = "off" if row is None else str(row[0])
+        return "server" if stored == "server" else "device" if stored == "device" else None
+
+    @property
+    def journal_mode(self) -> JournalSide | None:
+        """``"server"``, ``"device"`` or None: what this store journals (see :mod:`edgeq.journal`)."""
+        return self._journal
+
     # -- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
@@ -236,6 +255,10 @@ class QueueManager:
 
     def __repr__(self) -> str:
         return f"QueueManager({str(self.path)!r}, name={self.name!r})"
+
+    def now_ms(self) -> int:
+        """The current time by this queue manager's clock (epoch ms): what expiry is judged by."""
+        return self._clock()
 
     @contextmanager
     def _write(self) -> Iterator[Tx]:
@@ -716,8 +739,10 @@ class QueueManager:
         """Put a batch in one transaction, with an outcome per message instead of an error.
 
         Each :class:`~edgeq.results.PutResult` says ``stored``, ``replaced`` (a
-        resend over an unconfirmed copy), ``duplicate`` (already held or, for
-        assured puts, confirmed within ``remember_confirmed_ms``), ``expired``
+        resend over an unconfirmed copy), ``unconfirmed`` (an unconfirmed copy is
+        held and this is not a resend: confirm it, or resend), ``duplicate``
+        (already confirmed: held, consumed, or remembered within
+        ``remember_confirmed_ms``), ``expired``
         (discarded on arrival) or ``refused`` (too large, queue full). This is
         what a receiver of batches (the home server) needs.
 
@@ -758,7 +783,7 @@ class QueueManager:
             if refused is not None and self._rules.wants(queue):
                 self._rules.dispatch([Pending("duplicate", queue, now, message=refused)])
             raise
-        duplicates = [m for m, r in zip(messages, results, strict=True) if r.status == "duplicate"]
+        duplicates = [m for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")]
         if duplicates and self._rules.wants(queue):
             events += [Pending("duplicate", queue, now, message=m) for m in duplicates]
         self._rules.dispatch(events)
@@ -844,6 +869,8 @@ class QueueManager:
             existing = tx.find(q.id, uid.origin, uid.stamp)
             if existing is not None and not (message.resend and existing.state == PUT_LOCKED):
                 error = self._duplicate(q.name, uid, existing, message.resend)
+                if existing.state == PUT_LOCKED:  # held but not confirmed: confirm it, or resend
+                    return PutResult(uid, "unconfirmed", "held, awaiting its confirm", error), None
                 return PutResult(uid, "duplicate", "already held", error), None
             if existing is None and tx.remembered(q.id, uid.origin, uid.stamp):
                 error = DuplicateMessage(
@@ -1044,34 +1071,44 @@ class QueueManager:
         self._touch(queue)
         now = self._clock()
         results: list[ConfirmResult] = []
-        accepted: list[tuple[object, ...]] = []
+        keys = [(uid.origin, uid.stamp) for uid in checked]
         with self._write() as tx:
             q = self._queue(tx, queue)
+            held = tx.find_many(q.id, keys)  # set-based: a few queries per batch, not per uid
+            remembered = tx.remembered_many(q.id, [k for k in keys if k not in held])
             events: list[Pending] = []
-            for uid in checked:
-                row = tx.find(q.id, uid.origin, uid.stamp)
+            ready: list[MessageRow] = []
+            ready_ids: set[int] = set()
+            expired: list[int] = []
+            for uid, key in zip(checked, keys, strict=True):
+                row = held.get(key)
                 if row is None:
-                    known = tx.remembered(q.id, uid.origin, uid.stamp)
-                    results.append(ConfirmResult(uid, "already" if known else "unknown"))
-                elif row.state != PUT_LOCKED:
+                    results.append(ConfirmResult(uid, "already" if key in remembered else "unknown"))
+                elif row.state != PUT_LOCKED or row.id in ready_ids:
                     results.append(ConfirmResult(uid, "already"))  # MQe ignores a second confirm
                 elif _expired(row, now):
-                    events += self._events(queue, "expired", tx.delete(q.id, [row.id]), now, where="add")
+                    if row.id not in expired:
+                        expired.append(row.id)
                     results.append(ConfirmResult(uid, "expired"))
                 else:
-                    tx.make_ready(row.id, tx.stamps(now, 1))
-                    if self._remember_ms is not None:
-                        tx.remember(q.id, uid.origin, uid.stamp, now)
-                    if self._journal == "server":
-                        accepted.append(entry_row(
-                            "accepted", "server", now, queue, str(uid), uid.origin, size=len(row.data),
-                            created_ms=row.created_ms, arrived_ms=row.arrived_ms, confirmed_ms=now,
-                            clock_offset_ms=clock_offset_ms, device=device or uid.origin,
-                        ))
+                    ready.append(row)
+                    ready_ids.add(row.id)
                     results.append(ConfirmResult(uid, "confirmed"))
+            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="add")
+            if ready:
+                tx.make_ready([row.id for row in ready], tx.stamps(now, len(ready)))
             if self._remember_ms is not None:
+                tx.remember(q.id, [(row.origin, row.stamp) for row in ready], now)
                 tx.forget_before(now - self._remember_ms)
-            JournalTx(tx.conn).add(accepted)
+            if self._journal == "server":
+                JournalTx(tx.conn).add(
+                    entry_row(
+                        "accepted", "server", now, queue, f"{row.origin}.{row.stamp}", row.origin,
+                        size=len(row.data), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
+                        confirmed_ms=now, clock_offset_ms=clock_offset_ms, device=device or row.origin,
+                    )
+                    for row in ready
+                )
             self._record(tx, events)
         self._rules.dispatch(events)
         return results
@@ -1098,6 +1135,45 @@ class QueueManager:
         self._rules.dispatch(events)
         if _expired(row, now):
             raise MessageExpired(f"message {uid} expired while locked by an assured get; it has been discarded")
+
+    def confirm_get_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
+        """Complete a batch of assured gets in one transaction, with an outcome per uid:
+        ``confirmed`` (deleted), ``expired`` (it expired while locked: discarded,
+        rules see ``where="get"``) or ``unknown`` (not locked by a get here).
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="HOME")
+        >>> qm.define_queue("Q"); _ = qm.put("Q", Message(b"x"))
+        >>> m = qm.get("Q", confirm_id=3)
+        >>> [r.status for r in qm.confirm_get_each("Q", [m.uid, m.uid])]
+        ['confirmed', 'unknown']
+        >>> qm.close()
+        """
+        if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
+            raise InvalidType("confirm_get_each takes a sequence of uids")
+        checked = [_check_uid(uid) for uid in uids]
+        self._touch(queue)
+        now = self._clock()
+        results: list[ConfirmResult] = []
+        with self._write() as tx:
+            q = self._readable(tx, queue)
+            held = tx.find_many(q.id, [(uid.origin, uid.stamp) for uid in checked])
+            taken: dict[int, MessageRow] = {}
+            for uid in checked:
+                row = held.get((uid.origin, uid.stamp))
+                if row is None or row.state != GET_LOCKED or row.id in taken:
+                    results.append(ConfirmResult(uid, "unknown"))
+                else:
+                    taken[row.id] = row
+                    results.append(ConfirmResult(uid, "expired" if _expired(row, now) else "confirmed"))
+            removed = tx.delete(q.id, list(taken))
+            events = self._events(queue, "expired", [r for r in removed if _expired(r, now)], now, where="get")
+            events += self._events(
+                queue, "removed", [r for r in removed if not _expired(r, now)], now, reason="confirmed"
+            )
+            self._record(tx, events)
+        self._rules.dispatch(events)
+        return results
 
     def undo(self, queue: str, confirm_id: int) -> int:
         """Undo whatever ``confirm_id`` locked: an assured get's messages become visible
@@ -1319,3 +1395,28 @@ class QueueManager:
             before = tx.conn.total_changes
             JournalTx(tx.conn).add(rows)
             return tx.conn.total_changes - before
+
+    # -- devices (a home server's view of them) ------------------------------------------------
+
+    def record_device(
+        self, name: str, *, clock_offset_ms: int | None = None, agent: str | None = None
+    ) -> None:
+        """Note that device ``name`` was heard from now (and, at a hello, its clock
+        offset: device clock minus ours, and its agent string)."""
+        check_name(name, "device name")
+        if clock_offset_ms is not None and (isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int)):
+            raise InvalidType(f"clock_offset_ms must be an int, not {clock_offset_ms!r}")
+        with self._write() as tx:
+            DeviceTx(tx.conn).seen(name, self._clock(), clock_offset_ms, agent)
+
+    def devices(self) -> list[DeviceRecord]:
+        """The devices this queue manager has heard from, by name.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.record_device("DEV1", clock_offset_ms=-12); [(d.name, d.clock_offset_ms) for d in qm.devices()]
+        [('DEV1', -12)]
+        >>> qm.close()
+        """
+        with self._db.read() as conn:
+            return DeviceTx(conn).all()

@@ -11,9 +11,10 @@ from edgeq.uid import MessageUID
 __all__ = ["ConfirmResult", "ConfirmStatus", "PutResult", "PutStatus"]
 
 #: stored: kept (locked if assured); replaced: a resend replaced an unconfirmed
-#: copy; duplicate: already confirmed (held, consumed, or remembered); expired:
+#: copy; unconfirmed: an unconfirmed copy is held and this was not a resend;
+#: duplicate: already confirmed (held, consumed, or remembered); expired:
 #: discarded on arrival; refused: too large, queue full (see ``detail``).
-PutStatus: TypeAlias = Literal["stored", "replaced", "duplicate", "expired", "refused"]
+PutStatus: TypeAlias = Literal["stored", "replaced", "unconfirmed", "duplicate", "expired", "refused"]
 #: confirmed: now visible; already: was confirmed before; unknown: not held
 #: (put it again); expired: it expired while locked and was discarded.
 ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired"]

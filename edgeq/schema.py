@@ -28,6 +28,8 @@ Tables:
     append-only history when ``QueueManager(journal=...)`` is on: ``accepted``
     (confirmed assured puts), ``expired`` (with side and check point) and
     ``delivered`` (gets) entries; see ``edgeq.journal``.
+``devices`` (v5)
+    the devices a home server has heard from: last contact, clock offset.
 ``queue_stats`` / ``stats_applied`` (v2)
     per-queue counters (the ``counters`` rule), deduplicated by event id.
 ``messages``
@@ -190,7 +192,20 @@ def _v4(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
+def _v5(db: Database) -> None:
+    """Devices a home server knows: last contact and clock offset (and, for the
+    security layer, a public key, allowed queues and revocation)."""
+    db.table("devices").create(
+        {
+            "name": str, "added_ms": int, "last_seen_ms": int, "clock_offset_ms": int, "agent": str,
+            "public_key": bytes, "queues": str, "revoked_ms": int,
+        },
+        pk="name",
+        not_null={"added_ms"},
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

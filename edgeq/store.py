@@ -222,6 +222,20 @@ class Tx:
         ).fetchone()
         return None if row is None else MessageRow(*row)
 
+    def find_many(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> dict[tuple[str, int], MessageRow]:
+        """The rows held for these (origin, stamp) uids, keyed by uid: one indexed query per chunk."""
+        out: dict[tuple[str, int], MessageRow] = {}
+        for start in range(0, len(uids), _CHUNK // 2):
+            chunk = uids[start : start + _CHUNK // 2]
+            pairs = ", ".join("(?, ?)" for _ in chunk)
+            for row in self.conn.execute(
+                f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND (origin, stamp) IN (VALUES {pairs})",
+                (queue_id, *(v for uid in chunk for v in uid)),
+            ):
+                found = MessageRow(*row)
+                out[(found.origin, found.stamp)] = found
+        return out
+
     def find_by_confirm_id(self, queue_id: int, confirm_id: int) -> list[MessageRow]:
         rows = self.conn.execute(
             f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND confirm_id = ? ORDER BY id",
@@ -293,10 +307,11 @@ class Tx:
             "UPDATE messages SET state = 2, confirm_id = ? WHERE id = ?", [(confirm_id, i) for i in ids]
         )
 
-    def make_ready(self, msg_id: int, seq: int) -> None:
-        """Confirm a put: the message becomes visible, ordered by confirm time."""
-        self.conn.execute(
-            "UPDATE messages SET state = 0, confirm_id = NULL, seq = ? WHERE id = ?", (seq, msg_id)
+    def make_ready(self, ids: Sequence[int], first_seq: int) -> None:
+        """Confirm puts: the messages become visible, ordered by confirm time (then by ``ids`` order)."""
+        self.conn.executemany(
+            "UPDATE messages SET state = 0, confirm_id = NULL, seq = ? WHERE id = ?",
+            [(first_seq + n, msg_id) for n, msg_id in enumerate(ids)],
         )
 
     def get_locked(self, queue_id: int) -> list[int]:
@@ -305,10 +320,10 @@ class Tx:
 
     # -- remembered confirmed uids -------------------------------------------------------
 
-    def remember(self, queue_id: int, origin: str, stamp: int, now_ms: int) -> None:
-        self.conn.execute(
+    def remember(self, queue_id: int, uids: Sequence[tuple[str, int]], now_ms: int) -> None:
+        self.conn.executemany(
             "INSERT OR REPLACE INTO confirmed_uids (queue_id, origin, stamp, confirmed_ms) VALUES (?, ?, ?, ?)",
-            (queue_id, origin, stamp, now_ms),
+            [(queue_id, origin, stamp, now_ms) for origin, stamp in uids],
         )
 
     def remembered(self, queue_id: int, origin: str, stamp: int) -> bool:
@@ -317,6 +332,22 @@ class Tx:
             (queue_id, origin, stamp),
         ).fetchone()
         return row is not None
+
+    def remembered_many(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which of these uids are remembered as confirmed."""
+        out: set[tuple[str, int]] = set()
+        for start in range(0, len(uids), _CHUNK // 2):
+            chunk = uids[start : start + _CHUNK // 2]
+            pairs = ", ".join("(?, ?)" for _ in chunk)
+            out.update(
+                (origin, stamp)
+                for origin, stamp in self.conn.execute(
+                    "SELECT origin, stamp FROM confirmed_uids WHERE queue_id = ? "
+                    f"AND (origin, stamp) IN (VALUES {pairs})",
+                    (queue_id, *(v for uid in chunk for v in uid)),
+                )
+            )
+        return out
 
     def forget_before(self, cutoff_ms: int) -> None:
         """Drop remembered uids confirmed before ``cutoff_ms`` (an index range delete)."""

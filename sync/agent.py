@@ -46,7 +46,7 @@ __all__ = ["HelloInfo", "Progress", "PullReport", "PushReport", "SyncAgent", "Sy
 
 log = logging.getLogger("edgeq.sync.agent")
 
-_PUT_STATUSES = ("stored", "replaced", "duplicate", "expired", "refused")
+_PUT_STATUSES = ("stored", "replaced", "unconfirmed", "duplicate", "expired", "refused")
 _CONFIRM_STATUSES = ("confirmed", "already", "unknown", "expired", "refused")
 _PULL_CONFIRM_STATUSES = ("confirmed", "unknown", "expired")
 _PER_MESSAGE_OVERHEAD = 96  # bytes of CBOR keys, uid, numbers per message (generous)
@@ -214,6 +214,7 @@ class SyncAgent:
                 if not report.refused and not report.requeued:
                     self._recovering = False
                     self._server_expired.clear()
+                report.expiries_reported = self._report_expiries()
             except SyncError as exc:
                 report.error = str(exc)
             report.seconds = time.monotonic() - started
@@ -227,6 +228,21 @@ class SyncAgent:
                    "error": report.error},
         )
         return report
+
+    def _report_expiries(self) -> int:
+        """Send this device's journaled expiries to the server, then trim them (a
+        device journal is an outbox); returns how many were sent. At-least-once:
+        the server keeps a report received twice once."""
+        if self.qm.journal_mode != "device":
+            return 0
+        sent = 0
+        limit = min(self.batch_size, self._ensure_hello().max_batch)
+        while entries := [e for e in self.qm.journal_since(0, limit) if e.kind == "expired"]:
+            body = {"type": "expiries", "now_ms": self._clock(), "entries": p.encode_expiries(entries)}
+            self._call(p.PATH_EXPIRIES, body, "expiries")
+            self.qm.journal_trim(entries[-1].id)
+            sent += len(entries)
+        return sent
 
     def _push_queue(
         self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None
@@ -320,11 +336,11 @@ class SyncAgent:
         report.sent += len(chunk)
         to_confirm: list[str] = []
         for uid, status, why in results:
-            if status in ("stored", "replaced", "duplicate"):
+            if status in ("stored", "replaced", "unconfirmed", "duplicate"):
                 # A duplicate is confirmed too: confirming is harmless, and it
-                # settles the case of an unconfirmed copy the server already held.
+                # settles an unconfirmed copy the server already held.
                 to_confirm.append(uid)
-                report.duplicates += status == "duplicate"
+                report.duplicates += status in ("unconfirmed", "duplicate")
             elif status == "expired":
                 report.expired += 1
                 self._server_expired.add(MessageUID.parse(uid))
@@ -429,7 +445,7 @@ class SyncAgent:
             ack: list[str] = []
             to_confirm = []
             for result in self.qm.put_each(name, messages, confirm_id=secrets.randbelow(2**63 - 1) + 1):
-                if result.status in ("stored", "replaced"):
+                if result.status in ("stored", "replaced", "unconfirmed"):
                     to_confirm.append(result.uid)
                 elif result.status == "duplicate":
                     report.duplicates += 1

@@ -21,7 +21,7 @@ from edgeq.sync.metrics import DeviceState, Metrics
 
 from edgeq import __version__
 from edgeq.clock import system_clock
-from edgeq.errors import MessageExpired, MessageNotFound, QueueNotFound
+from edgeq.errors import QueueNotFound
 from edgeq.manager import QueueManager
 from edgeq.names import check_name
 from edgeq.types import Clock
@@ -100,6 +100,8 @@ class HomeService:
         state.agent = agent[:200] if isinstance(agent, str) else ""
         state.clock_offset_ms = now - sent
         state.hellos += 1
+        # Stored the journal's way round: the device's clock minus ours.
+        self.qm.record_device(state.name, clock_offset_ms=-state.clock_offset_ms, agent=state.agent)
         log.info(
             "hello from %s", state.name,
             extra={"event": "hello", "device": state.name, "clock_offset_ms": state.clock_offset_ms,
@@ -132,7 +134,7 @@ class HomeService:
             results = [p.result(m.uid, "refused", f"no-queue: {exc}") for m in wire]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("received", tally["stored"] + tally["replaced"])
-        self.metrics.count("duplicates", tally["duplicate"])
+        self.metrics.count("duplicates", tally["duplicate"] + tally["unconfirmed"])
         self.metrics.count("expired_on_arrival", tally["expired"])
         self.metrics.count("refused", tally["refused"])
         log.info(
@@ -151,7 +153,10 @@ class HomeService:
         uids = p.req_uids(body, "uids", max_len=self.limits.max_batch)
         results: list[dict[str, Any]]
         try:
-            outcome = self.qm.confirm_put_each(queue, uids) if uids else []
+            outcome = self.qm.confirm_put_each(
+                queue, uids, device=state.name,
+                clock_offset_ms=None if state.clock_offset_ms is None else -state.clock_offset_ms,
+            ) if uids else []
             results = [p.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:
             results = [p.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
@@ -164,6 +169,25 @@ class HomeService:
                    "results": dict(tally)},
         )
         return {"type": "confirm", "now_ms": self.clock(), "queue": queue, "results": results}
+
+    def expiries(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A device reports the expiries of its own journal; they join ours (side ``device``)."""
+        p.expect(body, "expiries")
+        state, _, _ = self._device(body)
+        entries = p.decode_expiries(body, "entries", max_len=self.limits.max_batch)
+        foreign = [e.uid for e in entries if e.origin != state.name]
+        if foreign:
+            raise p.ProtocolError("invalid", f"{state.name} may only report its own messages' expiries: {foreign[0]}")
+        recorded = 0
+        if self.qm.journal_mode == "server" and entries:
+            offset = None if state.clock_offset_ms is None else -state.clock_offset_ms
+            recorded = self.qm.journal_remote_expiries(state.name, entries, clock_offset_ms=offset or 0)
+        self.metrics.count("device_expiries", recorded)
+        log.info(
+            "%d expiry report(s) from %s", len(entries), state.name,
+            extra={"event": "expiries", "device": state.name, "count": len(entries), "recorded": recorded},
+        )
+        return {"type": "expiries", "now_ms": self.clock(), "recorded": recorded}
 
     def pull(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Assured get, for a device's home-server queue: lock up to ``max`` messages."""
@@ -205,15 +229,11 @@ class HomeService:
             held = device_queue_name(state.name, queue)
         except ValueError as exc:
             raise p.ProtocolError("invalid", str(exc)) from exc
-        results: list[dict[str, Any]] = []
-        for uid in uids:  # the core has no batch confirm_get yet: one transaction per uid
-            try:
-                self.qm.confirm_get(held, uid)
-                results.append(p.result(uid, "confirmed"))
-            except MessageExpired:
-                results.append(p.result(uid, "expired"))
-            except (MessageNotFound, QueueNotFound):
-                results.append(p.result(uid, "unknown"))
+        results: list[dict[str, Any]]
+        try:
+            results = [p.result(r.uid, r.status) for r in self.qm.confirm_get_each(held, uids)] if uids else []
+        except QueueNotFound:
+            results = [p.result(uid, "unknown") for uid in uids]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("pull_confirmed", tally["confirmed"])
         log.info(

@@ -30,6 +30,7 @@ _COUNTERS: dict[str, str] = {
     "messages_refused": "Messages refused by the put stage (queue full, too large, no such queue).",
     "messages_pulled": "Messages sent to devices by pulls (home-server queues).",
     "messages_pull_confirmed": "Pulled messages the devices confirmed (deleted here).",
+    "device_expiries": "Expiries devices reported from their own journals (recorded in the server's journal).",
 }
 _ALIASES = {
     "received": "messages_received",

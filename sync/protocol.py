@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, TypeAlias
 import cbor2
 
 from edgeq.errors import EdgeqError
+from edgeq.journal import JournalEntry
 from edgeq.message import Message
 from edgeq.types import FieldValue, ReportOption
 from edgeq.uid import MessageUID
@@ -69,9 +70,10 @@ PATH_PUT: Final = "/v1/put"
 PATH_CONFIRM: Final = "/v1/confirm"
 PATH_PULL: Final = "/v1/pull"
 PATH_PULL_CONFIRM: Final = "/v1/pull/confirm"
+PATH_EXPIRIES: Final = "/v1/expiries"
 
 #: Per-message results of a put (the first stage of a push).
-PutStatus: TypeAlias = Literal["stored", "replaced", "duplicate", "expired", "refused"]
+PutStatus: TypeAlias = Literal["stored", "replaced", "unconfirmed", "duplicate", "expired", "refused"]
 #: Per-uid results of a confirm (the second stage of a push).
 ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired", "refused"]
 #: Per-uid results of a pull confirm.
@@ -440,4 +442,34 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str]) -> list[tupl
             raise _invalid(f"bad result {item!r}: expected {{'u': uid, 's': one of {', '.join(allowed)}}}")
         why = item.get("why")
         out.append((item["u"], item["s"], why if isinstance(why, str) else None))
+    return out
+
+
+# -- device expiry reports (/v1/expiries) -----------------------------------------------------
+
+
+def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
+    """A device's journaled expiries, for ``/v1/expiries`` (times on the device clock)."""
+    return [
+        {"u": e.uid, "q": e.queue, "t": e.at_ms, "w": e.check_point, "n": e.size, "c": e.created_ms,
+         "a": e.arrived_ms}
+        for e in entries
+    ]
+
+
+def decode_expiries(body: Mapping[str, Any], key: str, *, max_len: int) -> list[JournalEntry]:
+    """Validate and decode the entries of an ``expiries`` request."""
+    out: list[JournalEntry] = []
+    for raw in req_list(body, key, max_len=max_len):
+        if not isinstance(raw, dict):
+            raise _invalid("each expiry entry must be a map")
+        uid = _uid(raw.get("u"))
+        where = raw.get("w")
+        if where not in ("add", "get", "browse", "activate", "delete", "depth", "sweep"):
+            raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {where!r}")
+        out.append(JournalEntry(
+            0, "expired", "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,
+            check_point=where, size=opt_int(raw, "n", high=2**62), created_ms=opt_int(raw, "c", high=2**62),
+            arrived_ms=opt_int(raw, "a", high=2**62),
+        ))
     return out

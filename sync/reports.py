@@ -32,6 +32,7 @@ class PushReport:
     refused: int = 0  #: the server refused them (queue full, too large, no such queue): kept here
     requeued: int = 0  #: the server did not know them at confirm: they will be put again
     batches: int = 0
+    expiries_reported: int = 0  #: this device's journaled expiries sent to the server
     seconds: float = 0.0
     error: str | None = None  #: why the push stopped early (server unreachable, refused request)
     refusals: list[tuple[str, str]] = field(default_factory=list)  #: (uid, why), the first 100

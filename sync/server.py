@@ -5,7 +5,7 @@
 >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
 >>> app = create_app(qm)
 >>> sorted(r.path for r in app.routes)  # doctest: +NORMALIZE_WHITESPACE
-['/healthz', '/metrics', '/v1/confirm', '/v1/hello', '/v1/pull', '/v1/pull/confirm', '/v1/put']
+['/healthz', '/metrics', '/v1/confirm', '/v1/expiries', '/v1/hello', '/v1/pull', '/v1/pull/confirm', '/v1/put']
 >>> qm.close()
 
 Run it with ``edgeq serve --db home.db --name HOME`` (uvicorn), or mount
@@ -166,6 +166,7 @@ def create_app(
         endpoint(p.PATH_CONFIRM, service.confirm),
         endpoint(p.PATH_PULL, service.pull),
         endpoint(p.PATH_PULL_CONFIRM, service.pull_confirm),
+        endpoint(p.PATH_EXPIRIES, service.expiries),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]

@@ -82,3 +82,25 @@ def test_bulk_expiry_is_journaled_without_rules(open_qm: Callable[..., QueueMana
     assert qm.depth("Q") == 0
     entries = qm.journal_since(limit=5_000)
     assert len(entries) == 1_200 and {e.check_point for e in entries} == {"depth"}
+
+
+def test_devices_are_recorded_durably(open_qm: Callable[..., QueueManager], clock: ManualClock) -> None:
+    qm = open_qm(name="HOME")
+    qm.record_device("DEV1", clock_offset_ms=250, agent="edgeq-agent/0.1")
+    clock.advance(1_000)
+    qm.record_device("DEV1")  # a later contact keeps the measured offset
+    qm.close()
+    (dev,) = open_qm(name="HOME").devices()
+    assert (dev.name, dev.added_ms, dev.last_seen_ms, dev.clock_offset_ms, dev.agent) == (
+        "DEV1", T0, T0 + 1_000, 250, "edgeq-agent/0.1"
+    )
+
+
+def test_journal_mode_is_kept_by_the_store(open_qm: Callable[..., QueueManager]) -> None:
+    qm = open_qm(journal="device")
+    assert qm.journal_mode == "device"
+    qm.close()
+    qm = open_qm()
+    assert qm.journal_mode == "device"
+    qm.close()
+    assert open_qm(journal="off").journal_mode is None

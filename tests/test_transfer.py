@@ -40,7 +40,7 @@ def test_resend_replaces_unconfirmed_copy_in_put_each(qm: QueueManager) -> None:
     qm.define_queue("Q")
     assert qm.put_each("Q", [Message(b"v1", uid=UID)], confirm_id=1)[0].status == "stored"
     assert qm.put_each("Q", [Message(b"v2", uid=UID, resend=True)], confirm_id=2)[0].status == "replaced"
-    assert qm.put_each("Q", [Message(b"v3", uid=UID)], confirm_id=3)[0].status == "duplicate"
+    assert qm.put_each("Q", [Message(b"v3", uid=UID)], confirm_id=3)[0].status == "unconfirmed"
     qm.confirm_put("Q", UID)
     got = qm.get("Q")
     assert got is not None and got.data == b"v2"
@@ -172,3 +172,24 @@ def test_a_version_1_store_is_migrated_with_its_messages(tmp_path: Path) -> None
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
+
+
+def test_confirm_get_each_statuses(qm: QueueManager, clock: ManualClock, rule: Recorder) -> None:
+    qm.define_queue("Q", ordering="fifo")
+    qm.add_rule("Q", rule)
+    qm.put("Q", Message(b"short", expiry=Int32(10)))
+    qm.put("Q", Message(b"long"))
+    a, b = qm.get_many("Q", 2, confirm_id=4)
+    clock.advance(10)
+    results = qm.confirm_get_each("Q", [a.uid, b.uid, b.uid, "DEV1.99"])
+    assert [r.status for r in results] == ["expired", "confirmed", "unknown", "unknown"]
+    assert rule.expired() == [(b"short", "get")] and rule.removed() == [(b"long", "confirmed")]
+    assert qm.depth("Q") == 0
+
+
+def test_confirm_put_each_batch_keeps_order_and_handles_repeats(qm: QueueManager) -> None:
+    qm.define_queue("Q", ordering="fifo")
+    uids = [qm.put("Q", Message(b"%d" % i), confirm_id=1) for i in range(3)]
+    results = qm.confirm_put_each("Q", [uids[2], uids[0], uids[2], uids[1]])
+    assert [r.status for r in results] == ["confirmed", "confirmed", "already", "confirmed"]
+    assert [m.data for m in qm.browse("Q")] == [b"2", b"0", b"1"]  # confirm order

@@ -6,9 +6,10 @@ import json
 import os
 from typing import Any
 
-from edgeq.errors import InvalidArgument
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
+
+from edgeq.errors import InvalidArgument
 
 __all__ = ["AuditTrailRule"]
 

@@ -1,0 +1,34 @@
+"""The benchmark cases, in the order a full run measures them.
+
+Each module has a runner side, ``run(ctx) -> list[Result]``, which starts
+children, and child-side ``child_*`` functions (see :mod:`benchmarks.child`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from benchmarks.results import Result
+from benchmarks.runner import Context
+
+__all__ = ["CASES", "runner_of"]
+
+#: case name -> module; ``--only`` takes these names.
+CASES: dict[str, str] = {
+    "import": "benchmarks.cases.import_time",
+    "put_single": "benchmarks.cases.put_single",
+    "put_batch": "benchmarks.cases.put_batch",
+    "get_confirm": "benchmarks.cases.get_confirm",
+    "drain": "benchmarks.cases.drain",
+    "depth": "benchmarks.cases.depth",
+    "expiry": "benchmarks.cases.expiry",
+    "memory": "benchmarks.cases.memory",
+    "sync": "benchmarks.cases.sync",
+}
+
+
+def runner_of(case: str) -> Callable[[Context], list[Result]]:
+    """The ``run`` function of a case."""
+    run: Callable[[Context], list[Result]] = importlib.import_module(CASES[case]).run
+    return run

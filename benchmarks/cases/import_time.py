@@ -1,0 +1,69 @@
+"""``import`` time of each library in a fresh interpreter.
+
+Two measures, medians over several fresh interpreters: the wall time of
+``python -c "import M"`` minus that of ``python -c "pass"`` (what a CLI or a
+service start pays), and ``-X importtime``'s cumulative figure for ``M``
+(the import alone, without interpreter start-up noise).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+
+from benchmarks.peers import LIBRARIES, installed
+from benchmarks.results import Result
+from benchmarks.runner import Context, child_env
+
+__all__ = ["LIBS", "importtime_us", "run"]
+
+LIBS = ["edgeq", "pq-ack", "litequeue", "raw-sqlite"]
+
+
+def _wall(python: str, code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([python, "-c", code], check=True, env=child_env(), capture_output=True)
+    return time.perf_counter() - start
+
+
+def importtime_us(stderr: str, module: str) -> float:
+    """The cumulative microseconds ``-X importtime`` reports for ``module``.
+
+    >>> importtime_us("import time:       5 |         42 | edgeq\\n", "edgeq")
+    42.0
+    """
+    for line in stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2].strip() == module:
+            return float(parts[1].strip())
+    return 0.0
+
+
+def run(ctx: Context) -> list[Result]:
+    """Interleave bare and importing interpreters, ``import_repeats`` times each."""
+    out: list[Result] = []
+    repeats = max(1, ctx.settings.import_repeats)
+    for lib in [lib for lib in LIBS if lib in ctx.libs]:
+        module = LIBRARIES[lib][2]
+        if not installed(lib):
+            out.append(Result("import", lib, "not installed"))
+            continue
+        ctx.log(f"  import {module}")
+        _wall(ctx.python, "pass")  # warm the OS file cache once
+        bare, loaded, cumulative = [], [], []
+        for _ in range(repeats):
+            bare.append(_wall(ctx.python, "pass"))
+            loaded.append(_wall(ctx.python, f"import {module}"))
+            proc = subprocess.run(
+                [ctx.python, "-X", "importtime", "-c", f"import {module}"],
+                check=True, env=child_env(), capture_output=True, text=True,
+            )
+            cumulative.append(importtime_us(proc.stderr, module))
+        metrics = {
+            "import_ms": statistics.median(cumulative) / 1e3,
+            "wall_delta_ms": (statistics.median(loaded) - statistics.median(bare)) * 1e3,
+            "bare_interpreter_ms": statistics.median(bare) * 1e3,
+        }
+        out.append(Result("import", lib, "ok", metrics=metrics, info={"module": module}))
+    return out

@@ -1,0 +1,47 @@
+"""Entry point of every child process: ``python -m benchmarks.child '<json spec>'``.
+
+The spec names an ``action``; the child runs it and prints one line,
+:data:`benchmarks.runner.RESULT_MARKER` followed by JSON. Only the module of
+that action (and the one library it drives) is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+from benchmarks.peers.base import Unsupported
+
+RESULT_MARKER = "BENCH-RESULT "
+
+#: action -> "module:function"
+ACTIONS = {
+    "fill": "benchmarks.cases.fill:child_fill",
+    "put_single": "benchmarks.cases.put_single:child_put_single",
+    "put_batch": "benchmarks.cases.put_batch:child_put_batch",
+    "get_confirm": "benchmarks.cases.get_confirm:child_get_confirm",
+    "depth": "benchmarks.cases.depth:child_depth",
+    "expiry": "benchmarks.cases.expiry:child_expiry",
+    "memory": "benchmarks.cases.memory:child_memory",
+    "drain_consumer": "benchmarks.cases.drain:child_consumer",
+    "count": "benchmarks.cases.drain:child_count",
+}
+
+
+def main(argv: list[str]) -> int:
+    """Run the action described by ``argv[1]`` and print its result line."""
+    spec: dict[str, Any] = json.loads(argv[1])
+    module_name, func_name = ACTIONS[spec["action"]].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        out: dict[str, Any] = func(spec)
+    except Unsupported as exc:
+        out = {"status": "n/a", "note": str(exc)}
+    print(RESULT_MARKER + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

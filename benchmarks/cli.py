@@ -1,0 +1,154 @@
+"""``python -m benchmarks``: run the cases, print the table, write the JSON.
+
+Examples::
+
+    python -m benchmarks                      # the full run (1M backlogs: 10-20 minutes)
+    python -m benchmarks --smoke              # tiny sizes, well under 30 s
+    python -m benchmarks --only get_confirm --sizes 1k,100k
+    python -m benchmarks --only put_single --libs edgeq,raw-sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.cases import CASES, runner_of
+from benchmarks.config import FULL, SMOKE, Settings
+from benchmarks.machine import describe_machine, fsync_probe
+from benchmarks.peers import LIBRARIES
+from benchmarks.report import render
+from benchmarks.results import Result
+from benchmarks.runner import ROOT, Context
+from benchmarks.targets import evaluate
+
+__all__ = ["main", "parse_sizes"]
+
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "latest.json"
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"1k,40k,1M"`` -> ``(1000, 40000, 1000000)``.
+
+    >>> parse_sizes("1k, 100k,1M,250")
+    (1000, 100000, 1000000, 250)
+    """
+    scale = {"k": 1_000, "m": 1_000_000}
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower().replace("_", "")
+        if not part:
+            continue
+        factor = scale.get(part[-1], 1)
+        number = part[:-1] if part[-1] in scale else part
+        value = int(float(number) * factor)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"sizes must be positive, not {part!r}")
+        out.append(value)
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one size")
+    return tuple(out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (backlog 1k max), < 30 s")
+    p.add_argument("--only", action="append", choices=sorted(CASES), metavar="CASE",
+                   help=f"run only this case (repeatable): {', '.join(CASES)}")
+    p.add_argument("--sizes", type=parse_sizes,
+                   help="backlog sizes, e.g. 1k,40k,100k,1M (the largest also sizes depth and memory)")
+    p.add_argument("--libs", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+                   help=f"libraries to measure (default all): {', '.join(LIBRARIES)}")
+    p.add_argument("--ops", type=int, help="operations per timed loop (puts, get+confirms)")
+    p.add_argument("--expiry", type=parse_sizes, help="expired messages to discard, e.g. 1M")
+    p.add_argument("--budget", type=float, help="seconds a timed loop may run before stopping early")
+    p.add_argument("--rounds", type=int, help="rounds per case, median reported (default 3; smoke 1)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report (default %(default)s)")
+    p.add_argument("--markdown", type=Path, help="also write the table here (default: next to --out, .md)")
+    p.add_argument("--workdir", type=Path, help="scratch directory for the queues (default under results/)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory afterwards")
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The preset chosen by ``--smoke``, with the command-line overrides applied."""
+    s = SMOKE if args.smoke else FULL
+    if args.sizes:
+        s = s.replace(sizes=args.sizes)
+        if s.target_backlog not in args.sizes:
+            s = s.replace(target_backlog=args.sizes[0] if len(args.sizes) == 1 else sorted(args.sizes)[1])
+    if args.ops:
+        s = s.replace(put_ops=args.ops, get_ops=args.ops)
+    if args.expiry:
+        s = s.replace(expiry_messages=args.expiry[0])
+    if args.budget:
+        s = s.replace(budget_s=args.budget)
+    if args.rounds:
+        s = s.replace(rounds=max(1, args.rounds))
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the selected cases; return 0 (the verdicts are in the report, not the exit code)."""
+    args = _parser().parse_args(argv)
+    settings = settings_from(args)
+    libs = args.libs or list(LIBRARIES)
+    unknown = [lib for lib in libs if lib not in LIBRARIES]
+    if unknown:
+        _parser().error(f"unknown libraries {unknown}; choose from {', '.join(LIBRARIES)}")
+    cases = args.only or list(CASES)
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    workdir: Path = args.workdir or out.parent / f"work-{int(time.time())}"
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    ctx = Context(settings=settings, libs=libs, workdir=workdir, log=log)
+    started = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    t0 = time.perf_counter()
+    results: list[Result] = []
+    try:
+        fsync_before = fsync_probe(workdir)
+        for case in cases:
+            log(f"case {case}")
+            results += runner_of(case)(ctx)
+        machine = describe_machine(workdir)
+        fsync_after = fsync_probe(workdir)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    targets = evaluate(results, settings)
+    meta = {
+        "mode": "smoke" if settings.smoke else "full",
+        "started": started,
+        "duration_s": round(time.perf_counter() - t0, 1),
+        "command": "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "python_executable": sys.executable,
+        "machine": machine["summary"],
+        "machine_detail": machine,
+        "fsync_before": fsync_before,
+        "fsync_after": fsync_after,
+        "cases": cases,
+        "libs": libs,
+    }
+    report = {
+        "meta": meta,
+        "settings": settings.to_json(),
+        "results": [r.to_json() for r in results],
+        "targets": [t.to_json() for t in targets],
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    text = render(results, targets, meta)
+    markdown: Path = args.markdown or out.with_suffix(".md")
+    markdown.write_text(text, encoding="utf-8")
+    print(text)
+    log(f"done in {meta['duration_s']} s: {out} and {markdown}")
+    return 0

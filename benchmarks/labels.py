@@ -1,0 +1,68 @@
+"""Human names for libraries, cases and sizes (no library is imported here)."""
+
+from __future__ import annotations
+
+__all__ = ["LIB_LABELS", "case_title", "human", "lib_label"]
+
+LIB_LABELS = {
+    "edgeq": "edgeq",
+    "pq-ack": "persist-queue SQLiteAckQueue",
+    "pq-queue": "persist-queue SQLiteQueue",
+    "litequeue": "litequeue",
+    "raw-sqlite": "raw sqlite3",
+}
+
+_RAW_BY_CASE = {
+    "put_single": "raw sqlite3 (1 row/txn)",
+    "put_batch": "raw sqlite3 (1 txn)",
+    "get_confirm": "raw sqlite3 (lock txn + delete txn)",
+    "drain": "raw sqlite3 (lock txn + delete txn)",
+    "depth": "raw sqlite3 count(*)",
+    "expiry": "raw sqlite3 (1 DELETE)",
+}
+
+_PQ_QUEUE_BY_CASE = {
+    "drain": "persist-queue SQLiteQueue (get deletes, no confirm)",
+    "memory": "persist-queue SQLiteQueue (get deletes, no confirm)",
+}
+
+
+def lib_label(lib: str, case: str) -> str:
+    """The label of ``lib`` in the row of ``case``."""
+    if lib == "raw-sqlite" and case in _RAW_BY_CASE:
+        return _RAW_BY_CASE[case]
+    if lib == "pq-queue" and case in _PQ_QUEUE_BY_CASE:
+        return _PQ_QUEUE_BY_CASE[case]
+    return LIB_LABELS.get(lib, lib)
+
+
+def human(n: int | float | None) -> str:
+    """A compact count: 1k, 40k, 1M, 1.002M.
+
+    >>> human(1_000), human(40_000), human(1_000_000), human(1_002_000), human(200)
+    ('1k', '40k', '1M', '1.002M', '200')
+    """
+    if n is None:
+        return ""
+    n = int(n)
+    for unit, scale in (("M", 1_000_000), ("k", 1_000)):
+        if n >= scale:
+            return f"{n / scale:g}{unit}"
+    return str(n)
+
+
+def case_title(case: str, size: int | None, extra: dict[str, float] | None = None) -> str:
+    """The title of a case row."""
+    extra = extra or {}
+    titles = {
+        "import": "import time (fresh interpreter)",
+        "put_single": "single durable put",
+        "put_batch": f"batch put ({human(extra.get('batch_size'))} msgs/txn)",
+        "get_confirm": f"get+confirm @ {human(size)} backlog",
+        "drain": f"drain: {int(extra.get('per_consumer', 4))} processes, {human(size)} msgs",
+        "depth": f"depth inquiry @ {human(size)}",
+        "expiry": f"discard {human(size)} expired",
+        "memory": f"peak RSS holding {human(size)}",
+        "sync": "sync (MQTT / store-and-forward)",
+    }
+    return titles.get(case, case)

@@ -1,0 +1,174 @@
+"""The analytics pipeline's throughput: synthetic home-server journals of 1M and 10M rows.
+
+    python -m benchmarks.pipeline_bench                      # 1M and 10M rows on local[2]
+    python -m benchmarks.pipeline_bench --rows 1M --master 'local[*]'
+    python -m benchmarks.pipeline_bench --generate-only --rows 100M --dir /data/journal
+    spark-submit --master spark://host:7077 sync/pipeline/job.py --journal /data/journal --out /data/reports
+
+The generator writes Parquet directly in ``edgeq export``'s layout
+(``date=YYYY-MM-DD/part-FIRST-LAST.parquet``, the journal's columns), so the job
+reads it exactly as it reads a real export. The journal it makes looks like a
+busy home server's: devices with clock offsets push messages to a few queues
+(an ``accepted`` entry each, latencies of tens of ms to minutes), most are
+delivered, some expire on the server, some on the device before they were
+sent, and a few on both sides. Needs the ``pipeline`` extra (pyarrow, pyspark)
+and Java 17+. Rows/s is journal rows divided by the job's wall time (reading
+the journal and writing every report; Spark's start-up is reported apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
+
+from edgeq.journal import JOURNAL_COLUMNS
+
+__all__ = ["generate", "main"]
+
+START_MS = 1_763_683_200_000  # 2025-11-21T00:00:00Z
+QUEUES = ("ORDERS", "TELEMETRY", "ALERTS", "AUDIT")
+CHECK_POINTS = ("get", "sweep", "activate", "depth", "browse")
+
+
+def _size(text: str) -> int:
+    units = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+    text = text.strip().lower()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+class _Chunk:
+    """One part file's worth of rows, as columns, and which rows fall on which day."""
+
+    def __init__(self, next_id: int) -> None:
+        self.next_id = next_id
+        self.cols: dict[str, list[Any]] = {c: [] for c in JOURNAL_COLUMNS}
+        self.by_day: dict[int, list[int]] = {}
+
+    def add(self, kind: str, side: str, at: int, queue: str, uid: str, origin: str, cp: str | None,
+            size: int | None, created: int | None, arrived: int | None, confirmed: int | None,
+            offset: int | None, device: str | None) -> None:
+        index = len(self.cols["id"])
+        values = (self.next_id, kind, side, at, queue, uid, origin, cp, size, created, arrived, confirmed, offset, device)
+        for name, value in zip(JOURNAL_COLUMNS, values, strict=True):
+            self.cols[name].append(value)
+        self.by_day.setdefault(at // 86_400_000, []).append(index)
+        self.next_id += 1
+
+
+def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: int = 7,
+             file_rows: int = 1_000_000) -> int:
+    """Write about ``rows`` journal rows under ``out``; return how many were written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(seed)
+    schema = arrow_schema()
+    offsets = [rng.randint(-5_000, 5_000) for _ in range(devices)]
+    names = [f"DEV{d:05d}" for d in range(devices)]
+    span_ms = days * 86_400_000
+    next_id, written = 1, 0
+    step = span_ms / max(1, rows / 1.75)  # ~1.75 journal rows per message
+    now = float(START_MS)
+    stamps = [0] * devices
+    while written < rows:
+        chunk = _Chunk(next_id)
+        cols, add = chunk.cols, chunk.add
+        while len(cols["id"]) < min(file_rows, rows - written):
+            now += rng.expovariate(1 / step)
+            d = rng.randrange(devices)
+            queue = QUEUES[min(3, int(rng.expovariate(1.2)))]
+            created_server = int(now)
+            created = created_server + offsets[d]
+            stamps[d] = max(stamps[d] + 1, created * 1000)
+            uid = f"{names[d]}.{stamps[d]}"
+            size = rng.randint(20, 2_000)
+            roll = rng.random()
+            if roll < 0.03:  # expired on the device before it was sent
+                add("expired", "device", created_server + 60_000, queue, uid, names[d], rng.choice(CHECK_POINTS),
+                    size, created, None, None, offsets[d], names[d])
+                continue
+            arrived = created_server + int(rng.lognormvariate(5, 1.5))
+            if roll < 0.035:  # stage one reached the server, then both sides expired it
+                add("expired", "server", arrived + 30_000, queue, uid, names[d], "sweep", size, created, arrived,
+                    None, None, None)
+                add("expired", "device", arrived + 31_000, queue, uid, names[d], "sweep", size, created, None,
+                    None, offsets[d], names[d])
+                continue
+            confirmed = arrived + rng.randint(1, 400)
+            add("accepted", "server", confirmed, queue, uid, names[d], None, size, created, arrived, confirmed,
+                offsets[d], names[d])
+            if roll < 0.80:
+                add("delivered", "server", confirmed + int(rng.expovariate(1 / 20_000)), queue, uid, names[d],
+                    None, size, created, arrived, None, None, None)
+            elif roll < 0.86:
+                add("expired", "server", confirmed + 300_000, queue, uid, names[d], rng.choice(CHECK_POINTS),
+                    size, created, arrived, None, None, None)
+        next_id = chunk.next_id
+        first_id = cols["id"][0]
+        last_id = cols["id"][-1]
+        for day, indexes in chunk.by_day.items():
+            folder = out / f"date={time.strftime('%Y-%m-%d', time.gmtime(day * 86_400))}"
+            folder.mkdir(parents=True, exist_ok=True)
+            table = pa.Table.from_pydict({c: [cols[c][i] for i in indexes] for c in JOURNAL_COLUMNS}, schema=schema)
+            pq.write_table(table, folder / part_name(first_id, last_id), compression="zstd")
+        written += len(cols["id"])
+    (out / MANIFEST).write_text(json.dumps({"format": 1, "server": "BENCH", "watermark": next_id - 1,
+                                            "rows": written, "synthetic": True}) + "\n")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks.pipeline_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", default="1M,10M", help="comma-separated sizes, e.g. 1M,10M (default)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--dir", type=Path, default=None, help="where to generate (default: a temporary directory)")
+    parser.add_argument("--generate-only", action="store_true", help="only write the synthetic journal")
+    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory for local masters (default 4g)")
+    args = parser.parse_args(argv)
+    from edgeq.sync.pipeline.job import run_pipeline, spark_session
+
+    root = args.dir or Path(tempfile.mkdtemp(prefix="edgeq-pipeline-bench-"))
+    results = []
+    spark = None
+    try:
+        for size in [_size(s) for s in args.rows.split(",")]:
+            journal = root / f"journal-{size}"
+            if not journal.exists():
+                t0 = time.perf_counter()
+                n = generate(journal, size)
+                print(f"generated {n:,} rows in {time.perf_counter() - t0:.1f} s -> {journal}", file=sys.stderr)
+            if args.generate_only:
+                continue
+            if spark is None:
+                t0 = time.perf_counter()
+                conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
+                spark = spark_session(args.master, conf={**conf, "spark.ui.showConsoleProgress": "false"})
+                print(f"Spark started in {time.perf_counter() - t0:.1f} s ({args.master})", file=sys.stderr)
+            result = run_pipeline(spark, journal, root / f"reports-{size}",
+                                  progress=lambda text: print(text, file=sys.stderr))
+            rate = result.journal_rows / result.total_seconds
+            results.append({"rows": result.journal_rows, "seconds": round(result.total_seconds, 1),
+                            "rows_per_s": round(rate), "steps": {k: round(v, 1) for k, v in result.seconds.items()}})
+            print(f"{result.journal_rows:>12,} rows  {result.total_seconds:8.1f} s  {rate:>12,.0f} rows/s")
+    finally:
+        if spark is not None:
+            spark.stop()
+        if args.dir is None and not args.generate_only:
+            shutil.rmtree(root, ignore_errors=True)
+    machine = f"{platform.machine()}, {platform.python_version()}, master {args.master}"
+    print(json.dumps({"machine": machine, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Rendering one run's results: the comparison table, the targets, the durability check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.labels import case_title, lib_label
+from benchmarks.results import Result
+from benchmarks.targets import Target
+
+__all__ = ["Headline", "advantage", "render"]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The figure a case is compared on."""
+
+    metric: str
+    unit: str
+    higher_is_better: bool
+    detail: Callable[[dict[str, float]], str]
+
+
+def _lat(m: dict[str, float]) -> str:
+    text = f"p50 {m.get('p50_us', 0):,.0f} µs, p99 {m.get('p99_us', 0):,.0f} µs, n={m.get('ops', 0):,.0f}"
+    return text + (" (time budget hit)" if m.get("budget_hit") else "")
+
+
+#: Per case: the metric (see ``benchmarks.results.HEADLINE_METRIC``), its unit, how to detail a row.
+HEADLINES: dict[str, Headline] = {
+    "import": Headline("import_ms", "ms", False,
+                       lambda m: f"-X importtime; wall +{m.get('wall_delta_ms', 0):.0f} ms over bare python"),
+    "put_single": Headline("ops_per_s", "msg/s", True, _lat),
+    "put_batch": Headline("msgs_per_s", "msg/s", True,
+                          lambda m: f"median of {m.get('batches', 0):.0f} batches"),
+    "get_confirm": Headline("ops_per_s", "ops/s", True, _lat),
+    "drain": Headline("msgs_per_s", "msg/s", True,
+                      lambda m: (f"**{m.get('duplicates', 0):.0f} dup, {m.get('losses', 0):.0f} lost**, "
+                                 f"{m.get('left_on_queue', 0):.0f} left, {m.get('errors', 0):.0f} errors")),
+    "depth": Headline("median_ms", "ms", False,
+                      lambda m: f"first call {m.get('first_ms', 0):.2f} ms; open {m.get('open_s', 0):.2f} s"),
+    "expiry": Headline("seconds", "s", False, lambda m: f"{m.get('discarded', 0):,.0f} discarded"),
+    "memory": Headline("peak_rss_mb", "MB", False,
+                       lambda m: f"{m.get('baseline_rss_mb', 0):.1f} MB before opening the queue"),
+}
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit in ("msg/s", "ops/s"):
+        return f"{value:,.0f} {unit}"
+    if value < 1:
+        return f"{value:.3f} {unit}"
+    return f"{value:,.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
+
+
+def advantage(edgeq: float, peer: float, higher_is_better: bool) -> float | None:
+    """How many times better edgeq is than a peer (> 1: edgeq better).
+
+    >>> advantage(200.0, 100.0, True), advantage(1.0, 4.0, False)
+    (2.0, 4.0)
+    """
+    if edgeq <= 0 or peer <= 0:
+        return None
+    return edgeq / peer if higher_is_better else peer / edgeq
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def _results_table(results: list[Result]) -> list[str]:
+    lines = [_row(["case", "library", "result", "edgeq advantage", "detail"]),
+             _row(["---", "---", "---:", "---:", "---"])]
+    groups: dict[tuple[str, int | None], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.case, r.size), []).append(r)
+    small_memory: dict[str, float] = {}
+    for (case, size), rows in groups.items():
+        head = HEADLINES.get(case)
+        base = next((r for r in rows if r.lib == "edgeq" and r.status == "ok"), None)
+        extra = next((r.metrics for r in rows if r.status == "ok"), {})
+        title = case_title(case, size, extra)
+        for i, r in enumerate(rows):
+            label = lib_label(r.lib, case)
+            first = title if i == 0 else ""
+            if r.status != "ok" or head is None:
+                note = r.note.strip().splitlines()[-1] if r.note.strip() else ""
+                lines.append(_row([first, label, r.status, "", note[:200]]))
+                continue
+            value = r.metrics.get(head.metric, 0.0)
+            if r.lib == "edgeq":
+                ratio = "—"
+            elif base is not None:
+                adv = advantage(base.metrics.get(head.metric, 0.0), value, head.higher_is_better)
+                ratio = f"{adv:.2f}x" if adv is not None else ""
+            else:
+                ratio = ""
+            detail = head.detail(r.metrics)
+            if len(r.info.get("rounds", [])) > 1:
+                spread = ", ".join(_fmt(v, head.unit).split()[0] for v in r.info["rounds"])
+                detail += f"; rounds: {spread}"
+            if case == "memory":
+                if r.lib not in small_memory:
+                    small_memory[r.lib] = value
+                else:
+                    detail += f"; {value - small_memory[r.lib]:+.1f} MB vs the smaller queue"
+            if r.note:
+                detail += f"; {r.note}"
+            lines.append(_row([first, label, _fmt(value, head.unit), ratio, detail]))
+    return lines
+
+
+def _targets_table(targets: list[Target]) -> list[str]:
+    lines = [_row(["target", "goal", "measured", "verdict"]), _row(["---", "---", "---", "---"])]
+    for t in targets:
+        verdict = {"PASS": "**PASS**", "FAIL": "**FAIL**"}.get(t.status, t.status)
+        lines.append(_row([t.name, t.goal, t.measured, verdict]))
+    return lines
+
+
+def _durability_table(results: list[Result]) -> list[str]:
+    seen: dict[str, tuple[str, str, str]] = {}
+    for r in results:
+        pragmas = r.info.get("pragmas")
+        if pragmas and r.lib not in seen:
+            seen[r.lib] = (r.info.get("version", ""), pragmas.get("journal_mode", ""), pragmas.get("synchronous", ""))
+    lines = [_row(["library", "version", "journal_mode", "synchronous"]), _row(["---", "---", "---", "---"])]
+    for lib, (version, journal, sync) in seen.items():
+        lines.append(_row([lib_label(lib, ""), version, journal, sync]))
+    return lines
+
+
+def _probe(p: dict[str, float] | None) -> str:
+    if not p:
+        return "not measured"
+    return f"p50 {p['p50_us']:,.0f} µs, p90 {p['p90_us']:,.0f} µs, p99 {p['p99_us']:,.0f} µs"
+
+
+def render(results: list[Result], targets: list[Target], meta: dict[str, Any]) -> str:
+    """The whole report as Markdown (readable as plain text too)."""
+    lines = [
+        f"edgeq benchmarks — {meta.get('mode', '')} run, {meta.get('started', '')}",
+        f"machine: {meta.get('machine', '')}",
+        f"fsync of a 4 KiB append, before / after the run: {_probe(meta.get('fsync_before'))} / "
+        f"{_probe(meta.get('fsync_after'))}",
+        "",
+        "Results (one fresh process per row; edgeq advantage > 1 means edgeq is better by that factor):",
+        "",
+        *_results_table(results),
+        "",
+        "Targets:",
+        "",
+        *_targets_table(targets),
+        "",
+        "Durability each library ran at (read back from its own connections):",
+        "",
+        *_durability_table(results),
+    ]
+    return "\n".join(lines) + "\n"
+

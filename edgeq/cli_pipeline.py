@@ -1,0 +1,124 @@
+"""``edgeq export`` and ``edgeq pipeline run``: the home server's journal, as Parquet and as reports.
+
+pyarrow and pyspark are imported only when these commands run, so a device's
+CLI never needs them (``pip install 'edgeq[pipeline]'`` brings them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from edgeq.cli_common import EdgeqGroup, Options
+
+__all__ = ["export", "pipeline"]
+
+
+@click.command("export")
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path),
+              help="The home server's store (default: the global --db, or EDGEQ_DB).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The Parquet dataset directory (created if missing; appended to on every run).")
+@click.option("--since", metavar="ID|DATETIME",
+              help="Start at this journal id, or at this date/time (ISO 8601, UTC unless a zone is given). "
+                   "Never re-exports what the directory holds already.")
+@click.option("--batch", "batch_rows", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Journal entries read per batch (one part file per date per batch).")
+@click.option("--quiet", is_flag=True, help="Print only the one-line result.")
+@click.pass_context
+def export(ctx: click.Context, db: Path | None, out: Path, since: str | None, batch_rows: int, quiet: bool) -> None:
+    """Export a home server's journal as Parquet, partitioned by date, incrementally.
+
+    Each run appends only the entries added since the last one (the directory's
+    _edgeq_export.json holds the last journal id exported), so it can run from
+    cron while the server serves: the store is opened read-only.
+
+    \b
+    Examples:
+      edgeq export --db home.db --out journal/
+      edgeq export --db home.db --out journal/ --since 2025-11-21
+      edgeq export --db home.db --out journal/ --since 120000
+    """
+    from edgeq.sync.pipeline.export import export_journal, parse_since
+
+    opts = ctx.find_object(Options)
+    store = db or (opts.db if opts else None)
+    if store is None:
+        raise click.ClickException("no store given: pass --db home.db (the home server's store)")
+    say = None if quiet else (lambda text: click.echo(text, err=True))
+    result = export_journal(store, out, since=parse_since(since), batch_rows=batch_rows, progress=say)
+    if result.rows == 0 and result.skipped == 0:
+        click.echo(f"Nothing new: {out} is up to date (journal id {result.watermark}).")
+    else:
+        skipped = f", {result.skipped:,} skipped by --since" if result.skipped else ""
+        click.echo(f"Exported {result.rows:,} journal entries{skipped} into {len(result.files):,} file(s) under "
+                   f"{out} (up to journal id {result.watermark}).")
+
+
+@click.group(cls=EdgeqGroup)
+def pipeline() -> None:
+    """Analytics over an exported journal, on Apache Spark (needs Java 17+).
+
+    \b
+    Examples:
+      edgeq pipeline run --journal journal/ --out reports/
+      edgeq pipeline run --journal journal/ --out reports/ --html --master 'local[2]'
+    """
+
+
+@pipeline.command("run")
+@click.option("--journal", required=True, help="The directory edgeq export wrote (or an hdfs://, s3a:// URI).")
+@click.option("--out", required=True, help="Where to write the reports: one Parquet directory each (replaced).")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master: local[N], spark://host:7077, yarn, k8s://...")
+@click.option("--html", is_flag=True, help="Also write OUT/report.html, a page with charts.")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+              help="A Spark setting, e.g. --conf spark.driver.memory=8g (repeatable).")
+@click.option("--quiet", is_flag=True, help="Print no progress, only the summary.")
+def pipeline_run(journal: str, out: str, master: str, html: bool, confs: tuple[str, ...], quiet: bool) -> None:
+    """Compute delivery latency, expiry reconciliation, the exactly-once audit and hourly
+    throughput from an exported journal; write each as Parquet and print a summary.
+
+    The reports and their definitions are in docs/pipeline.md. The same job runs
+    on a cluster with spark-submit (see there).
+
+    \b
+    Examples:
+      edgeq pipeline run --journal journal/ --out reports/ --html
+    """
+    from edgeq.sync.pipeline.job import check_journal, run_pipeline, spark_session
+    from edgeq.sync.pipeline.report import summary_text, write_html
+
+    conf: dict[str, str] = {}
+    for item in confs:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="'--conf'")
+        conf[key.strip()] = value.strip()
+    if master.startswith("local"):
+        conf.setdefault("spark.driver.memory", "4g")
+    if html and "://" in out and not out.startswith("file://"):
+        raise click.ClickException(f"--html writes a local file, and --out {out} is not local")
+    check_journal(journal)  # a missing or malformed journal fails now, before Spark starts
+    say = None if quiet else (lambda text: click.echo(text, err=True))
+    if say:
+        say(f"starting Spark ({master})")
+    owned = not _spark_running()
+    spark = spark_session(master, conf=conf)
+    try:
+        result = run_pipeline(spark, journal, out, progress=say)
+    finally:
+        if owned:
+            spark.stop()
+    click.echo(summary_text(result))
+    if html:
+        page = write_html(result, Path(out.removeprefix("file://")) / "report.html")
+        click.echo(f"Report page: {page}")
+
+
+def _spark_running() -> bool:
+    """Whether this process has a SparkSession already (then it is reused, and not stopped)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None

@@ -1,0 +1,306 @@
+"""``edgeq export``: a home server's journal as a date-partitioned Parquet dataset, incrementally.
+
+Layout (Hive-style, what Spark, pyarrow, DuckDB and pandas read as one table)::
+
+    journal/
+      _edgeq_export.json                         the watermark: last journal id exported
+      date=2025-11-21/part-000000000001-000000004096.parquet
+      date=2025-11-22/part-000000004097-000000008192.parquet
+
+Each ``part-FIRST-LAST`` file holds journal entries with ids in ``FIRST..LAST``
+whose ``at_ms`` falls on that UTC date; its columns are the journal's
+(:data:`edgeq.journal.JOURNAL_COLUMNS`), the date being the partition. A run
+reads entries above the watermark in batches; each batch's files are written
+under hidden temporary names, renamed, and only then is the watermark moved
+(atomically, by rename). So a re-run exports only what is new, and an
+interrupted run leaves at worst part files above the watermark, which the next
+run deletes before re-exporting them: no row is ever written twice.
+
+The store is opened read-only (``mode=ro``): exporting never takes the server's
+write lock, fires its rules or changes its store, so it can run while the
+server serves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, PipelineError, require
+
+from edgeq.connection import APPLICATION_ID
+from edgeq.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "MANIFEST",
+    "ExportResult",
+    "Since",
+    "arrow_schema",
+    "export_journal",
+    "parse_since",
+    "part_name",
+]
+
+#: The manifest file in the export directory (ignored by Spark: it starts with ``_``).
+MANIFEST = "_edgeq_export.json"
+#: Bumped if the Parquet layout ever changes incompatibly.
+EXPORT_FORMAT = 1
+_PART = re.compile(r"^part-(\d{12})-(\d{12})\.parquet$")
+_DAY_MS = 86_400_000
+
+#: Parquet type of each journal column (``int64`` or ``string``), in ``JOURNAL_COLUMNS`` order.
+COLUMN_TYPES: dict[str, str] = {
+    "id": "int64", "kind": "string", "side": "string", "at_ms": "int64", "queue": "string",
+    "uid": "string", "origin": "string", "check_point": "string", "size": "int64",
+    "created_ms": "int64", "arrived_ms": "int64", "confirmed_ms": "int64",
+    "clock_offset_ms": "int64", "device": "string",
+}
+#: Columns that are never null.
+REQUIRED = ("id", "kind", "side", "at_ms", "queue", "uid", "origin")
+assert tuple(COLUMN_TYPES) == JOURNAL_COLUMNS
+
+
+def arrow_schema() -> Any:
+    """The pyarrow schema of an exported part file (the journal's columns; ``date`` is the directory)."""
+    import pyarrow as pa
+
+    types = {"int64": pa.int64(), "string": pa.string()}
+    return pa.schema(
+        [pa.field(name, types[kind], nullable=name not in REQUIRED) for name, kind in COLUMN_TYPES.items()]
+    )
+
+
+def part_name(first_id: int, last_id: int) -> str:
+    """The file name of a batch's part file.
+
+    >>> part_name(1, 4096)
+    'part-000000000001-000000004096.parquet'
+    """
+    return f"part-{first_id:012d}-{last_id:012d}.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class Since:
+    """Where an export starts: entries with ``id >= min_id`` and ``at_ms >= min_at_ms``."""
+
+    min_id: int = 0
+    min_at_ms: int | None = None
+
+
+def parse_since(text: str | None) -> Since:
+    """``--since``: a journal id (an integer: entries from that id on) or a date/time
+    (ISO 8601; no zone means UTC: entries whose ``at_ms`` is at or after it).
+
+    >>> parse_since("1200")
+    Since(min_id=1200, min_at_ms=None)
+    >>> parse_since("2025-11-21")
+    Since(min_id=0, min_at_ms=1763683200000)
+    >>> parse_since("2025-11-21T01:00:00+01:00").min_at_ms
+    1763683200000
+    """
+    if text is None or text == "":
+        return Since()
+    text = text.strip()
+    if text.isdigit():
+        return Since(min_id=int(text))
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise MalformedJournal(
+            f"--since {text!r} is neither a journal id nor a date/time: give e.g. --since 1200, "
+            "--since 2025-11-21 or --since 2025-11-21T08:00:00+00:00"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return Since(min_at_ms=int(when.timestamp() * 1000))
+
+
+@dataclass(slots=True)
+class ExportResult:
+    """What a run exported: ``rows`` new entries (ids ``first_id..last_id``) into ``files``;
+    ``skipped`` entries read but left out by ``--since``; ``watermark`` is the last
+    journal id the dataset now covers."""
+
+    rows: int = 0
+    skipped: int = 0
+    first_id: int | None = None
+    last_id: int | None = None
+    watermark: int = 0
+    files: list[Path] = field(default_factory=list)
+    server: str = ""
+
+
+def _open_store(db: Path) -> tuple[sqlite3.Connection, str]:
+    """The store, read-only, after checking it is an edgeq store with a journal; and its name."""
+    if not db.exists():
+        raise JournalNotFound(f"{db} does not exist: give the home server's store, e.g. edgeq export --db home.db")
+    if not db.is_file():
+        raise JournalNotFound(f"{db} is not a file: give the home server's store (its SQLite file)")
+    try:
+        conn = sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True, timeout=30.0)
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        has_journal = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
+        ).fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise MalformedJournal(f"{db} is not an edgeq store ({exc}): give the home server's store") from None
+    if app_id != APPLICATION_ID:
+        conn.close()
+        raise MalformedJournal(f"{db} is not an edgeq store: give the home server's store")
+    if not has_journal:
+        conn.close()
+        raise JournalNotFound(
+            f"{db} has no journal (written by an edgeq older than schema 4): open it once with this "
+            "edgeq, as QueueManager(..., journal='server'), so it records one"
+        )
+    row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'name'").fetchone()
+    return conn, str(row[0]) if row else ""
+
+
+def _read_manifest(out: Path) -> dict[str, Any]:
+    path = out / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        manifest = json.loads(path.read_text("utf-8"))
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("watermark"), int):
+            raise ValueError("no integer 'watermark'")
+    except (ValueError, OSError) as exc:
+        raise MalformedJournal(
+            f"{path} is damaged ({exc}): export into a new directory, or delete the directory to start over"
+        ) from None
+    if manifest.get("format") != EXPORT_FORMAT:
+        raise MalformedJournal(
+            f"{out} was exported in format {manifest.get('format')!r}, this edgeq writes {EXPORT_FORMAT}: "
+            "export into a new directory"
+        )
+    return manifest
+
+
+def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    tmp = out / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
+    os.replace(tmp, out / MANIFEST)
+
+
+def _clean_uncommitted(out: Path, watermark: int) -> int:
+    """Delete what an interrupted run left: temporary files, and part files above the watermark."""
+    removed = 0
+    for part in out.glob("date=*/*"):
+        match = _PART.match(part.name)
+        if part.name.startswith(".tmp-") or (match is not None and int(match.group(1)) > watermark):
+            part.unlink()
+            removed += 1
+    return removed
+
+
+def _day(at_ms: int) -> str:
+    return date.fromordinal(date(1970, 1, 1).toordinal() + at_ms // _DAY_MS).isoformat()
+
+
+def export_journal(
+    db: Path,
+    out: Path,
+    *,
+    since: Since | None = None,
+    batch_rows: int = 100_000,
+    progress: Callable[[str], None] | None = None,
+) -> ExportResult:
+    """Append the store's journal entries not yet in ``out`` to it (see the module doc)."""
+    require("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if batch_rows < 1:
+        raise MalformedJournal(f"batch_rows must be at least 1, not {batch_rows}")
+    since = since or Since()
+    say = progress or (lambda _text: None)
+    conn, server = _open_store(db)
+    try:
+        if out.exists() and not out.is_dir():
+            raise MalformedJournal(f"{out} is a file: --out must be a directory (it is created if missing)")
+        out.mkdir(parents=True, exist_ok=True)
+        manifest = _read_manifest(out)
+        if manifest and manifest.get("server") not in ("", server):
+            raise MalformedJournal(
+                f"{out} holds the journal of queue manager {manifest.get('server')!r}, and {db} is "
+                f"{server!r}: export each server into its own directory"
+            )
+        watermark = int(manifest.get("watermark", 0))
+        last_in_store = JournalTx(conn).last_id()
+        if last_in_store < watermark:
+            raise MalformedJournal(
+                f"{out} already covers journal ids up to {watermark}, but {db} ends at {last_in_store}: "
+                "the store was replaced or restored; export it into a new directory"
+            )
+        cleaned = _clean_uncommitted(out, watermark)
+        if cleaned:
+            say(f"removed {cleaned} file(s) left by an interrupted export")
+        result = ExportResult(watermark=watermark, server=server)
+        after = max(watermark, since.min_id - 1)
+        schema = arrow_schema()
+        pending = last_in_store - after
+        if pending > 0:
+            say(f"exporting journal ids {after + 1}..{last_in_store} of {server or db.name}")
+        while True:
+            try:
+                entries = JournalTx(conn).since(after, batch_rows)
+            except sqlite3.Error as exc:
+                raise PipelineError(f"reading the journal of {db} failed: {exc}") from exc
+            if not entries:
+                break
+            batch_first, batch_last = entries[0].id, entries[-1].id
+            kept = [e for e in entries if since.min_at_ms is None or e.at_ms >= since.min_at_ms]
+            result.skipped += len(entries) - len(kept)
+            files = _write_batch(pa, pq, schema, out, kept, batch_first, batch_last)
+            manifest = {
+                "format": EXPORT_FORMAT,
+                "server": server,
+                "watermark": batch_last,
+                "rows": int(manifest.get("rows", 0)) + len(kept),
+                "updated": datetime.now(UTC).isoformat(timespec="seconds"),
+                "columns": list(JOURNAL_COLUMNS),
+            }
+            _write_manifest(out, manifest)  # the commit point of this batch
+            result.files += files
+            result.rows += len(kept)
+            if kept:
+                result.first_id = kept[0].id if result.first_id is None else result.first_id
+                result.last_id = kept[-1].id
+            result.watermark = after = batch_last
+            if pending > 0:
+                say(f"  {batch_last - (last_in_store - pending):,}/{pending:,} journal ids read, "
+                    f"{result.rows:,} row(s) written")
+        return result
+    finally:
+        conn.close()
+
+
+def _write_batch(
+    pa: Any, pq: Any, schema: Any, out: Path, entries: list[JournalEntry], first: int, last: int
+) -> list[Path]:
+    """Write one batch's part files (one per UTC date), each under a temporary name first."""
+    by_day: dict[str, list[JournalEntry]] = {}
+    for entry in entries:
+        by_day.setdefault(_day(entry.at_ms), []).append(entry)
+    written: list[tuple[Path, Path]] = []
+    for day, rows in sorted(by_day.items()):
+        columns = {name: [getattr(e, name) for e in rows] for name in JOURNAL_COLUMNS}
+        table = pa.Table.from_pydict(columns, schema=schema)
+        folder = out / f"date={day}"
+        folder.mkdir(exist_ok=True)
+        final = folder / part_name(first, last)
+        tmp = folder / f".tmp-{final.name}"
+        pq.write_table(table, tmp, compression="zstd")
+        written.append((tmp, final))
+    for tmp, final in written:
+        os.replace(tmp, final)
+    return [final for _, final in written]

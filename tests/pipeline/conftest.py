@@ -1,0 +1,58 @@
+"""Fixtures for the pipeline tests: one local Spark session for the whole run (starting
+Spark takes seconds), and one home server's journal produced by real queue managers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edgeq.journal import JournalEntry
+
+from .scenario import Scenario, Truth
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from edgeq.sync.pipeline.job import spark_session
+
+    session = spark_session(
+        "local[2]",
+        app_name="edgeq-tests",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    yield session
+    session.stop()
+
+
+@dataclass
+class HomeJournal:
+    db: Path
+    entries: list[JournalEntry]
+    truth: Truth
+
+
+@pytest.fixture(scope="session")
+def home_journal(tmp_path_factory: pytest.TempPathFactory) -> HomeJournal:
+    """A home server's store after ~4 hours (across midnight UTC) of three devices syncing."""
+    root = tmp_path_factory.mktemp("home")
+    scenario = Scenario(root)
+    try:
+        truth = scenario.run()
+        entries = scenario.home.journal_since(0, 1_000_000)
+    finally:
+        scenario.close()
+    return HomeJournal(root / "home.db", entries, truth)

@@ -1,0 +1,131 @@
+"""``edgeq export``: incremental, never duplicating a row, and clear about bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from click.testing import CliRunner
+from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
+from edgeq.sync.pipeline.export import MANIFEST, Since, export_journal, parse_since, part_name
+
+from edgeq import ManualClock, Message, MessageUID, QueueManager
+from edgeq.cli import cli
+from edgeq.journal import JOURNAL_COLUMNS
+
+from .conftest import HomeJournal
+from .scenario import START_MS
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[tuple[QueueManager, ManualClock]]:
+    clock = ManualClock(START_MS)
+    qm = QueueManager(tmp_path / "home.db", name="HOME", journal="server", clock=clock, durability="normal")
+    qm.define_queue("Q")
+    yield qm, clock
+    qm.close()
+
+
+def accept(qm: QueueManager, clock: ManualClock, count: int, start: int) -> None:
+    """``count`` device messages through the two-stage put, one per 10 minutes."""
+    for i in range(start, start + count):
+        uid = MessageUID("DEV1", (clock() - 5) * 1000 + i % 1000)
+        qm.put_each("Q", [Message(b"m", uid=uid, created_ms=clock() - 5)], confirm_id=i + 1)
+        qm.confirm_put_each("Q", [uid], device="DEV1", clock_offset_ms=0)
+        clock.advance(600_000)
+
+
+def read_ids(out: Path) -> list[int]:
+    table = ds.dataset(out, format="parquet", partitioning="hive").to_table()
+    return sorted(table.column("id").to_pylist())
+
+
+def test_the_export_matches_the_journal_row_for_row(home_journal: HomeJournal, tmp_path: Path) -> None:
+    out = tmp_path / "journal"
+    result = export_journal(home_journal.db, out, batch_rows=500)
+    assert result.rows == len(home_journal.entries) and result.server == "HOME"
+    table = ds.dataset(out, format="parquet", partitioning="hive").to_table()
+    rows = sorted(table.to_pylist(), key=lambda r: r["id"])
+    assert [tuple(r[c] for c in JOURNAL_COLUMNS) for r in rows] == [
+        tuple(getattr(e, c) for c in JOURNAL_COLUMNS) for e in home_journal.entries
+    ]
+    assert {str(r["date"]) for r in rows} == {"2025-11-21", "2025-11-22"}  # partitioned by at_ms's UTC date
+
+
+def test_re_runs_export_only_what_is_new(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+    qm, clock = home
+    out = tmp_path / "journal"
+    accept(qm, clock, 30, 0)  # 5 hours: crosses midnight
+    first = export_journal(qm.path, out, batch_rows=7)
+    assert first.rows == 30 and first.watermark == 30
+    assert export_journal(qm.path, out).rows == 0  # nothing new
+    accept(qm, clock, 12, 30)
+    second = export_journal(qm.path, out, batch_rows=100)
+    assert (second.rows, second.first_id, second.last_id) == (12, 31, 42)
+    assert read_ids(out) == list(range(1, 43))  # every entry exactly once
+
+
+def test_an_interrupted_export_is_cleaned_up_not_duplicated(
+    home: tuple[QueueManager, ManualClock], tmp_path: Path
+) -> None:
+    qm, clock = home
+    out = tmp_path / "journal"
+    accept(qm, clock, 5, 0)
+    export_journal(qm.path, out)
+    accept(qm, clock, 5, 5)
+    # a crash after a batch's files were renamed but before the watermark moved
+    day = next(out.glob("date=*"))
+    (day / part_name(6, 10)).write_bytes(next(day.glob("part-*.parquet")).read_bytes())
+    (day / ".tmp-part-000000000006-000000000010.parquet").write_bytes(b"half")
+    lines: list[str] = []
+    assert export_journal(qm.path, out, progress=lines.append).rows == 5
+    assert any("interrupted" in line for line in lines)
+    assert read_ids(out) == list(range(1, 11))
+
+
+def test_since_an_id_or_a_date(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+    qm, clock = home
+    accept(qm, clock, 30, 0)  # START_MS is 22:00 UTC: entries 13.. are on the next day
+    by_id = export_journal(qm.path, tmp_path / "a", since=parse_since("25"))
+    assert read_ids(tmp_path / "a") == list(range(25, 31)) and by_id.watermark == 30
+    by_date = export_journal(qm.path, tmp_path / "b", since=parse_since("2025-11-22"))
+    assert read_ids(tmp_path / "b") == list(range(13, 31)) and by_date.skipped == 12
+    assert parse_since(None) == Since()
+    with pytest.raises(MalformedJournal, match="neither a journal id nor a date"):
+        parse_since("yesterday")
+
+
+def test_bad_inputs_are_refused_with_what_to_do(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+    qm, clock = home
+    with pytest.raises(JournalNotFound, match="does not exist"):
+        export_journal(tmp_path / "missing.db", tmp_path / "out")
+    (tmp_path / "text.db").write_text("hello")
+    with pytest.raises(MalformedJournal, match="not an edgeq store"):
+        export_journal(tmp_path / "text.db", tmp_path / "out")
+    accept(qm, clock, 2, 0)
+    export_journal(qm.path, tmp_path / "out")
+    other = QueueManager(tmp_path / "other.db", name="OTHER", journal="server")
+    other.close()
+    with pytest.raises(MalformedJournal, match="its own directory"):
+        export_journal(tmp_path / "other.db", tmp_path / "out")
+    (tmp_path / "out" / MANIFEST).write_text("{")
+    with pytest.raises(MalformedJournal, match="damaged"):
+        export_journal(qm.path, tmp_path / "out")
+
+
+def test_cli_export_and_its_errors(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+    qm, clock = home
+    accept(qm, clock, 3, 0)
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["export", "--db", str(qm.path), "--out", str(tmp_path / "j"), "--quiet"])
+    assert ok.exit_code == 0, ok.output
+    assert "Exported 3 journal entries" in ok.output
+    again = runner.invoke(cli, ["export", "--db", str(qm.path), "--out", str(tmp_path / "j")])
+    assert again.exit_code == 0 and "Nothing new" in again.output
+    missing = runner.invoke(cli, ["export", "--db", str(tmp_path / "nope.db"), "--out", str(tmp_path / "j")])
+    assert missing.exit_code == 1
+    assert missing.output.strip().count("\n") == 0 and missing.output.startswith("Error: ")
+    no_journal = runner.invoke(cli, ["pipeline", "run", "--journal", str(tmp_path / "none"), "--out", str(tmp_path / "r")])
+    assert no_journal.exit_code == 1 and no_journal.output.startswith("Error: ") and "edgeq export" in no_journal.output
