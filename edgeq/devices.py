@@ -1,21 +1,28 @@
-"""What a home server durably knows about its devices (table ``devices``)."""
+"""What a home server durably knows about its devices (table ``devices``): when it last
+heard from each and its clock offset, and, for authenticated sync, each device's
+public key, the queues it may push to, and whether it was revoked."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["DeviceRecord", "DeviceTx"]
 
-_COLS = "name, added_ms, last_seen_ms, clock_offset_ms, agent"
+_COLS = "name, added_ms, last_seen_ms, clock_offset_ms, agent, public_key, queues, revoked_ms"
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceRecord:
-    """A device as the home server last saw it.
+    """A device as the home server knows it.
 
     ``clock_offset_ms`` is the device's clock minus the server's, measured at
-    its last hello (positive: the device runs ahead).
+    its last hello (positive: the device runs ahead). ``public_key`` is its
+    raw Ed25519 public key (None: never registered); ``queues`` the queues it may
+    push to (None: any); ``revoked_ms`` when it was revoked (None: it is not).
     """
 
     name: str
@@ -23,6 +30,19 @@ class DeviceRecord:
     last_seen_ms: int | None
     clock_offset_ms: int | None
     agent: str | None
+    public_key: bytes | None = None
+    queues: tuple[str, ...] | None = None
+    revoked_ms: int | None = None
+
+    @property
+    def registered(self) -> bool:
+        """Whether the device has a public key and is not revoked."""
+        return self.public_key is not None and self.revoked_ms is None
+
+
+def _record(row: tuple[Any, ...]) -> DeviceRecord:
+    queues = None if row[6] is None else tuple(json.loads(row[6]))
+    return DeviceRecord(row[0], row[1], row[2], row[3], row[4], row[5], queues, row[7])
 
 
 class DeviceTx:
@@ -33,13 +53,31 @@ class DeviceTx:
 
     def seen(self, name: str, now_ms: int, clock_offset_ms: int | None, agent: str | None) -> None:
         self.conn.execute(
-            f"INSERT INTO devices ({_COLS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-            "last_seen_ms = excluded.last_seen_ms, "
+            "INSERT INTO devices (name, added_ms, last_seen_ms, clock_offset_ms, agent) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET last_seen_ms = excluded.last_seen_ms, "
             "clock_offset_ms = coalesce(excluded.clock_offset_ms, clock_offset_ms), "
             "agent = coalesce(excluded.agent, agent)",
             (name, now_ms, now_ms, clock_offset_ms, agent),
         )
 
+    def register(self, name: str, public_key: bytes, queues: Sequence[str] | None, now_ms: int) -> None:
+        """Register (or re-key, un-revoking) a device."""
+        self.conn.execute(
+            "INSERT INTO devices (name, added_ms, public_key, queues) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET public_key = excluded.public_key, queues = excluded.queues, "
+            "revoked_ms = NULL",
+            (name, now_ms, public_key, None if queues is None else json.dumps(list(queues))),
+        )
+
+    def revoke(self, name: str, now_ms: int) -> bool:
+        cur = self.conn.execute(
+            "UPDATE devices SET revoked_ms = ? WHERE name = ? AND revoked_ms IS NULL", (now_ms, name)
+        )
+        return cur.rowcount == 1
+
+    def get(self, name: str) -> DeviceRecord | None:
+        row = self.conn.execute(f"SELECT {_COLS} FROM devices WHERE name = ?", (name,)).fetchone()
+        return None if row is None else _record(row)
+
     def all(self) -> list[DeviceRecord]:
-        rows = self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name").fetchall()
-        return [DeviceRecord(*row) for row in rows]
+        return [_record(row) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfirmIdNotFound",
+    "DeviceNotFound",
     "DuplicateMessage",
     "EdgeqError",
     "ExpiryError",
@@ -67,6 +68,10 @@ class NameMismatch(StoreError):
 
 class StoreBusy(StoreError):
     """Another connection held the database lock for longer than the busy timeout."""
+
+
+class DeviceNotFound(EdgeqError, LookupError):
+    """No device of that name is known to this (home server) queue manager."""
 
 
 class QueueManagerClosed(EdgeqError):

@@ -18,6 +18,7 @@ from edgeq.devices import DeviceRecord, DeviceTx
 from edgeq.dispatch import Binding, Dispatcher, Pending
 from edgeq.errors import (
     ConfirmIdNotFound,
+    DeviceNotFound,
     DuplicateMessage,
     EdgeqError,
     InvalidArgument,
@@ -1420,3 +1421,42 @@ class QueueManager:
         """
         with self._db.read() as conn:
             return DeviceTx(conn).all()
+
+    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
+        """Register a device for authenticated sync: its raw 32-byte Ed25519 public key,
+        and the queues it may push to (None: any). Registering again re-keys it and
+        lifts a revocation.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.register_device("DEV1", bytes(32), queues=["ORDERS"]); qm.device("DEV1").queues
+        ('ORDERS',)
+        >>> qm.close()
+        """
+        check_name(name, "device name")
+        if not isinstance(public_key, bytes) or len(public_key) != 32:
+            raise InvalidArgument(
+                "public_key must be the 32 raw bytes of an Ed25519 public key "
+                "(make a pair with `edgeq keys new`)"
+            )
+        if queues is not None:
+            if isinstance(queues, str) or not isinstance(queues, Sequence):
+                raise InvalidType("queues must be a list of queue names, or None for any")
+            queues = [check_name(q, "queue name") for q in queues]
+        with self._write() as tx:
+            DeviceTx(tx.conn).register(name, public_key, queues, self._clock())
+
+    def revoke_device(self, name: str) -> None:
+        """Revoke a device: the server refuses its requests from now on."""
+        check_name(name, "device name")
+        with self._write() as tx:
+            devices = DeviceTx(tx.conn)
+            if devices.get(name) is None:
+                raise DeviceNotFound(f"no device {name!r} is known here: see `edgeq server devices list`")
+            devices.revoke(name, self._clock())
+
+    def device(self, name: str) -> DeviceRecord | None:
+        """What this queue manager knows of device ``name`` (None: nothing)."""
+        check_name(name, "device name")
+        with self._db.read() as conn:
+            return DeviceTx(conn).get(name)

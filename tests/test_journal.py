@@ -104,3 +104,27 @@ def test_journal_mode_is_kept_by_the_store(open_qm: Callable[..., QueueManager])
     assert qm.journal_mode == "device"
     qm.close()
     assert open_qm(journal="off").journal_mode is None
+
+
+def test_device_registry(open_qm: Callable[..., QueueManager]) -> None:
+    from edgeq.errors import DeviceNotFound, InvalidType
+
+    qm = open_qm(name="HOME")
+    key = bytes(range(32))
+    qm.register_device("DEV1", key, queues=["ORDERS", "TELEMETRY"])
+    qm.record_device("DEV1", clock_offset_ms=5)  # contact keeps the registration
+    dev = qm.device("DEV1")
+    assert dev is not None and dev.public_key == key and dev.queues == ("ORDERS", "TELEMETRY") and dev.registered
+    qm.revoke_device("DEV1")
+    dev = qm.device("DEV1")
+    assert dev is not None and dev.revoked_ms == T0 and not dev.registered
+    qm.register_device("DEV1", key)  # re-registering lifts the revocation
+    dev = qm.device("DEV1")
+    assert dev is not None and dev.registered and dev.queues is None
+    with pytest.raises(DeviceNotFound):
+        qm.revoke_device("DEV9")
+    with pytest.raises(InvalidArgument, match="32 raw bytes"):
+        qm.register_device("DEV2", b"short")
+    with pytest.raises(InvalidType):
+        qm.register_device("DEV2", key, queues="ORDERS")  # type: ignore[arg-type]
+    assert qm.device("DEV9") is None
