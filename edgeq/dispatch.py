@@ -80,12 +80,17 @@ class Binding:
 class Dispatcher:
     """The rules of one queue manager and the delivery of events to them."""
 
-    def __init__(self, qm_name: str, db: ConnectionFactory, clock: Clock, *, retry_limit: int, retry_base_ms: int):
+    def __init__(
+        self, qm_name: str, db: ConnectionFactory, clock: Clock, *, retry_limit: int, retry_base_ms: int,
+        unseal: Callable[[str, MessageRow], MessageRow] | None = None,
+    ):
         self.qm_name = qm_name
         self._db = db
         self._clock = clock
         self.retry_limit = retry_limit
         self.retry_base_ms = retry_base_ms
+        # Rows of encrypted queues are recorded sealed; a rule's copy is unsealed here.
+        self._unseal = unseal or (lambda queue, row: row)
         self._bindings: dict[str, tuple[Binding, ...]] = {}
         self._lock = threading.Lock()
         self._delivered: list[int] = []
@@ -155,7 +160,7 @@ class Dispatcher:
         from edgeq.rules.base import RuleEvent
 
         message = ev.message if ev.message is not None else (
-            to_message(ev.row, ev.at_ms) if ev.row is not None else None
+            to_message(self._unseal(ev.queue, ev.row), ev.at_ms) if ev.row is not None else None
         )
         return RuleEvent(
             ev.kind, ev.queue, self.qm_name, ev.at_ms, message, ev.where, ev.reason, ev.depth, ev.id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -14,6 +15,7 @@ from edgeq.bindings import BindingInfo, RuleSpec, attach_stored, build_bindings,
 from edgeq.clock import system_clock
 from edgeq.codec import decode_fields, encode_fields
 from edgeq.connection import ConnectionFactory, check_foreign
+from edgeq.crypto import CIPHERS, ENV_KEY_FILE, SEAL_OVERHEAD, IntegrityError, KeyMissing, StoreKeys
 from edgeq.devices import DeviceRecord, DeviceTx
 from edgeq.dispatch import Binding, Dispatcher, Pending
 from edgeq.errors import (
@@ -39,7 +41,7 @@ from edgeq.journal import JournalEntry, JournalSide, JournalTx, entry_row
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
-from edgeq.results import ConfirmResult, PutResult
+from edgeq.results import ConfirmResult, PutResult, QuarantineEntry
 from edgeq.rows import EXPIRY_KINDS, to_message
 from edgeq.rulestore import FailureRow, RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
@@ -96,6 +98,11 @@ def _matches(row: MessageRow, wanted: Mapping[str, FieldValue]) -> bool:
     return all(name in fields and _same(fields[name], value) for name, value in wanted.items())
 
 
+def _plain_size(row: MessageRow) -> int:
+    """The size of a message's data, sealed or not."""
+    return len(row.data) - (SEAL_OVERHEAD if row.key_id is not None else 0)
+
+
 def _expired(row: MessageRow, now_ms: int) -> bool:
     return row.deadline is not None and row.deadline <= now_ms
 
@@ -142,6 +149,8 @@ class QueueManager:
         rule_retry_base_ms: int = 1_000,
         remember_confirmed_ms: int | None = 86_400_000,
         journal: JournalSide | Literal["off"] | None = None,
+        keys: StoreKeys | str | Path | None = None,
+        default_encryption: str | None = None,
     ) -> None:
         if not isinstance(path, (str, Path)):
             raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
@@ -164,6 +173,14 @@ class QueueManager:
             raise InvalidArgument(f"journal must be 'server', 'device', 'off' or None, not {journal!r}")
         self._journal: JournalSide | None = None
         self._transmitter: Callable[[str], None] | None = None
+        if default_encryption is not None and default_encryption not in CIPHERS:
+            raise InvalidArgument(f"default_encryption must be one of {', '.join(CIPHERS)} or None")
+        self._default_encryption = default_encryption
+        if isinstance(keys, (str, Path)):
+            keys = StoreKeys.load(keys)
+        elif keys is not None and not isinstance(keys, StoreKeys):
+            raise InvalidType("keys must be a StoreKeys ring or the path of a store key file")
+        self._keys: StoreKeys | None = keys if keys is not None else StoreKeys.from_env()
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
@@ -172,8 +189,10 @@ class QueueManager:
         try:
             self.name = self._open_store(name)
             self._journal = self._journal_setting(journal)
+            self._check_keys()
             self._rules = Dispatcher(
-                self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms
+                self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms,
+                unseal=self._unseal_for_rules,
             )
             # Plugins load here, explicitly, never at import time.
             with self._db.read() as conn:
@@ -225,6 +244,27 @@ class QueueManager:
                 row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'journal'").fetchone()
                 stored = "off" if row is None else str(row[0])
         return "server" if stored == "server" else "device" if stored == "device" else None
+
+    def _check_keys(self) -> None:
+        """Refuse a key ring whose keys are not the ones this store was sealed with.
+
+        The store keeps a check value per key id (never the key): a wrong key is
+        caught here, not mistaken later for tampered rows.
+        """
+        if self._keys is None:
+            return
+        keys = self._keys
+        with self._db.write() as conn:
+            for key_id in keys.ids:
+                row = conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (f"keycheck.{key_id}",)).fetchone()
+                if row is None:
+                    value = base64.b64encode(keys.check_value(key_id)).decode()
+                    conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?)", (f"keycheck.{key_id}", value))
+                elif not keys.verify(key_id, base64.b64decode(row[0])):
+                    raise StoreError(
+                        f"{self.path}: store key {key_id!r} is not the key this store was encrypted with: "
+                        "use the right key file (nothing was changed)"
+                    )
 
     @property
     def journal_mode(self) -> JournalSide | None:
@@ -415,11 +455,11 @@ class QueueManager:
             if ev.kind == "expired":
                 rows.append(entry_row(
                     "expired", self._journal, ev.at_ms, ev.queue, uid, row.origin, check_point=ev.where,
-                    size=len(row.data), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
+                    size=_plain_size(row), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
                 ))
             elif ev.kind == "removed" and ev.reason in ("got", "confirmed") and self._journal == "server":
                 rows.append(entry_row(
-                    "delivered", "server", ev.at_ms, ev.queue, uid, row.origin, size=len(row.data),
+                    "delivered", "server", ev.at_ms, ev.queue, uid, row.origin, size=_plain_size(row),
                     created_ms=row.created_ms, arrived_ms=row.arrived_ms,
                 ))
         if rows:
@@ -439,8 +479,13 @@ class QueueManager:
         ordering: Ordering = "priority",
         depth_threshold: int | None = None,
         rules: Sequence[RuleSpec] | None = None,
+        encryption: str | None = None,
     ) -> None:
         """Define a local queue; raise :class:`QueueExists` if it is defined already.
+
+        ``encryption="aes-256-gcm"`` seals message data and fields in the store
+        with the queue manager's store key (see :mod:`edgeq.crypto`); the default
+        is the queue manager's ``default_encryption``.
 
         ``depth_threshold``: rules' ``on_threshold`` fires when a put takes the
         depth up to it. ``rules``: rules to bind by name, each a name or a
@@ -467,7 +512,19 @@ class QueueManager:
                 "depth_threshold": depth_threshold,
             },
             rules,
+            {"encryption": self._cipher(encryption)},
         )
+
+    def _cipher(self, encryption: str | None) -> str | None:
+        cipher = encryption if encryption is not None else self._default_encryption
+        if cipher is not None and cipher not in CIPHERS:
+            raise InvalidArgument(f"encryption must be one of {', '.join(CIPHERS)} (or None), not {cipher!r}")
+        if cipher is not None and self._keys is None:
+            raise KeyMissing(
+                "an encrypted queue needs a store key: make one with `edgeq keys new-store-key --out store.key` "
+                f"and open the store with keys='store.key' (or ${ENV_KEY_FILE})"
+            )
+        return cipher
 
     def _define(
         self, name: str, attributes: dict[str, Any], rules: Sequence[RuleSpec] | None,
@@ -841,7 +898,7 @@ class QueueManager:
                     tx.delete(q.id, [existing.id])
                     depth -= 1
                 depth += 1
-                rows.append(row)
+                rows.append(self._seal(q, row))
                 results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
                 events.extend(self._events(queue, "added", [self._as_row(row)], now))
             tx.insert(q.id, rows)
@@ -947,35 +1004,99 @@ class QueueManager:
             # Common case: nothing expired anywhere on the queue, so one page of
             # exactly `count` rows is all a get reads.
             page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, _PAGE)
-            chosen, expired = self._scan(tx, q, page, count, now, wanted)
+            chosen, plain, expired, error = self._scan(tx, q, page, count, now, wanted)
             events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
             if confirm_id is None:
                 tx.delete(q.id, [row.id for row in chosen])
                 events += self._events(queue, "removed", chosen, now, reason="got")
             else:
                 tx.lock_for_get([row.id for row in chosen], confirm_id)
+            if error is not None:
+                events += self._quarantine(tx, q, error[0], now)
             self._record(tx, events)
         self._rules.dispatch(events)
-        return [to_message(row, now) for row in chosen]
+        if error is not None:
+            raise error[1]
+        return [to_message(row, now) for row in plain]
 
     def _scan(
         self, tx: Tx, q: QueueRow, page: int, count: int, now: int, wanted: Mapping[str, FieldValue] | None
-    ) -> tuple[list[MessageRow], list[int]]:
-        """Walk ready messages in get order: the first ``count`` live matches, and
-        the ids of the expired matches met before them (to discard)."""
+    ) -> tuple[list[MessageRow], list[MessageRow], list[int], tuple[MessageRow, IntegrityError] | None]:
+        """Walk ready messages in get order: the first ``count`` live matches (as
+        stored, and unsealed), the ids of the expired matches met before them (to
+        discard), and a row that failed its integrity check, if one stopped the walk
+        before anything was chosen (to quarantine; a later call meets it otherwise)."""
         chosen: list[MessageRow] = []
+        plain: list[MessageRow] = []
         expired: list[int] = []
         for rows in tx.ready(q.id, page):
             for row in rows:
-                if wanted is not None and not _matches(row, wanted):
+                if wanted is None and _expired(row, now):
+                    expired.append(row.id)  # no need to unseal what is discarded unread
+                    continue
+                try:
+                    opened = self._unseal(q.name, row)
+                except IntegrityError as exc:
+                    return chosen, plain, expired, None if chosen else (row, exc)
+                if wanted is not None and not _matches(opened, wanted):
                     continue
                 if _expired(row, now):
                     expired.append(row.id)
                     continue
                 chosen.append(row)
+                plain.append(opened)
                 if len(chosen) == count:
-                    return chosen, expired
-        return chosen, expired
+                    return chosen, plain, expired, None
+        return chosen, plain, expired, None
+
+    def _unseal(self, queue: str, row: MessageRow) -> MessageRow:
+        """The row with its data and fields in clear (as stored, if it is not sealed)."""
+        if row.key_id is None:
+            return row
+        if self._keys is None:
+            raise KeyMissing(
+                f"queue {queue!r} is encrypted: open the store with its key file "
+                f"(QueueManager(..., keys='store.key'), or ${ENV_KEY_FILE})"
+            )
+        uid = f"{row.origin}.{row.stamp}"
+        data = self._keys.open(row.key_id, row.data, self.name, queue, uid, "data")
+        fields = None if row.fields is None else self._keys.open(row.key_id, row.fields, self.name, queue, uid, "fields")
+        return row._replace(data=data, fields=fields, key_id=None)
+
+    def _unseal_for_rules(self, queue: str, row: MessageRow) -> MessageRow:
+        """For a rule's copy: unsealed if possible, else the row without its data and fields."""
+        try:
+            return self._unseal(queue, row)
+        except StoreError as exc:
+            log.warning("a rule gets message %s.%s of queue %s without its data: %s", row.origin, row.stamp, queue, exc)
+            return row._replace(data=b"", fields=None, key_id=None)
+
+    def _seal(self, q: QueueRow, row: NewMessage) -> NewMessage:
+        if q.encryption is None:
+            return row
+        key_id, data, fields = self._seal_parts(q.name, row.origin, row.stamp, row.data, row.fields)
+        return row._replace(data=data, fields=fields, key_id=key_id)
+
+    def _seal_parts(
+        self, queue: str, origin: str, stamp: int, data: bytes, fields: bytes | None
+    ) -> tuple[str, bytes, bytes | None]:
+        """(key id, sealed data, sealed fields) under the current store key."""
+        if self._keys is None:
+            raise KeyMissing(
+                f"queue {queue!r} is encrypted: open the store with its key file to put messages on it "
+                f"(QueueManager(..., keys='store.key'), or ${ENV_KEY_FILE})"
+            )
+        uid = f"{origin}.{stamp}"
+        key_id, sealed = self._keys.seal(data, self.name, queue, uid, "data")
+        sealed_fields = None if fields is None else self._keys.seal(fields, self.name, queue, uid, "fields")[1]
+        return key_id, sealed, sealed_fields
+
+    def _quarantine(self, tx: Tx, q: QueueRow, row: MessageRow, now: int) -> list[Pending]:
+        """Move a row that failed its integrity check to the quarantine; rules see it removed."""
+        tx.quarantine(q.name, q.id, row, "integrity check failed", now)
+        log.error("message %s.%s on queue %s failed its integrity check: quarantined", row.origin, row.stamp, q.name)
+        return self._events(q.name, "removed", [row._replace(data=b"", fields=None, key_id=None)], now,
+                            reason="quarantined")
 
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
         """The visible messages in get order, without removing them.
@@ -1002,21 +1123,39 @@ class QueueManager:
             if tx.has_expired(q.id, now):
                 ids = tx.expired_ids(q.id, now, q.depth, ready_only=True)
                 if wanted is not None:
-                    ids = [row.id for row in tx.rows(ids) if _matches(row, wanted)]
+                    ids = [row.id for row in tx.rows(ids) if _matches(self._unseal_for_rules(queue, row), wanted)]
                 events = self._events(queue, "expired", tx.delete(q.id, ids), now, where="browse")
                 self._record(tx, events)
         self._rules.dispatch(events)
         out: list[Message] = []
+        corrupt: tuple[MessageRow, IntegrityError] | None = None
         with self._db.read() as conn:
             tx = Tx(conn)
             q = self._queue(tx, queue)
             for rows in tx.ready(q.id, _PAGE):
                 for row in rows:
-                    if _expired(row, now) or (wanted is not None and not _matches(row, wanted)):
+                    if _expired(row, now):
                         continue
-                    out.append(to_message(row, now))
+                    try:
+                        opened = self._unseal(queue, row)
+                    except IntegrityError as exc:
+                        corrupt = (row, exc)
+                        break
+                    if wanted is not None and not _matches(opened, wanted):
+                        continue
+                    out.append(to_message(opened, now))
                     if limit is not None and len(out) >= limit:
                         return out
+                if corrupt is not None:
+                    break
+        if corrupt is not None:
+            with self._write() as wtx:
+                wq = self._queue(wtx, queue)
+                held = wtx.find(wq.id, corrupt[0].origin, corrupt[0].stamp)
+                events = self._quarantine(wtx, wq, held, now) if held is not None and held == corrupt[0] else []
+                self._record(wtx, events)
+            self._rules.dispatch(events)
+            raise corrupt[1]
         return out
 
     # -- confirm and undo -----------------------------------------------------------------
@@ -1105,7 +1244,7 @@ class QueueManager:
                 JournalTx(tx.conn).add(
                     entry_row(
                         "accepted", "server", now, queue, f"{row.origin}.{row.stamp}", row.origin,
-                        size=len(row.data), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
+                        size=_plain_size(row), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
                         confirmed_ms=now, clock_offset_ms=clock_offset_ms, device=device or row.origin,
                     )
                     for row in ready
@@ -1239,6 +1378,7 @@ class QueueManager:
         max_message_bytes: int | None = None,
         default_priority: int = 4,
         rules: Sequence[RuleSpec] | None = None,
+        encryption: str | None = None,
     ) -> None:
         """Define a remote queue: puts are kept here (durably, expiry running) and
         transmitted to ``target_queue`` (default: the same name) on queue manager
@@ -1263,7 +1403,10 @@ class QueueManager:
             "expiry_ms": expiry_ms, "cap_expiry_ms": cap_expiry_ms, "max_depth": max_depth,
             "max_message_bytes": max_message_bytes, "default_priority": default_priority, "ordering": "priority",
         }
-        kind = {"kind": "remote", "target_qmgr": target_qmgr, "target_queue": target_queue or name, "mode": mode}
+        kind = {
+            "kind": "remote", "target_qmgr": target_qmgr, "target_queue": target_queue or name, "mode": mode,
+            "encryption": self._cipher(encryption),
+        }
         self._define(name, attrs, rules, kind)
 
     def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
@@ -1274,8 +1417,9 @@ class QueueManager:
         """
         check_name(server, "home server name")
         rules = attributes.pop("rules", None)
+        cipher = self._cipher(attributes.pop("encryption", None))
         defaults: dict[str, Any] = {"default_priority": 4, "ordering": "priority"}
-        self._define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server})
+        self._define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher})
 
     def remote_queues(self) -> list[QueueAttributes]:
         """The remote queues defined here."""
@@ -1329,11 +1473,15 @@ class QueueManager:
             q = self._queue(tx, queue)
             if q.kind != "remote":
                 raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
-            chosen, expired = self._scan(tx, q, max(limit, _PAGE), limit, now, None)
+            _, plain, expired, error = self._scan(tx, q, max(limit, _PAGE), limit, now, None)
             events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
+            if error is not None:
+                events += self._quarantine(tx, q, error[0], now)
             self._record(tx, events)
         self._rules.dispatch(events)
-        return [to_message(row, now) for row in chosen]
+        if error is not None:
+            raise error[1]
+        return [to_message(row, now) for row in plain]
 
     def transmitted(self, queue: str, uids: Sequence[MessageUID | str]) -> int:
         """Delete local copies the target has confirmed, in one transaction (rules see
@@ -1460,3 +1608,52 @@ class QueueManager:
         check_name(name, "device name")
         with self._db.read() as conn:
             return DeviceTx(conn).get(name)
+
+    # -- encryption at rest ---------------------------------------------------------------------
+
+    def rotate_keys(self, queue: str | None = None, *, batch: int = 500) -> int:
+        """Re-seal, under the current store key, every row of the encrypted queues (or
+        of ``queue``) sealed with another key; return how many rows were re-sealed.
+
+        Works in batches of ``batch`` rows, each its own transaction, so the queues
+        stay in use throughout; a crash leaves each row sealed under one key or the
+        other (the row says which), and running it again finishes the job. A row
+        that fails its integrity check is quarantined.
+        """
+        batch = _check_count(batch)
+        if self._keys is None:
+            raise KeyMissing(f"rotating needs the store key ring: open the store with keys=... (or ${ENV_KEY_FILE})")
+        keys = self._keys
+        names = [queue] if queue is not None else [q.name for q in self._encrypted_queues()]
+        total = 0
+        for name in names:
+            while True:
+                now = self._clock()
+                with self._write() as tx:
+                    q = self._queue(tx, name)
+                    rows = tx.stale_sealed(q.id, keys.current, batch) if q.encryption else []
+                    resealed, events = [], []
+                    for row in rows:
+                        try:
+                            opened = self._unseal(name, row)
+                        except IntegrityError:
+                            events += self._quarantine(tx, q, row, now)
+                            continue
+                        key_id, data, fields = self._seal_parts(name, row.origin, row.stamp, opened.data, opened.fields)
+                        resealed.append((fields, data, key_id, row.id))
+                    tx.reseal(resealed)
+                    self._record(tx, events)
+                self._rules.dispatch(events)
+                total += len(resealed)
+                if len(rows) < batch:
+                    break
+        return total
+
+    def _encrypted_queues(self) -> list[QueueRow]:
+        with self._db.read() as conn:
+            return [q for q in Tx(conn).queues() if q.encryption]
+
+    def quarantined(self) -> list[QuarantineEntry]:
+        """Rows moved to the quarantine because they failed their integrity check."""
+        with self._db.read() as conn:
+            return [QuarantineEntry(*row) for row in Tx(conn).quarantined()]

@@ -46,6 +46,8 @@ class QueueAttributes:
     target_queue: str | None = None
     mode: str | None = None
     server: str | None = None
+    #: ``"aes-256-gcm"`` if data and fields are sealed in the store, else None
+    encryption: str | None = None
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
@@ -54,7 +56,7 @@ class QueueAttributes:
         return cls(
             row.name, row.expiry_ms, row.cap_expiry_ms, row.max_depth, row.max_message_bytes,
             row.default_priority, ordering, row.created_ms, row.depth_threshold,
-            kind, row.target_qmgr, row.target_queue, row.mode, row.server,
+            kind, row.target_qmgr, row.target_queue, row.mode, row.server, row.encryption,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Literal, TypeAlias
 from edgeq.errors import EdgeqError
 from edgeq.uid import MessageUID
 
-__all__ = ["ConfirmResult", "ConfirmStatus", "PutResult", "PutStatus"]
+__all__ = ["ConfirmResult", "ConfirmStatus", "PutResult", "PutStatus", "QuarantineEntry"]
 
 #: stored: kept (locked if assured); replaced: a resend replaced an unconfirmed
 #: copy; unconfirmed: an unconfirmed copy is held and this was not a resend;
@@ -36,3 +36,14 @@ class ConfirmResult:
 
     uid: MessageUID
     status: ConfirmStatus
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    """A row set aside because it failed its integrity check (kept whole in the store)."""
+
+    id: int
+    queue: str
+    uid: str
+    at_ms: int
+    reason: str

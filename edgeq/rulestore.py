@@ -95,6 +95,7 @@ class RuleTx:
         return int(event_id)
 
     def _event(self, r: tuple[Any, ...]) -> EventRow:
+        # Rows recorded by an older schema have fewer trailing columns: their defaults apply.
         return EventRow(r[0], r[1], r[2], r[3], r[4], MessageRow(*cbor2.loads(r[5])))
 
     def pending(self) -> list[EventRow]:

@@ -28,6 +28,9 @@ Tables:
     append-only history when ``QueueManager(journal=...)`` is on: ``accepted``
     (confirmed assured puts), ``expired`` (with side and check point) and
     ``delivered`` (gets) entries; see ``edgeq.journal``.
+``quarantine`` (v6)
+    rows of encrypted queues whose integrity check failed (tampered, or moved
+    from another queue or message): kept whole, never silently dropped.
 ``devices`` (v5)
     the devices a home server has heard from: last contact, clock offset.
 ``queue_stats`` / ``stats_applied`` (v2)
@@ -205,7 +208,19 @@ def _v5(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(db: Database) -> None:
+    """Encryption at rest: a queue's cipher, the key each row was sealed with, and
+    the quarantine for rows that fail their integrity check."""
+    db.execute("ALTER TABLE queues ADD COLUMN encryption TEXT")
+    db.execute("ALTER TABLE messages ADD COLUMN key_id TEXT")
+    db.table("quarantine").create(
+        {"id": int, "queue": str, "uid": str, "at_ms": int, "reason": str, "row": bytes},
+        pk="id",
+        not_null={"queue", "uid", "at_ms", "reason", "row"},
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

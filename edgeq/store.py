@@ -21,11 +21,11 @@ READY, PUT_LOCKED, GET_LOCKED = 0, 1, 2
 
 _MSG_COLS = (
     "id, origin, stamp, state, confirm_id, priority, created_ms, arrived_ms, expiry_kind, "
-    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, report, fields, data"
+    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, report, fields, data, key_id"
 )
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
-    "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server"
+    "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server, encryption"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -49,6 +49,7 @@ class MessageRow(NamedTuple):
     report: str | None
     fields: bytes | None
     data: bytes
+    key_id: str | None = None  # the store key ``data`` and ``fields`` are sealed with (None: clear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,7 @@ class QueueRow:
     target_queue: str | None
     mode: str | None
     server: str | None
+    encryption: str | None
 
 
 class NewMessage(NamedTuple):
@@ -92,6 +94,7 @@ class NewMessage(NamedTuple):
     report: str | None
     fields: bytes | None
     data: bytes
+    key_id: str | None = None
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
@@ -176,8 +179,8 @@ class Tx:
         self.conn.executemany(
             """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
                    created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
-                   correlation_id, reply_to, report, fields, data)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   correlation_id, reply_to, report, fields, data, key_id)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [(queue_id, *row) for row in rows],
         )
         self._move_depth(queue_id, len(rows))
@@ -313,6 +316,31 @@ class Tx:
             "UPDATE messages SET state = 0, confirm_id = NULL, seq = ? WHERE id = ?",
             [(first_seq + n, msg_id) for n, msg_id in enumerate(ids)],
         )
+
+    def quarantine(self, queue: str, queue_id: int, row: MessageRow, reason: str, now_ms: int) -> None:
+        """Move a row that failed its integrity check out of the queue, whole."""
+        import cbor2
+
+        self.conn.execute(
+            "INSERT INTO quarantine (queue, uid, at_ms, reason, row) VALUES (?, ?, ?, ?, ?)",
+            (queue, f"{row.origin}.{row.stamp}", now_ms, reason, cbor2.dumps(list(row))),
+        )
+        self.delete(queue_id, [row.id])
+
+    def quarantined(self) -> list[tuple[int, str, str, int, str]]:
+        return self.conn.execute("SELECT id, queue, uid, at_ms, reason FROM quarantine ORDER BY id").fetchall()
+
+    def stale_sealed(self, queue_id: int, current_key: str, limit: int) -> list[MessageRow]:
+        """Rows of a queue sealed with another key than ``current_key`` (or not at all)."""
+        rows = self.conn.execute(
+            f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND (key_id IS NULL OR key_id != ?) LIMIT ?",
+            (queue_id, current_key, limit),
+        ).fetchall()
+        return [MessageRow(*row) for row in rows]
+
+    def reseal(self, rows: Sequence[tuple[bytes | None, bytes, str, int]]) -> None:
+        """Store re-encrypted (fields, data, key_id) for row ids."""
+        self.conn.executemany("UPDATE messages SET fields = ?, data = ?, key_id = ? WHERE id = ?", rows)
 
     def get_locked(self, queue_id: int) -> list[int]:
         rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? AND state = 2", (queue_id,))

@@ -35,7 +35,7 @@ Durability: TypeAlias = Literal["full", "normal"]
 #: Where an expired message was discarded: MQe's check points plus the sweep.
 Where: TypeAlias = Literal["add", "get", "browse", "activate", "delete", "depth", "sweep"]
 #: Why a message left a queue other than by expiring.
-RemovalReason: TypeAlias = Literal["got", "confirmed", "deleted", "purged", "transmitted"]
+RemovalReason: TypeAlias = Literal["got", "confirmed", "deleted", "purged", "transmitted", "quarantined"]
 QueueKind: TypeAlias = Literal["local", "remote", "home"]
 #: Whether (and with how much data) an expiry report is wanted when a message is
 #: discarded for expiry (IBM MQ's MQRO_EXPIRATION*): the first 100 bytes, or all.

@@ -10,6 +10,7 @@ from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 
 from edgeq import ManualClock, QueueManager
+from edgeq.crypto import StoreKeys
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
 
@@ -51,14 +52,28 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "device.db"
 
 
+# One key ring for the whole run: making AES keys is not what these tests test.
+STORE_KEYS = StoreKeys.generate()
+
+
+@pytest.fixture(params=["plain", "encrypted"])
+def store_mode(request: pytest.FixtureRequest) -> str:
+    """Every test that opens its queue manager through ``open_qm`` runs twice: on plain
+    queues, and with every queue encrypted at rest (the suite must pass unchanged)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def open_qm(db_path: Path, clock: ManualClock) -> Iterator[Callable[..., QueueManager]]:
+def open_qm(db_path: Path, clock: ManualClock, store_mode: str) -> Iterator[Callable[..., QueueManager]]:
     """Open (or reopen) the test's queue manager; all are closed at teardown."""
     opened: list[QueueManager] = []
 
     def _open(**kwargs: object) -> QueueManager:
         kwargs.setdefault("name", "DEV1")
         kwargs.setdefault("clock", clock)
+        if store_mode == "encrypted":
+            kwargs.setdefault("keys", STORE_KEYS)
+            kwargs.setdefault("default_encryption", "aes-256-gcm")
         qm = QueueManager(db_path, **kwargs)  # type: ignore[arg-type]
         opened.append(qm)
         return qm
