@@ -518,6 +518,11 @@ def format_queue(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo]
         "ordering": attrs.ordering,
         "created": format_time(attrs.created_ms),
     }
+    if attrs.kind != "local":
+        target = f"{attrs.target_qmgr}/{attrs.target_queue} ({attrs.mode})" if attrs.kind == "remote" else attrs.server
+        rows = {**rows, "kind": f"{attrs.kind}: {target}"}
+    if attrs.encryption:
+        rows = {**rows, "encryption": attrs.encryption}
     width = max(len(key) for key in rows)
     lines = [f"{key:<{width}}  {value}" for key, value in rows.items()]
     if bindings is not None:

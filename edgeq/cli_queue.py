@@ -101,11 +101,13 @@ def queue() -> None:
 @click.argument("name")
 @_queue_options
 @_rule_option
+@click.option("--encryption", type=click.Choice(["aes-256-gcm"]), default=None,
+              help="Seal message data and fields in the store (needs the store key: $EDGEQ_STORE_KEY_FILE).")
 @json_flag
 @click.pass_context
 def queue_define(
-    ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], as_json: bool,
-    **options: Any,
+    ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], encryption: str | None,
+    as_json: bool, **options: Any,
 ) -> None:
     """Define queue NAME (creating the store if --db does not exist yet, which needs --name).
 
@@ -120,6 +122,7 @@ def queue_define(
       edgeq --db dev.db queue define DLQ
       edgeq --db dev.db queue define SENSORS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
       edgeq --db dev.db queue define SENSORS2 --depth-threshold 500 --rule 'log:{"events":["threshold"]}'
+      EDGEQ_STORE_KEY_FILE=store.key edgeq --db dev.db queue define PAYMENTS --encryption aes-256-gcm
     """
     _check_rules(rule_specs)
     qm = open_store(ctx, create=True)
@@ -127,7 +130,7 @@ def queue_define(
         raise click.ClickException(
             f"queue {name!r} is already defined on {qm.name}: change it with `edgeq queue alter {name} ...`"
         )
-    qm.define_queue(name, **_attributes(**options), rules=list(rule_specs))
+    qm.define_queue(name, **_attributes(**options), rules=list(rule_specs), encryption=encryption)
     if wants_json(ctx, as_json):
         emit_json(queue_json(qm.queue_attributes(name), 0, qm.queue_bindings(name)))
     elif rule_specs:

@@ -423,3 +423,20 @@ def test_rules_retry_errors(run: Run, db: Path, tmp_path: Path) -> None:
     fail(run("rules", "retry", "--parked", "--event", str(event_id + 1)), 1,
          f"no rule failure for event {event_id + 1}", "edgeq rules failures")
     fail(run("rules", "retry", "--event", str(event_id)), 1, "add --parked for parked ones")
+
+
+def test_queue_define_encrypted_and_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeq.crypto import StoreKeys
+
+    key = tmp_path / "store.key"
+    StoreKeys.generate().save(key)
+    db = tmp_path / "enc.db"
+    monkeypatch.setenv("EDGEQ_STORE_KEY_FILE", str(key))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", str(db), "--name", "DEV1", "queue", "define", "PAY", "--encryption", "aes-256-gcm"])
+    assert result.exit_code == 0, result.output
+    shown = runner.invoke(cli, ["--db", str(db), "queue", "show", "PAY"])
+    assert shown.exit_code == 0 and "aes-256-gcm" in shown.stdout
+    monkeypatch.delenv("EDGEQ_STORE_KEY_FILE")
+    refused = runner.invoke(cli, ["--db", str(db), "queue", "define", "PAY2", "--encryption", "aes-256-gcm"])
+    assert refused.exit_code == 1 and "needs a store key" in refused.stderr
