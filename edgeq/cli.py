@@ -26,6 +26,7 @@ from edgeq.cli_common import (
     wants_json,
 )
 from edgeq.cli_format import EXPIRE_AT, FIELD, RELATIVE_EXPIRY, format_message, format_time, message_json
+from edgeq.cli_keys import keys, server
 from edgeq.cli_pipeline import export, pipeline
 from edgeq.cli_queue import purge, queue
 from edgeq.cli_rules import rules
@@ -83,6 +84,8 @@ cli.add_command(queue)
 cli.add_command(purge)
 cli.add_command(serve)  # edgeq serve / edgeq sync: network stacks are imported lazily
 cli.add_command(sync)
+cli.add_command(keys)  # edgeq keys new; edgeq server devices add|list|revoke
+cli.add_command(server)
 cli.add_command(rules)
 cli.add_command(export)  # edgeq export / edgeq pipeline run: pyarrow and pyspark are imported lazily
 cli.add_command(pipeline)

@@ -64,11 +64,23 @@ def _need(module: str, extra: str) -> None:
               help="Seconds between expiry sweeps (0: none); locked puts expire through these.")
 @click.option("--journal/--no-journal", default=True, show_default=True,
               help="Keep the journal of accepted, expired and delivered messages (for `edgeq export`).")
+@click.option("--auth/--no-auth", default=None,
+              help="Require signed requests from registered devices (default: on once any device is "
+                   "registered with `edgeq server devices add`). --no-auth serves anyone: tests and trusted LANs only.")
+@click.option("--auth-skew", default=300.0, show_default=True, type=click.FloatRange(1),
+              help="Seconds a request's timestamp may differ from the server clock (also the replay window).")
+@click.option("--nonce-db", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where recent request nonces are kept, so replays fail across restarts (default: DB.nonces).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Serve HTTPS with this certificate (PEM, with its chain).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The certificate's private key (PEM).")
 @click.option("--log-level", type=_LEVELS, default="info", show_default=True)
 @click.pass_context
 def serve(
     ctx: click.Context, db: Path | None, name: str | None, host: str, port: int, max_body_bytes: int,
     max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
+    auth: bool | None, auth_skew: float, nonce_db: Path | None, tls_cert: Path | None, tls_key: Path | None,
     log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
@@ -76,34 +88,70 @@ def serve(
     \b
     Examples:
       edgeq serve --db home.db --name HOME --host 127.0.0.1 --port 8470
+      edgeq serve --db home.db --host 0.0.0.0 --auth --tls-cert home.crt --tls-key home.key
       curl http://127.0.0.1:8470/metrics
     """
     _need("uvicorn", "server")
     _need("starlette", "server")
+    import logging
+
     import uvicorn
 
     from edgeq.sync.logs import setup_json_logging
     from edgeq.sync.server import create_app
 
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
     path, name = _store(ctx, db, name)
     setup_json_logging(log_level.upper())
+    log = logging.getLogger("edgeq.sync.server")
     qm = QueueManager(path, name=name, durability="full" if durability == "full" else "normal",
                       remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
+    nonces = None
     try:
+        if auth is None:
+            auth = any(d.public_key is not None for d in qm.devices())
+        authenticate = None
+        if auth:
+            from edgeq.sync.auth import SignatureAuthenticator
+            from edgeq.sync.nonces import SqliteNonces
+
+            nonces = SqliteNonces(nonce_db or path.with_name(path.name + ".nonces"),
+                                  synchronous="FULL" if durability == "full" else "NORMAL")
+            authenticate = SignatureAuthenticator(qm, nonces, skew_ms=round(auth_skew * 1000))
+            if not any(d.registered for d in qm.devices()):
+                log.warning("authentication is on but no device is registered: every request will be refused",
+                            extra={"event": "no-devices"})
+        else:
+            log.warning(
+                "AUTHENTICATION IS OFF: anyone who can reach %s:%d can push and pull as any device. "
+                "Use only for tests and trusted networks; register devices and serve with --auth.", host, port,
+                extra={"event": "insecure", "auth": False})
+        if tls_cert is None and not _loopback(host):
+            log.warning("serving plain HTTP on %s: requests and messages cross the network unencrypted; "
+                        "use --tls-cert/--tls-key", host, extra={"event": "insecure", "tls": False})
         if sweep_interval:
             qm.start_expiry_sweeper(sweep_interval)
-        app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch)
-        import logging
-
-        logging.getLogger("edgeq.sync.server").info(
+        app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch, authenticate=authenticate)
+        log.info(
             "serving %s on %s:%d", qm.name, host, port,
             extra={"event": "serve", "qmgr": qm.name, "db": str(path), "host": host, "port": port,
-                   "pid": __import__("os").getpid()},
+                   "pid": __import__("os").getpid(), "auth": bool(auth), "tls": tls_cert is not None},
         )
         uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
-                    log_level=log_level.lower())
+                    log_level=log_level.lower(),
+                    ssl_certfile=None if tls_cert is None else str(tls_cert),
+                    ssl_keyfile=None if tls_key is None else str(tls_key))
     finally:
+        if nonces is not None:
+            nonces.close()
         qm.close()
+
+
+def _loopback(host: str) -> bool:
+    from edgeq.sync.tls import is_loopback
+
+    return is_loopback(host)
 
 
 @click.command("sync")
@@ -120,11 +168,18 @@ def serve(
 @click.option("--progress/--no-progress", default=None, help="Show backlog progress on stderr (default: if a terminal).")
 @click.option("--report-expiries/--no-report-expiries", default=True, show_default=True,
               help="Journal this device's expiries (stored with the store) and report them to the server.")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), envvar="EDGEQ_KEY",
+              show_envvar=True, help="Sign every request with this device key (from `edgeq keys new`).")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Verify an https:// server against this CA certificate (PEM) instead of the system store.")
+@click.option("--allow-insecure-http", is_flag=True,
+              help="Allow plain http:// to a server that is not on loopback (trusted networks only).")
 @click.option("--log-level", type=_LEVELS, default="info", show_default=True)
 @click.pass_context
 def sync(
     ctx: click.Context, db: Path | None, name: str | None, server_url: str, interval: float, once: bool,
-    batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool, log_level: str,
+    batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool,
+    key_file: Path | None, ca_file: Path | None, allow_insecure_http: bool, log_level: str,
 ) -> None:
     """Run the device's sync agent: push remote queues to the home server, pull home-server queues.
 
@@ -132,6 +187,7 @@ def sync(
     Examples:
       edgeq sync --db device.db --server http://home:8470            # daemon
       edgeq sync --db device.db --server http://home:8470 --once     # drain and exit
+      edgeq sync --db device.db --server https://home:8470 --key device.key --ca-file ca.crt
     """
     _need("httpx", "sync")
     from edgeq.sync.agent import SyncAgent
@@ -140,8 +196,26 @@ def sync(
     path, name = _store(ctx, db, name)
     setup_json_logging(log_level.upper())
     show = sys.stderr.isatty() if progress is None else progress
+    from edgeq.sync.tls import check_server_url
+
+    check_server_url(server_url, allow_insecure_http=allow_insecure_http)
+    signing_key = None
+    if key_file is not None:
+        from edgeq.sync.keys import load_private_key
+
+        signing_key = load_private_key(key_file)
     qm = QueueManager(path, name=name, journal="device" if report_expiries else "off")
-    agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout)
+    try:
+        signer = None
+        if signing_key is not None:
+            from edgeq.sync.signer import DeviceSigner
+
+            signer = DeviceSigner(qm.name, signing_key)
+        agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout, auth=signer, ca_file=ca_file,
+                          allow_insecure_http=allow_insecure_http)
+    except BaseException:
+        qm.close()
+        raise
     if show:
         agent.progress = _show_progress
     agent.pull_enabled = pull

@@ -1582,6 +1582,11 @@ class QueueManager:
         >>> qm.close()
         """
         check_name(name, "device name")
+        if "." in name:
+            raise InvalidArgument(
+                f"device name {name!r} must not contain '.': the home server holds a device's messages on "
+                "queues named <device>.<queue>, so a dot would let one device read another's"
+            )
         if not isinstance(public_key, bytes) or len(public_key) != 32:
             raise InvalidArgument(
                 "public_key must be the 32 raw bytes of an Ed25519 public key "

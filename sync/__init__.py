@@ -4,7 +4,11 @@
 * :mod:`edgeq.sync.server` -- the home server, a Starlette ASGI app over a
   :class:`~edgeq.QueueManager` (needs the ``server`` extra);
 * :mod:`edgeq.sync.agent` -- the device side, :class:`~edgeq.sync.agent.SyncAgent`
-  (needs the ``sync`` extra, i.e. httpx).
+  (needs the ``sync`` extra, i.e. httpx);
+* security (``docs/security.md``): :mod:`~edgeq.sync.keys` (device key files),
+  :mod:`~edgeq.sync.signing` (the canonical string, pure), :mod:`~edgeq.sync.signer`
+  (the device's ``httpx.Auth``), :mod:`~edgeq.sync.auth` and :mod:`~edgeq.sync.nonces`
+  (the server's checks and replay memory), :mod:`~edgeq.sync.tls` (the agent's TLS rules).
 
 Importing this package imports neither starlette nor httpx: a device that only
 queues locally never needs them. See ``docs/protocol.md``.

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,10 @@ class SyncAgent:
 
     ``client``: an ``httpx.Client`` to use (else one is made, with keep-alive);
     ``clock``: the device clock in epoch ms (the queue manager's, normally);
-    ``auth``: an ``httpx.Auth`` to sign requests. The agent registers itself as
+    ``auth``: an ``httpx.Auth`` to sign requests (:class:`~edgeq.sync.signer.DeviceSigner`);
+    ``ca_file``: the CA to verify an ``https://`` server with (None: the system
+    store); plain ``http://`` to a non-loopback host is refused unless
+    ``allow_insecure_http`` (:class:`~edgeq.sync.tls.InsecureTransport`). The agent registers itself as
     ``qm``'s transmitter, so ``put`` on a ``mode="sync"`` remote queue pushes at
     once. Thread-safe: pushes and pulls are serialised.
     """
@@ -85,12 +89,15 @@ class SyncAgent:
         auth: httpx.Auth | None = None,
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 300.0,
+        ca_file: Path | None = None,
+        allow_insecure_http: bool = False,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
         self.qm = qm
         self.batch_size = batch_size
-        self.transport = Transport(server_url, client=client, timeout=timeout, auth=auth)
+        self.transport = Transport(server_url, client=client, timeout=timeout, auth=auth, ca_file=ca_file,
+                                   allow_insecure_http=allow_insecure_http)
         self._clock: Clock = clock or system_clock
         self._lock = threading.RLock()
         self._hello: HelloInfo | None = None
@@ -202,6 +209,7 @@ class SyncAgent:
         or until a failure (``report.error``); never raises for network problems."""
         report = PushReport()
         started = time.monotonic()
+        forbidden: list[str] = []
         with self._lock:
             try:
                 server = self._ensure_hello().server
@@ -210,7 +218,17 @@ class SyncAgent:
                         log.debug("skip %s: it targets %s", attrs.name, attrs.target_qmgr,
                                   extra={"event": "skip", "queue": attrs.name, "target": attrs.target_qmgr})
                         continue
-                    self._push_queue(attrs, report, progress or self.progress)
+                    try:
+                        self._push_queue(attrs, report, progress or self.progress)
+                    except ServerRefused as exc:
+                        if exc.code != "forbidden":
+                            raise
+                        # Not this device's queue to push to: the others still go.
+                        forbidden.append(str(exc))
+                        log.warning("push of %s forbidden: %s", attrs.name, exc.detail,
+                                    extra={"event": "forbidden", "queue": attrs.name, "detail": exc.detail})
+                if forbidden:
+                    report.error = "; ".join(forbidden)
                 if not report.refused and not report.requeued:
                     self._recovering = False
                     self._server_expired.clear()

@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from edgeq.sync import protocol as p
+from edgeq.sync.auth import Authenticator, AuthRequest, Forbidden
 from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES, HomeService, ServerLimits
 from edgeq.sync.metrics import Metrics
 from starlette.applications import Starlette
@@ -41,21 +41,6 @@ from edgeq.types import Clock
 __all__ = ["AuthRequest", "Authenticator", "create_app"]
 
 log = logging.getLogger("edgeq.sync.server")
-
-
-@dataclass(frozen=True, slots=True)
-class AuthRequest:
-    """What an authenticator sees: the claimed device, the endpoint, headers and raw body."""
-
-    device: str | None
-    path: str
-    headers: Mapping[str, str]
-    body: bytes
-
-
-#: Called before a request is served; raise to refuse it (the device gets 401
-#: ``unauthorized`` with the exception's text). The seam for signatures/tokens.
-Authenticator = Callable[[AuthRequest], None]
 
 
 def _error(code: p.ErrorCode, detail: str) -> Response:
@@ -117,6 +102,24 @@ def create_app(
 
         return Route(path, serve, methods=["POST"])
 
+    async def _authenticate(request: Request, raw: bytes, body: Mapping[str, Any]) -> None:
+        device = body.get("qmgr")
+        auth = AuthRequest(device if isinstance(device, str) else None, request.url.path, request.headers, raw,
+                           body, request.method)
+        assert authenticate is not None
+        try:
+            await run_in_threadpool(authenticate, auth)  # it may read the store (device keys, nonces)
+        except p.ProtocolError:
+            raise
+        except Exception as exc:
+            code: p.ErrorCode = "forbidden" if isinstance(exc, Forbidden) else "unauthorized"
+            detail = str(exc) or "refused by the authenticator"
+            log.warning("%s %s: %s", code, request.url.path, detail,
+                        extra={"event": "auth-refused", "path": request.url.path, "code": code,
+                               "device": request.headers.get("x-edgeq-device"), "detail": detail,
+                               "client": request.client.host if request.client else None})
+            raise p.ProtocolError(code, detail) from exc
+
     async def _serve(request: Request, handler: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Response:
         try:
             media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -127,12 +130,7 @@ def create_app(
             raw = await read_body(request)
             body = p.decode_body(raw)
             if authenticate is not None:
-                device = body.get("qmgr")
-                try:
-                    authenticate(AuthRequest(device if isinstance(device, str) else None, request.url.path,
-                                             request.headers, raw))
-                except Exception as exc:
-                    raise p.ProtocolError("unauthorized", str(exc) or "refused by the authenticator") from exc
+                await _authenticate(request, raw, body)
             out = await run_in_threadpool(handler, body)
             return Response(p.encode_body(out), media_type=p.CONTENT_TYPE)
         except p.ProtocolError as exc:

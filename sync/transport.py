@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 from edgeq.sync import protocol as p
+from edgeq.sync.tls import check_server_url, client_ssl_context
 
 from edgeq.errors import EdgeqError
 
@@ -35,8 +38,11 @@ class Transport:
     """POST CBOR bodies to ``server_url``; decoded response bodies come back.
 
     ``client`` may be given (tests, custom TLS); otherwise one is made with
-    ``timeout`` seconds and keep-alive, and closed by :meth:`close`. ``auth`` is
-    any ``httpx.Auth`` (the seam for request signing).
+    ``timeout`` seconds and keep-alive, verifying ``https://`` servers against
+    ``ca_file`` (or the system trust store), and closed by :meth:`close`.
+    ``auth`` is any ``httpx.Auth`` (e.g. :class:`~edgeq.sync.signer.DeviceSigner`).
+    Plain ``http://`` to a non-loopback host raises
+    :class:`~edgeq.sync.tls.InsecureTransport` unless ``allow_insecure_http``.
     """
 
     def __init__(
@@ -46,10 +52,14 @@ class Transport:
         client: httpx.Client | None = None,
         timeout: float = 30.0,
         auth: httpx.Auth | None = None,
+        ca_file: Path | None = None,
+        allow_insecure_http: bool = False,
     ) -> None:
+        check_server_url(server_url, allow_insecure_http=allow_insecure_http)
         self.server_url = server_url.rstrip("/")
         self._own = client is None
-        self.client = client if client is not None else httpx.Client(timeout=timeout)
+        self.client = client if client is not None else httpx.Client(
+            timeout=timeout, verify=client_ssl_context(ca_file))
         self._auth = auth
         self._headers = {"content-type": p.CONTENT_TYPE, "accept": p.CONTENT_TYPE}
 
@@ -67,6 +77,11 @@ class Transport:
                 auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as exc:
+            if _untrusted(exc):
+                raise Unreachable(
+                    f"cannot reach {self.server_url}: its TLS certificate is not trusted ({exc}): "
+                    "pass the CA that signed it with --ca-file (ca_file=), and check the host name"
+                ) from exc
             raise Unreachable(f"cannot reach {self.server_url}: {type(exc).__name__}: {exc}") from exc
         media = response.headers.get("content-type", "").split(";")[0].strip()
         decoded: dict[str, Any] | None = None
@@ -92,3 +107,15 @@ class Transport:
     def close(self) -> None:
         if self._own:
             self.client.close()
+
+
+def _untrusted(exc: BaseException) -> bool:
+    """Whether a failed request failed on the server's certificate."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -125,6 +125,8 @@ def test_device_registry(open_qm: Callable[..., QueueManager]) -> None:
         qm.revoke_device("DEV9")
     with pytest.raises(InvalidArgument, match="32 raw bytes"):
         qm.register_device("DEV2", b"short")
+    with pytest.raises(InvalidArgument, match=r"must not contain '\.'"):
+        qm.register_device("DEV1.INBOX", key)
     with pytest.raises(InvalidType):
         qm.register_device("DEV2", key, queues="ORDERS")  # type: ignore[arg-type]
     assert qm.device("DEV9") is None

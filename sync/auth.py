@@ -1,0 +1,204 @@
+"""The server side of signed sync: who is calling (authentication) and what they may do (authorisation).
+
+:class:`SignatureAuthenticator` is an ``authenticate=`` for
+:func:`edgeq.sync.server.create_app`. For every request it checks, in order
+(cheap checks first, nothing stored on any refusal):
+
+1. the four signature headers are present and well formed (401);
+2. the timestamp is within ``skew_ms`` of the server clock (401);
+3. the device is registered (``qm.register_device``) and not revoked (401);
+4. the Ed25519 signature over :func:`~edgeq.sync.signing.canonical` (401);
+5. the nonce was not used within the window (401 ``replayed``), remembered in a
+   :class:`~edgeq.sync.nonces.NonceStore`;
+6. the body's ``qmgr`` is the signing device (403), a put or confirm names
+   only the device's own messages (uid origin) and a queue it may push to
+   (403); pulls are confined to ``<device>.<queue>`` by the server, and
+   device names with a ``.`` are refused so that prefix is unambiguous.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from edgeq.sync import protocol as p
+from edgeq.sync.nonces import NoncesFull, NonceStore
+from edgeq.sync.signing import H_DEVICE, H_NONCE, H_SIGNATURE, H_TIMESTAMP, NONCE_RE, canonical
+
+from edgeq.clock import system_clock
+from edgeq.devices import DeviceRecord
+from edgeq.errors import EdgeqError
+from edgeq.manager import QueueManager
+from edgeq.names import check_name
+from edgeq.types import Clock
+
+__all__ = [
+    "DEFAULT_SKEW_MS",
+    "AuthRequest",
+    "Authenticator",
+    "Forbidden",
+    "SignatureAuthenticator",
+    "Unauthorized",
+]
+
+DEFAULT_SKEW_MS = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """What an authenticator sees: the claimed device (the body's ``qmgr``), the
+    method and path, headers, the raw body and the decoded one."""
+
+    device: str | None
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+    message: Mapping[str, Any] | None = None
+    method: str = "POST"
+
+
+#: Called before a request is served; raise to refuse it: :class:`Forbidden`
+#: answers 403 ``forbidden``, any other exception 401 ``unauthorized`` (with
+#: the exception's text either way).
+Authenticator = Callable[[AuthRequest], None]
+
+
+class Unauthorized(EdgeqError):
+    """Who sent the request cannot be established (401)."""
+
+
+class Forbidden(EdgeqError):
+    """The device is known but may not do this (403)."""
+
+
+class SignatureAuthenticator:
+    """Verify Ed25519-signed requests from the devices registered in ``qm``.
+
+    ``skew_ms`` is the allowed difference between a request's timestamp and the
+    server clock (and so the replay window); ``nonces`` remembers the nonces
+    seen within it; ``clock`` is the server clock (epoch ms).
+    """
+
+    def __init__(
+        self, qm: QueueManager, nonces: NonceStore, *, skew_ms: int = DEFAULT_SKEW_MS, clock: Clock | None = None
+    ) -> None:
+        if skew_ms < 1:
+            raise ValueError(f"skew_ms must be positive, not {skew_ms!r}")
+        self.qm = qm
+        self.nonces = nonces
+        self.skew_ms = skew_ms
+        self.clock: Clock = clock or system_clock
+        self._keys: dict[bytes, Ed25519PublicKey] = {}
+
+    def __call__(self, request: AuthRequest) -> None:
+        device = self.authenticate(request)
+        if request.message is not None:
+            authorize(device.name, request.path, request.message, device.queues)
+
+    # -- authentication ------------------------------------------------------------------
+
+    def authenticate(self, request: AuthRequest) -> DeviceRecord:
+        """The verified device of ``request``; raises :class:`Unauthorized`."""
+        headers = request.headers
+        missing = [h for h in (H_DEVICE, H_TIMESTAMP, H_NONCE, H_SIGNATURE) if not headers.get(h)]
+        if missing:
+            raise Unauthorized(
+                f"missing {', '.join(missing)}: this server takes only signed requests "
+                "(edgeq sync --key DEVICE.KEY)"
+            )
+        device = headers[H_DEVICE]
+        try:
+            check_name(device, "device name")
+        except EdgeqError as exc:
+            raise Unauthorized(str(exc)) from exc
+        if "." in device:
+            raise Unauthorized(f"device name {device!r} has a '.': not allowed with authenticated sync")
+        timestamp = _timestamp(headers[H_TIMESTAMP])
+        now = self.clock()
+        if abs(now - timestamp) > self.skew_ms:
+            raise Unauthorized(
+                f"timestamp {timestamp} is {(timestamp - now) / 1000:+.0f} s off the server clock "
+                f"(allowed ±{self.skew_ms / 1000:g} s): check the device clock (NTP)"
+            )
+        nonce = headers[H_NONCE]
+        if not NONCE_RE.fullmatch(nonce):
+            raise Unauthorized("bad X-Edgeq-Nonce: 16 to 64 characters of A-Z, a-z, 0-9, '_', '-'")
+        record = self.qm.device(device)
+        if record is None or record.public_key is None:
+            raise Unauthorized(f"unknown device {device}: register it with edgeq server devices add {device}")
+        if record.revoked_ms is not None:
+            raise Unauthorized(f"device {device} is revoked (since {record.revoked_ms} ms)")
+        signature = _signature(headers[H_SIGNATURE])
+        payload = canonical(request.method, request.path, device, timestamp, nonce, request.body)
+        try:
+            self._public_key(record.public_key).verify(signature, payload)
+        except InvalidSignature:
+            raise Unauthorized(f"bad signature for device {device}: wrong key, or the request was altered") from None
+        try:
+            fresh = self.nonces.add(device, nonce, timestamp + self.skew_ms, now)
+        except NoncesFull as exc:
+            raise p.ProtocolError("busy", f"too many recent requests: {exc}") from exc
+        if not fresh:
+            raise Unauthorized(f"replayed request: nonce {nonce} of {device} was already used")
+        return record
+
+    def _public_key(self, raw: bytes) -> Ed25519PublicKey:
+        key = self._keys.get(raw)
+        if key is None:
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+            key = self._keys[raw] = Ed25519PublicKey.from_public_bytes(raw)
+        return key
+
+
+# -- authorisation ---------------------------------------------------------------------------
+
+
+def authorize(device: str, path: str, body: Mapping[str, Any], queues: tuple[str, ...] | None) -> None:
+    """Raise :class:`Forbidden` unless ``device`` may send ``body`` to ``path``.
+
+    Malformed parts are left to the server's validation, which refuses the
+    whole request (so nothing here can be skipped by a malformed item that the
+    server would accept).
+
+    >>> try:
+    ...     authorize("DEV1", "/v1/put", {"qmgr": "DEV1", "queue": "A", "messages": [{"u": "DEV2.5"}]}, None)
+    ... except Forbidden as exc:
+    ...     print(exc)
+    DEV1 may only push its own messages: DEV2.5 comes from DEV2
+    """
+    claimed = body.get("qmgr")
+    if claimed != device:
+        raise Forbidden(f"signed by {device} but sent as qmgr {claimed!r}: a device speaks only for itself")
+    if path not in (p.PATH_PUT, p.PATH_CONFIRM):
+        return
+    queue = body.get("queue")
+    if queues is not None and isinstance(queue, str) and queue not in queues:
+        raise Forbidden(f"{device} may not push to queue {queue} (allowed: {', '.join(queues) or 'none'})")
+    items = body.get("messages" if path == p.PATH_PUT else "uids")
+    for item in items if isinstance(items, list) else ():
+        text = item.get("u") if isinstance(item, dict) else item
+        # The origin as MessageUID.parse reads it (the server parses it so later).
+        if isinstance(text, str) and text.rpartition(".")[0] != device:
+            raise Forbidden(f"{device} may only push its own messages: {text} comes from {text.rpartition('.')[0]}")
+
+
+def _timestamp(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 16:
+        raise Unauthorized(f"bad X-Edgeq-Timestamp {text[:20]!r}: epoch milliseconds expected")
+    return int(text)
+
+
+def _signature(text: str) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise Unauthorized("bad X-Edgeq-Signature: not base64") from None
+    if len(raw) != 64:
+        raise Unauthorized(f"bad X-Edgeq-Signature: {len(raw)} bytes, an Ed25519 signature has 64")
+    return raw
