@@ -93,6 +93,7 @@ class BrokenRule:
             raise AttributeError(hook)
 
         def fail(event: object) -> None:
+            """Raise: the rule's plugin is not loaded."""
             raise RuntimeError(f"rule {self.name!r} is not loaded: {self.reason}")
 
         return fail

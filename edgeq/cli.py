@@ -101,6 +101,7 @@ class _AddWatch(QueueRule):
         self.expired_on_add = False
 
     def on_expired(self, event: RuleEvent) -> None:
+        """Note a put that expired at the "add" check point (it arrived already expired)."""
         if event.where == "add":
             self.expired_on_add = True
 

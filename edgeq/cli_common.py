@@ -36,6 +36,7 @@ class EdgeqGroup(click.Group):
     """A group that turns edgeq's own errors into one ``Error:`` line (exit 1), never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command, turning edgeq, SQLite and OS errors into one ``Error:`` line (exit 1)."""
         try:
             return super().invoke(ctx)
         except EdgeqError as exc:
@@ -51,6 +52,7 @@ class _WarningLine(logging.Handler):
     to load) as one ``Warning: ...`` line on stderr: the command itself still succeeded."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Echo the record as one ``Warning: ...`` line on stderr, naming its exception if any."""
         text = record.getMessage()
         if record.exc_info is not None and record.exc_info[1] is not None:
             exc = record.exc_info[1]

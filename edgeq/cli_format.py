@@ -347,6 +347,7 @@ class _Parsed(_ParamType):
         self._parse = parse
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Parse a string (a ValueError becomes a usage error); a value already parsed passes through."""
         if not isinstance(value, str):
             return value
         try:
@@ -374,6 +375,7 @@ class Limit:
 
 def _limit(parse: Callable[[str], int]) -> Callable[[str], Limit]:
     def convert(text: str) -> Limit:
+        """Parse a limit: ``none``, ``off`` or ``unlimited`` for no limit, else a positive number."""
         if text.strip().lower() in ("none", "off", "unlimited"):
             return Limit(None)
         value = parse(text)

@@ -74,12 +74,14 @@ class StoreKeys:
 
     @property
     def ids(self) -> list[str]:
+        """The ids of the ring's keys, sorted."""
         return sorted(self._keys)
 
     # -- files ----------------------------------------------------------------------------
 
     @classmethod
     def from_json(cls, text: str, source: str) -> StoreKeys:
+        """Parse a key file's JSON text; ``source`` names it in the error if it is not one."""
         try:
             raw = json.loads(text)
             keys = {kid: base64.b64decode(value, validate=True) for kid, value in raw["keys"].items()}
@@ -108,6 +110,7 @@ class StoreKeys:
         return None
 
     def to_json(self) -> str:
+        """The ring as a key file's JSON text (keys in base64), as :meth:`save` writes it."""
         keys = {kid: base64.b64encode(key).decode() for kid, key in sorted(self._keys.items())}
         return json.dumps({"current": self.current, "keys": keys}, indent=2) + "\n"
 
@@ -157,6 +160,7 @@ class StoreKeys:
             ) from exc
 
     def check_value(self, key_id: str) -> bytes:
+        """A fresh check value for ``key_id``: a known plaintext sealed under that key, for :meth:`verify`."""
         nonce = secrets.token_bytes(_NONCE)
         return nonce + self._ciphers[key_id].encrypt(nonce, _CHECK, None)
 

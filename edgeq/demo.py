@@ -125,9 +125,11 @@ class _Narrator(QueueRule):
         self.echo, self.result = echo, result
 
     def on_activated(self, event: RuleEvent) -> None:
+        """Print that the queue was activated."""
         self.echo(f"      rule> {event.queue} activated (first use since the queue manager opened)")
 
     def on_expired(self, event: RuleEvent) -> None:
+        """Record the expiry and print the check point it happened at."""
         assert event.message is not None and event.where is not None
         data = _text(event.message)
         self.result.expirations.append((event.queue, event.where, data))
@@ -135,10 +137,12 @@ class _Narrator(QueueRule):
                   f" (copied to {DLQ})")
 
     def on_removed(self, event: RuleEvent) -> None:
+        """Print which message was removed, and why."""
         assert event.message is not None
         self.echo(f"      rule> {event.queue}: {_text(event.message)!r} removed ({event.reason})")
 
     def on_queue_deleted(self, event: RuleEvent) -> None:
+        """Print that the queue was deleted."""
         self.echo(f"      rule> {event.queue} deleted")
 
 
@@ -153,25 +157,31 @@ class _Tour:
         self.qm = self.open()
 
     def open(self) -> QueueManager:
+        """Open (or reopen) the demo queue manager on the tour's store and manual clock."""
         return QueueManager(self.path, name=DEMO_QM, clock=self.clock)
 
     def add_narrator(self, *queues: str) -> None:
+        """Attach a narrating rule to each of ``queues``."""
         for queue in queues:
             self.qm.add_rule(queue, _Narrator(self.echo, self.result))
 
     def step(self, title: str) -> None:
+        """Print the heading of the next numbered step, with the clock's time."""
         self.step_no += 1
         self.echo("")
         self.echo(f"[{self.step_no}] {format_time(self.clock())[11:19]}  {title}")
 
     def say(self, text: str) -> None:
+        """Print one indented line of narration."""
         self.echo(f"    {text}")
 
     def advance(self, ms: int) -> None:
+        """Move the manual clock on by ``ms``, and say so."""
         self.clock.advance(ms)
         self.say(f"... the clock moves on {format_duration(ms)}, to {format_time(self.clock())[11:19]}")
 
     def show(self, queue: str) -> None:
+        """Say what a browse of ``queue`` shows."""
         messages = self.qm.browse(queue)
         if not messages:
             self.say(f"  browse {queue}: nothing visible")

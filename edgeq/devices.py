@@ -52,6 +52,7 @@ class DeviceTx:
         self.conn = conn
 
     def seen(self, name: str, now_ms: int, clock_offset_ms: int | None, agent: str | None) -> None:
+        """Record that ``name`` was heard from at ``now_ms`` (adding it if new); None keeps the old value."""
         self.conn.execute(
             "INSERT INTO devices (name, added_ms, last_seen_ms, clock_offset_ms, agent) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT (name) DO UPDATE SET last_seen_ms = excluded.last_seen_ms, "
@@ -70,14 +71,17 @@ class DeviceTx:
         )
 
     def revoke(self, name: str, now_ms: int) -> bool:
+        """Revoke a device; return False if it is unknown or already revoked."""
         cur = self.conn.execute(
             "UPDATE devices SET revoked_ms = ? WHERE name = ? AND revoked_ms IS NULL", (now_ms, name)
         )
         return cur.rowcount == 1
 
     def get(self, name: str) -> DeviceRecord | None:
+        """The device named ``name``, or None."""
         row = self.conn.execute(f"SELECT {_COLS} FROM devices WHERE name = ?", (name,)).fetchone()
         return None if row is None else _record(row)
 
     def all(self) -> list[DeviceRecord]:
+        """Every known device, by name."""
         return [_record(row) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]

@@ -102,12 +102,15 @@ class Dispatcher:
     # -- bindings ------------------------------------------------------------------------
 
     def of(self, queue: str) -> tuple[Binding, ...]:
+        """The queue's bindings, in delivery order (``()`` if it has none)."""
         return self._bindings.get(queue, ())
 
     def wants(self, queue: str) -> bool:
+        """Whether any rule is bound to ``queue``."""
         return queue in self._bindings
 
     def durable(self, queue: str) -> bool:
+        """Whether any of the queue's bindings is persisted (its events are then recorded durably)."""
         return any(b.persisted for b in self.of(queue))
 
     def set_persisted(self, queue: str, bindings: Iterable[Binding]) -> None:
@@ -117,11 +120,13 @@ class Dispatcher:
             self._set(queue, (*bindings, *keep))
 
     def add(self, queue: str, rule: QueueRule) -> None:
+        """Bind an in-process (not persisted) rule to ``queue``, after its other rules."""
         with self._lock:
             binding = Binding(f"p{next(self._keys)}", type(rule).__name__, rule, persisted=False)
             self._set(queue, (*self.of(queue), binding))
 
     def remove(self, queue: str, rule: QueueRule) -> bool:
+        """Unbind an in-process rule (by identity); return whether it was bound."""
         with self._lock:
             before = self.of(queue)
             after = tuple(b for b in before if b.persisted or b.rule is not rule)
@@ -129,6 +134,7 @@ class Dispatcher:
             return len(after) != len(before)
 
     def drop(self, queue: str) -> None:
+        """Forget every binding of ``queue`` (as when it is deleted)."""
         with self._lock:
             self._bindings.pop(queue, None)
 

@@ -70,6 +70,7 @@ class JournalTx:
         )
 
     def since(self, after_id: int, limit: int) -> list[JournalEntry]:
+        """Up to ``limit`` entries with ids above ``after_id``, in id order."""
         rows = self.conn.execute(
             f"SELECT {', '.join(JOURNAL_COLUMNS)} FROM journal WHERE id > ? ORDER BY id LIMIT ?",
             (after_id, limit),
@@ -77,9 +78,11 @@ class JournalTx:
         return [JournalEntry(*row) for row in rows]
 
     def trim(self, up_to_id: int) -> int:
+        """Delete the entries up to and including ``up_to_id``; return how many."""
         return self.conn.execute("DELETE FROM journal WHERE id <= ?", (up_to_id,)).rowcount
 
     def last_id(self) -> int:
+        """The highest entry id held (0 if the journal is empty)."""
         (value,) = self.conn.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
         return int(value)
 

@@ -51,6 +51,7 @@ class QueueAttributes:
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
+        """The attributes of a stored queue row."""
         ordering: Ordering = "fifo" if row.ordering == "fifo" else "priority"
         kind: QueueKind = "remote" if row.kind == "remote" else "home" if row.kind == "home" else "local"
         return cls(

@@ -21,6 +21,7 @@ __all__ = ["BindingRow", "EventRow", "FailureRow", "RuleTx"]
 
 @dataclass(frozen=True, slots=True)
 class BindingRow:
+    """A persisted rule binding: rule ``name`` with its ``config``, at ``position`` on ``queue``."""
     id: int
     queue: str
     position: int
@@ -30,6 +31,7 @@ class BindingRow:
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
+    """A durable rule event, with a copy of the message row it concerns."""
     id: int
     queue: str
     kind: str
@@ -65,6 +67,7 @@ class RuleTx:
     # -- bindings ----------------------------------------------------------------------
 
     def bindings(self, queue: str | None = None) -> list[BindingRow]:
+        """The persisted bindings of one queue (or of all), by queue then position."""
         where, args = ("WHERE q.name = ?", (queue,)) if queue is not None else ("", ())
         rows = self.conn.execute(
             "SELECT b.id, q.name, b.position, b.name, b.config FROM rule_bindings b "
@@ -88,6 +91,7 @@ class RuleTx:
     # -- durable events ------------------------------------------------------------------
 
     def record(self, queue: str, kind: str, detail: str | None, at_ms: int, row: MessageRow) -> int:
+        """Record a durable event with a copy of its message row; return the event id."""
         (event_id,) = self.conn.execute(
             "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES (?, ?, ?, ?, ?) RETURNING id",
             (queue, kind, detail, at_ms, cbor2.dumps(list(row))),
@@ -106,6 +110,7 @@ class RuleTx:
         return [self._event(r) for r in rows]
 
     def event(self, event_id: int) -> EventRow | None:
+        """The recorded event ``event_id``, or None if it has been forgotten."""
         r = self.conn.execute(
             "SELECT id, queue, kind, detail, at_ms, message FROM rule_events WHERE id = ?", (event_id,)
         ).fetchone()
@@ -151,6 +156,7 @@ class RuleTx:
         )
 
     def failures(self, *, parked: bool | None = None, due_ms: int | None = None) -> list[FailureRow]:
+        """Failed deliveries by event: all, only parked (or unparked) ones, or those due by ``due_ms``."""
         clauses, args = [], []
         if parked is not None:
             clauses.append("parked = ?")
@@ -165,6 +171,7 @@ class RuleTx:
         return [FailureRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
 
     def next_retry_ms(self) -> int | None:
+        """When the earliest unparked failed delivery is due for a retry, or None if there is none."""
         (value,) = self.conn.execute("SELECT min(next_ms) FROM rule_failures WHERE parked = 0").fetchone()
         return None if value is None else int(value)
 
@@ -198,6 +205,7 @@ class RuleTx:
         return True
 
     def stats(self, queue: str) -> dict[str, int]:
+        """A queue's counters, by name."""
         rows = self.conn.execute(
             "SELECT counter, value FROM queue_stats WHERE queue = ? ORDER BY counter", (queue,)
         ).fetchall()

@@ -31,6 +31,7 @@ _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
 
 class MessageRow(NamedTuple):
+    """A message row as stored (``data`` and ``fields`` are sealed if ``key_id`` is set)."""
     id: int
     origin: str
     stamp: int
@@ -54,6 +55,7 @@ class MessageRow(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
+    """A queue row as stored, with its current ``depth``."""
     id: int
     name: str
     expiry_ms: int | None
@@ -126,14 +128,17 @@ class Tx:
     # -- queues --------------------------------------------------------------------
 
     def queue(self, name: str) -> QueueRow | None:
+        """The row of the queue named ``name``, or None."""
         row = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues WHERE name = ?", (name,)).fetchone()
         return None if row is None else QueueRow(*row)
 
     def queues(self) -> list[QueueRow]:
+        """Every queue row, by name."""
         rows = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues ORDER BY name").fetchall()
         return [QueueRow(*row) for row in rows]
 
     def insert_queue(self, name: str, attrs: dict[str, object], now_ms: int) -> None:
+        """Insert a new, empty queue with the attribute columns ``attrs``."""
         cols = ", ".join(attrs)
         marks = ", ".join("?" for _ in attrs)
         self.conn.execute(
@@ -142,6 +147,7 @@ class Tx:
         )
 
     def update_queue(self, queue_id: int, attrs: dict[str, object]) -> None:
+        """Set the attribute columns ``attrs`` of a queue."""
         sets = ", ".join(f"{col} = ?" for col in attrs)
         self.conn.execute(f"UPDATE queues SET {sets} WHERE id = ?", (*attrs.values(), queue_id))
 
@@ -176,6 +182,7 @@ class Tx:
     # -- messages: add and remove --------------------------------------------------
 
     def insert(self, queue_id: int, rows: Sequence[NewMessage]) -> None:
+        """Insert message rows into a queue, raising its depth to match."""
         self.conn.executemany(
             """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
                    created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
@@ -208,6 +215,7 @@ class Tx:
         return cur.rowcount
 
     def delete_all(self, queue_id: int) -> int:
+        """Delete every message of a queue, in any state; return how many."""
         cur = self.conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
         self._move_depth(queue_id, -cur.rowcount)
         return cur.rowcount
@@ -219,6 +227,7 @@ class Tx:
     # -- messages: find ----------------------------------------------------------------
 
     def find(self, queue_id: int, origin: str, stamp: int) -> MessageRow | None:
+        """The message of a queue with uid (``origin``, ``stamp``), or None."""
         row = self.conn.execute(
             f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND origin = ? AND stamp = ?",
             (queue_id, origin, stamp),
@@ -240,6 +249,7 @@ class Tx:
         return out
 
     def find_by_confirm_id(self, queue_id: int, confirm_id: int) -> list[MessageRow]:
+        """The rows locked under ``confirm_id`` (by an unconfirmed put or get), in id order."""
         rows = self.conn.execute(
             f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND confirm_id = ? ORDER BY id",
             (queue_id, confirm_id),
@@ -247,6 +257,7 @@ class Tx:
         return [MessageRow(*row) for row in rows]
 
     def rows(self, ids: Sequence[int]) -> list[MessageRow]:
+        """The rows with these ids (ids not found are skipped; in no particular order)."""
         out: list[MessageRow] = []
         for chunk in _chunks(ids):
             marks = ", ".join("?" for _ in chunk)
@@ -296,6 +307,7 @@ class Tx:
         return row is not None
 
     def expired_ids(self, queue_id: int, now_ms: int, limit: int, *, ready_only: bool = False) -> list[int]:
+        """Ids of up to ``limit`` expired messages, earliest deadline first (``ready_only``: ready ones)."""
         state = " AND state = 0" if ready_only else ""
         rows = self.conn.execute(
             f"SELECT id FROM messages WHERE queue_id = ? AND deadline <= ?{state} ORDER BY deadline LIMIT ?",
@@ -306,6 +318,7 @@ class Tx:
     # -- messages: state changes ---------------------------------------------------------
 
     def lock_for_get(self, ids: Iterable[int], confirm_id: int) -> None:
+        """Lock rows for a get under ``confirm_id``: invisible until the get is confirmed or undone."""
         self.conn.executemany(
             "UPDATE messages SET state = 2, confirm_id = ? WHERE id = ?", [(confirm_id, i) for i in ids]
         )
@@ -328,6 +341,7 @@ class Tx:
         self.delete(queue_id, [row.id])
 
     def quarantined(self) -> list[tuple[int, str, str, int, str]]:
+        """The quarantined rows as (id, queue, uid, at_ms, reason), oldest first."""
         return self.conn.execute("SELECT id, queue, uid, at_ms, reason FROM quarantine ORDER BY id").fetchall()
 
     def stale_sealed(self, queue_id: int, current_key: str, limit: int) -> list[MessageRow]:
@@ -343,18 +357,21 @@ class Tx:
         self.conn.executemany("UPDATE messages SET fields = ?, data = ?, key_id = ? WHERE id = ?", rows)
 
     def get_locked(self, queue_id: int) -> list[int]:
+        """Ids of a queue's messages locked by unconfirmed gets."""
         rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? AND state = 2", (queue_id,))
         return [row[0] for row in rows]
 
     # -- remembered confirmed uids -------------------------------------------------------
 
     def remember(self, queue_id: int, uids: Sequence[tuple[str, int]], now_ms: int) -> None:
+        """Remember these uids as confirmed on a queue at ``now_ms`` (so a resend is known as a duplicate)."""
         self.conn.executemany(
             "INSERT OR REPLACE INTO confirmed_uids (queue_id, origin, stamp, confirmed_ms) VALUES (?, ?, ?, ?)",
             [(queue_id, origin, stamp, now_ms) for origin, stamp in uids],
         )
 
     def remembered(self, queue_id: int, origin: str, stamp: int) -> bool:
+        """Whether uid (``origin``, ``stamp``) is remembered as confirmed on the queue."""
         row = self.conn.execute(
             "SELECT 1 FROM confirmed_uids WHERE queue_id = ? AND origin = ? AND stamp = ?",
             (queue_id, origin, stamp),

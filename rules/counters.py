@@ -26,13 +26,17 @@ class CountersRule(QueueRule):
             self.queue_manager.apply_stats(event.queue, dict.fromkeys(counters, 1), event_id=event.id)
 
     def on_added(self, event: RuleEvent) -> None:
+        """Count ``added``."""
         self._bump(event, "added")
 
     def on_removed(self, event: RuleEvent) -> None:
+        """Count ``got`` for a get (plain or confirmed), else the reason (``deleted``, ``purged``)."""
         self._bump(event, "got" if event.reason in ("got", "confirmed") else str(event.reason))
 
     def on_expired(self, event: RuleEvent) -> None:
+        """Count ``expired`` and ``expired.<where>``."""
         self._bump(event, "expired", f"expired.{event.where}")
 
     def on_duplicate(self, event: RuleEvent) -> None:
+        """Count ``duplicates``."""
         self._bump(event, "duplicates")

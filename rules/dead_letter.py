@@ -53,6 +53,7 @@ class DeadLetterRule(QueueRule):
         self.keep_expiry = keep_expiry
 
     def attach(self, queue_manager: QueueManager, queue: str) -> None:
+        """Refuse a dead-letter queue that is this queue or is not defined, then attach."""
         if queue == self.target:
             raise InvalidArgument(f"queue {queue!r} cannot be its own dead-letter queue")
         if self.target not in queue_manager.queue_names():
@@ -60,10 +61,12 @@ class DeadLetterRule(QueueRule):
         super().attach(queue_manager, queue)
 
     def on_expired(self, event: RuleEvent) -> None:
+        """Copy the expired message to the dead-letter queue, if ``expired`` is among the reasons."""
         if "expired" in self.reasons:
             self._copy(event, "expired")
 
     def on_removed(self, event: RuleEvent) -> None:
+        """Copy the removed message to the dead-letter queue, if its reason is among the reasons."""
         if event.reason in self.reasons:
             self._copy(event, event.reason or "deleted")
 

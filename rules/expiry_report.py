@@ -40,6 +40,7 @@ class ExpiryReportRule(QueueRule):
     """
 
     def on_expired(self, event: RuleEvent) -> None:
+        """Put an expiry report on the message's ``reply_to`` queue, if it asked for one."""
         message, qm = event.message, self.queue_manager
         if message is None or qm is None or message.expiry_report == "none" or message.reply_to is None:
             return

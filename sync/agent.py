@@ -61,6 +61,7 @@ class _WakeRule(QueueRule):
         self._agent = agent
 
     def on_added(self, event: RuleEvent) -> None:
+        """Wake the agent's daemon to push the new message."""
         self._agent._on_put()
 
 

@@ -84,6 +84,11 @@ class HomeService:
                 f"this server has no clock offset for {name} (it restarted, or {name} never said hello): "
                 "send /v1/hello, then retry",
             )
+        if not hello and state.clock_offset_ms is not None:
+            # Every request bounds the offset from above (now - sent = offset + its latency):
+            # keep the smallest since the hello, so a slow hello cannot make every later
+            # deadline late. Erring low only ever makes a deadline earlier.
+            state.clock_offset_ms = min(state.clock_offset_ms, now - sent)
         state.seen(now)
         return state, sent, now
 
@@ -94,6 +99,7 @@ class HomeService:
     # -- endpoints -------------------------------------------------------------------------
 
     def hello(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The handshake: note the device's clock offset and agent; answer with the server's limits."""
         p.expect(body, "hello")
         state, sent, now = self._device(body, hello=True)
         agent = body.get("agent")

@@ -30,6 +30,7 @@ class JsonFormatter(logging.Formatter):
     """Format a record as one JSON object (its ``extra`` fields included)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON: ts, level, logger, event, msg, its ``extra`` fields, exc."""
         out: dict[str, Any] = {
             "ts": round(record.created, 3),
             "level": record.levelname.lower(),

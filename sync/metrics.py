@@ -56,6 +56,7 @@ class DeviceState:
     agent: str = ""
 
     def seen(self, now_ms: int) -> None:
+        """Note that the device was heard from at ``now_ms``."""
         self.last_seen_ms = now_ms
 
 
@@ -80,10 +81,12 @@ class Metrics:
                 self._counters[key] += n
 
     def request(self, endpoint: str, status: int) -> None:
+        """Count one request to ``endpoint`` answered with HTTP ``status``."""
         with self._lock:
             self._requests[(endpoint, status)] = self._requests.get((endpoint, status), 0) + 1
 
     def value(self, name: str) -> int:
+        """The current value of a counter (short names such as ``received`` are accepted)."""
         with self._lock:
             return self._counters[_ALIASES.get(name, name)]
 
@@ -96,10 +99,12 @@ class Metrics:
             return state
 
     def known_device(self, name: str) -> DeviceState | None:
+        """The state of device ``name``, or None if it was never seen (unlike :meth:`device`)."""
         with self._lock:
             return self._devices.get(name)
 
     def devices(self) -> list[DeviceState]:
+        """Every known device's state, by name."""
         with self._lock:
             return sorted(self._devices.values(), key=lambda d: d.name)
 

@@ -39,11 +39,14 @@ class NoncesFull(EdgeqError):
 
 
 class NonceStore(Protocol):
+    """Where a server remembers signed requests' nonces: :class:`MemoryNonces` or :class:`SqliteNonces`."""
     def add(self, device: str, nonce: str, expires_ms: int, now_ms: int) -> bool:
         """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store (a persistent one keeps its nonces)."""
+        ...
 
 
 class MemoryNonces:
@@ -59,6 +62,10 @@ class MemoryNonces:
         return len(self._live)
 
     def add(self, device: str, nonce: str, expires_ms: int, now_ms: int) -> bool:
+        """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered.
+
+        Raises :class:`NoncesFull` if ``max_entries`` live nonces are remembered already.
+        """
         with self._lock:
             while self._heap and self._heap[0][0] < now_ms:
                 _, d, n = heapq.heappop(self._heap)
@@ -72,6 +79,7 @@ class MemoryNonces:
             return True
 
     def close(self) -> None:
+        """Forget every nonce."""
         with self._lock:
             self._live.clear()
             self._heap.clear()
@@ -114,6 +122,10 @@ class SqliteNonces:
         self._since_purge = 0
 
     def add(self, device: str, nonce: str, expires_ms: int, now_ms: int) -> bool:
+        """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered.
+
+        Raises :class:`NoncesFull` if ``max_entries`` live nonces are remembered already.
+        """
         with self._lock:
             if self._since_purge >= _PURGE_EVERY or self._count >= self.max_entries:
                 self._purge(now_ms)
@@ -134,5 +146,6 @@ class SqliteNonces:
             return True
 
     def close(self) -> None:
+        """Close the SQLite file (the nonces stay in it)."""
         with self._lock:
             self._conn.close()

@@ -121,6 +121,7 @@ class ProtocolError(EdgeqError):
 
     @property
     def http_status(self) -> int:
+        """The HTTP status this error is answered with."""
         return HTTP_STATUS[self.code]
 
 
@@ -188,6 +189,7 @@ def expect(body: Mapping[str, Any], kind: str) -> None:
 
 
 def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**63 - 1) -> int:
+    """The integer ``body[key]``, checked to be in ``low .. high`` (a bool is refused)."""
     value = body.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid(f"{key!r} must be an integer, not {type(value).__name__}")
@@ -197,10 +199,12 @@ def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**6
 
 
 def opt_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**63 - 1) -> int | None:
+    """Like :func:`req_int`, but None if ``key`` is missing or null."""
     return None if body.get(key) is None else req_int(body, key, low=low, high=high)
 
 
 def req_str(body: Mapping[str, Any], key: str, *, max_len: int = 1024) -> str:
+    """The string ``body[key]``, non-empty and at most ``max_len`` characters."""
     value = body.get(key)
     if not isinstance(value, str) or not 0 < len(value) <= max_len:
         raise _invalid(f"{key!r} must be a non-empty string of at most {max_len} characters")
@@ -220,6 +224,7 @@ def req_name(body: Mapping[str, Any], key: str) -> str:
 
 
 def req_list(body: Mapping[str, Any], key: str, *, max_len: int) -> list[Any]:
+    """The array ``body[key]``, of at most ``max_len`` items."""
     value = body.get(key)
     if not isinstance(value, list):
         raise _invalid(f"{key!r} must be an array, not {type(value).__name__}")
@@ -229,6 +234,7 @@ def req_list(body: Mapping[str, Any], key: str, *, max_len: int) -> list[Any]:
 
 
 def req_uids(body: Mapping[str, Any], key: str, *, max_len: int) -> list[MessageUID]:
+    """The array ``body[key]`` of ``ORIGIN.STAMP`` uid strings, parsed (at most ``max_len``)."""
     out: list[MessageUID] = []
     for item in req_list(body, key, max_len=max_len):
         out.append(_uid(item))
@@ -355,6 +361,7 @@ class WireMessage:
         )
 
     def to_wire(self) -> dict[str, Any]:
+        """The map sent on the wire: short keys, defaults left out (the inverse of :meth:`from_wire`)."""
         out: dict[str, Any] = {"u": str(self.uid), "d": self.data}
         if self.priority is not None:
             out["p"] = self.priority

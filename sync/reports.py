@@ -39,6 +39,7 @@ class PushReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the push ran to the end (no ``error``)."""
         return self.error is None
 
     @property
@@ -61,6 +62,7 @@ class PullReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the pull ran to the end (no ``error``)."""
         return self.error is None
 
 

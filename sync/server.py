@@ -67,6 +67,7 @@ def create_app(
     )
 
     async def read_body(request: Request) -> bytes:
+        """The request body; ``too-large`` beyond ``max_body_bytes`` (declared or streamed)."""
         length = request.headers.get("content-length")
         if length is not None:
             if not length.isdigit():
@@ -87,7 +88,9 @@ def create_app(
         return b"".join(chunks)
 
     def endpoint(path: str, handler: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Route:
+        """A POST route at ``path`` running ``handler`` on the decoded body, counted and logged."""
         async def serve(request: Request) -> Response:
+            """Serve one request through ``handler``; count it, and log an error answer."""
             started = time.perf_counter()
             response = await _serve(request, handler)
             service.metrics.request(path, response.status_code)
@@ -143,6 +146,7 @@ def create_app(
             return _error("internal", f"{type(exc).__name__}: nothing was stored; retry later")
 
     async def healthz(request: Request) -> Response:
+        """``GET /healthz``: ok with the queue count as JSON, or 503 if the store cannot be read."""
         try:
             queues = await run_in_threadpool(qm.queue_names)
         except Exception as exc:
@@ -151,9 +155,11 @@ def create_app(
                              "protocol": p.PROTOCOL_VERSION})
 
     async def metrics_endpoint(request: Request) -> Response:
+        """``GET /metrics``: the counters in the Prometheus text format."""
         return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def http_error(request: Request, exc: Exception) -> Response:
+        """Answer an HTTP exception (404, 405, ...) as a protocol error body."""
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         code: p.ErrorCode = "not-found" if status == 404 else "method-not-allowed" if status == 405 else "internal"
         return _error(code, f"{request.method} {request.url.path}: {code}")

@@ -45,6 +45,7 @@ class DeviceSigner(httpx.Auth):
         return cls(device, load_private_key(path), clock=clock)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        """Sign the request (the httpx auth hook): add the headers made by :func:`sign_headers`."""
         request.headers.update(sign_headers(
             self._key, self.device, request.method, request.url.path, request.content, self._clock()
         ))

@@ -105,6 +105,7 @@ class Transport:
         return decoded
 
     def close(self) -> None:
+        """Close the HTTP client, if this transport made it."""
         if self._own:
             self.client.close()
 

@@ -267,6 +267,7 @@ def _count_if(condition: Column) -> Column:
 
 
 def journal_totals(j: DataFrame) -> DataFrame:
+    """Report ``journal_totals``: entries per kind and side."""
     from pyspark.sql import functions as F
 
     return j.groupBy("kind", "side").agg(F.count("*").alias("entries")).orderBy("kind", "side")
@@ -310,6 +311,10 @@ def _latencies(j: DataFrame) -> DataFrame:
 
 
 def latency_histogram(j: DataFrame) -> DataFrame:
+    """Report ``latency_histogram``: accepted messages per latency bucket, empty buckets included.
+
+    Bucket -1 holds negative latencies (clocks out of step); bucket ``i`` spans ``low_ms`` to ``high_ms``.
+    """
     from pyspark.sql import functions as F
 
     value = F.col("latency_ms")
@@ -357,6 +362,7 @@ def expired_messages(j: DataFrame) -> DataFrame:
 
 
 def expiry_daily(j: DataFrame) -> DataFrame:
+    """Report ``expiry_daily``: distinct expired messages per queue and day, by where they expired."""
     from pyspark.sql import functions as F
 
     return (
@@ -374,6 +380,7 @@ def expiry_daily(j: DataFrame) -> DataFrame:
 
 
 def expiry_where(j: DataFrame) -> DataFrame:
+    """Report ``expiry_where``: distinct expired messages per queue, side and check point."""
     from pyspark.sql import functions as F
 
     return (
@@ -449,6 +456,7 @@ def audit(j: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
 
 
 def throughput_hourly(j: DataFrame) -> DataFrame:
+    """Report ``throughput_hourly``: accepted, delivered and expired entries and bytes per queue and hour."""
     from pyspark.sql import functions as F
 
     hour_ms = (F.floor(F.col("at_ms") / _HOUR_MS) * _HOUR_MS).cast("long")
@@ -544,6 +552,7 @@ def run_pipeline(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``job.py`` command line parser."""
     parser = argparse.ArgumentParser(
         prog="edgeq.sync.pipeline.job",
         description="edgeq's journal analytics on Spark: latency, expiry reconciliation, audit, throughput.",
@@ -564,6 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def say(text: str) -> None:
+        """Print a progress line on stderr, unless ``--quiet``."""
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
 

@@ -56,6 +56,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, limit: in
     widths = [max([len(h)] + [len(r[i]) for r in shown]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
+        """One table line: numeric columns right-aligned, the rest left-aligned."""
         return "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
     out = [line(list(headers)), line(["-" * w for w in widths])] + [line(r) for r in shown]

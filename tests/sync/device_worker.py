@@ -1,6 +1,6 @@
 """A device sync agent that lives across pushes, driven by a fault test over stdin/stdout.
 
-    python tests/sync/device_worker.py --db device.db --server URL [--batch-size N]
+    python tests/sync/device_worker.py --db device.db --server URL [--batch-size N] [--key device.key]
 
 Prints ``ready`` once its agent exists, then for each ``push`` line on stdin runs
 ``SyncAgent.push_once`` and prints the report as one JSON line (flushed); ``quit``
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from edgeq.sync.agent import SyncAgent
 
@@ -32,9 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", required=True)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--key", help="sign requests with this device key (edgeq keys new)")
     args = parser.parse_args(argv)
+    auth = None
+    if args.key:
+        from edgeq.sync.keys import load_private_key
+        from edgeq.sync.signer import DeviceSigner
+
+        auth = DeviceSigner("DEV1", load_private_key(Path(args.key)))
     qm = QueueManager(args.db, journal="device")
-    agent = SyncAgent(qm, args.server, batch_size=args.batch_size, timeout=args.timeout)
+    agent = SyncAgent(qm, args.server, batch_size=args.batch_size, timeout=args.timeout, auth=auth)
     try:
         _say("ready")
         for line in sys.stdin:

@@ -114,3 +114,30 @@ def test_expiry_is_rebased_on_the_servers_clock_whatever_the_device_clock_says(
     assert agent.push_once().transmitted == 1
     got = home_qm.browse("ORDERS")[0]
     assert got.expiry == Int64(server_clock() + 50_000) and got.remaining_expiry_ms == 50_000
+
+
+def test_a_slow_hello_does_not_make_later_deadlines_late(
+    device_qm: QueueManager, home_qm: QueueManager, flaky_agent: SyncAgent, network: Network,
+    device_clock: ManualClock, server_clock: ManualClock,
+) -> None:
+    """The clocks agree, but the hello spends 500 ms in the network, so the offset it
+    measures is 500 ms too high; a later put delayed 300 ms must still be rebased by 300."""
+
+    def slow_hello() -> None:
+        device_clock.advance(500)
+        server_clock.advance(500)
+
+    network.before["/v1/hello"] = slow_hello
+    device_qm.put("ORDERS", Message(b"first"))
+    assert flaky_agent.push_once().ok  # its prompt put shows the offset is really 0
+
+    def slow_put() -> None:
+        device_clock.advance(300)
+        server_clock.advance(300)
+
+    network.before["/v1/put"] = slow_put
+    deadline = device_clock() + 1_000
+    device_qm.put("ORDERS", Message(b"second", expiry=Int32(1_000)))
+    assert flaky_agent.push_once().ok
+    (second,) = [m for m in home_qm.browse("ORDERS") if m.data == b"second"]
+    assert second.remaining_expiry_ms == deadline - server_clock()  # the device's deadline, not 300 ms later

@@ -36,6 +36,14 @@ def put_body(*uids: str, queue: str = "ORDERS", now: int = T0, **extra: Any) -> 
     return {"type": "put", "qmgr": "DEV1", "now_ms": now, "queue": queue, "messages": messages}
 
 
+def test_later_requests_refine_the_offset_downwards_only(http: httpx.Client, server: LiveServer) -> None:
+    hello(http, server, now=T0 - 400)  # a hello that spent 400 ms in the network (clocks agree)
+    post(http, server, p.PATH_PUT, put_body("DEV1.1000", now=T0 - 100))  # a faster request
+    assert server.metrics.device("DEV1").clock_offset_ms == 100
+    post(http, server, p.PATH_PUT, put_body("DEV1.2000", now=T0 - 300))  # a slower one changes nothing
+    assert server.metrics.device("DEV1").clock_offset_ms == 100
+
+
 def test_hello_records_the_devices_clock_offset(http: httpx.Client, server: LiveServer) -> None:
     body = hello(http, server, now=T0 - 1_500)  # the device's clock is 1.5 s behind
     assert (body["v"], body["type"], body["server"], body["offset_ms"]) == (1, "hello", "HOME", 1_500)
@@ -160,9 +168,9 @@ def test_healthz(http: httpx.Client, server: LiveServer) -> None:
 
 
 def test_metrics_are_prometheus_text(http: httpx.Client, server: LiveServer, server_clock: ManualClock) -> None:
-    hello(http, server, now=T0 - 250)
-    post(http, server, p.PATH_PUT, put_body("DEV1.1000", "DEV1.2000"))
-    post(http, server, p.PATH_PUT, put_body("DEV1.1000"))  # not a resend: the held copy makes it a duplicate
+    hello(http, server, now=T0 - 250)  # the device's clock is 250 ms behind
+    post(http, server, p.PATH_PUT, put_body("DEV1.1000", "DEV1.2000", now=T0 - 250))
+    post(http, server, p.PATH_PUT, put_body("DEV1.1000", now=T0 - 250))  # not a resend: a duplicate
     post(http, server, p.PATH_PUT, b"junk")
     response = http.get(server.url + "/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
