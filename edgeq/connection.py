@@ -138,13 +138,29 @@ class ConnectionFactory:
         return conn
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error.
 
         Taking the write lock up front means two writers never deadlock on a lock
         upgrade; contention waits in SQLite's busy handler instead of failing.
+
+        ``durable=False`` commits without waiting for the disk (``synchronous=NORMAL``
+        for this transaction only) when the store runs at full durability. It is for
+        changes whose loss in a power cut is harmless: the commit still survives a
+        process crash, and the next durable commit makes it durable too (WAL keeps
+        commits in order).
         """
         conn = self.connection()
+        relaxed = not durable and self.durability == "full"
+        if relaxed:
+            conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            yield from self._transaction(conn)
+        finally:
+            if relaxed:
+                conn.execute("PRAGMA synchronous = FULL")
+
+    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

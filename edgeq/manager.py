@@ -381,9 +381,10 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
             rows: list[NewMessage] = []
             results: list[PutResult] = []
             seen: set[MessageUID] = set()
+            observed = self._observed(queue)
             for offset, message in enumerate(messages):
                 seq = first + offset
-                uid = message.uid or MessageUID(self.name, seq)
+                uid = message.uid or MessageUID._trusted(self.name, seq)
                 created = message.created_ms if message.uid is not None and message.created_ms else now
                 priority = q.default_priority if message.priority is None else message.priority
                 fields = encode_fields(message.fields)
@@ -407,10 +408,12 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                         raise error
                     results.append(PutResult(uid, "refused", str(error), error))
                     continue
-                seen.add(uid)
+                if message.uid is not None:  # only a caller's uids can repeat within a batch
+                    seen.add(uid)
                 if deadline is not None and deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
-                    events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
+                    if observed:
+                        events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
                     results.append(PutResult(uid, "expired"))
                     continue
                 if existing is not None:  # _refusal let it through: a resend over an unconfirmed copy
@@ -419,7 +422,8 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                 depth += 1
                 rows.append(self._seal(q, row))
                 results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
-                events.extend(self._events(queue, "added", [self._as_row(row)], now))
+                if observed:  # no copy of the row unless a rule or the journal wants it
+                    events.extend(self._events(queue, "added", [self._as_row(row)], now))
             tx.insert(q.id, rows)
             threshold = q.depth_threshold
             if threshold is not None and q.depth < threshold <= depth and self._rules.wants(queue):
@@ -516,7 +520,11 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         wanted = check_fields(filter) if filter is not None else None
         self._touch(queue)
         now = self._clock()
-        with self._write() as tx:
+        # An assured get's lock need not wait for the disk: lost in a power cut, it
+        # leaves the message visible, exactly as an undo would, and its getter died
+        # too. The confirm that deletes the message is durable. A plain get is not
+        # relaxed: losing its delete would deliver the message twice.
+        with self._write(durable=confirm_id is None) as tx:
             q = self._readable(tx, queue)
             # Common case: nothing expired anywhere on the queue, so one page of
             # exactly `count` rows is all a get reads.

@@ -265,8 +265,8 @@ class QueueManagerBase:
         return self._clock()
 
     @contextmanager
-    def _write(self) -> Iterator[Tx]:
-        with self._db.write() as conn:
+    def _write(self, *, durable: bool = True) -> Iterator[Tx]:
+        with self._db.write(durable=durable) as conn:
             self._rules.flush(conn)
             yield Tx(conn)
 

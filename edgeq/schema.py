@@ -46,10 +46,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
 from edgeq.connection import APPLICATION_ID
+
+if TYPE_CHECKING:  # imported where used: sqlite-utils is half of `import edgeq`'s time
+    from sqlite_utils import Database
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -234,6 +236,8 @@ def migrate(conn: sqlite3.Connection) -> int:
     try:
         found = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if found < SCHEMA_VERSION:
+            from sqlite_utils import Database
+
             db = Database(conn, execute_plugins=False)
             for step in MIGRATIONS[found:]:
                 step(db)

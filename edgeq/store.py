@@ -184,11 +184,11 @@ class Tx:
     def insert(self, queue_id: int, rows: Sequence[NewMessage]) -> None:
         """Insert message rows into a queue, raising its depth to match."""
         self.conn.executemany(
-            """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
+            f"""INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
                    created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
                    correlation_id, reply_to, report, fields, data, key_id)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            [(queue_id, *row) for row in rows],
+               VALUES ({int(queue_id)}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            rows,  # queue_id is an int of ours, inlined: no per-row tuple to rebuild
         )
         self._move_depth(queue_id, len(rows))
 

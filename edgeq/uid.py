@@ -40,6 +40,15 @@ class MessageUID:
                 f"MessageUID stamp {self.stamp} is out of range: it must be a positive 64-bit int"
             )
 
+    @classmethod
+    def _trusted(cls, origin: str, stamp: int) -> MessageUID:
+        """A uid from a validated origin and a stamp the store issued (no re-validation:
+        this is on every put's path)."""
+        uid = object.__new__(cls)
+        object.__setattr__(uid, "origin", origin)
+        object.__setattr__(uid, "stamp", stamp)
+        return uid
+
     def __str__(self) -> str:
         return f"{self.origin}.{self.stamp}"
 

@@ -132,3 +132,22 @@ def test_closed_queue_manager_refuses_work(tmp_path: Path) -> None:
 def test_unopenable_path_raises_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="directory exists"):
         QueueManager(tmp_path / "no-such-dir" / "dev.db", name="DEV1")
+
+
+def test_only_an_assured_gets_lock_commits_without_waiting_for_the_disk(tmp_path: Path) -> None:
+    with QueueManager(tmp_path / "d.db", name="DEV1") as qm:
+        qm.define_queue("Q")
+        qm.put_many("Q", [Message(b"a"), Message(b"b")])
+        conn = qm._db.connection()
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        got = qm.get("Q", confirm_id=1)
+        assert got is not None
+        lock = list(statements)
+        statements.clear()
+        qm.confirm_get("Q", got.uid)
+        qm.get("Q")
+        conn.set_trace_callback(None)
+        assert lock[0] == "PRAGMA synchronous = NORMAL" and lock[-1] == "PRAGMA synchronous = FULL"
+        assert "PRAGMA synchronous = NORMAL" not in statements  # the confirm and the plain get stay durable
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
