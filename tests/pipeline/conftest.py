@@ -8,15 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from edgeq.journal import JournalEntry
 
 from .scenario import Scenario, Truth
-
-pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
-
-from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="session")
