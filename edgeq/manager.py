@@ -518,31 +518,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         if confirm_id is not None:
             confirm_id = _check_confirm_id(confirm_id)
         wanted = check_fields(filter) if filter is not None else None
-        self._touch(queue)
-        now = self._clock()
-        # An assured get's lock need not wait for the disk: lost in a power cut, it
-        # leaves the message visible, exactly as an undo would, and its getter died
-        # too. The confirm that deletes the message is durable. A plain get is not
-        # relaxed: losing its delete would deliver the message twice.
-        with self._write(durable=confirm_id is None) as tx:
-            q = self._readable(tx, queue)
-            # Common case: nothing expired anywhere on the queue, so one page of
-            # exactly `count` rows is all a get reads.
-            page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, _PAGE)
-            chosen, plain, expired, error = self._scan(tx, q, page, count, now, wanted)
-            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
-            if confirm_id is None:
-                tx.delete(q.id, [row.id for row in chosen])
-                events += self._events(queue, "removed", chosen, now, reason="got")
-            else:
-                tx.lock_for_get([row.id for row in chosen], confirm_id)
-            if error is not None:
-                events += self._quarantine(tx, q, error[0], now)
-            self._record(tx, events)
-        self._rules.dispatch(events)
-        if error is not None:
-            raise error[1]
-        return [to_message(row, now) for row in plain]
+        return self._take(queue, count, wanted=wanted, remove=True, confirm_id=confirm_id)
 
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
         """The visible messages in get order, without removing them.

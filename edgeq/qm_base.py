@@ -31,8 +31,10 @@ from edgeq.errors import (
     StoreError,
 )
 from edgeq.journal import JournalSide, JournalTx, entry_row
+from edgeq.message import Message
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
+from edgeq.rows import to_message
 from edgeq.rulestore import RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
@@ -430,6 +432,42 @@ class QueueManagerBase:
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=True)
+
+    def _take(
+        self, queue: str, count: int, *, wanted: Mapping[str, FieldValue] | None, remove: bool,
+        confirm_id: int | None,
+    ) -> list[Message]:
+        """The next ``count`` messages in get order, with the expired ones met first
+        discarded (``where="get"``). ``remove``: taken from a local queue (deleted, or
+        locked under ``confirm_id``); otherwise only read, from a remote queue (for
+        transmission). A row failing its integrity check is quarantined and raised.
+        """
+        self._touch(queue)
+        now = self._clock()
+        # Only a plain get's delete must wait for the disk: an assured get's lock,
+        # lost in a power cut, leaves the message visible exactly as an undo would
+        # (its getter died too), and discarding an expired message twice is harmless.
+        with self._write(durable=remove and confirm_id is None) as tx:
+            q = self._readable(tx, queue) if remove else self._queue(tx, queue)
+            if not remove and q.kind != "remote":
+                raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
+            # Common case: nothing expired anywhere on the queue, so one page of
+            # exactly `count` rows is all a get reads.
+            page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, _PAGE)
+            chosen, plain, expired, error = self._scan(tx, q, page, count, now, wanted)
+            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
+            if remove and confirm_id is None:
+                tx.delete(q.id, [row.id for row in chosen])
+                events += self._events(queue, "removed", chosen, now, reason="got")
+            elif remove and confirm_id is not None:
+                tx.lock_for_get([row.id for row in chosen], confirm_id)
+            if error is not None:
+                events += self._quarantine(tx, q, error[0], now)
+            self._record(tx, events)
+        self._rules.dispatch(events)
+        if error is not None:
+            raise error[1]
+        return [to_message(row, now) for row in plain]
 
     def _scan(
         self, tx: Tx, q: QueueRow, page: int, count: int, now: int, wanted: Mapping[str, FieldValue] | None

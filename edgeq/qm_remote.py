@@ -14,7 +14,6 @@ from edgeq.errors import (
 from edgeq.message import Message
 from edgeq.names import check_name
 from edgeq.queues import QueueAttributes
-from edgeq.rows import to_message
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     pass
 
 from edgeq.qm_base import (
-    _PAGE,
     QueueManagerBase,
     _check_count,
     _check_uid,
@@ -144,22 +142,7 @@ class RemoteMixin(QueueManagerBase):
         """The next ``limit`` messages to transmit from a remote queue, in get order,
         without removing or locking them. Expired ones met first are discarded
         (rules see ``where="get"``): an expired message is never transmitted."""
-        limit = _check_count(limit)
-        self._touch(queue)
-        now = self._clock()
-        with self._write() as tx:
-            q = self._queue(tx, queue)
-            if q.kind != "remote":
-                raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
-            _, plain, expired, error = self._scan(tx, q, max(limit, _PAGE), limit, now, None)
-            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="get")
-            if error is not None:
-                events += self._quarantine(tx, q, error[0], now)
-            self._record(tx, events)
-        self._rules.dispatch(events)
-        if error is not None:
-            raise error[1]
-        return [to_message(row, now) for row in plain]
+        return self._take(queue, _check_count(limit), wanted=None, remove=False, confirm_id=None)
 
     def transmitted(self, queue: str, uids: Sequence[MessageUID | str]) -> int:
         """Delete local copies the target has confirmed, in one transaction (rules see
