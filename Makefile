@@ -33,7 +33,9 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest
 
 # The benchmarks run in their own environment: edgeq plus the peers it is
-# compared with (persist-queue, litequeue), so .venv stays the device install.
+# compared with (persist-queue, litequeue, paho-mqtt), so .venv stays the device install.
+# The sync case's MQTT baseline also needs the mosquitto broker: the harness
+# apt-get installs it when missing (see benchmarks/README.md; --no-install forbids it).
 # `make bench BENCH_ARGS="--only get_confirm --sizes 1k,1M"` runs one case.
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed

@@ -27,6 +27,11 @@ ACTIONS = {
     "memory": "benchmarks.cases.memory:child_memory",
     "drain_consumer": "benchmarks.cases.drain:child_consumer",
     "count": "benchmarks.cases.drain:child_count",
+    "sync_setup": "benchmarks.cases.sync:child_setup",
+    "sync_push": "benchmarks.cases.sync:child_push",
+    "sync_verify": "benchmarks.cases.sync:child_verify",
+    "mqtt_subscribe": "benchmarks.peers.mqtt_peer:child_subscribe",
+    "mqtt_publish": "benchmarks.peers.mqtt_peer:child_publish",
 }
 
 

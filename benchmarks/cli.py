@@ -21,7 +21,7 @@ from pathlib import Path
 from benchmarks.cases import CASES, runner_of
 from benchmarks.config import FULL, SMOKE, Settings
 from benchmarks.machine import describe_machine, fsync_probe
-from benchmarks.peers import LIBRARIES
+from benchmarks.peers import ALL_LIBS
 from benchmarks.report import render
 from benchmarks.results import Result
 from benchmarks.runner import ROOT, Context
@@ -64,11 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=parse_sizes,
                    help="backlog sizes, e.g. 1k,40k,100k,1M (the largest also sizes depth and memory)")
     p.add_argument("--libs", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
-                   help=f"libraries to measure (default all): {', '.join(LIBRARIES)}")
+                   help=f"libraries to measure (default all): {', '.join(ALL_LIBS)}")
     p.add_argument("--ops", type=int, help="operations per timed loop (puts, get+confirms)")
     p.add_argument("--expiry", type=parse_sizes, help="expired messages to discard, e.g. 1M")
     p.add_argument("--budget", type=float, help="seconds a timed loop may run before stopping early")
     p.add_argument("--rounds", type=int, help="rounds per case, median reported (default 3; smoke 1)")
+    p.add_argument("--sync-messages", type=parse_sizes,
+                   help="messages the sync case pushes (edgeq) and publishes (MQTT), e.g. 20k (default 20k; smoke 500)")
+    p.add_argument("--no-install", action="store_true",
+                   help="never apt-get install mosquitto (the sync case's MQTT baseline) when it is missing")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report (default %(default)s)")
     p.add_argument("--markdown", type=Path, help="also write the table here (default: next to --out, .md)")
     p.add_argument("--workdir", type=Path, help="scratch directory for the queues (default under results/)")
@@ -91,17 +95,26 @@ def settings_from(args: argparse.Namespace) -> Settings:
         s = s.replace(budget_s=args.budget)
     if args.rounds:
         s = s.replace(rounds=max(1, args.rounds))
+    if args.sync_messages:
+        s = s.replace(sync_messages=args.sync_messages[0])
+    if args.no_install:
+        s = s.replace(install_mosquitto=False)
     return s
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the selected cases; return 0 (the verdicts are in the report, not the exit code)."""
+    """Run the selected cases; return 0 (the verdicts are in the report, not the exit code).
+
+    Returns 2 without measuring anything when a full run includes the sync case
+    and its MQTT baseline cannot be set up (paho-mqtt missing, mosquitto missing
+    and not installable): a clear error rather than a table without its peer.
+    """
     args = _parser().parse_args(argv)
     settings = settings_from(args)
-    libs = args.libs or list(LIBRARIES)
-    unknown = [lib for lib in libs if lib not in LIBRARIES]
+    libs = args.libs or list(ALL_LIBS)
+    unknown = [lib for lib in libs if lib not in ALL_LIBS]
     if unknown:
-        _parser().error(f"unknown libraries {unknown}; choose from {', '.join(LIBRARIES)}")
+        _parser().error(f"unknown libraries {unknown}; choose from {', '.join(ALL_LIBS)}")
     cases = args.only or list(CASES)
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     ctx = Context(settings=settings, libs=libs, workdir=workdir, log=log)
+    if "sync" in cases and {"mqtt", "mqtt-periodic"} & set(libs) and not settings.smoke:
+        # A full run without its MQTT baseline is useless for the sync target: fail now, not after 15 minutes.
+        from benchmarks.cases.sync import mqtt_availability
+
+        binary, why = mqtt_availability(ctx)
+        if binary is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+            print(f"error: the sync case's MQTT baseline cannot run: {why}\n"
+                  "(use --smoke, or --libs without mqtt, to run without it)", file=sys.stderr)
+            return 2
     started = time.strftime("%Y-%m-%d %H:%M:%S %z")
     t0 = time.perf_counter()
     results: list[Result] = []

@@ -42,6 +42,13 @@ class Settings:
     child_timeout_s: float = 900.0
     #: The backlog the "≥ 20x persist-queue" get+confirm target is judged at.
     target_backlog: int = 40_000
+    #: Sync case: messages pushed device -> server (and published at QoS 2 for MQTT),
+    #: the agent's batch size, and the MQTT clients' inflight window.
+    sync_messages: int = 20_000
+    sync_batch: int = 500
+    mqtt_inflight: int = 1_000
+    #: Install mosquitto from Debian packages (apt-get) when it is missing.
+    install_mosquitto: bool = True
     smoke: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -82,5 +89,8 @@ SMOKE = Settings(
     budget_s=5.0,
     child_timeout_s=60.0,
     target_backlog=1_000,
+    sync_messages=500,
+    sync_batch=100,
+    mqtt_inflight=100,
     smoke=True,
 )

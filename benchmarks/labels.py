@@ -10,6 +10,8 @@ LIB_LABELS = {
     "pq-queue": "persist-queue SQLiteQueue",
     "litequeue": "litequeue",
     "raw-sqlite": "raw sqlite3",
+    "mqtt": "MQTT QoS 2 (paho-mqtt → mosquitto, snapshot after every change)",
+    "mqtt-periodic": "MQTT QoS 2 (paho-mqtt → mosquitto, default 30-min snapshot)",
 }
 
 _RAW_BY_CASE = {
@@ -63,6 +65,7 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "depth": f"depth inquiry @ {human(size)}",
         "expiry": f"discard {human(size)} expired",
         "memory": f"peak RSS holding {human(size)}",
-        "sync": "sync (MQTT / store-and-forward)",
+        "sync": (f"sync device → server, {human(size)} msgs, loopback"
+                 + (f" (batches of {human(extra['batch_size'])})" if extra.get("batch_size") else "")),
     }
     return titles.get(case, case)

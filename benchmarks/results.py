@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["HEADLINE_METRIC", "Result", "Status", "median_round"]
+__all__ = ["HEADLINE_METRIC", "SUMMED", "Result", "Status", "median_round"]
 
 #: The figure each case is compared (and its rounds ranked) on, and whether higher is better.
 HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
@@ -18,11 +18,19 @@ HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
     "depth": ("median_ms", False),
     "expiry": ("seconds", False),
     "memory": ("peak_rss_mb", False),
+    "sync": ("msgs_per_s", True),
+}
+
+#: Per case: figures summed over every round (so no round's problem is hidden by the median).
+SUMMED: dict[str, tuple[str, ...]] = {
+    "drain": ("messages", "received", "duplicates", "losses", "left_on_queue", "errors"),
+    "sync": ("duplicates", "losses"),
 }
 
 #: ok: measured; n/a: the library has no such feature; not installed: peer missing;
-#: error: the child failed (its stderr tail is in ``note``); skipped: not selected.
-Status = Literal["ok", "n/a", "not installed", "error", "placeholder"]
+#: error: the child failed (its stderr tail is in ``note``); skipped: not selected;
+#: not available: a baseline's external program (mosquitto) is missing, tolerated in smoke runs only.
+Status = Literal["ok", "n/a", "not installed", "error", "placeholder", "not available"]
 
 
 @dataclass
@@ -53,7 +61,8 @@ def median_round(rounds: list[Result]) -> Result:
     The round whose headline figure is the median is kept whole (so its
     figures stay consistent with each other); every round's headline figure
     is kept in ``info["rounds"]``. For the drain, duplicates, losses and
-    errors are summed over all rounds, never hidden by the choice of round.
+    errors are summed over all rounds (for sync: duplicates and losses),
+    never hidden by the choice of round.
     A failed or unsupported round wins, so problems are never averaged away.
     """
     bad = [r for r in rounds if r.status != "ok"]
@@ -66,8 +75,8 @@ def median_round(rounds: list[Result]) -> Result:
                     dict(chosen.info), chosen.note)
     merged.info["rounds"] = [r.metrics.get(metric, 0.0) for r in rounds]
     merged.metrics["rounds"] = float(len(rounds))
-    if chosen.case == "drain":
-        for key in ("messages", "received", "duplicates", "losses", "left_on_queue", "errors"):
+    if chosen.case in SUMMED:
+        for key in SUMMED[chosen.case]:
             merged.metrics[key] = sum(r.metrics.get(key, 0.0) for r in rounds)
         merged.note = "; ".join(r.note for r in rounds if r.note)
     return merged

@@ -106,4 +106,27 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
         None if small is None or large is None or s.small == s.large else large <= small + 10,
         f"{large:.1f} MB vs {small:.1f} MB ({large - small:+.1f} MB)" if small and large else "",
     ))
+    out += _sync_targets(results, s)
     return out
+
+
+def _sync_targets(results: list[Result], s: Settings) -> list[Target]:
+    """Sync: the 10,000 msg/s floor, and 2x MQTT QoS 2 on the same loopback."""
+    e = _metric(results, "sync", "edgeq", "msgs_per_s")
+    m = _metric(results, "sync", "mqtt", "msgs_per_s")
+    dup = _metric(results, "sync", "edgeq", "duplicates")
+    lost = _metric(results, "sync", "edgeq", "losses")
+    once = None if dup is None or lost is None else dup == 0 and lost == 0
+    return [
+        _judge(
+            "sync throughput (edgeq, exactly once)",
+            f"≥ 10,000 msg/s over loopback, batches of {s.sync_batch}, server at full durability",
+            None if e is None else e >= 10_000 and bool(once),
+            f"{e:,.0f} msg/s, {dup:.0f} duplicates, {lost:.0f} lost" if e is not None and once is not None else "",
+        ),
+        _judge(
+            "sync vs MQTT QoS 2 (mosquitto)", "≥ 2x paho-mqtt QoS 2 → mosquitto (to last PUBCOMP)",
+            None if e is None or not m else e >= 2 * m,
+            f"{e / m:.2f}x ({e:,.0f} vs {m:,.0f} msg/s)" if e and m else "",
+        ),
+    ]

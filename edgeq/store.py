@@ -99,6 +99,16 @@ class NewMessage(NamedTuple):
     key_id: str | None = None
 
 
+def _by_origin(uids: Sequence[tuple[str, int]]) -> Iterator[tuple[str, list[int]]]:
+    """(origin, stamps) groups of at most ``_CHUNK`` stamps: one indexed query each."""
+    groups: dict[str, list[int]] = {}
+    for origin, stamp in uids:
+        groups.setdefault(origin, []).append(stamp)
+    for origin, stamps in groups.items():
+        for start in range(0, len(stamps), _CHUNK):
+            yield origin, stamps[start : start + _CHUNK]
+
+
 def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
     for start in range(0, len(ids), _CHUNK):
         yield ids[start : start + _CHUNK]
@@ -235,14 +245,18 @@ class Tx:
         return None if row is None else MessageRow(*row)
 
     def find_many(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> dict[tuple[str, int], MessageRow]:
-        """The rows held for these (origin, stamp) uids, keyed by uid: one indexed query per chunk."""
+        """The rows held for these (origin, stamp) uids, keyed by uid.
+
+        Grouped by origin as ``origin = ? AND stamp IN (...)`` so SQLite seeks the
+        whole ``messages_uid`` index (a row-value ``IN (VALUES ...)`` would only use
+        its first column and scan the queue).
+        """
         out: dict[tuple[str, int], MessageRow] = {}
-        for start in range(0, len(uids), _CHUNK // 2):
-            chunk = uids[start : start + _CHUNK // 2]
-            pairs = ", ".join("(?, ?)" for _ in chunk)
+        for origin, stamps in _by_origin(uids):
+            marks = ", ".join("?" for _ in stamps)
             for row in self.conn.execute(
-                f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND (origin, stamp) IN (VALUES {pairs})",
-                (queue_id, *(v for uid in chunk for v in uid)),
+                f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND origin = ? AND stamp IN ({marks})",
+                (queue_id, origin, *stamps),
             ):
                 found = MessageRow(*row)
                 out[(found.origin, found.stamp)] = found
@@ -379,17 +393,15 @@ class Tx:
         return row is not None
 
     def remembered_many(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
-        """Which of these uids are remembered as confirmed."""
+        """Which of these uids are remembered as confirmed (an index seek per origin and chunk)."""
         out: set[tuple[str, int]] = set()
-        for start in range(0, len(uids), _CHUNK // 2):
-            chunk = uids[start : start + _CHUNK // 2]
-            pairs = ", ".join("(?, ?)" for _ in chunk)
+        for origin, stamps in _by_origin(uids):
+            marks = ", ".join("?" for _ in stamps)
             out.update(
                 (origin, stamp)
-                for origin, stamp in self.conn.execute(
-                    "SELECT origin, stamp FROM confirmed_uids WHERE queue_id = ? "
-                    f"AND (origin, stamp) IN (VALUES {pairs})",
-                    (queue_id, *(v for uid in chunk for v in uid)),
+                for (stamp,) in self.conn.execute(
+                    f"SELECT stamp FROM confirmed_uids WHERE queue_id = ? AND origin = ? AND stamp IN ({marks})",
+                    (queue_id, origin, *stamps),
                 )
             )
         return out

@@ -2,9 +2,13 @@
 
 Runs ``python -m benchmarks --smoke`` as a subprocess (every case, tiny sizes),
 then checks the JSON report: every case is there, every measured figure is a
-positive finite number, no library failed, and edgeq's multi-process drain
-delivered every message exactly once. Peers missing from the environment are
-reported "not installed" rather than failing the test.
+positive finite number, no library failed, edgeq's multi-process drain
+delivered every message exactly once, and edgeq's sync (``edgeq serve`` in a
+subprocess, ``SyncAgent.push_once`` in a child) put every message on the
+server exactly once. Peers missing from the environment are reported "not
+installed" rather than failing the test; so is the sync case's MQTT baseline
+("not available") when mosquitto is absent: the test passes ``--no-install``,
+so it never apt-get installs anything.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ HEADLINE = {
     "depth": "median_ms",
     "expiry": "seconds",
     "memory": "peak_rss_mb",
+    "sync": "msgs_per_s",
 }
+MQTT_ROWS = ("mqtt", "mqtt-periodic")
 ALWAYS_MEASURED = ("edgeq", "raw-sqlite")  # need nothing beyond edgeq's own install
 
 
@@ -39,7 +45,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     where = tmp_path_factory.mktemp("bench")
     out = where / "smoke.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out), "--workdir", str(where / "work")],
+        [sys.executable, "-m", "benchmarks", "--smoke", "--no-install", "--out", str(out),
+         "--workdir", str(where / "work")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -109,11 +116,36 @@ def test_peers_are_measured_or_marked_not_installed(report: dict[str, Any]) -> N
             assert r["status"] in ("ok", "n/a", "not installed"), r
 
 
-def test_targets_and_sync_placeholder(report: dict[str, Any]) -> None:
-    assert len(report["targets"]) == 9
+def test_targets(report: dict[str, Any]) -> None:
+    assert len(report["targets"]) == 11
     assert {t["status"] for t in report["targets"]} <= {"PASS", "FAIL", "n/a"}
-    (sync,) = [r for r in report["results"] if r["case"] == "sync"]
-    assert sync["status"] == "placeholder" and "not yet measured" in sync["note"]
+    names = [t["name"] for t in report["targets"]]
+    assert "sync throughput (edgeq, exactly once)" in names
+    (floor,) = [t for t in report["targets"] if t["name"].startswith("sync throughput")]
+    assert floor["status"] in ("PASS", "FAIL")  # measured, whatever this machine's verdict
+
+
+def test_edgeq_sync_puts_each_message_on_the_server_exactly_once(report: dict[str, Any]) -> None:
+    (sync,) = _ok(report, "sync", "edgeq")
+    m = sync["metrics"]
+    n = report["settings"]["sync_messages"]
+    assert m["messages"] == m["server_depth"] == m["stored"] == n
+    assert m["duplicates"] == 0 and m["losses"] == 0 and m["device_left"] == 0
+    assert m["batches"] >= n / report["settings"]["sync_batch"]
+    assert 0 < m["seconds"] < 60 and m["msgs_per_s"] > 0
+    assert "--durability full" in sync["info"]["server"]
+
+
+def test_mqtt_baseline_is_exactly_once_or_not_available(report: dict[str, Any]) -> None:
+    rows = [r for r in report["results"] if r["case"] == "sync" and r["lib"] in MQTT_ROWS]
+    assert {r["lib"] for r in rows} == set(MQTT_ROWS)
+    for r in rows:
+        assert r["status"] in ("ok", "not available", "not installed"), r
+        if r["status"] == "ok":
+            m = r["metrics"]
+            assert m["received"] == m["messages"] == report["settings"]["sync_messages"], r["lib"]
+            assert m["duplicates"] == 0 and m["losses"] == 0, r["lib"]
+            assert m["snapshot_bytes"] > 0, "mosquitto's persistence wrote nothing"
 
 
 def test_smoke_run_is_quick(report: dict[str, Any]) -> None:

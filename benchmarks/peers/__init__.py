@@ -11,7 +11,7 @@ import importlib.util
 
 from benchmarks.peers.base import QueueAdapter
 
-__all__ = ["LIBRARIES", "QueueAdapter", "adapter_class", "installed"]
+__all__ = ["ALL_LIBS", "LIBRARIES", "PROTOCOL_PEERS", "QueueAdapter", "adapter_class", "installed"]
 
 #: Library key -> (adapter module, adapter class, module the library imports as).
 LIBRARIES: dict[str, tuple[str, str, str]] = {
@@ -21,6 +21,13 @@ LIBRARIES: dict[str, tuple[str, str, str]] = {
     "litequeue": ("benchmarks.peers.litequeue_q", "LiteQueueAdapter", "litequeue"),
     "raw-sqlite": ("benchmarks.peers.raw_sqlite", "RawSqliteAdapter", "sqlite3"),
 }
+
+#: Peers that are not queue libraries but protocols, measured by the sync case only
+#: (key -> the module their client imports as): see ``benchmarks.peers.mqtt_peer``.
+PROTOCOL_PEERS: dict[str, str] = {"mqtt": "paho.mqtt.client", "mqtt-periodic": "paho.mqtt.client"}
+
+#: Every key ``--libs`` accepts.
+ALL_LIBS: list[str] = [*LIBRARIES, *PROTOCOL_PEERS]
 
 
 def installed(lib: str) -> bool:
