@@ -100,7 +100,6 @@ def _expired(row: MessageRow, now_ms: int) -> bool:
     return row.deadline is not None and row.deadline <= now_ms
 
 
-
 class QueueManagerBase:
     """The state and internals the queue manager's parts share (not used on its own)."""
 
