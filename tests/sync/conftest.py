@@ -4,9 +4,14 @@ real SQLite files, real httpx clients, and ManualClocks on both sides."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +199,32 @@ def flaky_agent(
     """An agent whose HTTP goes through :class:`Network`."""
     with httpx.Client(transport=network, timeout=10) as client:
         yield make_agent(device_qm, server.url, client=client)
+
+
+EDGEQ = [sys.executable, "-m", "edgeq"]
+
+
+@contextmanager
+def edgeq_serve(home: Path, port: int, *extra: str) -> Iterator[list[str]]:
+    """`edgeq serve` over ``home`` in a subprocess: listening on entry (uvicorn said so, or
+    the test fails with its output), stopped with SIGTERM on exit. Yields its stderr
+    lines, complete once it has exited."""
+    proc = subprocess.Popen(
+        [*EDGEQ, "serve", "--db", str(home), "--port", str(port), "--sweep-interval", "0", *extra],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    for line in proc.stderr:  # wait for uvicorn to say it listens (or the process to die)
+        lines.append(line)
+        if "Uvicorn running" in line:
+            break
+    else:
+        proc.wait()
+        pytest.fail("edgeq serve did not start:\n" + "".join(lines))
+    try:
+        yield lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=20)
+        lines.extend(rest.splitlines(keepends=True))

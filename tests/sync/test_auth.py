@@ -9,13 +9,10 @@ metrics are as before.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +32,7 @@ from edgeq import ManualClock, Message, QueueManager
 from edgeq.clock import system_clock
 from edgeq.errors import InvalidArgument
 
-from .conftest import T0, LiveServer, free_port
+from .conftest import T0, LiveServer, edgeq_serve, free_port
 
 CBOR = {"content-type": p.CONTENT_TYPE}
 EDGEQ = [sys.executable, "-m", "edgeq"]
@@ -400,27 +397,6 @@ def test_device_cannot_pull_another_devices_queue(
 # -- `edgeq serve` in a subprocess: auth on by default once a device is registered --------------------
 
 
-@contextmanager
-def serving(home: Path, port: int, *extra: str) -> Iterator[list[str]]:
-    proc = subprocess.Popen(
-        [*EDGEQ, "serve", "--db", str(home), "--port", str(port), "--sweep-interval", "0", *extra],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    for line in proc.stderr:
-        lines.append(line)
-        if "Uvicorn running" in line:
-            break
-    else:
-        proc.wait()
-        pytest.fail("edgeq serve did not start:\n" + "".join(lines))
-    try:
-        yield lines
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=20)
-        lines.extend(rest.splitlines(keepends=True))
 
 
 def test_edgeq_serve_refuses_attacks_and_replays_across_a_restart(tmp_path: Path) -> None:
@@ -441,7 +417,7 @@ def test_edgeq_serve_refuses_attacks_and_replays_across_a_restart(tmp_path: Path
     hello_now = {**hello(), "now_ms": system_clock()}
     captured = signed(key, "DEV1", p.PATH_HELLO, hello_now, now_ms=system_clock())
 
-    with serving(home, port) as lines, httpx.Client(timeout=10) as http:
+    with edgeq_serve(home, port) as lines, httpx.Client(timeout=10) as http:
         unsigned = subprocess.run([*EDGEQ, "sync", "--db", str(device), "--server", url, "--once"],
                                   capture_output=True, text=True, timeout=60)
         assert unsigned.returncode == 1 and "401 unauthorized" in unsigned.stdout
@@ -457,7 +433,7 @@ def test_edgeq_serve_refuses_attacks_and_replays_across_a_restart(tmp_path: Path
     assert any(e["event"] == "serve" and e["auth"] is True for e in events)
     assert any(e["event"] == "auth-refused" and e["code"] == "forbidden" for e in events)
 
-    with serving(home, port), httpx.Client(timeout=10) as http:
+    with edgeq_serve(home, port), httpx.Client(timeout=10) as http:
         response = http.post(url + p.PATH_HELLO, content=captured[0], headers={**CBOR, **captured[1]})
         assert response.status_code == 401 and "replayed" in cbor2.loads(response.content)["detail"]
     with QueueManager(home) as qm:
@@ -469,7 +445,7 @@ def test_edgeq_serve_without_devices_warns_loudly(tmp_path: Path) -> None:
     home = tmp_path / "home.db"
     with QueueManager(home, name="HOME") as qm:
         qm.define_queue("ORDERS")
-    with serving(home, free_port()) as lines:
+    with edgeq_serve(home, free_port()) as lines:
         pass
     events = [json.loads(line) for line in lines if line.startswith("{")]
     insecure = [e for e in events if e["event"] == "insecure"]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +13,7 @@ import pytest
 
 from edgeq import Message, QueueManager
 
-from .conftest import free_port
+from .conftest import edgeq_serve, free_port
 
 EDGEQ = [sys.executable, "-m", "edgeq"]
 
@@ -27,25 +25,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
     with QueueManager(home, name="HOME") as qm:
         qm.define_queue("ORDERS")
     port = free_port()
-    proc = subprocess.Popen(
-        [*EDGEQ, "serve", "--db", str(home), "--port", str(port), "--sweep-interval", "0"],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    for line in proc.stderr:  # wait for uvicorn to say it listens (or the process to die)
-        lines.append(line)
-        if "Uvicorn running" in line:
-            break
-    else:
-        proc.wait()
-        pytest.fail("edgeq serve did not start:\n" + "".join(lines))
-    try:
+    with edgeq_serve(home, port) as lines:
         yield f"http://127.0.0.1:{port}", home, lines
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=20)
-        lines.extend(rest.splitlines(keepends=True))
 
 
 def test_serve_and_sync_once_move_a_backlog(served: tuple[str, Path, list[str]], tmp_path: Path) -> None:

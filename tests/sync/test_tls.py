@@ -7,11 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
-import os
 import re
-import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +32,7 @@ from edgeq.sync.tls import (
 
 from edgeq import ManualClock, Message, QueueManager
 
-from .conftest import LiveServer, _Server, free_port
-
-EDGEQ = [sys.executable, "-m", "edgeq"]
+from .conftest import EDGEQ, LiveServer, _Server, edgeq_serve, free_port
 
 
 @dataclass(frozen=True)
@@ -199,21 +194,7 @@ def test_edgeq_serve_tls_and_signed_sync_end_to_end(tmp_path: Path, pki: Pki, ot
         qm.define_remote_queue("ORDERS", target_qmgr="HOME")
         qm.put_many("ORDERS", [Message(b"m%d" % i) for i in range(200)])
     port = free_port()
-    proc = subprocess.Popen(
-        [*EDGEQ, "serve", "--db", str(home), "--port", str(port), "--sweep-interval", "0", "--auth",
-         "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    for line in proc.stderr:
-        lines.append(line)
-        if "Uvicorn running" in line:
-            break
-    else:
-        proc.wait()
-        pytest.fail("edgeq serve did not start:\n" + "".join(lines))
-    try:
+    with edgeq_serve(home, port, "--auth", "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)):
         url = f"https://localhost:{port}"
         sync = [*EDGEQ, "sync", "--db", str(device), "--server", url, "--once", "--key", str(pair.private_path)]
         wrong = subprocess.run([*sync, "--ca-file", str(other_pki.ca)], capture_output=True, text=True, timeout=60)
@@ -224,8 +205,5 @@ def test_edgeq_serve_tls_and_signed_sync_end_to_end(tmp_path: Path, pki: Pki, ot
         plain = subprocess.run([*EDGEQ, "sync", "--db", str(device), "--server", "http://192.0.2.10:8470", "--once"],
                                capture_output=True, text=True, timeout=60)
         assert plain.returncode == 1 and "refusing plain HTTP" in plain.stderr
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=20)
     with QueueManager(home) as qm:
         assert qm.depth("ORDERS") == 200
