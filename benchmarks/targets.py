@@ -39,17 +39,22 @@ def _judge(name: str, goal: str, ok: bool | None, measured: str) -> Target:
     return Target(name, goal, measured if ok is not None else "not measured", status)
 
 
+def _ratio(name: str, goal: str, e: float | None, peer: float | None, factor: float, unit: str) -> Target:
+    """A target of the form "edgeq at least ``factor`` times ``peer``"."""
+    return _judge(
+        name, goal,
+        None if e is None or not peer else e >= factor * peer,
+        f"{e / peer:.2f}x ({e:,.0f} vs {peer:,.0f} {unit})" if e and peer else "",
+    )
+
+
 def evaluate(results: list[Result], s: Settings) -> list[Target]:
     """Every target of the issue, in the order it lists them."""
     out: list[Target] = []
     tb = s.target_backlog
     e = _metric(results, "get_confirm", "edgeq", "ops_per_s", tb)
     p = _metric(results, "get_confirm", "pq-ack", "ops_per_s", tb)
-    out.append(_judge(
-        f"get+confirm @ {human(tb)} vs persist-queue", "≥ 20x SQLiteAckQueue get+ack",
-        None if e is None or not p else e >= 20 * p,
-        f"{e / p:.2f}x ({e:,.0f} vs {p:,.0f} ops/s)" if e and p else "",
-    ))
+    out.append(_ratio(f"get+confirm @ {human(tb)} vs persist-queue", "≥ 20x SQLiteAckQueue get+ack", e, p, 20, "ops/s"))
     lo = _metric(results, "get_confirm", "edgeq", "ops_per_s", s.small)
     hi = _metric(results, "get_confirm", "edgeq", "ops_per_s", s.large)
     out.append(_judge(
@@ -60,24 +65,12 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     e = _metric(results, "put_single", "edgeq", "ops_per_s")
     pqs = [v for v in (_metric(results, "put_single", lib, "ops_per_s") for lib in ("pq-ack", "pq-queue")) if v]
     pq = max(pqs) if pqs else None
-    out.append(_judge(
-        "single durable put vs persist-queue", "≥ 1.5x the faster persist-queue class",
-        None if e is None or not pq else e >= 1.5 * pq,
-        f"{e / pq:.2f}x ({e:,.0f} vs {pq:,.0f} msg/s)" if e and pq else "",
-    ))
+    out.append(_ratio("single durable put vs persist-queue", "≥ 1.5x the faster persist-queue class", e, pq, 1.5, "msg/s"))
     raw = _metric(results, "put_single", "raw-sqlite", "ops_per_s")
-    out.append(_judge(
-        "single durable put vs raw sqlite3", "within 2x of 1 row/txn (≥ 0.5x)",
-        None if e is None or not raw else e >= 0.5 * raw,
-        f"{e / raw:.2f}x ({e:,.0f} vs {raw:,.0f} msg/s)" if e and raw else "",
-    ))
+    out.append(_ratio("single durable put vs raw sqlite3", "within 2x of 1 row/txn (≥ 0.5x)", e, raw, 0.5, "msg/s"))
     e = _metric(results, "put_batch", "edgeq", "msgs_per_s")
     raw = _metric(results, "put_batch", "raw-sqlite", "msgs_per_s")
-    out.append(_judge(
-        "batch put vs raw sqlite3", "≥ 0.5x one transaction",
-        None if e is None or not raw else e >= 0.5 * raw,
-        f"{e / raw:.2f}x ({e:,.0f} vs {raw:,.0f} msg/s)" if e and raw else "",
-    ))
+    out.append(_ratio("batch put vs raw sqlite3", "≥ 0.5x one transaction", e, raw, 0.5, "msg/s"))
     dup = _metric(results, "drain", "edgeq", "duplicates")
     lost = _metric(results, "drain", "edgeq", "losses")
     out.append(_judge(
@@ -124,9 +117,5 @@ def _sync_targets(results: list[Result], s: Settings) -> list[Target]:
             None if e is None else e >= 10_000 and bool(once),
             f"{e:,.0f} msg/s, {dup:.0f} duplicates, {lost:.0f} lost" if e is not None and once is not None else "",
         ),
-        _judge(
-            "sync vs MQTT QoS 2 (mosquitto)", "≥ 2x paho-mqtt QoS 2 → mosquitto (to last PUBCOMP)",
-            None if e is None or not m else e >= 2 * m,
-            f"{e / m:.2f}x ({e:,.0f} vs {m:,.0f} msg/s)" if e and m else "",
-        ),
+        _ratio("sync vs MQTT QoS 2 (mosquitto)", "≥ 2x paho-mqtt QoS 2 → mosquitto (to last PUBCOMP)", e, m, 2, "msg/s"),
     ]

@@ -162,6 +162,16 @@ def _start_all(children: list[Child]) -> None:
         child.send("go")
 
 
+def _run_all(children: list[Child]) -> list[list[list[str]]]:
+    """Start the workers together, collect every report, and close them whatever happens."""
+    try:
+        _start_all(children)
+        return [_finish(child) for child in children]
+    finally:
+        for child in children:
+            child.close()
+
+
 def _finish(child: Child) -> list[list[str]]:
     """The worker's report lines (split), after checking it ended cleanly."""
     lines = child.rest()
@@ -177,12 +187,7 @@ def test_four_consumer_processes_drain_one_queue_once(tmp_path: Path, assured: b
     expected = _fill(path, 2000)
     options = ["--path", str(path), "--wait"] + (["--assured"] if assured else [])
     children = [Child("get", *options, "--confirm-base", str(1 + n * 1_000_000)) for n in range(4)]
-    try:
-        _start_all(children)
-        reports = [_finish(child) for child in children]
-    finally:
-        for child in children:
-            child.close()
+    reports = _run_all(children)
     per_child: list[list[str]] = []
     for lines in reports:
         assert lines[-1] == ["empty"]
@@ -207,12 +212,7 @@ def test_producer_processes_unique_uids_increasing_in_commit_order(tmp_path: Pat
         Child("put", "--path", str(path), "--wait", "--tag", f"p{n}", "--count", str(count), "--seed", str(n))
         for n in range(4)
     ]
-    try:
-        _start_all(children)
-        reports = [_finish(child) for child in children]
-    finally:
-        for child in children:
-            child.close()
+    reports = _run_all(children)
     all_stamps: list[int] = []
     for lines in reports:
         assert len(lines) == count and all(line[0] == "put" for line in lines)
@@ -275,12 +275,7 @@ def test_two_processes_hammering_never_see_store_busy(tmp_path: Path, assured: b
         )
         for n in range(2)
     ]
-    try:
-        _start_all(children)
-        reports = [_finish(child) for child in children]
-    finally:
-        for child in children:
-            child.close()
+    reports = _run_all(children)
     put = [line[2] for lines in reports for line in lines if line[0] == "put"]
     got_index = 3 if assured else 2
     got = [line[got_index] for lines in reports for line in lines if line[0] == ("locked" if assured else "got")]
