@@ -58,7 +58,8 @@ def _need(module: str, extra: str) -> None:
 @click.option("--max-batch", default=5000, show_default=True, type=click.IntRange(1),
               help="Most messages (or uids) per request.")
 @click.option("--remember-confirmed-ms", default=86_400_000, show_default=True, type=click.IntRange(1),
-              help="How long confirmed uids are remembered, so late duplicates are recognised.")
+              help="How long confirmed uids of senders that do not settle them (older agents) are "
+                   "remembered; an agent's uids are remembered until it settles them, with no time limit.")
 @click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
 @click.option("--sweep-interval", default=60.0, show_default=True, type=click.FloatRange(0),
               help="Seconds between expiry sweeps (0: none); locked puts expire through these.")

@@ -292,7 +292,8 @@ def _check_delete(t: _Tour) -> None:
 def _check_activate(t: _Tour) -> None:
     t.step("Expiry check 5 of 5, 'activate': first use after reopening, locked messages too")
     uid = t.qm.put(ORDERS, Message(b"order-F").expire_after(10_000), confirm_id=7)
-    t.say(f"order-F  expire_after(10s), put with confirm_id=7 (assured put), uid {uid}.")
+    # The uid's origin carries this store's random incarnation: elided so every run reads the same.
+    t.say(f"order-F  expire_after(10s), put with confirm_id=7 (assured put), uid {uid.qmgr}:….{uid.stamp}.")
     t.say(f"It is stored locked and invisible: depth {t.qm.depth(ORDERS)}, and browse shows:")
     t.show(ORDERS)
     t.say("Then the device loses power before confirm_put(): the queue manager closes.")

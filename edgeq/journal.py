@@ -7,12 +7,15 @@ transaction as the change itself:
   created time on the device's clock, arrival and confirm times on the server's,
   and the device's clock offset);
 * ``expired``: a message was discarded for expiry here (side ``server``, with its
-  MQe check point), or a device reported one of its own (side ``device``, time
-  rebased to the server's clock);
+  MQe check point), or a device reported one that expired there (side ``device``,
+  under the server's queue name, time rebased to the server's clock);
 * ``delivered``: a message was got (or an assured get confirmed).
 
-A device (``journal="device"``) records only its own expiries, as an outbox the
-sync agent reports to the server and then trims. ``edgeq export`` turns a
+A device (``journal="device"``; the default for a store with a remote or
+home-server queue and no explicit setting) records only the expiries in its
+store, as an outbox the sync agent reports to the server and then trims; the
+server accepts the device's own messages and those it pulled from the server
+(:func:`remote_expiry_refusal`). ``edgeq export`` turns a
 server's journal into Parquet for the analytics pipeline.
 """
 
@@ -23,10 +26,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-__all__ = ["JOURNAL_COLUMNS", "JournalEntry", "JournalSide", "JournalTx"]
+from edgeq.names import origin_qmgr
+
+__all__ = [
+    "JOURNAL_COLUMNS",
+    "JournalEntry",
+    "JournalSide",
+    "JournalTx",
+    "RemoteExpiryResult",
+    "RemoteExpiryStatus",
+    "remote_expiry_refusal",
+]
 
 JournalSide: TypeAlias = Literal["server", "device"]
 JournalKind: TypeAlias = Literal["accepted", "expired", "delivered"]
+#: What a server made of one expiry a device reported: ``recorded`` (new, kept),
+#: ``already`` (kept before: a repeat is kept once), ``refused`` (see the detail).
+RemoteExpiryStatus: TypeAlias = Literal["recorded", "already", "refused"]
 
 JOURNAL_COLUMNS = (
     "id", "kind", "side", "at_ms", "queue", "uid", "origin", "check_point", "size", "created_ms",
@@ -69,6 +85,13 @@ class JournalTx:
             f"INSERT OR IGNORE INTO journal ({', '.join(JOURNAL_COLUMNS[1:])}) VALUES ({marks})", rows
         )
 
+    def add_each(self, rows: Iterable[tuple[object, ...]]) -> list[bool]:
+        """Like :meth:`add`, one row at a time: whether each row was new (a repeat of a
+        device's expiry is ignored, see the ``journal_device_expiry`` index)."""
+        marks = ", ".join("?" for _ in JOURNAL_COLUMNS[1:])
+        sql = f"INSERT OR IGNORE INTO journal ({', '.join(JOURNAL_COLUMNS[1:])}) VALUES ({marks})"
+        return [self.conn.execute(sql, row).rowcount > 0 for row in rows]
+
     def since(self, after_id: int, limit: int) -> list[JournalEntry]:
         """Up to ``limit`` entries with ids above ``after_id``, in id order."""
         rows = self.conn.execute(
@@ -97,3 +120,43 @@ def entry_row(
     return (kind, side, at_ms, queue, uid, origin, check_point, size, created_ms, arrived_ms,
             confirmed_ms, clock_offset_ms, device)
 
+
+@dataclass(frozen=True, slots=True)
+class RemoteExpiryResult:
+    """What happened to one expiry a device reported (``journal_remote_expiries_each``)."""
+
+    uid: str
+    queue: str
+    status: RemoteExpiryStatus
+    detail: str = ""
+
+
+def remote_expiry_refusal(device: str, entry: JournalEntry) -> str | None:
+    """Why a server refuses an expiry ``device`` reports, or None if it may report it.
+
+    A device reports what expired in its store: its own messages (the uid's origin
+    is the device, whatever its store's incarnation), and messages it pulled from
+    the queues the server holds for it (reported under that queue,
+    ``<device>.<queue>``, wherever they came from).
+
+    >>> def reported(uid, queue):
+    ...     return JournalEntry(0, "expired", "device", 5, queue, uid, uid.rpartition(".")[0])
+    >>> remote_expiry_refusal("DEV1", reported("DEV1:k3x9qa.42", "ORDERS")) is None
+    True
+    >>> remote_expiry_refusal("DEV1", reported("HOME.43", "DEV1.INBOX")) is None
+    True
+    >>> remote_expiry_refusal("DEV1", reported("HOME.44", "ORDERS"))[:8]
+    'foreign:'
+    """
+    if entry.kind != "expired":
+        return f"not an expiry: {entry.uid} is reported as {entry.kind!r}"
+    origin = entry.uid.rpartition(".")[0]
+    if origin_qmgr(origin) == device:
+        return None
+    prefix = f"{device}."
+    if entry.queue.startswith(prefix) and len(entry.queue) > len(prefix):
+        return None
+    return (
+        f"foreign: {entry.uid} was made by {origin_qmgr(origin) or '?'}, not {device}, and {entry.queue!r} "
+        f"is not a queue the server holds for {device} ({prefix}<queue>)"
+    )

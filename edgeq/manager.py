@@ -73,12 +73,19 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
     commits on power loss (never on a process crash) for speed. ``timeout`` is
     how long a call waits for another connection's write lock. ``clock``
     returns epoch ms; the default reads ``time.time()``, so freezegun works.
-    Confirmed assured puts are remembered for ``remember_confirmed_ms`` (a day
-    by default; None: not at all), so a late duplicate of one is recognised even
-    after the message was consumed. ``journal="server"`` keeps an append-only
+    Confirmed assured puts are remembered, so a late duplicate of one is
+    recognised even after the message was consumed: until their sender settles
+    them (:meth:`settle`, which the sync agent drives: no time limit), or, for
+    senders that never do, for ``remember_confirmed_ms`` (a day by default;
+    None: not at all). Each store has an incarnation, part of every uid it issues
+    (:attr:`origin`), so a store made again under the same name never reissues
+    an earlier one's uids. ``journal="server"`` keeps an append-only
     history of accepted, expired and delivered messages (``journal="device"``:
     only expiries, to report to the server; ``"off"``: none); the setting is
-    stored, so later opens (``journal=None``) keep it. See :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
+    stored, so later opens (``journal=None``) keep it. A store never given one
+    journals ``"device"`` as soon as it has a remote or home-server queue (from
+    that queue's definition on, and at every open), so expiries before the first
+    ``edgeq sync`` still reach the server; ``journal="off"`` keeps it off. See :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
     ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
 
     One instance may be shared by threads; several processes may open the same
@@ -225,7 +232,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
     def purge(self, name: str) -> int:
         """Remove every message from a queue (rules see reason ``purged``); return how many."""
         self._touch(name)
-        if not self._observed(name):
+        if not self._observed(name, "removed"):
             with self._write() as tx:
                 return tx.delete_all(self._queue(tx, name).id)
         return self._remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, _DISCARD_BATCH), "removed", reason="purged")
@@ -381,10 +388,11 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
             rows: list[NewMessage] = []
             results: list[PutResult] = []
             seen: set[MessageUID] = set()
-            observed = self._observed(queue)
+            # No copy of a row unless a rule or the journal wants its event.
+            observed_expired, observed_added = self._observed(queue, "expired"), self._observed(queue, "added")
             for offset, message in enumerate(messages):
                 seq = first + offset
-                uid = message.uid or MessageUID._trusted(self.name, seq)
+                uid = message.uid or MessageUID._trusted(self._origin, seq)
                 created = message.created_ms if message.uid is not None and message.created_ms else now
                 priority = q.default_priority if message.priority is None else message.priority
                 fields = encode_fields(message.fields)
@@ -412,7 +420,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                     seen.add(uid)
                 if deadline is not None and deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
-                    if observed:
+                    if observed_expired:
                         events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
                     results.append(PutResult(uid, "expired"))
                     continue
@@ -422,7 +430,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                 depth += 1
                 rows.append(self._seal(q, row))
                 results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
-                if observed:  # no copy of the row unless a rule or the journal wants it
+                if observed_added:
                     events.extend(self._events(queue, "added", [self._as_row(row)], now))
             tx.insert(q.id, rows)
             threshold = q.depth_threshold

@@ -12,7 +12,7 @@ from edgeq.errors import (
     InvalidArgument,
     InvalidType,
 )
-from edgeq.journal import JournalEntry, JournalTx, entry_row
+from edgeq.journal import JournalEntry, JournalTx, RemoteExpiryResult, entry_row, remote_expiry_refusal
 from edgeq.names import check_name
 from edgeq.results import QuarantineEntry
 from edgeq.store import Tx
@@ -61,23 +61,59 @@ class AdminMixin(QueueManagerBase):
     ) -> int:
         """Record expiries a device reports (from its own journal): side ``device``,
         times rebased to this clock by ``clock_offset_ms`` (device minus server). A
-        report received twice is kept once. Returns how many entries were new."""
+        report received twice is kept once. Returns how many entries were new
+        (:meth:`journal_remote_expiries_each` answers each entry, and refuses
+        foreign ones)."""
         check_name(device, "device name")
         if self._journal != "server":
             raise InvalidArgument("journal_remote_expiries needs QueueManager(..., journal='server')")
-        rows = [
-            entry_row(
-                "expired", "device", e.at_ms - clock_offset_ms, e.queue, e.uid, e.origin,
-                check_point=e.check_point, size=e.size, created_ms=e.created_ms,
-                arrived_ms=None if e.arrived_ms is None else e.arrived_ms - clock_offset_ms,
-                clock_offset_ms=clock_offset_ms, device=device,
-            )
-            for e in entries if e.kind == "expired"
-        ]
+        rows = [_device_expiry_row(device, e, clock_offset_ms) for e in entries if e.kind == "expired"]
         with self._write() as tx:
             before = tx.conn.total_changes
             JournalTx(tx.conn).add(rows)
             return tx.conn.total_changes - before
+
+    def journal_remote_expiries_each(
+        self, device: str, entries: Sequence[JournalEntry], *, clock_offset_ms: int = 0
+    ) -> list[RemoteExpiryResult]:
+        """Record expiries a device reports, answering each entry (in order) instead of
+        counting: ``recorded`` (new), ``already`` (kept before: a report received twice
+        is kept once) or ``refused`` with the reason (not an expiry, or **foreign**: not
+        the device's own message, nor one it pulled from a queue this server holds for
+        it, ``<device>.<queue>``). Refusals never stop the rest. Times are rebased as in
+        :meth:`journal_remote_expiries`.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> from edgeq.journal import JournalEntry
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> own = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV1.42", "DEV1", check_point="get")
+        >>> pulled = JournalEntry(0, "expired", "device", 5, "DEV1.INBOX", "HOME.7", "HOME", check_point="get")
+        >>> foreign = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV2.9", "DEV2", check_point="get")
+        >>> [r.status for r in qm.journal_remote_expiries_each("DEV1", [own, pulled, foreign, own])]
+        ['recorded', 'recorded', 'refused', 'already']
+        >>> qm.close()
+        """
+        check_name(device, "device name")
+        if self._journal != "server":
+            raise InvalidArgument("journal_remote_expiries_each needs QueueManager(..., journal='server')")
+        if isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int):
+            raise InvalidType(f"clock_offset_ms must be an int, not {clock_offset_ms!r}")
+        refusals = [remote_expiry_refusal(device, e) for e in entries]
+        rows = [
+            _device_expiry_row(device, e, clock_offset_ms)
+            for e, why in zip(entries, refusals, strict=True) if why is None
+        ]
+        if rows:
+            with self._write() as tx:
+                added = iter(JournalTx(tx.conn).add_each(rows))
+        else:
+            added = iter(())
+        return [
+            RemoteExpiryResult(e.uid, e.queue, "refused", why) if why is not None
+            else RemoteExpiryResult(e.uid, e.queue, "recorded" if next(added) else "already")
+            for e, why in zip(entries, refusals, strict=True)
+        ]
 
     def record_device(
         self, name: str, *, clock_offset_ms: int | None = None, agent: str | None = None
@@ -190,3 +226,13 @@ class AdminMixin(QueueManagerBase):
         """Rows moved to the quarantine because they failed their integrity check."""
         with self._db.read() as conn:
             return [QuarantineEntry(*row) for row in Tx(conn).quarantined()]
+
+
+def _device_expiry_row(device: str, e: JournalEntry, clock_offset_ms: int) -> tuple[object, ...]:
+    """The journal row of an expiry ``device`` reported, its times rebased to our clock."""
+    return entry_row(
+        "expired", "device", e.at_ms - clock_offset_ms, e.queue, e.uid, e.origin,
+        check_point=e.check_point, size=e.size, created_ms=e.created_ms,
+        arrived_ms=None if e.arrived_ms is None else e.arrived_ms - clock_offset_ms,
+        clock_offset_ms=clock_offset_ms, device=device,
+    )

@@ -32,14 +32,14 @@ from edgeq.errors import (
 )
 from edgeq.journal import JournalSide, JournalTx, entry_row
 from edgeq.message import Message
-from edgeq.names import check_name
+from edgeq.names import INCARNATION_SEPARATOR, check_name, check_origin
 from edgeq.queues import QueueAttributes, check_attributes
 from edgeq.rows import to_message
 from edgeq.rulestore import RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
 from edgeq.types import Clock, Durability, FieldValue, RemovalReason, Where
-from edgeq.uid import MessageUID
+from edgeq.uid import MessageUID, new_incarnation
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -180,8 +180,9 @@ class QueueManagerBase:
             )
         migrate(conn)
         with self._db.write() as tx:
-            row = tx.execute("SELECT value FROM edgeq_meta WHERE key = 'name'").fetchone()
-            if row is None:
+            meta = dict(tx.execute("SELECT key, value FROM edgeq_meta WHERE key IN ('name', 'incarnation')"))
+            stored = meta.get("name")
+            if stored is None:
                 if name is None:
                     raise InvalidArgument(
                         f"{self.path} is a new store: give the queue manager a name, "
@@ -191,25 +192,49 @@ class QueueManagerBase:
                 tx.execute(
                     "INSERT INTO edgeq_meta (key, value) VALUES ('created_ms', ?)", (str(self._clock()),)
                 )
-                return name
-        stored = str(row[0])
+                stored = name
+            if "incarnation" not in meta:
+                # Drawn once per store file (a store made by an older edgeq gets one on
+                # first open): every uid it issues from now on carries it.
+                meta["incarnation"] = new_incarnation()
+                tx.execute("INSERT INTO edgeq_meta (key, value) VALUES ('incarnation', ?)", (meta["incarnation"],))
         if name is not None and name != stored:
             raise NameMismatch(
                 f"{self.path} belongs to queue manager {stored!r}, not {name!r}: "
                 f"open it with name={stored!r} (or name=None), or use another file"
             )
-        return stored
+        self._origin = check_origin(f"{stored}{INCARNATION_SEPARATOR}{meta['incarnation']}", f"{self.path}: origin")
+        return str(stored)
 
     def _journal_setting(self, journal: str | None) -> JournalSide | None:
-        """The journal mode is a property of the store: given once, kept for every later open."""
+        """The journal mode is a property of the store: given once, kept for every later open.
+
+        A store never given one journals its device-side expiries (``"device"``) as
+        soon as it has a remote or home-server queue: they are reported at the next
+        sync, whoever opened the store first (see :meth:`_sync_queue_defined`).
+        """
         with self._db.write() as conn:
             if journal is not None:
                 conn.execute("INSERT OR REPLACE INTO edgeq_meta (key, value) VALUES ('journal', ?)", (journal,))
                 stored = journal
             else:
                 row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'journal'").fetchone()
-                stored = "off" if row is None else str(row[0])
+                if row is not None:
+                    stored = str(row[0])
+                else:
+                    synced = conn.execute("SELECT 1 FROM queues WHERE kind IN ('remote', 'home') LIMIT 1").fetchone()
+                    stored = "off" if synced is None else "device"
         return "server" if stored == "server" else "device" if stored == "device" else None
+
+    def _sync_queue_defined(self) -> None:
+        """A remote or home-server queue was just defined: a store never given a journal
+        setting journals its device-side expiries from now on, in this process too."""
+        if self._journal is not None:
+            return
+        with self._db.read() as conn:
+            explicit = conn.execute("SELECT 1 FROM edgeq_meta WHERE key = 'journal'").fetchone()
+        if explicit is None:
+            self._journal = "device"
 
     def _check_keys(self) -> None:
         """Refuse a key ring whose keys are not the ones this store was sealed with.
@@ -261,6 +286,12 @@ class QueueManagerBase:
     def __repr__(self) -> str:
         return f"QueueManager({str(self.path)!r}, name={self.name!r})"
 
+    @property
+    def origin(self) -> str:
+        """The origin of the uids this store issues: its name and incarnation, e.g.
+        ``'DEV1:k3x9qam2pa'`` (see :mod:`edgeq.uid`)."""
+        return self._origin
+
     def now_ms(self) -> int:
         """The current time by this queue manager's clock (epoch ms): what expiry is judged by."""
         return self._clock()
@@ -305,14 +336,20 @@ class QueueManagerBase:
         self, queue: str, kind: EventKind, rows: Iterable[MessageRow], now_ms: int,
         *, where: Where | None = None, reason: RemovalReason | None = None,
     ) -> list[Pending]:
-        """One event per row; empty (and no copies made) if the queue has no rules."""
-        if not self._observed(queue):
+        """One event per row; empty (and no copies made) if nothing wants them."""
+        if not self._observed(queue, kind):
             return []
         return [Pending(kind, queue, now_ms, row=row, where=where, reason=reason) for row in rows]
 
-    def _observed(self, queue: str) -> bool:
-        """Whether anything (rules, the journal) must see this queue's events."""
-        return self._journal is not None or self._rules.wants(queue)
+    def _observed(self, queue: str, kind: EventKind) -> bool:
+        """Whether anything must see this queue's ``kind`` events: its rules, or the
+        journal (a server's journals expiries and deliveries, a device's only expiries,
+        so a syncing device pays nothing extra on its puts and transmissions)."""
+        if self._rules.wants(queue):
+            return True
+        if self._journal == "server":
+            return kind in ("expired", "removed")
+        return self._journal == "device" and kind == "expired"
 
     def _record(self, tx: Tx, events: list[Pending]) -> None:
         """Make the events durable in the caller's transaction: rule events and journal entries."""
@@ -419,7 +456,7 @@ class QueueManagerBase:
         Without rules it is one DELETE; with rules it goes in batches, each
         batch's rules firing after its commit.
         """
-        if not self._observed(name):
+        if not self._observed(name, "expired"):
             with self._write() as tx:
                 return tx.delete_expired(self._queue(tx, name).id, self._clock())
         return self._remove_in_batches(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgeq.bindings import RuleSpec
@@ -12,8 +12,9 @@ from edgeq.errors import (
     RemoteUnavailable,
 )
 from edgeq.message import Message
-from edgeq.names import check_name
+from edgeq.names import check_name, check_origin
 from edgeq.queues import QueueAttributes
+from edgeq.store import Tx
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
@@ -64,7 +65,9 @@ class RemoteMixin(QueueManagerBase):
         ``target_qmgr`` by the sync agent. ``mode="async"`` stores and forwards
         later; ``mode="sync"`` transmits inside ``put`` and raises
         :class:`RemoteUnavailable` (keeping nothing) if that fails. Applications
-        cannot get or browse a remote queue.
+        cannot get or browse a remote queue. A store never given a ``journal``
+        setting journals its expiries from now on (``journal_mode == "device"``),
+        for the sync agent to report.
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
@@ -88,18 +91,29 @@ class RemoteMixin(QueueManagerBase):
             "encryption": self._cipher(encryption),
         }
         self._define(name, attrs, rules, kind)
+        self._sync_queue_defined()
 
     def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
         """Define a home-server queue: a local queue that the sync agent fills by pulling,
         from home server ``server``, the messages addressed to this queue manager's
         ``name`` (held there on the queue ``<this qm name>.<name>``). Other keywords
-        are those of :meth:`define_queue`.
+        are those of :meth:`define_queue`. As with :meth:`define_remote_queue`, a
+        store never given a ``journal`` setting journals its expiries from now on.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_home_server_queue("INBOX", server="HOME")
+        >>> qm.queue_attributes("INBOX").server, qm.journal_mode
+        ('HOME', 'device')
+        >>> qm.close()
         """
         check_name(server, "home server name")
         rules = attributes.pop("rules", None)
         cipher = self._cipher(attributes.pop("encryption", None))
         defaults: dict[str, Any] = {"default_priority": 4, "ordering": "priority"}
         self._define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher})
+        self._sync_queue_defined()
 
     def remote_queues(self) -> list[QueueAttributes]:
         """The remote queues defined here."""
@@ -157,3 +171,90 @@ class RemoteMixin(QueueManagerBase):
             self._record(tx, events)
         self._rules.dispatch(events)
         return len(ids)
+
+    # -- settling: exactly-once without a time window (docs/protocol.md) --------------------
+
+    def settled_below(self) -> int:
+        """This store's low-water mark: no uid of its :attr:`origin` with a stamp below it
+        is held on a remote queue, so none will ever be transmitted again. The sync agent
+        sends it on every request; the receiver then forgets those uids (:meth:`settle`).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> uid = qm.put("ORDERS", Message(b"x"))
+        >>> qm.settled_below() == uid.stamp
+        True
+        >>> _ = qm.transmitted("ORDERS", [uid]); qm.settled_below() == uid.stamp + 1
+        True
+        >>> qm.close()
+        """
+        with self._db.read() as conn:
+            return Tx(conn).transmission_low_water(self._origin)
+
+    def settle(self, origin: str, below: int) -> int:
+        """The sender of ``origin``'s messages says it holds none with a stamp below
+        ``below`` any more (its :meth:`settled_below`): forget those remembered
+        confirmed uids on every queue. From then on ``origin``'s uids are forgotten only
+        this way, never by age (``remember_confirmed_ms`` no longer applies to them).
+        Returns how many were forgotten.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, MessageUID, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.define_queue("Q"); uid = MessageUID("DEV1:abc", 5)
+        >>> _ = qm.put("Q", Message(b"x", uid=uid), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> qm.remembered_count("DEV1:abc"), qm.settle("DEV1:abc", 6), qm.remembered_count("DEV1:abc")
+        (1, 1, 0)
+        >>> qm.close()
+        """
+        check_origin(origin, "settle origin")
+        below = _check_stamp(below, "below")
+        with self._write(durable=False) as tx:  # lost in a power cut: only remembered a little longer
+            return tx.settle(origin, below, self._clock())
+
+    def settle_queue(self, queue: str, held: Mapping[str, int]) -> int:
+        """The sender of ``queue``'s messages (a home server, for a home-server queue)
+        still holds, per origin, nothing below ``held[origin]``, and nothing of an origin
+        it does not name (its :meth:`held_low_water`): forget the rest of the confirmed
+        uids this queue remembers; those origins are no longer forgotten by age.
+        Returns how many were forgotten."""
+        if not isinstance(held, Mapping):
+            raise InvalidType("held must be a mapping of origin -> lowest stamp held")
+        checked = {check_origin(o, "held origin"): _check_stamp(s, f"held[{o!r}]") for o, s in held.items()}
+        self._touch(queue)
+        with self._write(durable=False) as tx:
+            return tx.settle_queue(self._queue(tx, queue).id, checked, self._clock())
+
+    def held_low_water(self, queue: str) -> dict[str, int]:
+        """Per origin, the lowest stamp ``queue`` holds in any state: a puller may be
+        offered again only what is at or above it (sent with every pull).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, MessageUID, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.define_queue("Q"); _ = qm.put_many("Q", [Message(b"a", uid=MessageUID("X", 9)),
+        ...                                            Message(b"b", uid=MessageUID("X", 7))])
+        >>> qm.held_low_water("Q")
+        {'X': 7}
+        >>> qm.close()
+        """
+        self._touch(queue)
+        with self._db.read() as conn:
+            tx = Tx(conn)
+            return tx.held_low_water(self._queue(tx, queue).id)
+
+    def remembered_count(self, origin: str | None = None) -> int:
+        """How many confirmed uids this queue manager remembers to recognise late
+        duplicates (of ``origin`` only, if given): bounded by what senders still hold."""
+        if origin is not None:
+            check_origin(origin, "origin")
+        with self._db.read() as conn:
+            return Tx(conn).remembered_count(origin)
+
+
+def _check_stamp(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InvalidArgument(f"{what} must be a stamp (an int from 0 to 2**63-1), not {value!r}")
+    return value

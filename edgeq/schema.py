@@ -8,7 +8,9 @@ plain SQL.
 Tables:
 
 ``edgeq_meta``
-    key/value: the queue manager ``name`` and its ``created_ms``.
+    key/value: the queue manager ``name``, its ``created_ms`` and the store's
+    ``incarnation`` (random, drawn when the file is made: part of every uid's
+    origin, see ``edgeq.uid``).
 ``edgeq_clock``
     one row, the last 64-bit stamp issued (uids and arrival order).
 ``queues``
@@ -22,8 +24,12 @@ Tables:
 ``rule_failures`` (v2)
     deliveries that raised: attempts, last error, next retry, parked.
 ``confirmed_uids`` (v3)
-    uids of confirmed assured puts, kept ``remember_confirmed_ms`` so a late
-    duplicate is recognised after the message itself was consumed.
+    uids of confirmed assured puts, kept so a late duplicate is recognised after
+    the message itself was consumed: until their sender settles them (v7), or
+    ``remember_confirmed_ms`` for senders that never do.
+``settled_origins`` (v7)
+    origins whose sender reports what it has settled (a low-water stamp): their
+    remembered uids are forgotten only when settled, never by age.
 ``journal`` (v4)
     append-only history when ``QueueManager(journal=...)`` is on: ``accepted``
     (confirmed assured puts), ``expired`` (with side and check point) and
@@ -222,7 +228,19 @@ def _v6(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(db: Database) -> None:
+    """Exactly-once without a time window: origins that settle their uids, and an
+    index to forget one origin's settled uids across every queue."""
+    db.execute(
+        """CREATE TABLE settled_origins (
+               origin TEXT PRIMARY KEY,
+               below INTEGER NOT NULL,
+               updated_ms INTEGER NOT NULL) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX confirmed_uids_origin ON confirmed_uids (origin, stamp)")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

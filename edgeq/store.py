@@ -11,7 +11,7 @@ module only knows rows.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -407,8 +407,78 @@ class Tx:
         return out
 
     def forget_before(self, cutoff_ms: int) -> None:
-        """Drop remembered uids confirmed before ``cutoff_ms`` (an index range delete)."""
-        self.conn.execute("DELETE FROM confirmed_uids WHERE confirmed_ms < ?", (cutoff_ms,))
+        """Drop remembered uids confirmed before ``cutoff_ms`` (an index range delete),
+        except those of origins whose sender settles them (:meth:`settle`): a time
+        window must never decide what is a duplicate for them."""
+        self.conn.execute(
+            "DELETE FROM confirmed_uids WHERE confirmed_ms < ? "
+            "AND origin NOT IN (SELECT origin FROM settled_origins)",
+            (cutoff_ms,),
+        )
+
+    def settle(self, origin: str, below: int, now_ms: int) -> int:
+        """The sender of ``origin``'s messages holds none below stamp ``below`` any more:
+        forget those remembered uids on every queue, and from now on only this way.
+        Returns how many were forgotten."""
+        self._settling(origin, below, now_ms)
+        return self.conn.execute(
+            "DELETE FROM confirmed_uids WHERE origin = ? AND stamp < ?", (origin, below)
+        ).rowcount
+
+    def settle_queue(self, queue_id: int, held: Mapping[str, int], now_ms: int) -> int:
+        """The sender of a queue's messages still holds, per origin, nothing below
+        ``held[origin]`` and nothing at all of an origin it does not name: forget the
+        rest of what this queue remembers. Returns how many were forgotten."""
+        origins = [o for (o,) in self.conn.execute(
+            "SELECT DISTINCT origin FROM confirmed_uids WHERE queue_id = ?", (queue_id,)
+        )]
+        forgotten = 0
+        for origin in {*origins, *held}:
+            self._settling(origin, 0, now_ms)
+            if origin in origins:
+                below = "AND stamp < ?" if origin in held else ""  # not held at all: every stamp
+                forgotten += self.conn.execute(
+                    f"DELETE FROM confirmed_uids WHERE queue_id = ? AND origin = ? {below}",
+                    (queue_id, origin, *([held[origin]] if origin in held else [])),
+                ).rowcount
+        return forgotten
+
+    def _settling(self, origin: str, below: int, now_ms: int) -> None:
+        self.conn.execute(
+            "INSERT INTO settled_origins (origin, below, updated_ms) VALUES (?, ?, ?) "
+            "ON CONFLICT (origin) DO UPDATE SET below = max(below, excluded.below), updated_ms = excluded.updated_ms",
+            (origin, below, now_ms),
+        )
+
+    def held_low_water(self, queue_id: int) -> dict[str, int]:
+        """Per origin, the lowest stamp a queue holds (any state): what a puller may
+        still be offered again."""
+        rows = self.conn.execute(
+            "SELECT origin, min(stamp) FROM messages WHERE queue_id = ? GROUP BY origin", (queue_id,)
+        )
+        return {origin: int(stamp) for origin, stamp in rows}
+
+    def transmission_low_water(self, origin: str) -> int:
+        """The lowest stamp of ``origin`` still held on any remote queue, or (none held)
+        the next stamp this store will issue: no uid of ``origin`` below it will ever be
+        transmitted again."""
+        (held,) = self.conn.execute(
+            "SELECT min((SELECT min(stamp) FROM messages WHERE queue_id = q.id AND origin = ?)) "
+            "FROM queues q WHERE q.kind = 'remote'",
+            (origin,),
+        ).fetchone()
+        (last,) = self.conn.execute("SELECT stamp FROM edgeq_clock WHERE id = 1").fetchone()
+        return int(last) + 1 if held is None else min(int(held), int(last) + 1)
+
+    def remembered_count(self, origin: str | None) -> int:
+        """How many confirmed uids are remembered (of ``origin``, or in all)."""
+        if origin is None:
+            (count,) = self.conn.execute("SELECT count(*) FROM confirmed_uids").fetchone()
+        else:
+            (count,) = self.conn.execute(
+                "SELECT count(*) FROM confirmed_uids WHERE origin = ?", (origin,)
+            ).fetchone()
+        return int(count)
 
     def back_out(self, ids: Iterable[int]) -> None:
         """Undo an assured get: visible again where it was, one more backout."""

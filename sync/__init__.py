@@ -4,7 +4,8 @@
 * :mod:`edgeq.sync.server` -- the home server, a Starlette ASGI app over a
   :class:`~edgeq.QueueManager` (needs the ``server`` extra);
 * :mod:`edgeq.sync.agent` -- the device side, :class:`~edgeq.sync.agent.SyncAgent`
-  (needs the ``sync`` extra, i.e. httpx);
+  (needs the ``sync`` extra, i.e. httpx), with :mod:`edgeq.sync.clockbounds` (its
+  bounds on the server's clock, from its round trips; pure);
 * security (``docs/security.md``): :mod:`~edgeq.sync.keys` (device key files),
   :mod:`~edgeq.sync.signing` (the canonical string, pure), :mod:`~edgeq.sync.signer`
   (the device's ``httpx.Auth``), :mod:`~edgeq.sync.auth` and :mod:`~edgeq.sync.nonces`

@@ -8,6 +8,14 @@ Each batch is MQe's two-stage transmission: **put** (the server stores it
 locked), **confirm** (it becomes visible), then the local copies are deleted in
 one local transaction (``qm.transmitted``). Every step is safe to repeat; the
 crash-point reasoning is in ``docs/protocol.md``.
+
+Expiry crosses the wire as remaining milliseconds. The agent times every exchange
+on a monotonic clock to bound the server's clock
+(:class:`~edgeq.sync.clockbounds.ServerClockBounds`, :attr:`SyncAgent.server_clock`):
+a put carries the lower bound at the instant its batch was read (``server_ms``),
+and pulled lifetimes are shortened by the most time the upper bound allows since
+the server read them, so no deadline ever comes out later on the other side, and
+neither wall clock (nor a step of one) matters.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -28,6 +37,7 @@ import httpx
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 from edgeq.sync import protocol as p
+from edgeq.sync.clockbounds import STALE_AFTER_S, ServerClockBounds
 from edgeq.sync.reports import HelloInfo, Progress, PullReport, PushReport
 from edgeq.sync.transport import ServerRefused, SyncError, Transport, Unreachable
 
@@ -70,6 +80,9 @@ class SyncAgent:
 
     ``client``: an ``httpx.Client`` to use (else one is made, with keep-alive);
     ``clock``: the device clock in epoch ms (the queue manager's, normally);
+    ``monotonic``: a clock in seconds that no wall-clock step moves (``time.monotonic``;
+    tests inject one), on which the agent times its exchanges to bound the server's
+    clock (:class:`~edgeq.sync.clockbounds.ServerClockBounds`) and rebase expiries;
     ``auth``: an ``httpx.Auth`` to sign requests (:class:`~edgeq.sync.signer.DeviceSigner`);
     ``ca_file``: the CA to verify an ``https://`` server with (None: the system
     store); plain ``http://`` to a non-loopback host is refused unless
@@ -92,6 +105,7 @@ class SyncAgent:
         backoff_max_s: float = 300.0,
         ca_file: Path | None = None,
         allow_insecure_http: bool = False,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
@@ -100,6 +114,9 @@ class SyncAgent:
         self.transport = Transport(server_url, client=client, timeout=timeout, auth=auth, ca_file=ca_file,
                                    allow_insecure_http=allow_insecure_http)
         self._clock: Clock = clock or system_clock
+        self._monotonic = monotonic
+        #: bounds on the server's clock from this agent's exchanges (reset by each hello)
+        self.server_clock = ServerClockBounds()
         self._lock = threading.RLock()
         self._hello: HelloInfo | None = None
         self._hello_due = True
@@ -152,43 +169,70 @@ class SyncAgent:
     # -- requests ------------------------------------------------------------------------
 
     def _call(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
-        body = {"qmgr": self.qm.name, **body}
+        # Every request says which store is calling and what it has settled: the server
+        # forgets this store's confirmed uids below the mark (exactly once, no time window).
+        body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(), **body}
         try:
             try:
-                return self.transport.call(path, body, expect)
+                return self._exchange(path, body, expect)
             except ServerRefused as exc:
                 if exc.code != "hello-required":
                     raise
                 log.info("server asks for a new hello", extra={"event": "rehello", "path": path})
                 self.hello()
-                return self.transport.call(path, body, expect)
+                return self._exchange(path, body, expect)
         except SyncError:
             self._online = False
             self._hello_due = True
             raise
 
+    def _exchange(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
+        """One request and its answer; the answer's ``now_ms`` (the server's clock, read
+        while the request was there) becomes a sample of :attr:`server_clock`."""
+        sent = self._monotonic()
+        answer = self.transport.call(path, body, expect)
+        self._sample(path, sent, answer.get("now_ms"), self._monotonic())
+        return answer
+
+    def _sample(self, path: str, sent: float, server_ms: object, received: float) -> None:
+        """Add an exchange to the bounds on the server's clock; log if they had to restart."""
+        if isinstance(server_ms, bool) or not isinstance(server_ms, int) or not 0 <= server_ms <= 2**62:
+            return  # no usable reading: the endpoint's own checks report a bad answer
+        if not self.server_clock.add(sent, server_ms, received):
+            log.warning(
+                "the server's clock moved outside the bounds measured so far (a step?): measuring afresh",
+                extra={"event": "clock-reset", "path": path, "server_ms": server_ms},
+            )
+
     def hello(self) -> HelloInfo:
-        """Handshake: learn the server's name and limits, and let it record this device's clock offset."""
+        """Handshake: learn the server's name and limits, and let it record this device's clock offset.
+
+        It also restarts the bounds on the server's clock (:attr:`server_clock`) from
+        this exchange."""
         # Not under self._lock: the confirmer thread may need a hello mid-push.
         sent = self._clock()
-        started = time.monotonic()
+        started = self._monotonic()
         body = self.transport.call(
             p.PATH_HELLO,
             {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}"},
             "hello",
         )
+        received = self._monotonic()
         now = self._clock()
         try:
+            server_now = p.req_int(body, "now_ms", high=2**62)
             info = HelloInfo(
                 server=p.req_name(body, "server"),
-                offset_ms=now - p.req_int(body, "now_ms", high=2**62),
+                offset_ms=now - server_now,
                 server_offset_ms=p.req_int(body, "offset_ms", low=-(2**62), high=2**62),
-                rtt_ms=round((time.monotonic() - started) * 1000),
+                rtt_ms=round((received - started) * 1000),
                 max_body_bytes=p.req_int(body, "max_body_bytes", low=1024),
                 max_batch=p.req_int(body, "max_batch", low=1),
             )
         except p.ProtocolError as exc:
             raise Unreachable(f"bad hello answer from {self.transport.server_url}: {exc.detail}") from exc
+        self.server_clock.reset()
+        self.server_clock.add(started, server_now, received)
         self._hello = info
         self._hello_due = False
         self._online = True
@@ -251,17 +295,45 @@ class SyncAgent:
     def _report_expiries(self) -> int:
         """Send this device's journaled expiries to the server, then trim them (a
         device journal is an outbox); returns how many were sent. At-least-once:
-        the server keeps a report received twice once."""
+        the server keeps a report received twice once.
+
+        Each expiry goes under the queue name the *server* knows: a remote queue's
+        target queue, a home-server queue's ``<device>.<queue>`` on the server. The
+        outbox is trimmed once the server has answered every entry (``recorded``,
+        ``already``, ``ignored`` or ``refused``; refusals are logged, event
+        ``expiry-refused``), so one bad entry can never hold up the rest."""
         if self.qm.journal_mode != "device":
             return 0
         sent = 0
         limit = min(self.batch_size, self._ensure_hello().max_batch)
+        names = self._server_queue_names()
         while entries := [e for e in self.qm.journal_since(0, limit) if e.kind == "expired"]:
-            body = {"type": "expiries", "now_ms": self._clock(), "entries": p.encode_expiries(entries)}
-            self._call(p.PATH_EXPIRIES, body, "expiries")
+            wire = p.encode_expiries([replace(e, queue=names.get(e.queue, e.queue)) for e in entries])
+            body = {"type": "expiries", "now_ms": self._clock(), "entries": wire}
+            answer = self._call(p.PATH_EXPIRIES, body, "expiries")
+            if "results" in answer:  # an older server answers only with a count
+                results = self._results(answer, p.EXPIRY_STATUSES)
+                if [u for u, _, _ in results] != [w["u"] for w in wire]:
+                    raise Unreachable("the server's answer does not match the expiries sent")
+                for (uid, status, why), sent_entry in zip(results, wire, strict=True):
+                    if status == "refused":
+                        log.warning(
+                            "expiry of %s on %s refused: %s", uid, sent_entry["q"], why,
+                            extra={"event": "expiry-refused", "uid": uid, "queue": sent_entry["q"],
+                                   "why": why or "refused"},
+                        )
             self.qm.journal_trim(entries[-1].id)
             sent += len(entries)
         return sent
+
+    def _server_queue_names(self) -> dict[str, str]:
+        """Local queue name -> the name the server knows it by, where they differ: a
+        remote queue's target queue, a home-server queue's ``<device>.<queue>``."""
+        names = {a.name: a.target_queue for a in self.qm.remote_queues() if a.target_queue}
+        for attrs in self.qm.home_server_queues():
+            with contextlib.suppress(ValueError):  # too long to be pulled: left as it is
+                names[attrs.name] = p.device_queue_name(self.qm.name, attrs.name)
+        return names
 
     def _push_queue(
         self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None
@@ -273,9 +345,11 @@ class SyncAgent:
         started, done_at_start = last_shown, report.transmitted
         inflight: Future[list[tuple[str, str, str | None]]] | None = None
         inflight_uids: set[MessageUID] = set()
+        self._fresh_clock_bounds()
         try:
             while True:
                 read_ms = self._clock()  # remaining expiry is measured from (about) now
+                read_mono = self._monotonic()  # and no earlier than this instant
                 want = self.batch_size + len(inflight_uids)  # the store still holds the batch in flight
                 batch = self.qm.next_for_transmission(name, want)
                 drained = len(batch) < want
@@ -283,7 +357,7 @@ class SyncAgent:
                 batch = batch[: self.batch_size]
                 to_confirm: list[str] = []
                 for chunk in self._chunks(batch, report):
-                    to_confirm += self._put_stage(target, chunk, read_ms, report)
+                    to_confirm += self._put_stage(target, chunk, read_ms, read_mono, report)
                 report.batches += bool(batch)
                 moved = True
                 if inflight is not None:
@@ -342,17 +416,24 @@ class SyncAgent:
             report.refusals.append((uid, why))
         log.warning("refused %s: %s", uid, why, extra={"event": "refused", "uid": uid, "why": why})
 
-    def _put_stage(self, target: str, chunk: list[Message], read_ms: int, report: PushReport) -> list[str]:
-        """Stage one for a chunk; returns the uids to confirm."""
+    def _put_stage(
+        self, target: str, chunk: list[Message], read_ms: int, read_mono: float, report: PushReport
+    ) -> list[str]:
+        """Stage one for a chunk whose remaining lifetimes were read at ``read_ms`` (device
+        clock), no earlier than monotonic ``read_mono``; returns the uids to confirm."""
         wire = []
         for message in chunk:
             assert message.uid is not None
             resend = self._recovering or message.uid in self._attempted
             wire.append(p.WireMessage.from_message(message, resend=resend).to_wire())
             self._attempted.add(message.uid)
-        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire}
+        epoch = self.server_clock.epoch
+        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire,
+                **self._server_ms(read_mono)}
         results = self._results(self._call(p.PATH_PUT, body, "put"), _PUT_STATUSES, chunk)
         report.sent += len(chunk)
+        if self.server_clock.epoch != epoch:
+            results = self._put_again(target, chunk, results, read_ms, read_mono, report)
         to_confirm: list[str] = []
         for uid, status, why in results:
             if status in ("stored", "replaced", "unconfirmed", "duplicate"):
@@ -367,6 +448,43 @@ class SyncAgent:
                 report.refused += 1
                 self._refusal(report, uid, why or "refused")
         return to_confirm
+
+    def _server_ms(self, read_mono: float) -> dict[str, int]:
+        """The put's ``server_ms``: the lower bound of the server's clock at ``read_mono``
+        (nothing while there are no bounds: the server then uses the hello's offset)."""
+        if self.server_clock.empty:
+            return {}
+        return {"server_ms": self.server_clock.lower(read_mono)}
+
+    def _put_again(
+        self, target: str, chunk: list[Message], results: list[tuple[str, str, str | None]], read_ms: int,
+        read_mono: float, report: PushReport,
+    ) -> list[tuple[str, str, str | None]]:
+        """The bounds on the server's clock restarted while a put was prepared or under way
+        (its answer showed the server's clock had stepped, or a new hello): the deadlines
+        that put set may be late. The copies it stored are still locked and unconfirmed,
+        so put them once more, as resends, rebased on the new bounds; returns the results
+        with those of the second put in place of the first's."""
+        again = [m for m, (_, status, _) in zip(chunk, results, strict=True)
+                 if status in ("stored", "replaced", "unconfirmed")]
+        if not again or self.server_clock.empty:
+            return results
+        wire = [p.WireMessage.from_message(m, resend=True).to_wire() for m in again]
+        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire, **self._server_ms(read_mono)}
+        log.info("put %d message(s) again, rebased on new bounds of the server's clock", len(again),
+                 extra={"event": "put-again", "queue": target, "count": len(again)})
+        answer = self._call(p.PATH_PUT, body, "put")
+        redone = {u: (u, s, w) for u, s, w in self._results(answer, _PUT_STATUSES, again)}
+        report.sent += len(again)
+        return [redone.get(uid, (uid, status, why)) for uid, status, why in results]
+
+    def _fresh_clock_bounds(self) -> None:
+        """Before a push: bounds last sampled more than STALE_AFTER_S ago have widened by
+        the drift allowance (12 ms each way by then, and growing): a hello samples the
+        server's clock afresh, so a push after a long quiet spell loses no lifetime to it."""
+        age = self.server_clock.age_s(self._monotonic())
+        if age is None or age > STALE_AFTER_S:
+            self.hello()
 
     def _confirm_stage(self, name: str, target: str, uids: list[str]) -> list[tuple[str, str, str | None]]:
         """Stage two (in the confirmer thread): confirm, then delete the local copies the
@@ -449,17 +567,23 @@ class SyncAgent:
         assert self._hello is not None
         limit = min(self.batch_size, self._hello.max_batch)
         while True:
+            asked = self._monotonic()
             body = self._call(p.PATH_PULL, {"type": "pull", "now_ms": self._clock(), "queue": name, "max": limit}, "pull")
-            now = self._clock()
+            now = self._clock()  # the deadlines count from here: read before ``answered``
+            answered = self._monotonic()
             try:
                 wire = p.decode_messages(body, "messages", max_len=limit)
                 sent = p.req_int(body, "now_ms", high=2**62)
             except p.ProtocolError as exc:
                 raise Unreachable(f"bad pull answer from the server: {exc.detail}") from exc
+            self._settle_pulled(name, body)
             if not wire:
                 return
             report.batches += 1
-            transit = p.transit_ms(sent, now, self._hello.offset_ms)
+            # The server measured the remaining lifetimes no earlier than its clock read
+            # ``sent``: at most this long ago, by the bounds on its clock (this exchange's own
+            # included), so ``now + x - transit`` is never later than its deadline.
+            transit = self.server_clock.read_age_ms(sent, asked, answered)
             messages = [w.to_message(now, transit, resend=True) for w in wire]
             ack: list[str] = []
             to_confirm = []
@@ -487,6 +611,21 @@ class SyncAgent:
                 report.acknowledged += sum(s == "confirmed" for _, s, _ in self._results(answer, _PULL_CONFIRM_STATUSES))
             if not body.get("more") or not ack:
                 return
+
+    def _settle_pulled(self, name: str, body: dict[str, Any]) -> None:
+        """Forget the pulled uids the server can no longer offer again (below what it
+        holds, per origin): the device remembers exactly what is still in doubt."""
+        held = body.get("held")
+        if held is None:
+            return  # an older server: pulled uids are forgotten by age
+        if not isinstance(held, dict) or not all(
+            isinstance(o, str) and isinstance(s, int) and not isinstance(s, bool) for o, s in held.items()
+        ):
+            raise Unreachable("bad pull answer from the server: 'held' must map origins to stamps")
+        try:
+            self.qm.settle_queue(name, held)
+        except EdgeqError as exc:
+            raise Unreachable(f"bad pull answer from the server: 'held': {exc}") from exc
 
     # -- daemon ------------------------------------------------------------------------------
 

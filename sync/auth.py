@@ -34,7 +34,7 @@ from edgeq.clock import system_clock
 from edgeq.devices import DeviceRecord
 from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
-from edgeq.names import check_name
+from edgeq.names import check_name, origin_qmgr
 from edgeq.types import Clock
 
 __all__ = [
@@ -183,9 +183,11 @@ def authorize(device: str, path: str, body: Mapping[str, Any], queues: tuple[str
     items = body.get("messages" if path == p.PATH_PUT else "uids")
     for item in items if isinstance(items, list) else ():
         text = item.get("u") if isinstance(item, dict) else item
-        # The origin as MessageUID.parse reads it (the server parses it so later).
-        if isinstance(text, str) and text.rpartition(".")[0] != device:
-            raise Forbidden(f"{device} may only push its own messages: {text} comes from {text.rpartition('.')[0]}")
+        # The origin as MessageUID.parse reads it (the server parses it so later), less
+        # the store's incarnation: any incarnation of the device speaks for it.
+        qmgr = origin_qmgr(text.rpartition(".")[0]) if isinstance(text, str) else device
+        if qmgr != device:
+            raise Forbidden(f"{device} may only push its own messages: {text} comes from {qmgr}")
 
 
 def _timestamp(text: str) -> int:

@@ -4,6 +4,11 @@
 server's :class:`~edgeq.QueueManager` (``put_each``, ``confirm_put_each``,
 ``get_many``), so a failure leaves nothing half done. Bodies are the dicts of
 :mod:`edgeq.sync.protocol`; a bad one raises :class:`ProtocolError`.
+
+A put's expiries are rebased from the device's lower bound of this server's clock
+(``server_ms``, :func:`~edgeq.sync.protocol.rebase_ms`); a pull's answer carries
+the clock read before the get, so the device never takes what it gets as fresher
+than it is (``docs/protocol.md``, "Expiry crosses the wire").
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from typing import Any
 
 from edgeq.sync import protocol as p
 from edgeq.sync.metrics import DeviceState, Metrics
+from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
 
 from edgeq import __version__
 from edgeq.clock import system_clock
-from edgeq.errors import QueueNotFound
+from edgeq.errors import EdgeqError, QueueNotFound
+from edgeq.journal import remote_expiry_refusal
 from edgeq.manager import QueueManager
-from edgeq.names import check_name
+from edgeq.names import check_origin, origin_qmgr
 from edgeq.types import Clock
 
 __all__ = ["HomeService", "ServerLimits", "device_queue_name"]
@@ -33,17 +40,6 @@ log = logging.getLogger("edgeq.sync.server")
 MAX_CONFIRM_ID = 2**63 - 1
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BATCH = 5_000
-
-
-def device_queue_name(device: str, queue: str) -> str:
-    """Where the server holds messages for home-server queue ``queue`` of ``device``.
-
-    >>> device_queue_name("DEV1", "INBOX")
-    'DEV1.INBOX'
-    """
-    name = f"{device}.{queue}"
-    check_name(name, "device queue name")
-    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +65,8 @@ class HomeService:
         self.limits = limits or ServerLimits()
         self.clock: Clock = clock or system_clock
         self.metrics = metrics or Metrics()
+        # The last low-water mark applied per device store (origin): repeats cost nothing.
+        self._settled: dict[str, int] = {}
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -84,13 +82,29 @@ class HomeService:
                 f"this server has no clock offset for {name} (it restarted, or {name} never said hello): "
                 "send /v1/hello, then retry",
             )
-        if not hello and state.clock_offset_ms is not None:
-            # Every request bounds the offset from above (now - sent = offset + its latency):
-            # keep the smallest since the hello, so a slow hello cannot make every later
-            # deadline late. Erring low only ever makes a deadline earlier.
-            state.clock_offset_ms = min(state.clock_offset_ms, now - sent)
+        # The hello's offset stays as measured (metrics, the devices table, legacy puts):
+        # expiries are rebased on the device's own bounds of this clock (``server_ms``).
         state.seen(now)
+        self._settle(name, body)
         return state, sent, now
+
+    def _settle(self, device: str, body: Mapping[str, Any]) -> None:
+        """Forget the confirmed uids the device says it has settled: every request of an
+        agent carries its store's ``origin`` and low-water mark ``settled``, and nothing
+        below the mark will ever be sent again (docs/protocol.md, "Exactly once")."""
+        origin = body.get("origin")
+        below = p.opt_int(body, "settled")
+        if origin is None or below is None:
+            return  # an older agent: its uids are forgotten by age (remember_confirmed_ms)
+        try:
+            uid_origin = check_origin(origin, "origin")
+        except EdgeqError as exc:
+            raise p.ProtocolError("invalid", f"'origin': {exc}") from exc
+        if origin_qmgr(uid_origin) != device:
+            raise p.ProtocolError("invalid", f"'origin' {uid_origin} is not a store of {device}: a device speaks only for itself")
+        if below > self._settled.get(uid_origin, -1):  # only a mark that moved costs a write
+            self.qm.settle(uid_origin, below)
+            self._settled[uid_origin] = below
 
     @staticmethod
     def _new_confirm_id() -> int:
@@ -129,8 +143,14 @@ class HomeService:
         state, sent, now = self._device(body)
         queue = p.req_name(body, "queue")
         wire = p.decode_messages(body, "messages", max_len=self.limits.max_batch)
-        transit = p.transit_ms(sent, now, state.clock_offset_ms)
-        messages = [w.to_message(now, transit) for w in wire]
+        # The device's lower bound of our clock when it read the remaining lifetimes
+        # (absent from an older agent: the legacy transit from the hello's offset).
+        server_ms = p.opt_int(body, "server_ms", high=2**62)
+        base = p.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent, offset_ms=state.clock_offset_ms)
+        if server_ms is not None:
+            state.device_offset_ms = sent - server_ms  # device minus server, at one instant
+        transit = now - base
+        messages = [w.to_message(base) for w in wire]
         started = time.perf_counter()
         results: list[dict[str, Any]]
         try:
@@ -159,9 +179,12 @@ class HomeService:
         uids = p.req_uids(body, "uids", max_len=self.limits.max_batch)
         results: list[dict[str, Any]]
         try:
+            # Device minus server: from the latest put's bounds, else from the hello.
+            offset = state.device_offset_ms
+            if offset is None and state.clock_offset_ms is not None:
+                offset = -state.clock_offset_ms
             outcome = self.qm.confirm_put_each(
-                queue, uids, device=state.name,
-                clock_offset_ms=None if state.clock_offset_ms is None else -state.clock_offset_ms,
+                queue, uids, device=state.name, clock_offset_ms=offset,
             ) if uids else []
             results = [p.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:
@@ -177,23 +200,43 @@ class HomeService:
         return {"type": "confirm", "now_ms": self.clock(), "queue": queue, "results": results}
 
     def expiries(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A device reports the expiries of its own journal; they join ours (side ``device``)."""
+        """A device reports the expiries of its journal; they join ours (side ``device``).
+
+        Answered entry by entry (``results``, in request order): ``recorded``,
+        ``already`` (a repeat), ``refused`` with ``why`` (malformed, or foreign: not the
+        device's own message nor one it pulled from a queue we hold for it), or
+        ``ignored`` (this server keeps no journal). ``recorded`` counts the new ones.
+        Only a malformed body (not a list, too many entries) fails the whole request.
+        """
         p.expect(body, "expiries")
         state, _, _ = self._device(body)
-        entries = p.decode_expiries(body, "entries", max_len=self.limits.max_batch)
-        foreign = [e.uid for e in entries if e.origin != state.name]
-        if foreign:
-            raise p.ProtocolError("invalid", f"{state.name} may only report its own messages' expiries: {foreign[0]}")
-        recorded = 0
-        if self.qm.journal_mode == "server" and entries:
+        items = p.decode_expiry_items(body, "entries", max_len=self.limits.max_batch)
+        entries = [i.entry for i in items if i.entry is not None]
+        answers: list[tuple[p.ExpiryStatus, str | None]]
+        if self.qm.journal_mode == "server":
             offset = None if state.clock_offset_ms is None else -state.clock_offset_ms
-            recorded = self.qm.journal_remote_expiries(state.name, entries, clock_offset_ms=offset or 0)
+            outcome = self.qm.journal_remote_expiries_each(state.name, entries, clock_offset_ms=offset or 0)
+            answers = [(r.status, r.detail or None) for r in outcome]
+        else:
+            answers = [
+                ("ignored", None) if why is None else ("refused", why)
+                for why in (remote_expiry_refusal(state.name, e) for e in entries)
+            ]
+        done = iter(answers)
+        results: list[dict[str, Any]] = []
+        for item in items:
+            status, why = next(done) if item.entry is not None else ("refused", item.why)
+            results.append(p.result(item.uid, status, why if status == "refused" else None))
+        tally = Counter(r["s"] for r in results)
+        recorded = tally["recorded"]
         self.metrics.count("device_expiries", recorded)
+        refused = [{"u": r["u"], "why": r["why"]} for r in results if r["s"] == "refused"]
         log.info(
-            "%d expiry report(s) from %s", len(entries), state.name,
-            extra={"event": "expiries", "device": state.name, "count": len(entries), "recorded": recorded},
+            "%d expiry report(s) from %s", len(items), state.name,
+            extra={"event": "expiries", "device": state.name, "count": len(items), "recorded": recorded,
+                   "results": dict(tally), "refused": refused[:10]},
         )
-        return {"type": "expiries", "now_ms": self.clock(), "recorded": recorded}
+        return {"type": "expiries", "now_ms": self.clock(), "recorded": recorded, "results": results}
 
     def pull(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Assured get, for a device's home-server queue: lock up to ``max`` messages."""
@@ -209,13 +252,15 @@ class HomeService:
             # One puller per device queue: whatever an earlier pull locked and the
             # device never confirmed (lost response, crash) is offered again.
             released = self.qm.release_locks(held)
+            # Read before the get: the remaining lifetimes are measured no earlier, so the
+            # device never takes them as fresher than they are (docs/protocol.md).
+            now = self.clock()
             got = self.qm.get_many(held, limit, confirm_id=self._new_confirm_id())
         except QueueNotFound:
             log.info("pull from %s: no queue %s", state.name, held,
                      extra={"event": "pull", "device": state.name, "queue": held, "count": 0, "missing": True})
             return {"type": "pull", "now_ms": self.clock(), "queue": queue, "messages": [], "more": False,
                     "missing": True}
-        now = self.clock()
         messages = [p.WireMessage.from_message(m).to_wire() for m in got]
         self.metrics.count("pulled", len(messages))
         log.info(
@@ -223,7 +268,9 @@ class HomeService:
             extra={"event": "pull", "device": state.name, "queue": held, "count": len(messages),
                    "released": released},
         )
-        return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages, "more": len(got) == limit}
+        return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages, "more": len(got) == limit,
+                # What this queue may still offer the device: it forgets the rest of what it remembers.
+                "held": self.qm.held_low_water(held)}
 
     def pull_confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The device stored what it pulled: delete those messages here."""

@@ -52,6 +52,9 @@ class DeviceState:
     last_seen_ms: int | None = None
     #: server clock minus device clock at the last hello (ms; includes one-way latency)
     clock_offset_ms: int | None = None
+    #: device clock minus the server clock, from the latest put carrying ``server_ms`` (the
+    #: device's lower bound of the server clock at its ``now_ms``): the journal's offset
+    device_offset_ms: int | None = None
     hellos: int = 0
     agent: str = ""
 

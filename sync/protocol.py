@@ -3,7 +3,9 @@
 Every request and response body is one CBOR map carrying ``"v"`` (the protocol
 version) and ``"type"``. Messages travel with their typed fields, binary data
 as CBOR byte strings, and their expiry as **remaining milliseconds** that the
-receiver rebases on its own clock; an absolute device time is never trusted.
+receiver rebases on its own clock (from an instant no later than the sender's
+reading: :func:`rebase_ms` on the server, a transit on the device); an absolute
+device time is never trusted.
 
 This module is pure: it encodes and validates, and knows nothing of HTTP
 servers or clients, so both ends (and tests) share it.
@@ -23,12 +25,12 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 import cbor2
 
 from edgeq.errors import EdgeqError
-from edgeq.journal import JournalEntry
+from edgeq.journal import JournalEntry, RemoteExpiryStatus
 from edgeq.message import Message
 from edgeq.types import FieldValue, ReportOption
 from edgeq.uid import MessageUID
@@ -36,22 +38,29 @@ from edgeq.values import Int32, Int64
 
 __all__ = [
     "CONTENT_TYPE",
+    "EXPIRY_STATUSES",
     "MAX_REMAINING_MS",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
     "ConfirmStatus",
     "ErrorCode",
+    "ExpiryItem",
+    "ExpiryStatus",
     "ProtocolError",
     "PullConfirmStatus",
     "PutStatus",
     "WireMessage",
     "decode_body",
+    "decode_expiries",
+    "decode_expiry_items",
     "decode_fields",
+    "device_queue_name",
     "encode_body",
     "encode_fields",
     "error_body",
     "expect",
     "opt_int",
+    "rebase_ms",
     "req_int",
     "req_list",
     "req_name",
@@ -78,6 +87,13 @@ PutStatus: TypeAlias = Literal["stored", "replaced", "unconfirmed", "duplicate",
 ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired", "refused"]
 #: Per-uid results of a pull confirm.
 PullConfirmStatus: TypeAlias = Literal["confirmed", "unknown", "expired"]
+#: Per-entry results of an expiry report: ``recorded``, ``already`` (a repeat, kept
+#: once), ``refused`` (foreign or malformed: see ``why``), or ``ignored`` (valid,
+#: but this server keeps no journal). Every one of them is an answer: the device
+#: trims its outbox.
+ExpiryStatus: TypeAlias = Literal[RemoteExpiryStatus, "ignored"]
+#: The statuses an expiry report's results may carry, for checking an answer.
+EXPIRY_STATUSES: Final[tuple[str, ...]] = get_args(ExpiryStatus)
 
 ErrorCode: TypeAlias = Literal[
     "malformed",
@@ -317,8 +333,11 @@ _REPORTS: Final = ("none", "with-data", "with-full-data")
 def transit_ms(sender_now_ms: int, receiver_now_ms: int, offset_ms: int | None) -> int:
     """How long a body spent in transit beyond the handshake's latency (never negative).
 
-    ``offset_ms`` is receiver clock minus sender clock as measured at the hello
-    (it includes the hello's one-way latency, which is therefore not counted).
+    The **legacy** rebase, for a put from an agent that sends no ``server_ms``
+    (:func:`rebase_ms`): ``offset_ms`` is receiver clock minus sender clock as
+    measured at the hello (it includes the hello's one-way latency, which is
+    therefore not counted, so a deadline may come out up to that much late), and
+    a sender's clock stepped since the hello shifts the result by the step.
 
     >>> transit_ms(1_000, 6_200, 200)   # sent at 1000 (= 1200 here), arrived at 6200
     5000
@@ -328,6 +347,31 @@ def transit_ms(sender_now_ms: int, receiver_now_ms: int, offset_ms: int | None) 
     if offset_ms is None:
         return 0
     return max(0, receiver_now_ms - (sender_now_ms + offset_ms))
+
+
+def rebase_ms(
+    receiver_now_ms: int, *, server_ms: int | None, sender_now_ms: int, offset_ms: int | None
+) -> int:
+    """The receiver-clock instant a put's remaining lifetimes count from: each deadline
+    is ``Int64(rebase_ms(...) + x)`` (:meth:`WireMessage.to_message`).
+
+    ``server_ms`` is what the sending device knew of this clock when it read the
+    remaining values: a lower bound of it, from the device's round trips
+    (:class:`~edgeq.sync.clockbounds.ServerClockBounds`). It is never trusted
+    beyond ``receiver_now_ms`` (bounds made wrong by a step of this clock must not
+    lengthen a lifetime). Without it (an older agent), the legacy rebase:
+    ``receiver_now_ms - transit_ms(sender_now_ms, receiver_now_ms, offset_ms)``.
+
+    >>> rebase_ms(10_000, server_ms=9_700, sender_now_ms=123, offset_ms=None)  # read 300+ ms ago
+    9700
+    >>> rebase_ms(10_000, server_ms=12_000, sender_now_ms=123, offset_ms=None)  # bounds from before a step back
+    10000
+    >>> rebase_ms(10_000, server_ms=None, sender_now_ms=9_500, offset_ms=200)  # legacy: 300 ms of transit
+    9700
+    """
+    if server_ms is not None:
+        return min(server_ms, receiver_now_ms)
+    return receiver_now_ms - transit_ms(sender_now_ms, receiver_now_ms, offset_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,9 +455,17 @@ class WireMessage:
     def to_message(self, receiver_now_ms: int, transit: int = 0, *, resend: bool | None = None) -> Message:
         """The message to put on the receiver: expiry rebased as ``Int64(now + remaining - transit)``.
 
-        A result at or before ``receiver_now_ms`` means the message expired before
-        it arrived: the receiver's put discards it (expiry check point "add").
-        ``resend`` overrides the wire flag (a puller re-puts with resend).
+        ``receiver_now_ms - transit`` must be no later than the receiver's clock
+        when the sender read ``remaining``: the server passes :func:`rebase_ms` as
+        ``receiver_now_ms`` (and no transit), a pulling device its clock and how long
+        ago, at most, the server read its own. A result at or before the receiver's
+        clock means the message expired before it arrived: the receiver's put
+        discards it (expiry check point "add"). ``resend`` overrides the wire flag
+        (a puller re-puts with resend).
+
+        >>> w = WireMessage(MessageUID("HOME", 7), b"x", {}, None, 60_000, None)
+        >>> int(w.to_message(1_000_000, 250).expiry)
+        1059750
         """
         expiry = None if self.remaining_ms is None else Int64(max(1, receiver_now_ms + self.remaining_ms - transit))
         try:
@@ -457,8 +509,27 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str]) -> list[tupl
 # -- device expiry reports (/v1/expiries) -----------------------------------------------------
 
 
+def device_queue_name(device: str, queue: str) -> str:
+    """Where the server holds messages for home-server queue ``queue`` of ``device``
+    (the protocol's naming convention, ``<device>.<queue>``; at most 48 characters).
+
+    >>> device_queue_name("DEV1", "INBOX")
+    'DEV1.INBOX'
+    """
+    from edgeq.names import check_name
+
+    name = f"{device}.{queue}"
+    check_name(name, "device queue name")
+    return name
+
+
 def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
-    """A device's journaled expiries, for ``/v1/expiries`` (times on the device clock)."""
+    """A device's journaled expiries, for ``/v1/expiries`` (times on the device clock).
+
+    >>> e = JournalEntry(7, "expired", "device", 1_000, "ORDERS", "DEV1.5", "DEV1", check_point="get")
+    >>> encode_expiries([e])
+    [{'u': 'DEV1.5', 'q': 'ORDERS', 't': 1000, 'w': 'get', 'n': None, 'c': None, 'a': None}]
+    """
     return [
         {"u": e.uid, "q": e.queue, "t": e.at_ms, "w": e.check_point, "n": e.size, "c": e.created_ms,
          "a": e.arrived_ms}
@@ -466,19 +537,56 @@ def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
     ]
 
 
+_CHECK_POINTS: Final = ("add", "get", "browse", "activate", "delete", "depth", "sweep")
+
+
+def _expiry_entry(raw: object) -> JournalEntry:
+    """One entry of an ``expiries`` request, checked (``invalid`` naming the problem)."""
+    if not isinstance(raw, dict):
+        raise _invalid("each expiry entry must be a map")
+    uid = _uid(raw.get("u"))
+    where = raw.get("w")
+    if where not in _CHECK_POINTS:
+        raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {where!r}")
+    return JournalEntry(
+        0, "expired", "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,
+        check_point=where, size=opt_int(raw, "n", high=2**62), created_ms=opt_int(raw, "c", high=2**62),
+        arrived_ms=opt_int(raw, "a", high=2**62),
+    )
+
+
 def decode_expiries(body: Mapping[str, Any], key: str, *, max_len: int) -> list[JournalEntry]:
-    """Validate and decode the entries of an ``expiries`` request."""
-    out: list[JournalEntry] = []
+    """Validate and decode the entries of an ``expiries`` request; any bad entry makes
+    the whole body ``invalid`` (:func:`decode_expiry_items` answers entry by entry)."""
+    return [_expiry_entry(raw) for raw in req_list(body, key, max_len=max_len)]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryItem:
+    """One entry of an ``expiries`` request: decoded (``entry``), or refused (``why``).
+    ``uid`` is the entry's ``u`` as sent (empty if it had none), for the answer."""
+
+    uid: str
+    entry: JournalEntry | None
+    why: str | None = None
+
+
+def decode_expiry_items(body: Mapping[str, Any], key: str, *, max_len: int) -> list[ExpiryItem]:
+    """The entries of an ``expiries`` request, each decoded or refused on its own: a
+    malformed entry is an item with ``why``, never an error for the whole body. Only
+    a malformed body (``key`` not a list, more than ``max_len`` entries) raises ``invalid``.
+
+    >>> items = decode_expiry_items({"e": [{"u": "DEV1.5", "q": "ORDERS", "t": 9, "w": "get"},
+    ...                                    {"u": "DEV1.6", "q": "ORDERS", "w": "get"}]}, "e", max_len=10)
+    >>> [(i.uid, i.entry is not None, i.why) for i in items]
+    [('DEV1.5', True, None), ('DEV1.6', False, "'t' must be an integer, not NoneType")]
+    """
+    out: list[ExpiryItem] = []
     for raw in req_list(body, key, max_len=max_len):
-        if not isinstance(raw, dict):
-            raise _invalid("each expiry entry must be a map")
-        uid = _uid(raw.get("u"))
-        where = raw.get("w")
-        if where not in ("add", "get", "browse", "activate", "delete", "depth", "sweep"):
-            raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {where!r}")
-        out.append(JournalEntry(
-            0, "expired", "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,
-            check_point=where, size=opt_int(raw, "n", high=2**62), created_ms=opt_int(raw, "c", high=2**62),
-            arrived_ms=opt_int(raw, "a", high=2**62),
-        ))
+        sent = raw.get("u") if isinstance(raw, dict) else None
+        uid = sent[:200] if isinstance(sent, str) else ""
+        try:
+            out.append(ExpiryItem(uid, _expiry_entry(raw)))
+        except ProtocolError as exc:
+            out.append(ExpiryItem(uid, None, exc.detail))
     return out

@@ -149,4 +149,5 @@ def test_uids_strictly_increase_even_when_clock_steps_back(
     qm2 = open_qm()  # type: ignore[operator]
     c = qm2.put("Q", Message(b"c"))
     assert a.stamp < b.stamp < c.stamp
-    assert str(a) == f"DEV1.{a.stamp}" and MessageUID.parse(str(a)) == a
+    assert str(a) == f"{qm2.origin}.{a.stamp}" and MessageUID.parse(str(a)) == a
+    assert a.qmgr == "DEV1" and a.origin == c.origin  # the incarnation is the store's, kept across opens

@@ -292,7 +292,7 @@ def browse_one(db: Path, queue: str = "ORDERS") -> Message:
 def test_put_prints_the_uid(store: Run, db: Path) -> None:
     uid = ok(store("put", "ORDERS", "42 widgets")).strip()
     message = browse_one(db)
-    assert str(message.uid) == uid and uid.startswith("DEV1.")
+    assert str(message.uid) == uid and uid.startswith("DEV1:")
     assert message.data == b"42 widgets" and message.priority == 4 and message.expiry is None
 
 
@@ -435,7 +435,7 @@ def test_get_json(store: Run) -> None:
     }
     assert first["expiry"] == {"type": "int64", "at_ms": FUTURE_MS, "at": "2099-01-01T00:00:00Z"}
     assert 0 < first["remaining_expiry_ms"] <= FUTURE_MS
-    assert first["priority"] == 4 and first["backout_count"] == 0 and first["uid"].startswith("DEV1.")
+    assert first["priority"] == 4 and first["backout_count"] == 0 and first["uid"].startswith("DEV1:")
     assert base64.b64decode(second["data"]) == b"\xff\xfe" and second["data_text"] is None
     assert second["expiry"] is None and second["remaining_expiry_ms"] is None
     assert json.loads(ok(store("get", "ORDERS", "--json"))) == []
@@ -521,7 +521,7 @@ def test_console_script_round_trip(tmp_path: Path) -> None:
 
     assert edgeq("--name", "DEV1", "queue", "define", "Q").returncode == 0
     put = edgeq("put", "Q", "-", "--field", "n:int32=1", data=b"\x00payload\xff")
-    assert put.returncode == 0 and put.stdout.decode().startswith("DEV1.")
+    assert put.returncode == 0 and put.stdout.decode().startswith("DEV1:")
     got = edgeq("get", "Q", "--raw")
     assert (got.returncode, got.stdout) == (0, b"\x00payload\xff")
     missing = edgeq("depth", "NOPE")

@@ -217,7 +217,7 @@ def test_producer_processes_unique_uids_increasing_in_commit_order(tmp_path: Pat
     for lines in reports:
         assert len(lines) == count and all(line[0] == "put" for line in lines)
         uids = [MessageUID.parse(line[1]) for line in lines]
-        assert {u.origin for u in uids} == {"DEV1"}
+        assert {u.qmgr for u in uids} == {"DEV1"} and len({u.origin for u in uids}) == 1
         stamps = [u.stamp for u in uids]
         assert all(a < b for a, b in pairwise(stamps)), "a process's puts must increase"
         all_stamps += stamps

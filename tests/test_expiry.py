@@ -25,7 +25,7 @@ def test_added_already_expired_is_discarded_and_never_stored(qm: QueueManager, r
     qm.define_queue("Q")
     qm.add_rule("Q", rule)
     uid = qm.put("Q", Message(b"stale", expiry=Int64(T0 - 1)))
-    assert uid.origin == "DEV1"
+    assert uid.origin == qm.origin and uid.qmgr == "DEV1"
     assert rule.expired() == [(b"stale", "add")]
     assert qm.depth("Q") == 0
     assert ("added", "stale") not in [(k, getattr(m, "data", b"").decode()) for k, m, _ in rule.calls]

@@ -34,7 +34,7 @@ def test_server_journal_records_accepted_expired_and_delivered(
     assert (accepted.size, accepted.created_ms, accepted.arrived_ms, accepted.confirmed_ms) == (5, T0 - 500, T0, T0 + 20)
     assert accepted.clock_offset_ms == -30
     assert (delivered.kind, delivered.uid, delivered.at_ms) == ("delivered", str(uid), T0 + 20)
-    assert (expired.kind, expired.side, expired.check_point, expired.origin) == ("expired", "server", "sweep", "HOME")
+    assert (expired.kind, expired.side, expired.check_point, expired.origin) == ("expired", "server", "sweep", qm.origin)
     assert [e.id for e in qm.journal_since(accepted.id)] == [delivered.id, expired.id]
 
 
@@ -62,6 +62,78 @@ def test_remote_expiries_are_rebased_and_deduplicated(open_qm: Callable[..., Que
     assert qm.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 0  # resent: kept once
     (entry,) = qm.journal_since()
     assert (entry.side, entry.at_ms, entry.device, entry.check_point) == ("device", T0 + 600, "DEV1", "get")
+
+
+def test_remote_expiries_each_answer_every_entry(open_qm: Callable[..., QueueManager]) -> None:
+    qm = open_qm(name="HOME", journal="server")
+
+    def reported(uid: str, queue: str = "ORDERS", kind: str = "expired") -> JournalEntry:
+        return JournalEntry(0, kind, "device", T0 + 1_000, queue, uid, uid.rpartition(".")[0], check_point="get")
+
+    entries = [
+        reported("DEV1.5"),                     # its own
+        reported("DEV1:k3x9qa.6"),              # its own, origin with the store's incarnation
+        reported("HOME.7", "DEV1.INBOX"),       # pulled from the server's queue for DEV1, expired there
+        reported("HOME.8"),                     # foreign
+        reported("DEV2.9", "DEV2.INBOX"),       # another device's queue
+        reported("HOME.10", "DEV1."),           # not a queue held for DEV1
+        reported("DEV1.11", kind="accepted"),   # not an expiry
+        reported("DEV1.5"),                     # the same again
+    ]
+    results = qm.journal_remote_expiries_each("DEV1", entries, clock_offset_ms=400)
+    assert [(r.uid, r.queue, r.status) for r in results] == [
+        ("DEV1.5", "ORDERS", "recorded"), ("DEV1:k3x9qa.6", "ORDERS", "recorded"),
+        ("HOME.7", "DEV1.INBOX", "recorded"), ("HOME.8", "ORDERS", "refused"),
+        ("DEV2.9", "DEV2.INBOX", "refused"), ("HOME.10", "DEV1.", "refused"),
+        ("DEV1.11", "ORDERS", "refused"), ("DEV1.5", "ORDERS", "already"),
+    ]
+    assert all(r.detail for r in results if r.status == "refused")
+    assert "foreign" in results[3].detail
+    assert [r.status for r in qm.journal_remote_expiries_each("DEV1", entries[:3])] == ["already"] * 3
+    recorded = [e for e in qm.journal_since() if e.kind == "expired"]
+    assert [(e.uid, e.queue, e.at_ms, e.device) for e in recorded] == [
+        ("DEV1.5", "ORDERS", T0 + 600, "DEV1"), ("DEV1:k3x9qa.6", "ORDERS", T0 + 600, "DEV1"),
+        ("HOME.7", "DEV1.INBOX", T0 + 600, "DEV1"),
+    ]
+    assert qm.journal_remote_expiries_each("DEV1", []) == []
+
+
+def test_a_store_with_sync_queues_journals_device_expiries_by_default(
+    open_qm: Callable[..., QueueManager], clock: ManualClock
+) -> None:
+    qm = open_qm()
+    assert qm.journal_mode is None  # no remote or home-server queue: nothing to report
+    qm.define_queue("Q")
+    assert qm.journal_mode is None
+    qm.define_home_server_queue("INBOX", server="HOME")
+    assert qm.journal_mode == "device"  # at once, in the process that defined it
+    qm.put("INBOX", Message(b"x", expiry=Int32(5)))
+    clock.advance(5)
+    assert qm.depth("INBOX") == 0
+    assert [(e.queue, e.side) for e in qm.journal_since()] == [("INBOX", "device")]
+    qm.close()
+    qm = open_qm()
+    assert qm.journal_mode == "device"  # and at every later open
+    qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+    qm.put("ORDERS", Message(b"y", expiry=Int32(5)))
+    clock.advance(5)
+    assert qm.sweep_expired() == 1
+    assert [e.queue for e in qm.journal_since()] == ["INBOX", "ORDERS"]
+    qm.close()
+    assert open_qm(journal="server").journal_mode == "server"  # an explicit setting wins
+
+
+def test_an_explicit_journal_off_stays_off(open_qm: Callable[..., QueueManager], clock: ManualClock) -> None:
+    qm = open_qm(journal="off")
+    qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+    qm.define_home_server_queue("INBOX", server="HOME")
+    assert qm.journal_mode is None
+    qm.put("ORDERS", Message(b"x", expiry=Int32(5)))
+    clock.advance(5)
+    assert qm.sweep_expired() == 1
+    assert qm.journal_since() == []
+    qm.close()
+    assert open_qm().journal_mode is None
 
 
 def test_journal_arguments_are_validated(open_qm: Callable[..., QueueManager]) -> None:

@@ -216,7 +216,7 @@ class QueueMachine(RuleBasedStateMachine):
 
         uid = self.live.put("Q", Message(data, priority=priority, expiry=own_expiry), confirm_id=confirm_id)
 
-        assert isinstance(uid, MessageUID) and uid.origin == "DEV1"
+        assert isinstance(uid, MessageUID) and uid.qmgr == "DEV1" and uid.origin == self.qm.origin
         assert uid.stamp > self.last_stamp, "uid stamps must strictly increase"
         self.last_stamp = uid.stamp
         self._touch()

@@ -34,6 +34,8 @@ from edgeq.sync.pipeline.errors import (
 )
 from edgeq.sync.pipeline.export import COLUMN_TYPES, MANIFEST, REQUIRED
 
+from edgeq.names import INCARNATION_SEPARATOR
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -397,7 +399,12 @@ def _uid_status(j: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     devices = (
-        j.filter(_is("kind", "accepted") | (_is("kind", "expired") & _is("side", "device")))
+        # A device-side expiry makes its origin a device only if the device reported its own
+        # message: a message it pulled from the server and let expire stays the server's.
+        j.filter(_is("kind", "accepted") | (
+            _is("kind", "expired") & _is("side", "device")
+            & (F.split(F.col("origin"), INCARNATION_SEPARATOR).getItem(0) == F.col("device"))
+        ))
         .select("origin")
         .distinct()
     )

@@ -108,7 +108,8 @@ def expiry_where(entries: list[JournalEntry]) -> list[Row]:
 
 
 def audit(entries: list[JournalEntry]) -> tuple[list[Row], list[Row], list[Row]]:
-    devices = {e.origin for e in entries if e.kind == "accepted" or (e.kind == "expired" and e.side == "device")}
+    devices = {e.origin for e in entries if e.kind == "accepted" or (
+        e.kind == "expired" and e.side == "device" and e.origin.partition(":")[0] == e.device)}
     status: dict[str, dict[str, Any]] = {}
     for e in entries:
         if e.origin not in devices:

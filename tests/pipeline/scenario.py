@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edgeq.sync.protocol import WireMessage
 
-from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
+from edgeq import Int32, Int64, ManualClock, Message, MessageUID, QueueManager
 from edgeq.errors import MessageExpired, MessageNotFound
 
 #: 2025-11-21T22:00:00Z: the scenario crosses midnight (two date partitions).
@@ -173,6 +173,8 @@ class Scenario:
             # the server's own traffic: local puts (origin HOME), consumers, a pull to DEV1, a sweep
             self.home.put("ORDERS", Message(b"local"))
             self.home.put("DEV1.INBOX", Message(b"config"))
+            if round_no == 3:  # pulled by DEV1, then it expires there: still the server's message
+                self.home.put("DEV1.INBOX", Message(b"short-lived config", expiry=Int32(60_000)))
             self.consume("ORDERS", rng.randint(5, 25))
             self._pull(self.devices[0])
             self.clock.advance(rng.randint(8, 14) * 60_000)  # ten minutes or so between rounds
@@ -228,7 +230,9 @@ class Scenario:
     def _pull(self, dev: Device) -> None:
         got = self.home.get_many("DEV1.INBOX", 10, confirm_id=next(self.server_confirm_ids))
         for m in got:
-            dev.qm.put("INBOX", Message(m.data, uid=m.uid, created_ms=m.created_ms))
+            left = m.remaining_expiry_ms
+            expiry = None if left is None else Int64(dev.qm.now_ms() + left)
+            dev.qm.put("INBOX", Message(m.data, uid=m.uid, created_ms=m.created_ms, expiry=expiry))
             assert m.uid is not None
             self.home.confirm_get("DEV1.INBOX", m.uid)
 

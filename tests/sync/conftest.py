@@ -131,12 +131,22 @@ def http() -> Iterator[httpx.Client]:
         yield client
 
 
+def monotonic_of(clock: Callable[[], int]) -> Callable[[], float]:
+    """The device's monotonic clock (seconds) for an agent whose wall clock is ``clock``:
+    time a test lets pass on it (in a network hook, say) passes on both, as on a real
+    device. (A real monotonic clock beside a frozen ManualClock would see the server's
+    clock jump whenever a test advances it: a clock step, not latency.) A test that
+    steps a device's wall clock after its hello passes its own ``monotonic``."""
+    return lambda: (clock() - T0) / 1000
+
+
 @pytest.fixture
 def make_agent(device_clock: ManualClock) -> Iterator[Callable[..., SyncAgent]]:
     agents: list[SyncAgent] = []
 
     def _make(qm: QueueManager, url: str, **options: Any) -> SyncAgent:
         options.setdefault("clock", device_clock)
+        options.setdefault("monotonic", monotonic_of(options["clock"]))
         agent = SyncAgent(qm, url, **options)
         agents.append(agent)
         return agent

@@ -43,7 +43,7 @@ def test_push_transmits_a_backlog_in_batches(
     assert len(got) == 1235 and len({m.uid for m in got}) == 1235
     first = got[0]  # priority 9 first
     assert (first.data, first.correlation_id, first.reply_to, first.uid.origin) == (
-        payload, b"\x00\x01", "REPLIES", "DEV1")
+        payload, b"\x00\x01", "REPLIES", device_qm.origin)
     assert [str(m.uid) for m in got[1:]] == [str(u) for u in uids]
     assert got[1].fields == {"n": Int32(0)}
     assert agent.push_once().sent == 0  # nothing left

@@ -36,12 +36,27 @@ def put_body(*uids: str, queue: str = "ORDERS", now: int = T0, **extra: Any) -> 
     return {"type": "put", "qmgr": "DEV1", "now_ms": now, "queue": queue, "messages": messages}
 
 
-def test_later_requests_refine_the_offset_downwards_only(http: httpx.Client, server: LiveServer) -> None:
+def test_puts_are_rebased_on_server_ms_and_the_hello_offset_stays_as_measured(
+    http: httpx.Client, server: LiveServer, home_qm: QueueManager
+) -> None:
+    """``server_ms`` is the device's lower bound of the server's clock when it read the
+    remaining lifetimes, never trusted beyond the server's own clock; without it (an
+    older agent) the hello's offset measures the transit. No request changes that offset."""
     hello(http, server, now=T0 - 400)  # a hello that spent 400 ms in the network (clocks agree)
-    post(http, server, p.PATH_PUT, put_body("DEV1.1000", now=T0 - 100))  # a faster request
-    assert server.metrics.device("DEV1").clock_offset_ms == 100
-    post(http, server, p.PATH_PUT, put_body("DEV1.2000", now=T0 - 300))  # a slower one changes nothing
-    assert server.metrics.device("DEV1").clock_offset_ms == 100
+    puts = {
+        "DEV1.1000": {**put_body("DEV1.1000", now=T0 - 100), "server_ms": T0 - 250},  # read 250 ms ago
+        "DEV1.2000": {**put_body("DEV1.2000", now=T0 - 100), "server_ms": T0 + 5_000},  # stale bounds
+        "DEV1.3000": put_body("DEV1.3000", now=T0 - 1_000),  # legacy: 1,000 - 400 ms of transit
+    }
+    for body in puts.values():
+        assert post(http, server, p.PATH_PUT, body)[0] == 200
+        assert server.metrics.device("DEV1").clock_offset_ms == 400
+    confirm = {"type": "confirm", "qmgr": "DEV1", "now_ms": T0, "queue": "ORDERS", "uids": list(puts)}
+    assert post(http, server, p.PATH_CONFIRM, confirm)[0] == 200
+    deadlines = {str(m.uid): m.expiry_deadline_ms for m in home_qm.browse("ORDERS")}
+    assert deadlines == {"DEV1.1000": T0 + 59_750, "DEV1.2000": T0 + 60_000, "DEV1.3000": T0 + 59_400}
+    status, body = post(http, server, p.PATH_PUT, {**put_body("DEV1.4000"), "server_ms": -1})
+    assert (status, body["code"]) == (422, "invalid") and "server_ms" in body["detail"]
 
 
 def test_hello_records_the_devices_clock_offset(http: httpx.Client, server: LiveServer) -> None:
