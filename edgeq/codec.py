@@ -12,26 +12,18 @@ from collections.abc import Mapping
 import cbor2
 
 from edgeq.errors import StoreError
-from edgeq.types import FieldValue
-from edgeq.values import Int32, Int64
+from edgeq.types import FIELD_CODES, FieldValue
 
 __all__ = ["decode_fields", "encode_fields"]
 
-_TYPE_CODES: tuple[tuple[type, str], ...] = (
-    # bool before int-like types: True is an int in Python.
-    (bool, "?"),
-    (Int32, "i"),
-    (Int64, "l"),
-    (str, "s"),
-    (bytes, "b"),
-    (float, "f"),
-)
-_DECODERS = {"?": bool, "i": Int32, "l": Int64, "s": str, "b": bytes, "f": float}
+# (type, code) in FIELD_CODES' order: bool before int-like types, since True is an int.
+_TYPE_CODES: tuple[tuple[type, str], ...] = tuple((kind, code) for code, kind in FIELD_CODES.items())
 
 
 def encode_fields(fields: Mapping[str, FieldValue]) -> bytes | None:
     """Encode validated fields; None for no fields (stored as NULL).
 
+    >>> from edgeq import Int32
     >>> decode_fields(encode_fields({"n": Int32(5), "on": True}))
     {'n': Int32(5), 'on': True}
     """
@@ -52,6 +44,6 @@ def decode_fields(blob: bytes | None) -> dict[str, FieldValue]:
         return {}
     try:
         raw = cbor2.loads(blob)
-        return {name: _DECODERS[code](value) for name, (code, value) in raw.items()}
+        return {name: FIELD_CODES[code](value) for name, (code, value) in raw.items()}
     except (ValueError, KeyError, TypeError, cbor2.CBORDecodeError) as exc:
         raise StoreError(f"a message's stored fields are corrupt ({exc})") from exc

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     import sqlite3
 
     from edgeq.rules import QueueRule
-    from edgeq.rules.base import EventKind, RuleEvent
+    from edgeq.rules.base import RuleEvent
+    from edgeq.types import EventKind
 
 __all__ = ["Binding", "Dispatcher", "Pending"]
 

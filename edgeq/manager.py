@@ -29,8 +29,8 @@ from edgeq.names import check_name
 from edgeq.queues import QueueAttributes, check_attributes
 from edgeq.results import ConfirmResult, PutResult
 from edgeq.rows import EXPIRY_KINDS, to_message
-from edgeq.store import GET_LOCKED, PUT_LOCKED, READY, MessageRow, NewMessage, QueueRow, Tx
-from edgeq.types import Filter, Ordering, RemovalReason, Where
+from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
+from edgeq.types import Filter, MessageState, Ordering, RemovalReason, Where
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
@@ -399,7 +399,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                 own = own_deadline(message.expiry, created)
                 deadline = effective_deadline(own, now, q.expiry_ms, cap_at)
                 row = NewMessage(
-                    uid.origin, uid.stamp, READY if confirm_id is None else PUT_LOCKED, confirm_id,
+                    uid.origin, uid.stamp, MessageState.READY if confirm_id is None else MessageState.PUT_LOCKED, confirm_id,
                     priority if q.ordering == "priority" else 0, seq, priority, created, now,
                     EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
                     cap_at, deadline, message.correlation_id, message.reply_to,
@@ -456,9 +456,9 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
             if uid in seen:
                 return DuplicateMessage(f"message {uid} appears twice in one batch: put it once", uid), None
             existing = tx.find(q.id, uid.origin, uid.stamp)
-            if existing is not None and not (message.resend and existing.state == PUT_LOCKED):
+            if existing is not None and not (message.resend and existing.state == MessageState.PUT_LOCKED):
                 error = self._duplicate(q.name, uid, existing, message.resend)
-                if existing.state == PUT_LOCKED:  # held but not confirmed: confirm it, or resend
+                if existing.state == MessageState.PUT_LOCKED:  # held but not confirmed: confirm it, or resend
                     return PutResult(uid, "unconfirmed", "held, awaiting its confirm", error), None
                 return PutResult(uid, "duplicate", "already held", error), None
             if existing is None and tx.remembered(q.id, uid.origin, uid.stamp):
@@ -484,7 +484,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         )
 
     def _duplicate(self, queue: str, uid: MessageUID, existing: MessageRow, resend: bool) -> DuplicateMessage:
-        if existing.state == PUT_LOCKED:
+        if existing.state == MessageState.PUT_LOCKED:
             return DuplicateMessage(
                 f"queue {queue!r} already holds an unconfirmed copy of {uid}: confirm_put it, "
                 "or put again with resend=True to replace it",
@@ -652,7 +652,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                 row = held.get(key)
                 if row is None:
                     results.append(ConfirmResult(uid, "already" if key in remembered else "unknown"))
-                elif row.state != PUT_LOCKED or row.id in ready_ids:
+                elif row.state != MessageState.PUT_LOCKED or row.id in ready_ids:
                     results.append(ConfirmResult(uid, "already"))  # MQe ignores a second confirm
                 elif _expired(row, now):
                     if row.id not in expired:
@@ -693,7 +693,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         with self._write() as tx:
             q = self._queue(tx, queue)
             row = tx.find(q.id, uid.origin, uid.stamp)
-            if row is None or row.state != GET_LOCKED:
+            if row is None or row.state != MessageState.GET_LOCKED:
                 state = "is not locked by an assured get" if row is not None else "is not on the queue"
                 raise MessageNotFound(
                     f"message {uid} {state} {queue!r}: confirm_get only completes a get(confirm_id=...) "
@@ -729,7 +729,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
             taken: dict[int, MessageRow] = {}
             for uid in checked:
                 row = held.get((uid.origin, uid.stamp))
-                if row is None or row.state != GET_LOCKED or row.id in taken:
+                if row is None or row.state != MessageState.GET_LOCKED or row.id in taken:
                     results.append(ConfirmResult(uid, "unknown"))
                 else:
                     taken[row.id] = row
@@ -758,8 +758,8 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
                     f"nothing on queue {queue!r} is locked under confirm id {confirm_id}: it was already "
                     "confirmed, undone, or expired"
                 )
-            tx.back_out([r.id for r in rows if r.state == GET_LOCKED])
-            removed = tx.delete(q.id, [r.id for r in rows if r.state == PUT_LOCKED])
+            tx.back_out([r.id for r in rows if r.state == MessageState.GET_LOCKED])
+            removed = tx.delete(q.id, [r.id for r in rows if r.state == MessageState.PUT_LOCKED])
             events = self._events(queue, "removed", removed, now, reason="deleted")
             self._record(tx, events)
         self._rules.dispatch(events)

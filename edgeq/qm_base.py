@@ -38,7 +38,7 @@ from edgeq.rows import to_message
 from edgeq.rulestore import RuleTx
 from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
-from edgeq.types import Clock, Durability, FieldValue, RemovalReason, Where
+from edgeq.types import MAX_CONFIRM_ID, Clock, Durability, EventKind, FieldValue, RemovalReason, Where
 from edgeq.uid import MessageUID, new_incarnation
 
 if TYPE_CHECKING:
@@ -46,13 +46,11 @@ if TYPE_CHECKING:
 
     from edgeq.manager import QueueManager
     from edgeq.rules import QueueRule
-    from edgeq.rules.base import EventKind
 
 __all__ = ["QueueManagerBase"]
 
 log = logging.getLogger("edgeq")
 
-_MAX_CONFIRM_ID = 2**63 - 1
 _DISCARD_BATCH = 1000  # expired rows per transaction when rules want copies
 _PAGE = 256
 
@@ -60,7 +58,7 @@ _PAGE = 256
 def _check_confirm_id(confirm_id: object) -> int:
     if isinstance(confirm_id, bool) or not isinstance(confirm_id, int):
         raise InvalidType(f"confirm_id must be a positive int, not {confirm_id!r}")
-    if not 0 < confirm_id <= _MAX_CONFIRM_ID:
+    if not 0 < confirm_id <= MAX_CONFIRM_ID:
         raise InvalidArgument(f"confirm_id must be a positive 64-bit int, not {confirm_id}")
     return int(confirm_id)
 

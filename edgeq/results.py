@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
 
 from edgeq.errors import EdgeqError
+from edgeq.types import ConfirmStatus, PutStatus
 from edgeq.uid import MessageUID
 
 __all__ = ["ConfirmResult", "ConfirmStatus", "PutResult", "PutStatus", "QuarantineEntry"]
-
-#: stored: kept (locked if assured); replaced: a resend replaced an unconfirmed
-#: copy; unconfirmed: an unconfirmed copy is held and this was not a resend;
-#: duplicate: already confirmed (held, consumed, or remembered); expired:
-#: discarded on arrival; refused: too large, queue full (see ``detail``).
-PutStatus: TypeAlias = Literal["stored", "replaced", "unconfirmed", "duplicate", "expired", "refused"]
-#: confirmed: now visible; already: was confirmed before; unknown: not held
-#: (put it again); expired: it expired while locked and was discarded.
-ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired"]
-
 
 @dataclass(frozen=True, slots=True)
 class PutResult:

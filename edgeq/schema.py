@@ -55,6 +55,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from edgeq.connection import APPLICATION_ID
+from edgeq.types import MessageState
 
 if TYPE_CHECKING:  # imported where used: sqlite-utils is half of `import edgeq`'s time
     from sqlite_utils import Database
@@ -117,7 +118,7 @@ def _v1(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX messages_uid ON messages (queue_id, origin, stamp)")
     # Only ready messages are candidates for get/browse, so only they are indexed
     # for it: locked rows never slow a get down.
-    db.execute("CREATE INDEX messages_ready ON messages (queue_id, rank DESC, seq) WHERE state = 0")
+    db.execute(f"CREATE INDEX messages_ready ON messages (queue_id, rank DESC, seq) WHERE state = {MessageState.READY:d}")
     db.execute("CREATE INDEX messages_deadline ON messages (queue_id, deadline) WHERE deadline IS NOT NULL")
     db.execute("CREATE INDEX messages_confirm ON messages (queue_id, confirm_id) WHERE confirm_id IS NOT NULL")
     db.execute("INSERT INTO edgeq_clock (id, stamp) VALUES (1, 0)")

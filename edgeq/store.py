@@ -15,9 +15,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["GET_LOCKED", "PUT_LOCKED", "READY", "MessageRow", "QueueRow", "Tx"]
+from edgeq.types import MessageState
 
-READY, PUT_LOCKED, GET_LOCKED = 0, 1, 2
+__all__ = ["MessageRow", "QueueRow", "Tx"]
+
+# Message states as SQL literals (edgeq.types.MessageState): one definition, inlined.
+_READY, _PUT_LOCKED, _GET_LOCKED = (int(s) for s in MessageState)
 
 _MSG_COLS = (
     "id, origin, stamp, state, confirm_id, priority, created_ms, arrived_ms, expiry_kind, "
@@ -296,13 +299,13 @@ class Tx:
         while True:
             if after is None:
                 rows = self.conn.execute(
-                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = 0 "
+                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = {_READY} "
                     "ORDER BY rank DESC, seq LIMIT ?",
                     (queue_id, page),
                 ).fetchall()
             else:
                 rows = self.conn.execute(
-                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = 0 "
+                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = {_READY} "
                     "AND (rank < ? OR (rank = ? AND seq > ?)) ORDER BY rank DESC, seq LIMIT ?",
                     (queue_id, after[0], after[0], after[1], page),
                 ).fetchall()
@@ -322,7 +325,7 @@ class Tx:
 
     def expired_ids(self, queue_id: int, now_ms: int, limit: int, *, ready_only: bool = False) -> list[int]:
         """Ids of up to ``limit`` expired messages, earliest deadline first (``ready_only``: ready ones)."""
-        state = " AND state = 0" if ready_only else ""
+        state = f" AND state = {_READY}" if ready_only else ""
         rows = self.conn.execute(
             f"SELECT id FROM messages WHERE queue_id = ? AND deadline <= ?{state} ORDER BY deadline LIMIT ?",
             (queue_id, now_ms, limit),
@@ -334,13 +337,13 @@ class Tx:
     def lock_for_get(self, ids: Iterable[int], confirm_id: int) -> None:
         """Lock rows for a get under ``confirm_id``: invisible until the get is confirmed or undone."""
         self.conn.executemany(
-            "UPDATE messages SET state = 2, confirm_id = ? WHERE id = ?", [(confirm_id, i) for i in ids]
+            f"UPDATE messages SET state = {_GET_LOCKED}, confirm_id = ? WHERE id = ?", [(confirm_id, i) for i in ids]
         )
 
     def make_ready(self, ids: Sequence[int], first_seq: int) -> None:
         """Confirm puts: the messages become visible, ordered by confirm time (then by ``ids`` order)."""
         self.conn.executemany(
-            "UPDATE messages SET state = 0, confirm_id = NULL, seq = ? WHERE id = ?",
+            f"UPDATE messages SET state = {_READY}, confirm_id = NULL, seq = ? WHERE id = ?",
             [(first_seq + n, msg_id) for n, msg_id in enumerate(ids)],
         )
 
@@ -372,7 +375,7 @@ class Tx:
 
     def get_locked(self, queue_id: int) -> list[int]:
         """Ids of a queue's messages locked by unconfirmed gets."""
-        rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? AND state = 2", (queue_id,))
+        rows = self.conn.execute(f"SELECT id FROM messages WHERE queue_id = ? AND state = {_GET_LOCKED}", (queue_id,))
         return [row[0] for row in rows]
 
     # -- remembered confirmed uids -------------------------------------------------------
@@ -483,6 +486,6 @@ class Tx:
     def back_out(self, ids: Iterable[int]) -> None:
         """Undo an assured get: visible again where it was, one more backout."""
         self.conn.executemany(
-            "UPDATE messages SET state = 0, confirm_id = NULL, backout_count = backout_count + 1 WHERE id = ?",
+            f"UPDATE messages SET state = {_READY}, confirm_id = NULL, backout_count = backout_count + 1 WHERE id = ?",
             [(i,) for i in ids],
         )

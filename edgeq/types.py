@@ -1,20 +1,36 @@
-"""Type aliases used across edgeq's public API."""
+"""edgeq's vocabulary: every type alias, state, status, check point, code and limit
+of the public API and the wire, defined once here and imported everywhere else
+(the core, the store's SQL, the rules, ``edgeq.sync.protocol`` and the agent).
+Definitions only: no I/O.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal, TypeAlias
+from enum import IntEnum
+from typing import Final, Literal, TypeAlias, get_args
 
 from edgeq.values import Int32, Int64
 
 __all__ = [
+    "CHECK_POINTS",
+    "CONFIRM_STATUSES",
+    "EVENT_KINDS",
+    "FIELD_CODES",
+    "MAX_CONFIRM_ID",
+    "MAX_STAMP",
+    "PUT_STATUSES",
     "Clock",
+    "ConfirmStatus",
     "Durability",
+    "EventKind",
     "Expiry",
     "FieldValue",
     "Fields",
     "Filter",
+    "MessageState",
     "Ordering",
+    "PutStatus",
     "QueueKind",
     "RemovalReason",
     "ReportOption",
@@ -40,3 +56,39 @@ QueueKind: TypeAlias = Literal["local", "remote", "home"]
 #: Whether (and with how much data) an expiry report is wanted when a message is
 #: discarded for expiry (IBM MQ's MQRO_EXPIRATION*): the first 100 bytes, or all.
 ReportOption: TypeAlias = Literal["none", "with-data", "with-full-data"]
+#: What a rule hook is told about (``QueueRule.on_<kind>``).
+EventKind: TypeAlias = Literal[
+    "activated", "added", "removed", "expired", "duplicate", "threshold", "closed", "queue_deleted"
+]
+EVENT_KINDS: Final = get_args(EventKind)
+CHECK_POINTS: Final = get_args(Where)
+
+#: What ``put_each`` did with each message. stored: kept (locked if assured);
+#: replaced: a resend replaced an unconfirmed copy; unconfirmed: an unconfirmed copy
+#: is held and this was not a resend; duplicate: already confirmed (held, consumed,
+#: or remembered); expired: discarded on arrival; refused: too large, queue full, no
+#: such queue (see ``detail``).
+PutStatus: TypeAlias = Literal["stored", "replaced", "unconfirmed", "duplicate", "expired", "refused"]
+#: What ``confirm_put_each`` did with each uid. confirmed: now visible; already: was
+#: confirmed before; unknown: not held (put it again); expired: it expired while
+#: locked and was discarded; refused: the queue does not exist (sync only).
+ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired", "refused"]
+PUT_STATUSES: Final = get_args(PutStatus)
+CONFIRM_STATUSES: Final = get_args(ConfirmStatus)
+
+
+class MessageState(IntEnum):
+    """A message row's ``state`` column, used as these ints in SQL too
+    (``WHERE state = {MessageState.READY:d}``)."""
+
+    READY = 0  #: visible to get and browse
+    PUT_LOCKED = 1  #: an assured put awaiting its confirm: invisible
+    GET_LOCKED = 2  #: taken by an assured get awaiting its confirm or undo: invisible
+
+
+#: A typed field's one-letter code, in the store and on the wire ({name: [code, value]}).
+#: bool comes first: True is an int in Python, so a bool must be matched before numbers.
+FIELD_CODES: Final[Mapping[str, type]] = {"?": bool, "i": Int32, "l": Int64, "s": str, "b": bytes, "f": float}
+#: Stamps (uids) and confirm ids are positive signed 64-bit ints (SQLite INTEGER).
+MAX_STAMP: Final = 2**63 - 1
+MAX_CONFIRM_ID: Final = 2**63 - 1

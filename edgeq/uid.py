@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.names import INCARNATION_SEPARATOR, check_origin, origin_qmgr
+from edgeq.types import MAX_STAMP
 
 __all__ = ["MessageUID", "new_incarnation"]
 
-_MAX_STAMP = 2**63 - 1
 _INCARNATION_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
 _INCARNATION_LENGTH = 10  # 50 random bits: ~500,000 re-creations of one name for a 1-in-10,000 clash
 
@@ -56,7 +56,7 @@ class MessageUID:
         check_origin(self.origin)
         if isinstance(self.stamp, bool) or not isinstance(self.stamp, int):
             raise InvalidType(f"MessageUID stamp must be an int, not {self.stamp!r}")
-        if not 0 < self.stamp <= _MAX_STAMP:
+        if not 0 < self.stamp <= MAX_STAMP:
             raise InvalidArgument(
                 f"MessageUID stamp {self.stamp} is out of range: it must be a positive 64-bit int"
             )

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import InvalidArgument
 from edgeq.message import Message
-from edgeq.types import RemovalReason, Where
+from edgeq.types import EventKind, RemovalReason, Where
 
 if TYPE_CHECKING:
     from edgeq.manager import QueueManager
 
 __all__ = ["EventKind", "QueueRule", "RuleEvent"]
 
-EventKind: TypeAlias = Literal[
-    "activated", "added", "removed", "expired", "duplicate", "threshold", "closed", "queue_deleted"
-]
 
 
 @dataclass(frozen=True, slots=True)

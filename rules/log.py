@@ -10,10 +10,11 @@ from typing import Any
 from edgeq.rules.base import QueueRule, RuleEvent
 
 from edgeq.errors import InvalidArgument
+from edgeq.types import EVENT_KINDS
 
 __all__ = ["LogRule"]
 
-_KINDS = ("activated", "added", "removed", "expired", "duplicate", "threshold", "closed", "queue_deleted")
+_KINDS = EVENT_KINDS
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 

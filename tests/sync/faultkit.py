@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeq import Message, QueueManager
-from edgeq.store import PUT_LOCKED
+from edgeq.types import MessageState
 from tests.workers import check_payload, payload_key
 
 from .conftest import free_port
@@ -802,7 +802,7 @@ class Rig:
         # What is left on the server: only locked copies of messages that expired on
         # the device before it could put them again (the server's sweep discards them).
         strays = [(uid, state) for uid, state, deadline in left
-                  if state != PUT_LOCKED or deadline is None or uid in accepted or uid not in expired_device]
+                  if state != MessageState.PUT_LOCKED or deadline is None or uid in accepted or uid not in expired_device]
         assert not strays, f"{ctx}: rows left on the server after draining: {strays[:10]}"
         return {
             "sent": len(sent), "accepted": len(accepted), "delivered": len(delivered),
@@ -838,6 +838,6 @@ def locked_confirm_ids(path: Path) -> list[int]:
     conn = sqlite3.connect(path)
     try:
         return [cid for (cid,) in conn.execute(
-            "SELECT DISTINCT confirm_id FROM messages WHERE state = ?", (PUT_LOCKED,))]
+            "SELECT DISTINCT confirm_id FROM messages WHERE state = ?", (MessageState.PUT_LOCKED,))]
     finally:
         conn.close()

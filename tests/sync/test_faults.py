@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from edgeq import QueueManager
-from edgeq.store import PUT_LOCKED
+from edgeq.types import MessageState
 
 from .faultkit import QUEUE, Fault, Rig, locked_confirm_ids, now_ms
 
@@ -45,7 +45,7 @@ def server_state(rig: Rig) -> tuple[int, int]:
     finally:
         conn.close()
     counts = dict(rows)
-    return counts.get(PUT_LOCKED, 0), counts.get(0, 0)
+    return counts.get(MessageState.PUT_LOCKED, 0), counts.get(0, 0)
 
 
 def device_depth(rig: Rig) -> int:
