@@ -1,35 +1,46 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   runs edgeq's demo on the embedded SQLite default
 #   make test   runs the whole test suite (lint, types, tests)
-# Both create .venv and install what they need into it.
+# Both create .venv and install what they need into it: make demo only edgeq and
+# its core dependencies (the device install), make test the test extras too
+# (the server and agent stacks, pyarrow and Spark, the linters).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# One stamp per install, so either command works first and the other still gets what it needs.
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test typecheck lint clean bench bench-smoke
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+# The test install includes the device install, so it stamps both.
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP) $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/edgeq demo
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check edgeq rules sync tests benchmarks examples
 
 # mypy cannot see setuptools' package-dir mapping through an editable install,
 # so it checks a copy laid out as installed (rules/ inside edgeq/).
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	rm -rf build/typecheck && mkdir -p build/typecheck
 	cp -r edgeq build/typecheck/edgeq && cp -r rules build/typecheck/edgeq/rules && cp -r sync build/typecheck/edgeq/sync
 	cd build/typecheck && ../../$(BIN)/mypy --strict --config-file ../../pyproject.toml -p edgeq
 
-test: $(STAMP) lint typecheck
+test: $(TEST_STAMP) lint typecheck
 	$(BIN)/python -m pytest
 
 # The benchmarks run in their own environment: edgeq plus the peers it is

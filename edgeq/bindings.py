@@ -1,22 +1,27 @@
-"""Persisted rule bindings: validating, storing and re-attaching a queue's rules."""
+"""Rule bindings: validating, storing and re-attaching a queue's rules, and the
+queue manager's rule API (:class:`RuleBook`)."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeq.dispatch import Binding
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType, RuleConfigError
-from edgeq.rulestore import BindingRow
+from edgeq.events import EventSink
+from edgeq.names import check_name
+from edgeq.queues import require_queue
+from edgeq.rulestore import BindingRow, FailureRow, RuleTx
+from edgeq.store import Tx
 
 if TYPE_CHECKING:
-    from edgeq.manager import QueueManager
     from edgeq.rules import QueueRule
+    from edgeq.rules.base import RuleHost
 
-__all__ = ["BindingInfo", "RuleSpec", "attach_stored", "build_bindings", "check_specs"]
+__all__ = ["BindingInfo", "RuleBook", "RuleSpec", "attach_stored", "build_bindings", "check_specs"]
 
 log = logging.getLogger("edgeq.rules")
 
@@ -32,6 +37,8 @@ class BindingInfo:
     config: dict[str, Any]
     persisted: bool
     error: str | None = None  # set when the plugin could not be loaded
+    #: the rule object itself (a stand-in that raises, if its plugin could not be loaded)
+    rule: QueueRule | None = field(default=None, compare=False, repr=False)
 
 
 def check_specs(specs: object) -> list[tuple[str, dict[str, Any]]]:
@@ -63,7 +70,7 @@ def check_specs(specs: object) -> list[tuple[str, dict[str, Any]]]:
 
 
 def build_bindings(
-    qm: QueueManager, queue: str, specs: Sequence[tuple[str, dict[str, Any]]]
+    qm: RuleHost, queue: str, specs: Sequence[tuple[str, dict[str, Any]]]
 ) -> list[QueueRule]:
     """Load, configure and attach each rule; any error is raised before anything is stored."""
     from edgeq.rules.registry import build_rule
@@ -99,7 +106,7 @@ class BrokenRule:
         return fail
 
 
-def attach_stored(qm: QueueManager, rows: Sequence[BindingRow]) -> dict[str, list[Binding]]:
+def attach_stored(qm: RuleHost, rows: Sequence[BindingRow]) -> dict[str, list[Binding]]:
     """Re-attach persisted bindings at open. A broken plugin is logged and stood in for;
     it never stops the queue manager or other queues."""
     out: dict[str, list[Binding]] = {}
@@ -115,3 +122,69 @@ def attach_stored(qm: QueueManager, rows: Sequence[BindingRow]) -> dict[str, lis
             binding = Binding(key, row.name, broken, persisted=True, config=row.config, error=reason)
         out.setdefault(row.queue, []).append(binding)
     return out
+
+class RuleBook:
+    """The rule API of a queue manager: in-process rules, bindings, failed deliveries
+    and the counters rules keep. ``host`` is what rules are attached to."""
+
+    def __init__(self, qm_name: str, host: RuleHost, sink: EventSink) -> None:
+        self.qm_name = qm_name
+        self.host = host
+        self.sink = sink
+        self.clock = sink.clock
+
+    def add_rule(self, queue: str, rule: QueueRule) -> None:
+        """Attach a rule instance to a queue, for the life of this queue manager object."""
+        from edgeq.rules import QueueRule
+
+        check_name(queue, "queue name")
+        if not isinstance(rule, QueueRule):
+            raise InvalidType(f"rule must be an edgeq.rules.QueueRule instance, not {type(rule).__name__}")
+        with self.sink.db.read() as conn:
+            require_queue(Tx(conn), self.qm_name, queue)
+        rule.attach(self.host, queue)
+        self.sink.rules.add(queue, rule)
+
+    def remove_rule(self, queue: str, rule: QueueRule) -> bool:
+        """Detach a rule instance added with :meth:`add_rule`; return whether it was attached."""
+        return self.sink.rules.remove(queue, rule)
+
+    def queue_bindings(self, queue: str) -> list[BindingInfo]:
+        """The rules bound to a queue, in the order they run (persisted ones first)."""
+        check_name(queue, "queue name")
+        with self.sink.db.read() as conn:
+            require_queue(Tx(conn), self.qm_name, queue)
+        return [
+            BindingInfo(b.name, dict(b.config or {}), b.persisted, b.error, rule=b.rule)
+            for b in self.sink.rules.of(queue)
+        ]
+
+    def rule_failures(self, *, parked: bool | None = None) -> list[FailureRow]:
+        """Deliveries of durable events that raised: waiting for a retry, or parked."""
+        with self.sink.db.read() as conn:
+            return RuleTx(conn).failures(parked=parked)
+
+    def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
+        """Retry failed deliveries now (see ``QueueManager.retry_rule_failures``)."""
+        if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
+            raise InvalidType(f"event_id must be an int, not {event_id!r}")
+        if parked:
+            with self.sink.write() as tx:
+                RuleTx(tx.conn).rearm(self.clock(), event_id)
+        return self.sink.rules.retry(force=True, event_id=event_id)
+
+    def queue_stats(self, queue: str) -> dict[str, int]:
+        """A queue's persistent counters."""
+        check_name(queue, "queue name")
+        with self.sink.db.read() as conn:
+            require_queue(Tx(conn), self.qm_name, queue)
+            return RuleTx(conn).stats(queue)
+
+    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
+        """Add to a queue's counters, once per durable event id; return whether applied."""
+        check_name(queue, "queue name")
+        for counter, n in increments.items():
+            if not isinstance(counter, str) or isinstance(n, bool) or not isinstance(n, int):
+                raise InvalidType(f"increments map counter names to ints, not {counter!r}: {n!r}")
+        with self.sink.write() as tx:
+            return RuleTx(tx.conn).apply_stats(queue, increments, event_id)

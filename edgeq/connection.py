@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,6 +97,7 @@ class ConnectionFactory:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._tracer: Callable[[str], None] | None = None
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: edgeq issues BEGIN/COMMIT itself, so the
@@ -110,6 +111,8 @@ class ConnectionFactory:
                 f"{self.path}: cannot open the database file ({exc}); check that its directory "
                 "exists and is writable"
             ) from exc
+        if self._tracer is not None:
+            conn.set_trace_callback(self._tracer)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -198,6 +201,14 @@ class ConnectionFactory:
                     conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise store_error(exc, self.path) from exc
+
+    def set_tracer(self, tracer: Callable[[str], None] | None) -> None:
+        """Pass every SQL statement run on this file's connections, open or opened
+        later, to ``tracer`` (None: stop)."""
+        with self._lock:
+            self._tracer = tracer
+            for conn in self._all:
+                conn.set_trace_callback(tracer)
 
     @property
     def closed(self) -> bool:

@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DeviceRecord", "DeviceTx"]
+from edgeq.connection import ConnectionFactory
+from edgeq.errors import DeviceNotFound, InvalidArgument, InvalidType
+from edgeq.names import check_name
+from edgeq.types import Clock
+
+__all__ = ["DeviceRecord", "DeviceRegistry", "DeviceTx"]
 
 _COLS = "name, added_ms, last_seen_ms, clock_offset_ms, agent, public_key, queues, revoked_ms"
 
@@ -85,3 +90,60 @@ class DeviceTx:
     def all(self) -> list[DeviceRecord]:
         """Every known device, by name."""
         return [_record(row) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]
+
+class DeviceRegistry:
+    """The devices a home server knows: contact, clock offset, keys, revocation."""
+
+    def __init__(self, db: ConnectionFactory, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+
+    def record_device(
+        self, name: str, *, clock_offset_ms: int | None = None, agent: str | None = None
+    ) -> None:
+        """Note that device ``name`` was heard from now (and its clock offset and agent)."""
+        check_name(name, "device name")
+        if clock_offset_ms is not None and (isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int)):
+            raise InvalidType(f"clock_offset_ms must be an int, not {clock_offset_ms!r}")
+        with self.db.write() as tx:
+            DeviceTx(tx).seen(name, self.clock(), clock_offset_ms, agent)
+
+    def devices(self) -> list[DeviceRecord]:
+        """The devices heard from, by name."""
+        with self.db.read() as conn:
+            return DeviceTx(conn).all()
+
+    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
+        """Register a device for authenticated sync (see ``QueueManager.register_device``)."""
+        check_name(name, "device name")
+        if "." in name:
+            raise InvalidArgument(
+                f"device name {name!r} must not contain '.': the home server holds a device's messages on "
+                "queues named <device>.<queue>, so a dot would let one device read another's"
+            )
+        if not isinstance(public_key, bytes) or len(public_key) != 32:
+            raise InvalidArgument(
+                "public_key must be the 32 raw bytes of an Ed25519 public key "
+                "(make a pair with `edgeq keys new`)"
+            )
+        if queues is not None:
+            if isinstance(queues, str) or not isinstance(queues, Sequence):
+                raise InvalidType("queues must be a list of queue names, or None for any")
+            queues = [check_name(q, "queue name") for q in queues]
+        with self.db.write() as tx:
+            DeviceTx(tx).register(name, public_key, queues, self.clock())
+
+    def revoke_device(self, name: str) -> None:
+        """Revoke a device: the server refuses its requests from now on."""
+        check_name(name, "device name")
+        with self.db.write() as tx:
+            devices = DeviceTx(tx)
+            if devices.get(name) is None:
+                raise DeviceNotFound(f"no device {name!r} is known here: see `edgeq server devices list`")
+            devices.revoke(name, self.clock())
+
+    def device(self, name: str) -> DeviceRecord | None:
+        """What is known of device ``name`` (None: nothing)."""
+        check_name(name, "device name")
+        with self.db.read() as conn:
+            return DeviceTx(conn).get(name)

@@ -1,61 +1,49 @@
-"""The queue manager: local queues in one SQLite file, with MQe's expiry semantics."""
+"""The queue manager: local, remote and home-server queues in one SQLite file, with
+MQe's expiry semantics. :class:`QueueManager` is a facade over the parts that do the
+work; read its class docstring for the map."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from edgeq.bindings import RuleSpec, build_bindings, check_specs
-from edgeq.codec import encode_fields
-from edgeq.crypto import IntegrityError
-from edgeq.dispatch import Pending
-from edgeq.errors import (
-    ConfirmIdNotFound,
-    DuplicateMessage,
-    EdgeqError,
-    InvalidArgument,
-    InvalidType,
-    MessageExpired,
-    MessageNotFound,
-    MessageTooLarge,
-    QueueFull,
-    QueueNotEmpty,
-)
-from edgeq.expiry import effective_deadline, own_deadline
-from edgeq.journal import JournalTx, entry_row
-from edgeq.message import Message, check_fields
+from edgeq.bindings import BindingInfo, RuleBook, RuleSpec, attach_stored
+from edgeq.catalog import QueueCatalog
+from edgeq.checkpoints import ExpiryPolicy
+from edgeq.clock import system_clock
+from edgeq.connection import ConnectionFactory, check_foreign
+from edgeq.crypto import CIPHERS, StoreKeys
+from edgeq.devices import DeviceRecord, DeviceRegistry
+from edgeq.dispatch import Dispatcher, Pending
+from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.events import EventSink
+from edgeq.gets import Gets
+from edgeq.journal import JournalEntry, JournalSide, RemoteExpiryResult
+from edgeq.message import Message
+from edgeq.meta import journal_setting, open_identity
 from edgeq.names import check_name
-from edgeq.queues import QueueAttributes, check_attributes
-from edgeq.results import ConfirmResult, PutResult
-from edgeq.rows import EXPIRY_KINDS, to_message
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
-from edgeq.types import Filter, MessageState, Ordering, RemovalReason, Where
+from edgeq.puts import Puts
+from edgeq.queues import QueueAttributes
+from edgeq.results import ConfirmResult, PutResult, QuarantineEntry
+from edgeq.rulestore import FailureRow, RuleTx
+from edgeq.sealer import Sealer
+from edgeq.transmit import Transmitter
+from edgeq.types import Clock, Durability, Filter, Ordering
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
-
-    pass
-
-from edgeq.qm_admin import AdminMixin
-from edgeq.qm_base import (
-    _DISCARD_BATCH,
-    _PAGE,
-    _check_confirm_id,
-    _check_count,
-    _check_uid,
-    _expired,
-    _matches,
-    _plain_size,
-)
-from edgeq.qm_remote import RemoteMixin
-from edgeq.qm_rules import RulesMixin
+    from edgeq.rules import QueueRule
 
 __all__ = ["QueueManager"]
 
 log = logging.getLogger("edgeq")
 
-class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
+
+class QueueManager:
     """A queue manager: named local queues, durable in one SQLite file.
 
     >>> import tempfile, os
@@ -90,7 +78,151 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
 
     One instance may be shared by threads; several processes may open the same
     file. Every message is delivered to exactly one getter.
+
+    The queue manager is a facade: it builds its parts once and each method
+    delegates to one of them (the store's SQL in :mod:`edgeq.store`; the
+    :class:`~edgeq.sealer.Sealer`; the :class:`~edgeq.events.EventSink`, the one
+    writer of rule events and journal rows; the :class:`~edgeq.catalog.QueueCatalog`;
+    the :class:`~edgeq.checkpoints.ExpiryPolicy`; :class:`~edgeq.puts.Puts` and
+    :class:`~edgeq.gets.Gets`; the :class:`~edgeq.transmit.Transmitter`; the
+    :class:`~edgeq.bindings.RuleBook`; the :class:`~edgeq.devices.DeviceRegistry`).
     """
+
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        *,
+        durability: Durability = "full",
+        timeout: float = 30.0,
+        clock: Clock | None = None,
+        rule_retry_limit: int = 5,
+        rule_retry_base_ms: int = 1_000,
+        remember_confirmed_ms: int | None = 86_400_000,
+        journal: JournalSide | Literal["off"] | None = None,
+        keys: StoreKeys | str | Path | None = None,
+        default_encryption: str | None = None,
+    ) -> None:
+        # Every argument is checked before the file is touched.
+        if not isinstance(path, (str, Path)):
+            raise InvalidType(f"path must be a str or Path, not {type(path).__name__}")
+        if name is not None:
+            check_name(name, "queue manager name")
+        if clock is not None and not callable(clock):
+            raise InvalidType("clock must be a callable returning epoch milliseconds")
+        self.path = Path(path)
+        for label, value in (("rule_retry_limit", rule_retry_limit), ("rule_retry_base_ms", rule_retry_base_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgument(f"{label} must be a positive int, not {value!r}")
+        if remember_confirmed_ms is not None and (
+            isinstance(remember_confirmed_ms, bool) or not isinstance(remember_confirmed_ms, int)
+            or remember_confirmed_ms < 1
+        ):
+            raise InvalidArgument(f"remember_confirmed_ms must be a positive int or None, not {remember_confirmed_ms!r}")
+        if journal not in (None, "server", "device", "off"):
+            raise InvalidArgument(f"journal must be 'server', 'device', 'off' or None, not {journal!r}")
+        if default_encryption is not None and default_encryption not in CIPHERS:
+            raise InvalidArgument(f"default_encryption must be one of {', '.join(CIPHERS)} or None")
+        if isinstance(keys, (str, Path)):
+            keys = StoreKeys.load(keys)
+        elif keys is not None and not isinstance(keys, StoreKeys):
+            raise InvalidType("keys must be a StoreKeys ring or the path of a store key file")
+        self._clock: Clock = clock or system_clock
+        check_foreign(self.path)
+        self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
+        try:
+            self.name, self._origin = open_identity(self._db, self.path, name, self._clock)
+            self._sealer = Sealer(self.name, keys if keys is not None else StoreKeys.from_env(), default_encryption)
+            self._sealer.check_keys(self._db, self.path)
+            rules = Dispatcher(
+                self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms,
+                unseal=self._sealer.unseal_for_rules,
+            )
+            # The parts, each built once; every public method delegates to one of them.
+            self._sink = EventSink(self.name, self._db, self._clock, rules, journal_setting(self._db, journal))
+            self._expiry = ExpiryPolicy(self.name, self._sink)
+            self._gets = Gets(self.name, self._sink, self._sealer, self._expiry)
+            self._transmitter = Transmitter(self.name, self._origin, self._sink, self._expiry, self._gets)
+            self._puts = Puts(self.name, self._origin, self._sink, self._sealer, self._expiry, self._transmitter,
+                              remember_confirmed_ms)
+            self._catalog = QueueCatalog(self.name, self, self._sink, self._sealer, self._expiry)
+            self._rulebook = RuleBook(self.name, self, self._sink)
+            self._devices = DeviceRegistry(self._db, self._clock)
+            # Plugins load here, explicitly, never at import time.
+            with self._db.read() as conn:
+                stored = RuleTx(conn).bindings()
+            for queue, bindings in attach_stored(self, stored).items():
+                rules.set_persisted(queue, bindings)
+            rules.recover()
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- the store ---------------------------------------------------------------------------
+
+    @property
+    def origin(self) -> str:
+        """The origin of the uids this store issues: its name and incarnation, e.g.
+        ``'DEV1:k3x9qam2pa'`` (see :mod:`edgeq.uid`)."""
+        return self._origin
+
+    @property
+    def journal_mode(self) -> JournalSide | None:
+        """``"server"``, ``"device"`` or None: what this store journals (see :mod:`edgeq.journal`)."""
+        return self._sink.journal
+
+    def now_ms(self) -> int:
+        """The current time by this queue manager's clock (epoch ms): what expiry is judged by."""
+        return self._clock()
+
+    def close(self) -> None:
+        """Tell rules (``on_closed``), stop the expiry sweeper and close the store. Safe to call twice."""
+        self._expiry.stop_sweeper()
+        if self._db.closed:
+            return
+        now = self._clock()
+        rules = self._sink.rules
+        self._sink.dispatch([Pending("closed", queue, now) for queue in self._expiry.active() if rules.wants(queue)])
+        with self._sink.write():
+            pass  # forgets the events delivered since the last write
+        self._db.close()
+
+    @contextmanager
+    def tracer(self, callback: Callable[[str], None]) -> Iterator[None]:
+        """Pass every SQL statement this queue manager runs, in any thread, to
+        ``callback`` while the block runs (as sqlite-utils' ``Database.tracer``): to
+        see what an operation costs.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); seen = []
+        >>> with qm.tracer(seen.append):
+        ...     _ = qm.put("Q", Message(b"x"))
+        >>> any(s.startswith("INSERT INTO messages") for s in seen)
+        True
+        >>> qm.close()
+        """
+        if not callable(callback):
+            raise InvalidType("tracer takes a callable, called with each SQL statement")
+        self._db.set_tracer(callback)
+        try:
+            yield
+        finally:
+            self._db.set_tracer(None)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"QueueManager({str(self.path)!r}, name={self.name!r})"
+
+    # -- queues ------------------------------------------------------------------------------
     def define_queue(
         self,
         name: str,
@@ -124,20 +256,66 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         'fifo'
         >>> qm.close()
         """
-        self._define(
-            name,
-            {
-                "expiry_ms": expiry_ms,
-                "cap_expiry_ms": cap_expiry_ms,
-                "max_depth": max_depth,
-                "max_message_bytes": max_message_bytes,
-                "default_priority": default_priority,
-                "ordering": ordering,
-                "depth_threshold": depth_threshold,
-            },
-            rules,
-            {"encryption": self._cipher(encryption)},
+        self._catalog.define_queue(
+            name, rules, encryption, expiry_ms=expiry_ms, cap_expiry_ms=cap_expiry_ms, max_depth=max_depth,
+            max_message_bytes=max_message_bytes, default_priority=default_priority, ordering=ordering,
+            depth_threshold=depth_threshold,
         )
+
+    def define_remote_queue(
+        self,
+        name: str,
+        *,
+        target_qmgr: str,
+        target_queue: str | None = None,
+        mode: Literal["async", "sync"] = "async",
+        expiry_ms: int | None = None,
+        cap_expiry_ms: int | None = None,
+        max_depth: int | None = None,
+        max_message_bytes: int | None = None,
+        default_priority: int = 4,
+        rules: Sequence[RuleSpec] | None = None,
+        encryption: str | None = None,
+    ) -> None:
+        """Define a remote queue: puts are kept here (durably, expiry running) and
+        transmitted to ``target_queue`` (default: the same name) on queue manager
+        ``target_qmgr`` by the sync agent. ``mode="async"`` stores and forwards
+        later; ``mode="sync"`` transmits inside ``put`` and raises
+        :class:`RemoteUnavailable` (keeping nothing) if that fails. Applications
+        cannot get or browse a remote queue. A store never given a ``journal``
+        setting journals its expiries from now on (``journal_mode == "device"``),
+        for the sync agent to report.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> qm.queue_attributes("ORDERS").target_queue
+        'ORDERS'
+        >>> qm.close()
+        """
+        self._catalog.define_remote_queue(
+            name, target_qmgr=target_qmgr, target_queue=target_queue, mode=mode, expiry_ms=expiry_ms,
+            cap_expiry_ms=cap_expiry_ms, max_depth=max_depth, max_message_bytes=max_message_bytes,
+            default_priority=default_priority, rules=rules, encryption=encryption,
+        )
+
+    def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
+        """Define a home-server queue: a local queue that the sync agent fills by pulling,
+        from home server ``server``, the messages addressed to this queue manager's
+        ``name`` (held there on the queue ``<this qm name>.<name>``). Other keywords
+        are those of :meth:`define_queue`. As with :meth:`define_remote_queue`, a
+        store never given a ``journal`` setting journals its expiries from now on.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_home_server_queue("INBOX", server="HOME")
+        >>> qm.queue_attributes("INBOX").server, qm.journal_mode
+        ('HOME', 'device')
+        >>> qm.close()
+        """
+        self._catalog.define_home_server_queue(name, server=server, **attributes)
 
     def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
         """Change some of a queue's attributes (same keywords as :meth:`define_queue`).
@@ -154,25 +332,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         1000
         >>> qm.close()
         """
-        check_name(name, "queue name")
-        if not attributes:
-            raise InvalidArgument("alter_queue needs at least one attribute to change, e.g. expiry_ms=60000")
-        specs = check_specs(attributes.pop("rules")) if "rules" in attributes else None
-        check_attributes(attributes)
-        built = build_bindings(self, name, specs) if specs is not None else []
-        with self._write() as tx:
-            queue = self._queue(tx, name)
-            if attributes:
-                tx.update_queue(queue.id, attributes)
-            if "expiry_ms" in attributes and attributes["expiry_ms"] != queue.expiry_ms:
-                tx.retime(queue.id, attributes["expiry_ms"])
-            if "ordering" in attributes and attributes["ordering"] != queue.ordering:
-                tx.rerank(queue.id, attributes["ordering"] == "priority")
-            bound = self._bind(tx, queue, specs, built) if specs is not None else None
-            result = QueueAttributes.from_row(self._queue(tx, name))
-        if bound is not None:
-            self._rules.set_persisted(name, bound)
-        return result
+        return self._catalog.alter_queue(name, **attributes)
 
     def queue_attributes(self, name: str) -> QueueAttributes:
         """The definition of a queue.
@@ -183,9 +343,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         10
         >>> qm.close()
         """
-        check_name(name, "queue name")
-        with self._db.read() as conn:
-            return QueueAttributes.from_row(self._queue(Tx(conn), name))
+        return self._catalog.queue_attributes(name)
 
     def queue_names(self) -> list[str]:
         """The names of the queues defined here, sorted.
@@ -196,27 +354,29 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         ['A', 'B']
         >>> qm.close()
         """
-        with self._db.read() as conn:
-            return [q.name for q in Tx(conn).queues()]
+        return self._catalog.queue_names()
+
+    def remote_queues(self) -> list[QueueAttributes]:
+        """The remote queues defined here."""
+        return self._catalog.queues_of_kind("remote")
+
+    def home_server_queues(self) -> list[QueueAttributes]:
+        """The home-server queues defined here."""
+        return self._catalog.queues_of_kind("home")
 
     def delete_queue(self, name: str) -> None:
         """Delete an empty queue. Expired messages are purged first (MQe's "deleted"
         check point); any other message left raises :class:`QueueNotEmpty`."""
-        self._touch(name)
-        self._discard_expired(name, "delete")
-        with self._write() as tx:
-            queue = self._queue(tx, name)
-            if queue.depth:
-                raise QueueNotEmpty(
-                    f"queue {name!r} still holds {queue.depth} unexpired message(s): get them, "
-                    "or purge() the queue, before deleting it"
-                )
-            tx.delete_queue(queue.id)
-        with self._active_lock:
-            self._active.discard(name)
-        if self._rules.wants(name):
-            self._rules.dispatch([Pending("queue_deleted", name, self._clock())])
-        self._rules.drop(name)
+        self._catalog.delete_queue(name)
+
+    # -- expiry check points -----------------------------------------------------------------
+    def activate(self, name: str) -> int:
+        """Activate a queue: discard every expired message on it, whatever its state.
+
+        Happens by itself the first time a queue is used after the queue manager
+        opens (MQe's "queue activated" check point). Returns how many it discarded.
+        """
+        return self._expiry.activate(name)
 
     def depth(self, name: str) -> int:
         """How many messages the queue holds, locked ones included; expired ones are
@@ -224,18 +384,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
 
         One indexed probe plus one row read: constant time at any depth.
         """
-        self._touch(name)
-        self._discard_expired(name, "depth")
-        with self._db.read() as conn:
-            return self._queue(Tx(conn), name).depth
-
-    def purge(self, name: str) -> int:
-        """Remove every message from a queue (rules see reason ``purged``); return how many."""
-        self._touch(name)
-        if not self._observed(name, "removed"):
-            with self._write() as tx:
-                return tx.delete_all(self._queue(tx, name).id)
-        return self._remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, _DISCARD_BATCH), "removed", reason="purged")
+        return self._expiry.depth(name)
 
     def sweep_expired(self, name: str | None = None) -> int:
         """Discard expired messages now (IBM MQ's expiry scan); return how many.
@@ -249,39 +398,24 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         0
         >>> qm.close()
         """
-        names = [name] if name is not None else self.queue_names()
-        total = 0
-        for queue in names:
-            # On a queue's first reference, activation discards first (MQe's
-            # check point, where="activate"); those count as swept too.
-            total += self._touch(queue) + self._discard_expired(queue, "sweep")
-        return total
+        return self._expiry.sweep_expired(name)
 
     def start_expiry_sweeper(self, interval_s: float) -> None:
         """Sweep every queue every ``interval_s`` seconds in a background thread (APScheduler).
 
         Stopped by :meth:`stop_expiry_sweeper` or :meth:`close`.
         """
-        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
-            raise InvalidArgument(f"interval_s must be a positive number of seconds, not {interval_s!r}")
-        if self._scheduler is not None:
-            raise InvalidArgument("the expiry sweeper is already running: stop_expiry_sweeper() first")
-        from apscheduler.schedulers.background import BackgroundScheduler
+        self._expiry.start_sweeper(interval_s)
 
-        scheduler = BackgroundScheduler(daemon=True)
-        scheduler.add_job(
-            self._sweep_job, "interval", seconds=interval_s, max_instances=1, coalesce=True, id="edgeq-sweep"
-        )
-        scheduler.start()
-        self._scheduler = scheduler
+    def stop_expiry_sweeper(self) -> None:
+        """Stop the background sweeper, waiting for a sweep in progress. No-op if none runs."""
+        self._expiry.stop_sweeper()
 
-    def _sweep_job(self) -> None:
-        try:
-            self.sweep_expired()
-            self._rules.retry()  # also retries rule deliveries that are due on an idle queue
-        except Exception:
-            log.exception("periodic expiry sweep of %s failed", self.path)
+    def purge(self, name: str) -> int:
+        """Remove every message from a queue (rules see reason ``purged``); return how many."""
+        return self._gets.purge(name)
 
+    # -- messages ----------------------------------------------------------------------------
     def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
         """Put a message; return its uid.
 
@@ -300,7 +434,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         True
         >>> qm.close()
         """
-        return self.put_many(queue, [message], confirm_id=confirm_id)[0]
+        return self._puts.put_many(queue, [message], confirm_id=confirm_id)[0]
 
     def put_many(
         self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
@@ -311,11 +445,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         :class:`MessageTooLarge` for the first message that cannot be stored (and
         stores none). See :meth:`put_each` for per-message outcomes instead.
         """
-        results, q = self._put(queue, messages, confirm_id, strict=True)
-        uids = [r.uid for r in results]
-        if q is not None and q.kind == "remote" and q.mode == "sync":
-            self._transmit_now(queue, [r.uid for r in results if r.status == "stored"])
-        return uids
+        return self._puts.put_many(queue, messages, confirm_id=confirm_id)
 
     def put_each(
         self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
@@ -338,164 +468,34 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         ['stored', 'refused']
         >>> qm.close()
         """
-        results, q = self._put(queue, messages, confirm_id, strict=False)
-        if q is not None and q.kind == "remote" and q.mode == "sync":
-            self._transmit_now(queue, [r.uid for r in results if r.status == "stored"])
-        return results
+        return self._puts.put_each(queue, messages, confirm_id=confirm_id)
 
-    def _put(
-        self, queue: str, messages: Sequence[Message], confirm_id: int | None, *, strict: bool
-    ) -> tuple[list[PutResult], QueueRow | None]:
-        if isinstance(messages, (Message, bytes, str)) or not isinstance(messages, Sequence):
-            raise InvalidType("put takes a sequence of Message objects")
-        for message in messages:
-            if not isinstance(message, Message):
-                raise InvalidType(
-                    f"put takes an edgeq.Message, not {type(message).__name__}: wrap data as Message(b'...')"
-                )
-        if confirm_id is not None:
-            confirm_id = _check_confirm_id(confirm_id)
-        if not messages:
-            return [], None
-        self._touch(queue)
-        now = self._clock()
-        events: list[Pending] = []
-        try:
-            results, q = self._put_rows(queue, messages, confirm_id, now, events, strict=strict)
-        except DuplicateMessage as exc:
-            refused = next((m for m in messages if m.uid == exc.uid), None)
-            if refused is not None and self._rules.wants(queue):
-                self._rules.dispatch([Pending("duplicate", queue, now, message=refused)])
-            raise
-        duplicates = [m for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")]
-        if duplicates and self._rules.wants(queue):
-            events += [Pending("duplicate", queue, now, message=m) for m in duplicates]
-        self._rules.dispatch(events)
-        return results, q
+    def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
+        """Make an assured put visible, ordered by confirm time. Confirming twice is harmless.
 
-    def _put_rows(
-        self, queue: str, messages: Sequence[Message], confirm_id: int | None, now: int,
-        events: list[Pending], *, strict: bool,
-    ) -> tuple[list[PutResult], QueueRow]:
-        """The put transaction: one outcome per message; with ``strict`` the first
-        message that cannot be stored raises and rolls the whole batch back.
-        Fills ``events`` with what the rules are owed."""
-        with self._write() as tx:
-            q = self._queue(tx, queue)
-            first = tx.stamps(now, len(messages))
-            depth = q.depth
-            cap_at = None if q.cap_expiry_ms is None else now + q.cap_expiry_ms
-            rows: list[NewMessage] = []
-            results: list[PutResult] = []
-            seen: set[MessageUID] = set()
-            # No copy of a row unless a rule or the journal wants its event.
-            observed_expired, observed_added = self._observed(queue, "expired"), self._observed(queue, "added")
-            for offset, message in enumerate(messages):
-                seq = first + offset
-                uid = message.uid or MessageUID._trusted(self._origin, seq)
-                created = message.created_ms if message.uid is not None and message.created_ms else now
-                priority = q.default_priority if message.priority is None else message.priority
-                fields = encode_fields(message.fields)
-                own = own_deadline(message.expiry, created)
-                deadline = effective_deadline(own, now, q.expiry_ms, cap_at)
-                row = NewMessage(
-                    uid.origin, uid.stamp, MessageState.READY if confirm_id is None else MessageState.PUT_LOCKED, confirm_id,
-                    priority if q.ordering == "priority" else 0, seq, priority, created, now,
-                    EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
-                    cap_at, deadline, message.correlation_id, message.reply_to,
-                    None if message.expiry_report == "none" else message.expiry_report, fields, message.data,
-                )
-                error, existing = self._refusal(tx, q, uid, message, row, depth, seen)
-                if isinstance(error, PutResult):
-                    results.append(error)  # a duplicate of something already confirmed
-                    if strict and error.error is not None:
-                        raise error.error
-                    continue
-                if error is not None:
-                    if strict:
-                        raise error
-                    results.append(PutResult(uid, "refused", str(error), error))
-                    continue
-                if message.uid is not None:  # only a caller's uids can repeat within a batch
-                    seen.add(uid)
-                if deadline is not None and deadline <= now:
-                    # MQe's "added" check point: never stored, rules still told.
-                    if observed_expired:
-                        events.extend(self._events(queue, "expired", [self._as_row(row)], now, where="add"))
-                    results.append(PutResult(uid, "expired"))
-                    continue
-                if existing is not None:  # _refusal let it through: a resend over an unconfirmed copy
-                    tx.delete(q.id, [existing.id])
-                    depth -= 1
-                depth += 1
-                rows.append(self._seal(q, row))
-                results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
-                if observed_added:
-                    events.extend(self._events(queue, "added", [self._as_row(row)], now))
-            tx.insert(q.id, rows)
-            threshold = q.depth_threshold
-            if threshold is not None and q.depth < threshold <= depth and self._rules.wants(queue):
-                events.append(Pending("threshold", queue, now, depth=depth))
-            self._record(tx, events)
-        return results, q
+        Raises :class:`MessageExpired` (and discards it) if it expired while locked,
+        :class:`MessageNotFound` if the queue does not hold it.
+        """
+        self._puts.confirm_put(queue, uid)
 
-    def _refusal(
-        self, tx: Tx, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage, depth: int,
-        seen: set[MessageUID],
-    ) -> tuple[EdgeqError | PutResult | None, MessageRow | None]:
-        """Why this message cannot be stored (an error, or a duplicate outcome), or None;
-        and the copy of it already held, if any (a resend replaces it)."""
-        size = len(row.data) + len(row.fields or b"")
-        if q.max_message_bytes is not None and size > q.max_message_bytes:
-            return MessageTooLarge(
-                f"message is {size} bytes (data plus fields) but queue {q.name!r} takes at most "
-                f"{q.max_message_bytes} (max_message_bytes): split it, or raise the limit with alter_queue"
-            ), None
-        existing = None
-        if message.uid is not None:  # a uid made just now is new by construction: no lookups
-            if uid in seen:
-                return DuplicateMessage(f"message {uid} appears twice in one batch: put it once", uid), None
-            existing = tx.find(q.id, uid.origin, uid.stamp)
-            if existing is not None and not (message.resend and existing.state == MessageState.PUT_LOCKED):
-                error = self._duplicate(q.name, uid, existing, message.resend)
-                if existing.state == MessageState.PUT_LOCKED:  # held but not confirmed: confirm it, or resend
-                    return PutResult(uid, "unconfirmed", "held, awaiting its confirm", error), None
-                return PutResult(uid, "duplicate", "already held", error), None
-            if existing is None and tx.remembered(q.id, uid.origin, uid.stamp):
-                error = DuplicateMessage(
-                    f"queue {q.name!r} already received and confirmed message {uid}: this is a duplicate; "
-                    "drop it",
-                    uid,
-                )
-                return PutResult(uid, "duplicate", "already confirmed", error), None
-        if existing is None and q.max_depth is not None and depth >= q.max_depth:
-            return QueueFull(
-                f"queue {q.name!r} is full ({q.max_depth} messages, its max_depth): get some "
-                "messages, or raise max_depth with alter_queue"
-            ), None
-        return None, existing
+    def confirm_put_each(
+        self, queue: str, uids: Sequence[MessageUID | str], *, device: str | None = None,
+        clock_offset_ms: int | None = None,
+    ) -> list[ConfirmResult]:
+        """Confirm a batch of assured puts in one transaction, with an outcome per uid:
+        ``confirmed``, ``already`` (confirmed before: harmless), ``unknown`` (not held:
+        put it again) or ``expired`` (it expired while locked and was discarded).
+        ``device`` and ``clock_offset_ms`` (the sender's clock minus ours) go
+        into the journal's ``accepted`` entries.
 
-    @staticmethod
-    def _as_row(row: NewMessage) -> MessageRow:
-        return MessageRow(
-            0, row.origin, row.stamp, row.state, row.confirm_id, row.priority, row.created_ms,
-            row.arrived_ms, row.expiry_kind, row.expiry_value, row.cap_at, row.deadline, 0,
-            row.correlation_id, row.reply_to, row.report, row.fields, row.data,
-        )
-
-    def _duplicate(self, queue: str, uid: MessageUID, existing: MessageRow, resend: bool) -> DuplicateMessage:
-        if existing.state == MessageState.PUT_LOCKED:
-            return DuplicateMessage(
-                f"queue {queue!r} already holds an unconfirmed copy of {uid}: confirm_put it, "
-                "or put again with resend=True to replace it",
-                uid,
-            )
-        what = "resend of" if resend else "second put of"
-        return DuplicateMessage(
-            f"queue {queue!r} already holds confirmed message {uid}: this {what} it is a duplicate; "
-            "drop it (a resend only replaces an unconfirmed copy)",
-            uid,
-        )
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="HOME")
+        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1)
+        >>> [r.status for r in qm.confirm_put_each("Q", [uid, uid, "DEV9.1"])]
+        ['confirmed', 'already', 'unknown']
+        >>> qm.close()
+        """
+        return self._puts.confirm_put_each(queue, uids, device=device, clock_offset_ms=clock_offset_ms)
 
     def get(
         self, queue: str, *, confirm_id: int | None = None, filter: Filter | None = None
@@ -515,18 +515,14 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         b'high'
         >>> qm.close()
         """
-        got = self.get_many(queue, 1, confirm_id=confirm_id, filter=filter)
+        got = self._gets.get_many(queue, 1, confirm_id=confirm_id, filter=filter)
         return got[0] if got else None
 
     def get_many(
         self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None
     ) -> list[Message]:
         """Take up to ``count`` messages in one transaction (see :meth:`get`)."""
-        count = _check_count(count)
-        if confirm_id is not None:
-            confirm_id = _check_confirm_id(confirm_id)
-        wanted = check_fields(filter) if filter is not None else None
-        return self._take(queue, count, wanted=wanted, remove=True, confirm_id=confirm_id)
+        return self._gets.get_many(queue, count, confirm_id=confirm_id, filter=filter)
 
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
         """The visible messages in get order, without removing them.
@@ -542,144 +538,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         [b'a']
         >>> qm.close()
         """
-        if limit is not None:
-            limit = _check_count(limit)
-        wanted = check_fields(filter) if filter is not None else None
-        self._touch(queue)
-        now = self._clock()
-        events: list[Pending] = []
-        with self._write() as tx:
-            q = self._readable(tx, queue)
-            if tx.has_expired(q.id, now):
-                ids = tx.expired_ids(q.id, now, q.depth, ready_only=True)
-                if wanted is not None:
-                    ids = [row.id for row in tx.rows(ids) if _matches(self._unseal_for_rules(queue, row), wanted)]
-                events = self._events(queue, "expired", tx.delete(q.id, ids), now, where="browse")
-                self._record(tx, events)
-        self._rules.dispatch(events)
-        out: list[Message] = []
-        corrupt: tuple[MessageRow, IntegrityError] | None = None
-        with self._db.read() as conn:
-            tx = Tx(conn)
-            q = self._queue(tx, queue)
-            for rows in tx.ready(q.id, _PAGE):
-                for row in rows:
-                    if _expired(row, now):
-                        continue
-                    try:
-                        opened = self._unseal(queue, row)
-                    except IntegrityError as exc:
-                        corrupt = (row, exc)
-                        break
-                    if wanted is not None and not _matches(opened, wanted):
-                        continue
-                    out.append(to_message(opened, now))
-                    if limit is not None and len(out) >= limit:
-                        return out
-                if corrupt is not None:
-                    break
-        if corrupt is not None:
-            with self._write() as wtx:
-                wq = self._queue(wtx, queue)
-                held = wtx.find(wq.id, corrupt[0].origin, corrupt[0].stamp)
-                events = self._quarantine(wtx, wq, held, now) if held is not None and held == corrupt[0] else []
-                self._record(wtx, events)
-            self._rules.dispatch(events)
-            raise corrupt[1]
-        return out
-
-    def _delete_row(self, tx: Tx, q: QueueRow, row: MessageRow, now: int, where: Where,
-                    reason: RemovalReason) -> list[Pending]:
-        """Delete one message: an expired one counts as discarded at ``where``."""
-        removed = tx.delete(q.id, [row.id])
-        if _expired(row, now):
-            events = self._events(q.name, "expired", removed, now, where=where)
-        else:
-            events = self._events(q.name, "removed", removed, now, reason=reason)
-        self._record(tx, events)
-        return events
-
-    def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
-        """Make an assured put visible, ordered by confirm time. Confirming twice is harmless.
-
-        Raises :class:`MessageExpired` (and discards it) if it expired while locked,
-        :class:`MessageNotFound` if the queue does not hold it.
-        """
-        (result,) = self.confirm_put_each(queue, [uid])
-        if result.status == "unknown":
-            raise MessageNotFound(
-                f"queue {queue!r} holds no message {result.uid}: it was never put, was undone, or expired "
-                "and was discarded; put it again (with resend=True)"
-            )
-        if result.status == "expired":
-            raise MessageExpired(
-                f"message {result.uid} expired before its put was confirmed; it has been discarded"
-            )
-
-    def confirm_put_each(
-        self, queue: str, uids: Sequence[MessageUID | str], *, device: str | None = None,
-        clock_offset_ms: int | None = None,
-    ) -> list[ConfirmResult]:
-        """Confirm a batch of assured puts in one transaction, with an outcome per uid:
-        ``confirmed``, ``already`` (confirmed before: harmless), ``unknown`` (not held:
-        put it again) or ``expired`` (it expired while locked and was discarded).
-        ``device`` and ``clock_offset_ms`` (the sender's clock minus ours) go
-        into the journal's ``accepted`` entries.
-
-        >>> import tempfile, os
-        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="HOME")
-        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1)
-        >>> [r.status for r in qm.confirm_put_each("Q", [uid, uid, "DEV9.1"])]
-        ['confirmed', 'already', 'unknown']
-        >>> qm.close()
-        """
-        if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
-            raise InvalidType("confirm_put_each takes a sequence of uids")
-        checked = [_check_uid(uid) for uid in uids]
-        self._touch(queue)
-        now = self._clock()
-        results: list[ConfirmResult] = []
-        keys = [(uid.origin, uid.stamp) for uid in checked]
-        with self._write() as tx:
-            q = self._queue(tx, queue)
-            held = tx.find_many(q.id, keys)  # set-based: a few queries per batch, not per uid
-            remembered = tx.remembered_many(q.id, [k for k in keys if k not in held])
-            events: list[Pending] = []
-            ready: list[MessageRow] = []
-            ready_ids: set[int] = set()
-            expired: list[int] = []
-            for uid, key in zip(checked, keys, strict=True):
-                row = held.get(key)
-                if row is None:
-                    results.append(ConfirmResult(uid, "already" if key in remembered else "unknown"))
-                elif row.state != MessageState.PUT_LOCKED or row.id in ready_ids:
-                    results.append(ConfirmResult(uid, "already"))  # MQe ignores a second confirm
-                elif _expired(row, now):
-                    if row.id not in expired:
-                        expired.append(row.id)
-                    results.append(ConfirmResult(uid, "expired"))
-                else:
-                    ready.append(row)
-                    ready_ids.add(row.id)
-                    results.append(ConfirmResult(uid, "confirmed"))
-            events = self._events(queue, "expired", tx.delete(q.id, expired), now, where="add")
-            if ready:
-                tx.make_ready([row.id for row in ready], tx.stamps(now, len(ready)))
-            if self._remember_ms is not None:
-                tx.remember(q.id, [(row.origin, row.stamp) for row in ready], now)
-                tx.forget_before(now - self._remember_ms)
-            if self._journal == "server":
-                JournalTx(tx.conn).add(
-                    entry_row(
-                        "accepted", "server", now, queue, f"{row.origin}.{row.stamp}", row.origin,
-                        size=_plain_size(row), created_ms=row.created_ms, arrived_ms=row.arrived_ms,
-                        confirmed_ms=now, clock_offset_ms=clock_offset_ms, device=device or row.origin,
-                    )
-                    for row in ready
-                )
-            self._record(tx, events)
-        self._rules.dispatch(events)
-        return results
+        return self._gets.browse(queue, filter=filter, limit=limit)
 
     def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
         """Complete an assured get: delete the locked message.
@@ -687,22 +546,7 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         Raises :class:`MessageExpired` (and discards it) if it expired while locked,
         :class:`MessageNotFound` if no message ``uid`` is locked by a get.
         """
-        uid = _check_uid(uid)
-        self._touch(queue)
-        now = self._clock()
-        with self._write() as tx:
-            q = self._queue(tx, queue)
-            row = tx.find(q.id, uid.origin, uid.stamp)
-            if row is None or row.state != MessageState.GET_LOCKED:
-                state = "is not locked by an assured get" if row is not None else "is not on the queue"
-                raise MessageNotFound(
-                    f"message {uid} {state} {queue!r}: confirm_get only completes a get(confirm_id=...) "
-                    "not yet confirmed or undone"
-                )
-            events = self._delete_row(tx, q, row, now, "get", "confirmed")
-        self._rules.dispatch(events)
-        if _expired(row, now):
-            raise MessageExpired(f"message {uid} expired while locked by an assured get; it has been discarded")
+        self._gets.confirm_get(queue, uid)
 
     def confirm_get_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
         """Complete a batch of assured gets in one transaction, with an outcome per uid:
@@ -717,64 +561,281 @@ class QueueManager(RulesMixin, RemoteMixin, AdminMixin):
         ['confirmed', 'unknown']
         >>> qm.close()
         """
-        if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
-            raise InvalidType("confirm_get_each takes a sequence of uids")
-        checked = [_check_uid(uid) for uid in uids]
-        self._touch(queue)
-        now = self._clock()
-        results: list[ConfirmResult] = []
-        with self._write() as tx:
-            q = self._readable(tx, queue)
-            held = tx.find_many(q.id, [(uid.origin, uid.stamp) for uid in checked])
-            taken: dict[int, MessageRow] = {}
-            for uid in checked:
-                row = held.get((uid.origin, uid.stamp))
-                if row is None or row.state != MessageState.GET_LOCKED or row.id in taken:
-                    results.append(ConfirmResult(uid, "unknown"))
-                else:
-                    taken[row.id] = row
-                    results.append(ConfirmResult(uid, "expired" if _expired(row, now) else "confirmed"))
-            removed = tx.delete(q.id, list(taken))
-            events = self._events(queue, "expired", [r for r in removed if _expired(r, now)], now, where="get")
-            events += self._events(
-                queue, "removed", [r for r in removed if not _expired(r, now)], now, reason="confirmed"
-            )
-            self._record(tx, events)
-        self._rules.dispatch(events)
-        return results
+        return self._gets.confirm_get_each(queue, uids)
 
     def undo(self, queue: str, confirm_id: int) -> int:
         """Undo whatever ``confirm_id`` locked: an assured get's messages become visible
         again (``backout_count`` + 1); an assured put's locked copies are removed.
         Returns how many messages it undid."""
-        confirm_id = _check_confirm_id(confirm_id)
-        self._touch(queue)
-        now = self._clock()
-        with self._write() as tx:
-            q = self._queue(tx, queue)
-            rows = tx.find_by_confirm_id(q.id, confirm_id)
-            if not rows:
-                raise ConfirmIdNotFound(
-                    f"nothing on queue {queue!r} is locked under confirm id {confirm_id}: it was already "
-                    "confirmed, undone, or expired"
-                )
-            tx.back_out([r.id for r in rows if r.state == MessageState.GET_LOCKED])
-            removed = tx.delete(q.id, [r.id for r in rows if r.state == MessageState.PUT_LOCKED])
-            events = self._events(queue, "removed", removed, now, reason="deleted")
-            self._record(tx, events)
-        self._rules.dispatch(events)
-        return len(rows)
+        return self._gets.undo(queue, confirm_id)
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
         """Delete one message by uid, whatever its state (rules see reason ``deleted``;
         an expired one is discarded as expired, ``where="get"``)."""
-        uid = _check_uid(uid)
-        self._touch(queue)
-        now = self._clock()
-        with self._write() as tx:
-            q = self._queue(tx, queue)
-            row = tx.find(q.id, uid.origin, uid.stamp)
-            if row is None:
-                raise MessageNotFound(f"queue {queue!r} holds no message {uid}")
-            events = self._delete_row(tx, q, row, now, "get", "deleted")
-        self._rules.dispatch(events)
+        self._gets.delete_message(queue, uid)
+
+    def release_locks(self, queue: str) -> int:
+        """Undo every assured-get lock on a queue (its getter is gone); return how many.
+
+        Each released message is visible again with ``backout_count`` + 1.
+        """
+        return self._gets.release_locks(queue)
+
+    # -- transmission and settling -----------------------------------------------------------
+    def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:
+        """Register what pushes a sync-mode remote queue inside ``put`` (the sync agent
+        does this): ``transmitter(queue_name)`` must deliver the queue now or raise."""
+        self._transmitter.set_transmitter(transmitter)
+
+    def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
+        """The next ``limit`` messages to transmit from a remote queue, in get order,
+        without removing or locking them. Expired ones met first are discarded
+        (rules see ``where="get"``): an expired message is never transmitted."""
+        return self._transmitter.next_for_transmission(queue, limit)
+
+    def transmitted(self, queue: str, uids: Sequence[MessageUID | str]) -> int:
+        """Delete local copies the target has confirmed, in one transaction (rules see
+        reason ``transmitted``); uids no longer here are skipped. Returns how many."""
+        return self._transmitter.transmitted(queue, uids)
+
+    def settled_below(self) -> int:
+        """This store's low-water mark: no uid of its :attr:`origin` with a stamp below it
+        is held on a remote queue, so none will ever be transmitted again. The sync agent
+        sends it on every request; the receiver then forgets those uids (:meth:`settle`).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> uid = qm.put("ORDERS", Message(b"x"))
+        >>> qm.settled_below() == uid.stamp
+        True
+        >>> _ = qm.transmitted("ORDERS", [uid]); qm.settled_below() == uid.stamp + 1
+        True
+        >>> qm.close()
+        """
+        return self._transmitter.settled_below()
+
+    def settle(self, origin: str, below: int) -> int:
+        """The sender of ``origin``'s messages says it holds none with a stamp below
+        ``below`` any more (its :meth:`settled_below`): forget those remembered
+        confirmed uids on every queue. From then on ``origin``'s uids are forgotten only
+        this way, never by age (``remember_confirmed_ms`` no longer applies to them).
+        Returns how many were forgotten.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, MessageUID, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.define_queue("Q"); uid = MessageUID("DEV1:abc", 5)
+        >>> _ = qm.put("Q", Message(b"x", uid=uid), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> qm.remembered_count("DEV1:abc"), qm.settle("DEV1:abc", 6), qm.remembered_count("DEV1:abc")
+        (1, 1, 0)
+        >>> qm.close()
+        """
+        return self._transmitter.settle(origin, below)
+
+    def settle_queue(self, queue: str, held: Mapping[str, int]) -> int:
+        """The sender of ``queue``'s messages (a home server, for a home-server queue)
+        still holds, per origin, nothing below ``held[origin]``, and nothing of an origin
+        it does not name (its :meth:`held_low_water`): forget the rest of the confirmed
+        uids this queue remembers; those origins are no longer forgotten by age.
+        Returns how many were forgotten."""
+        return self._transmitter.settle_queue(queue, held)
+
+    def held_low_water(self, queue: str) -> dict[str, int]:
+        """Per origin, the lowest stamp ``queue`` holds in any state: a puller may be
+        offered again only what is at or above it (sent with every pull).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, MessageUID, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.define_queue("Q"); _ = qm.put_many("Q", [Message(b"a", uid=MessageUID("X", 9)),
+        ...                                            Message(b"b", uid=MessageUID("X", 7))])
+        >>> qm.held_low_water("Q")
+        {'X': 7}
+        >>> qm.close()
+        """
+        return self._transmitter.held_low_water(queue)
+
+    def remembered_count(self, origin: str | None = None) -> int:
+        """How many confirmed uids this queue manager remembers to recognise late
+        duplicates (of ``origin`` only, if given): bounded by what senders still hold."""
+        return self._transmitter.remembered_count(origin)
+
+    # -- rules -------------------------------------------------------------------------------
+    def add_rule(self, queue: str, rule: QueueRule) -> None:
+        """Attach a rule instance to a queue, for the life of this queue manager object.
+
+        Persisted rules, re-attached on every open, are bound by name with
+        ``define_queue(..., rules=[...])`` instead.
+
+        >>> from edgeq.rules import QueueRule
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); qm.add_rule("Q", QueueRule()); qm.close()
+        """
+        self._rulebook.add_rule(queue, rule)
+
+    def remove_rule(self, queue: str, rule: QueueRule) -> bool:
+        """Detach a rule instance added with :meth:`add_rule`; return whether it was attached."""
+        return self._rulebook.remove_rule(queue, rule)
+
+    def queue_bindings(self, queue: str) -> list[BindingInfo]:
+        """The rules bound to a queue, in the order they run (persisted ones first).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", rules=["log"]); [b.name for b in qm.queue_bindings("Q")]
+        ['log']
+        >>> qm.close()
+        """
+        return self._rulebook.queue_bindings(queue)
+
+    def rule_failures(self, *, parked: bool | None = None) -> list[FailureRow]:
+        """Deliveries of durable events that raised: waiting for a retry, or parked.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.rule_failures()
+        []
+        >>> qm.close()
+        """
+        return self._rulebook.rule_failures(parked=parked)
+
+    def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
+        """Retry failed deliveries now, without waiting for their backoff; with
+        ``parked=True`` parked ones get a fresh round of attempts first; with
+        ``event_id`` only that event's. Returns how many deliveries succeeded.
+        (Due retries also happen by themselves: on later operations, on the
+        expiry sweeper's ticks, and when the store is opened.)"""
+        return self._rulebook.retry_rule_failures(parked=parked, event_id=event_id)
+
+    def queue_stats(self, queue: str) -> dict[str, int]:
+        """A queue's persistent counters (kept by the ``counters`` and ``dead-letter`` rules).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", rules=["counters"]); _ = qm.put("Q", Message(b"x")); qm.queue_stats("Q")
+        {'added': 1}
+        >>> qm.close()
+        """
+        return self._rulebook.queue_stats(queue)
+
+    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
+        """Add to a queue's counters (for rules). With the ``event_id`` of a durable event
+        the increment is applied once, however often the event is delivered; returns
+        whether it was applied."""
+        return self._rulebook.apply_stats(queue, increments, event_id=event_id)
+
+    # -- the journal -------------------------------------------------------------------------
+    def journal_since(self, after_id: int = 0, limit: int = 10_000) -> list[JournalEntry]:
+        """Journal entries with an id above ``after_id``, oldest first (at most ``limit``).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> [(e.kind, e.uid == str(uid)) for e in qm.journal_since()]
+        [('accepted', True)]
+        >>> qm.close()
+        """
+        return self._sink.journal_since(after_id, limit)
+
+    def journal_trim(self, up_to_id: int) -> int:
+        """Delete journal entries up to ``up_to_id`` (a device, once the server has them)."""
+        return self._sink.journal_trim(up_to_id)
+
+    def journal_remote_expiries(
+        self, device: str, entries: Sequence[JournalEntry], *, clock_offset_ms: int = 0
+    ) -> int:
+        """Record expiries a device reports (from its own journal): side ``device``,
+        times rebased to this clock by ``clock_offset_ms`` (device minus server). A
+        report received twice is kept once. Returns how many entries were new
+        (:meth:`journal_remote_expiries_each` answers each entry, and refuses
+        foreign ones)."""
+        return self._sink.remote_expiries(device, entries, clock_offset_ms)
+
+    def journal_remote_expiries_each(
+        self, device: str, entries: Sequence[JournalEntry], *, clock_offset_ms: int = 0
+    ) -> list[RemoteExpiryResult]:
+        """Record expiries a device reports, answering each entry (in order) instead of
+        counting: ``recorded`` (new), ``already`` (kept before: a report received twice
+        is kept once) or ``refused`` with the reason (not an expiry, or **foreign**: not
+        the device's own message, nor one it pulled from a queue this server holds for
+        it, ``<device>.<queue>``). Refusals never stop the rest. Times are rebased as in
+        :meth:`journal_remote_expiries`.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> from edgeq.journal import JournalEntry
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> own = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV1.42", "DEV1", check_point="get")
+        >>> pulled = JournalEntry(0, "expired", "device", 5, "DEV1.INBOX", "HOME.7", "HOME", check_point="get")
+        >>> foreign = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV2.9", "DEV2", check_point="get")
+        >>> [r.status for r in qm.journal_remote_expiries_each("DEV1", [own, pulled, foreign, own])]
+        ['recorded', 'recorded', 'refused', 'already']
+        >>> qm.close()
+        """
+        return self._sink.remote_expiries_each(device, entries, clock_offset_ms)
+
+    # -- devices (a home server's) -----------------------------------------------------------
+    def record_device(
+        self, name: str, *, clock_offset_ms: int | None = None, agent: str | None = None
+    ) -> None:
+        """Note that device ``name`` was heard from now (and, at a hello, its clock
+        offset: device clock minus ours, and its agent string)."""
+        self._devices.record_device(name, clock_offset_ms=clock_offset_ms, agent=agent)
+
+    def devices(self) -> list[DeviceRecord]:
+        """The devices this queue manager has heard from, by name.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.record_device("DEV1", clock_offset_ms=-12); [(d.name, d.clock_offset_ms) for d in qm.devices()]
+        [('DEV1', -12)]
+        >>> qm.close()
+        """
+        return self._devices.devices()
+
+    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
+        """Register a device for authenticated sync: its raw 32-byte Ed25519 public key,
+        and the queues it may push to (None: any). Registering again re-keys it and
+        lifts a revocation.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.register_device("DEV1", bytes(32), queues=["ORDERS"]); qm.device("DEV1").queues
+        ('ORDERS',)
+        >>> qm.close()
+        """
+        self._devices.register_device(name, public_key, queues=queues)
+
+    def revoke_device(self, name: str) -> None:
+        """Revoke a device: the server refuses its requests from now on."""
+        self._devices.revoke_device(name)
+
+    def device(self, name: str) -> DeviceRecord | None:
+        """What this queue manager knows of device ``name`` (None: nothing)."""
+        return self._devices.device(name)
+
+    # -- encryption at rest ------------------------------------------------------------------
+    def rotate_keys(self, queue: str | None = None, *, batch: int = 500) -> int:
+        """Re-seal, under the current store key, every row of the encrypted queues (or
+        of ``queue``) sealed with another key; return how many rows were re-sealed.
+
+        Works in batches of ``batch`` rows, each its own transaction, so the queues
+        stay in use throughout; a crash leaves each row sealed under one key or the
+        other (the row says which), and running it again finishes the job. A row
+        that fails its integrity check is quarantined.
+        """
+        return self._sealer.rotate_keys(self._sink, queue, batch=batch)
+
+    def quarantined(self) -> list[QuarantineEntry]:
+        """Rows moved to the quarantine because they failed their integrity check."""
+        return self._sealer.quarantined(self._db)

@@ -1,16 +1,17 @@
-"""Queue attributes: what ``define_queue``/``alter_queue`` accept, validated."""
+"""Queue attributes: what ``define_queue``/``alter_queue`` accept, validated; and the
+one way every part looks a queue up by name (with the error that says what to do)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.errors import InvalidArgument, InvalidType, QueueNotFound
 from edgeq.message import check_priority
-from edgeq.store import QueueRow
+from edgeq.store import QueueRow, Tx
 from edgeq.types import Ordering, QueueKind
 
-__all__ = ["QueueAttributes", "check_attributes"]
+__all__ = ["QueueAttributes", "check_attributes", "readable_queue", "require_queue"]
 
 _POSITIVE = ("expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold")
 ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering")
@@ -91,3 +92,27 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
                 f"unknown queue attribute {key!r}: use one of {', '.join(ATTRIBUTE_NAMES)}"
             )
     return attrs
+
+
+def require_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:
+    """The row of queue ``name`` on queue manager ``qm_name``, or :class:`QueueNotFound`
+    naming the queues that are defined."""
+    row = tx.queue(name)
+    if row is None:
+        known = [q.name for q in tx.queues()]
+        hint = f" (defined: {', '.join(known[:10])})" if known else " (none are defined)"
+        raise QueueNotFound(
+            f"no queue {name!r} on queue manager {qm_name}{hint}: define it with define_queue({name!r})"
+        )
+    return row
+
+
+def readable_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:
+    """The queue, if applications may get and browse it (not a remote queue)."""
+    q = require_queue(tx, qm_name, name)
+    if q.kind == "remote":
+        raise InvalidArgument(
+            f"{name!r} is a remote queue: messages put there are transmitted to queue manager "
+            f"{q.target_qmgr}; get them there (MQe: applications cannot get or browse a remote queue)"
+        )
+    return q

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from edgeq.codec import decode_fields
+from edgeq.crypto import SEAL_OVERHEAD
 from edgeq.message import Message
 from edgeq.store import MessageRow
-from edgeq.types import ReportOption
+from edgeq.types import FieldValue, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
-__all__ = ["EXPIRY_KINDS", "to_message"]
+__all__ = ["EXPIRY_KINDS", "is_expired", "matches", "plain_size", "to_message"]
 
 _REPORTS: dict[str, ReportOption] = {"with-data": "with-data", "with-full-data": "with-full-data"}
 
@@ -50,3 +53,26 @@ def to_message(row: MessageRow, now_ms: int) -> Message:
         backout_count=row.backout_count,
         remaining_expiry_ms=remaining,
     )
+
+
+def is_expired(row: MessageRow, now_ms: int) -> bool:
+    """Whether the row's deadline has come (MQe: expired at and after it)."""
+    return row.deadline is not None and row.deadline <= now_ms
+
+
+def plain_size(row: MessageRow) -> int:
+    """The size of a message's data, sealed or not."""
+    return len(row.data) - (SEAL_OVERHEAD if row.key_id is not None else 0)
+
+
+def _same(a: object, b: object) -> bool:
+    # True == 1 in Python; a bool field only matches a bool filter value.
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def matches(row: MessageRow, wanted: Mapping[str, FieldValue]) -> bool:
+    """Whether the (unsealed) row's fields equal every value of a ``filter``."""
+    fields = decode_fields(row.fields)
+    return all(name in fields and _same(fields[name], value) for name, value in wanted.items())

@@ -4,17 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeq.errors import InvalidArgument
 from edgeq.message import Message
 from edgeq.types import EventKind, RemovalReason, Where
 
 if TYPE_CHECKING:
-    from edgeq.manager import QueueManager
+    from edgeq.uid import MessageUID
 
-__all__ = ["EventKind", "QueueRule", "RuleEvent"]
+__all__ = ["EventKind", "QueueRule", "RuleEvent", "RuleHost"]
 
+
+
+class RuleHost(Protocol):
+    """What a rule may call on the queue manager it is attached to
+    (:class:`edgeq.QueueManager` is one): rules see the queue manager through this,
+    so the rules package never imports it."""
+
+    name: str
+
+    def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
+        """Put a message (see ``QueueManager.put``)."""
+        ...
+
+    def queue_names(self) -> list[str]:
+        """The queues defined, sorted."""
+        ...
+
+    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
+        """Add to a queue's persistent counters (see ``QueueManager.apply_stats``)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +92,7 @@ class QueueRule:
     builds it from the binding's JSON config.
     """
 
-    queue_manager: QueueManager | None = None
+    queue_manager: RuleHost | None = None
     queue: str | None = None
 
     @classmethod
@@ -86,7 +106,7 @@ class QueueRule:
         except TypeError as exc:
             raise InvalidArgument(f"bad config {dict(config)!r}: {exc}") from exc
 
-    def attach(self, queue_manager: QueueManager, queue: str) -> None:
+    def attach(self, queue_manager: RuleHost, queue: str) -> None:
         """Called once when the rule is bound to ``queue`` on ``queue_manager``."""
         self.queue_manager = queue_manager
         self.queue = queue

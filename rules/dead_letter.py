@@ -12,7 +12,7 @@ from edgeq.names import check_name
 from edgeq.values import Int64
 
 if TYPE_CHECKING:
-    from edgeq.manager import QueueManager
+    from edgeq.rules.base import RuleHost
 
 __all__ = ["DeadLetterRule"]
 
@@ -52,7 +52,7 @@ class DeadLetterRule(QueueRule):
         self.reasons = frozenset(reasons)
         self.keep_expiry = keep_expiry
 
-    def attach(self, queue_manager: QueueManager, queue: str) -> None:
+    def attach(self, queue_manager: RuleHost, queue: str) -> None:
         """Refuse a dead-letter queue that is this queue or is not defined, then attach."""
         if queue == self.target:
             raise InvalidArgument(f"queue {queue!r} cannot be its own dead-letter queue")

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeq.sync import protocol as p
-from edgeq.sync.metrics import DeviceState, Metrics
+from edgeq.sync.metrics import Metrics
 from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
+from edgeq.sync.sessions import DeviceSessions, DeviceState
 
 from edgeq import __version__
 from edgeq.clock import system_clock
@@ -31,13 +32,12 @@ from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.journal import remote_expiry_refusal
 from edgeq.manager import QueueManager
 from edgeq.names import check_origin, origin_qmgr
-from edgeq.types import Clock
+from edgeq.types import MAX_CONFIRM_ID, Clock
 
 __all__ = ["HomeService", "ServerLimits", "device_queue_name"]
 
 log = logging.getLogger("edgeq.sync.server")
 
-MAX_CONFIRM_ID = 2**63 - 1
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BATCH = 5_000
 
@@ -51,7 +51,11 @@ class ServerLimits:
 
 
 class HomeService:
-    """Serve hello, put, confirm, pull and pull-confirm bodies over ``qm``."""
+    """Serve hello, put, confirm, pull and pull-confirm bodies over ``qm``.
+
+    ``sessions`` holds what the service knows of each device (clock offsets, settled
+    marks: :class:`~edgeq.sync.sessions.DeviceSessions`); ``metrics`` counts outcomes.
+    """
 
     def __init__(
         self,
@@ -60,13 +64,13 @@ class HomeService:
         limits: ServerLimits | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
+        sessions: DeviceSessions | None = None,
     ) -> None:
         self.qm = qm
         self.limits = limits or ServerLimits()
         self.clock: Clock = clock or system_clock
         self.metrics = metrics or Metrics()
-        # The last low-water mark applied per device store (origin): repeats cost nothing.
-        self._settled: dict[str, int] = {}
+        self.sessions = sessions or DeviceSessions()
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -75,8 +79,8 @@ class HomeService:
         name = p.req_name(body, "qmgr")
         sent = p.req_int(body, "now_ms", high=2**62)
         now = self.clock()
-        state = self.metrics.device(name) if hello else self.metrics.known_device(name)
-        if state is None or (state.clock_offset_ms is None and not hello):
+        state = self.sessions.device(name) if hello else self.sessions.current(name)
+        if state is None:
             raise p.ProtocolError(
                 "hello-required",
                 f"this server has no clock offset for {name} (it restarted, or {name} never said hello): "
@@ -102,9 +106,9 @@ class HomeService:
             raise p.ProtocolError("invalid", f"'origin': {exc}") from exc
         if origin_qmgr(uid_origin) != device:
             raise p.ProtocolError("invalid", f"'origin' {uid_origin} is not a store of {device}: a device speaks only for itself")
-        if below > self._settled.get(uid_origin, -1):  # only a mark that moved costs a write
+        if self.sessions.settle_due(uid_origin, below):  # only a mark that moved costs a write
             self.qm.settle(uid_origin, below)
-            self._settled[uid_origin] = below
+            self.sessions.settled(uid_origin, below)
 
     @staticmethod
     def _new_confirm_id() -> int:
@@ -116,22 +120,19 @@ class HomeService:
         """The handshake: note the device's clock offset and agent; answer with the server's limits."""
         p.expect(body, "hello")
         state, sent, now = self._device(body, hello=True)
-        agent = body.get("agent")
-        state.agent = agent[:200] if isinstance(agent, str) else ""
-        state.clock_offset_ms = now - sent
-        state.hellos += 1
+        offset = state.said_hello(sent_ms=sent, now_ms=now, agent=body.get("agent"))
         # Stored the journal's way round: the device's clock minus ours.
-        self.qm.record_device(state.name, clock_offset_ms=-state.clock_offset_ms, agent=state.agent)
+        self.qm.record_device(state.name, clock_offset_ms=-offset, agent=state.agent)
         log.info(
             "hello from %s", state.name,
-            extra={"event": "hello", "device": state.name, "clock_offset_ms": state.clock_offset_ms,
+            extra={"event": "hello", "device": state.name, "clock_offset_ms": offset,
                    "agent": state.agent},
         )
         return {
             "type": "hello",
             "server": self.qm.name,
             "now_ms": now,
-            "offset_ms": state.clock_offset_ms,
+            "offset_ms": offset,
             "max_body_bytes": self.limits.max_body_bytes,
             "max_batch": self.limits.max_batch,
             "server_version": __version__,
@@ -147,8 +148,7 @@ class HomeService:
         # (absent from an older agent: the legacy transit from the hello's offset).
         server_ms = p.opt_int(body, "server_ms", high=2**62)
         base = p.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent, offset_ms=state.clock_offset_ms)
-        if server_ms is not None:
-            state.device_offset_ms = sent - server_ms  # device minus server, at one instant
+        state.put_bounds(sent, server_ms)
         transit = now - base
         messages = [w.to_message(base) for w in wire]
         started = time.perf_counter()
@@ -179,12 +179,8 @@ class HomeService:
         uids = p.req_uids(body, "uids", max_len=self.limits.max_batch)
         results: list[dict[str, Any]]
         try:
-            # Device minus server: from the latest put's bounds, else from the hello.
-            offset = state.device_offset_ms
-            if offset is None and state.clock_offset_ms is not None:
-                offset = -state.clock_offset_ms
             outcome = self.qm.confirm_put_each(
-                queue, uids, device=state.name, clock_offset_ms=offset,
+                queue, uids, device=state.name, clock_offset_ms=state.journal_offset_ms,
             ) if uids else []
             results = [p.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:

@@ -1,12 +1,13 @@
-"""The home server's counters and per-device state, rendered in Prometheus' text format.
+"""The home server's counters, rendered in Prometheus' text format.
 
-Per-device state (last seen, clock offset) is kept in memory: it is rebuilt by
-each device's next ``hello`` after a restart (the server answers
-``hello-required`` until then), so losing it loses no message.
+:class:`Metrics` only counts and renders: the per-device gauges (last seen, clock
+offset) are read from the service's :class:`~edgeq.sync.sessions.DeviceSessions`,
+which own that state.
 
->>> m = Metrics()
->>> m.count("received", 3); m.device("DEV1").seen(1_763_683_200_000)
->>> text = m.render()
+>>> from edgeq.sync.sessions import DeviceSessions
+>>> m, sessions = Metrics(), DeviceSessions()
+>>> m.count("received", 3); sessions.device("DEV1").seen(1_763_683_200_000)
+>>> text = m.render(sessions)
 >>> "edgeq_sync_messages_received_total 3" in text
 True
 >>> 'edgeq_sync_device_last_seen_timestamp_seconds{device="DEV1"} 1763683200.0' in text
@@ -16,9 +17,12 @@ True
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["DeviceState", "Metrics"]
+if TYPE_CHECKING:
+    from edgeq.sync.sessions import DeviceSessions
+
+__all__ = ["Metrics"]
 
 # name -> help; each is exported as edgeq_sync_<name>_total
 _COUNTERS: dict[str, str] = {
@@ -44,37 +48,17 @@ _ALIASES = {
 }
 
 
-@dataclass(slots=True)
-class DeviceState:
-    """What the server knows of one device (by its queue manager name)."""
-
-    name: str
-    last_seen_ms: int | None = None
-    #: server clock minus device clock at the last hello (ms; includes one-way latency)
-    clock_offset_ms: int | None = None
-    #: device clock minus the server clock, from the latest put carrying ``server_ms`` (the
-    #: device's lower bound of the server clock at its ``now_ms``): the journal's offset
-    device_offset_ms: int | None = None
-    hellos: int = 0
-    agent: str = ""
-
-    def seen(self, now_ms: int) -> None:
-        """Note that the device was heard from at ``now_ms``."""
-        self.last_seen_ms = now_ms
-
-
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 class Metrics:
-    """Thread-safe counters plus the device table."""
+    """Thread-safe counters: messages by outcome, requests by endpoint and status."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counters = dict.fromkeys(_COUNTERS, 0)
         self._requests: dict[tuple[str, int], int] = {}
-        self._devices: dict[str, DeviceState] = {}
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to a counter (short names such as ``received`` are accepted)."""
@@ -93,31 +77,14 @@ class Metrics:
         with self._lock:
             return self._counters[_ALIASES.get(name, name)]
 
-    def device(self, name: str) -> DeviceState:
-        """The state of device ``name`` (created on first use)."""
-        with self._lock:
-            state = self._devices.get(name)
-            if state is None:
-                state = self._devices[name] = DeviceState(name)
-            return state
-
-    def known_device(self, name: str) -> DeviceState | None:
-        """The state of device ``name``, or None if it was never seen (unlike :meth:`device`)."""
-        with self._lock:
-            return self._devices.get(name)
-
-    def devices(self) -> list[DeviceState]:
-        """Every known device's state, by name."""
-        with self._lock:
-            return sorted(self._devices.values(), key=lambda d: d.name)
-
-    def render(self) -> str:
-        """The Prometheus text exposition format (version 0.0.4)."""
+    def render(self, sessions: DeviceSessions | None = None) -> str:
+        """The Prometheus text exposition format (version 0.0.4), with the per-device
+        gauges of ``sessions`` (none without)."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)
             requests = sorted(self._requests.items())
-            devices = sorted(self._devices.values(), key=lambda d: d.name)
+        devices = sessions.all() if sessions is not None else []
         for name, text in _COUNTERS.items():
             metric = f"edgeq_sync_{name}_total"
             lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter", f"{metric} {counters[name]}"]

@@ -32,7 +32,7 @@ import cbor2
 from edgeq.errors import EdgeqError
 from edgeq.journal import JournalEntry, RemoteExpiryStatus
 from edgeq.message import Message
-from edgeq.types import FieldValue, ReportOption
+from edgeq.types import CHECK_POINTS, FIELD_CODES, ConfirmStatus, FieldValue, PutStatus, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
@@ -41,6 +41,7 @@ __all__ = [
     "EXPIRY_STATUSES",
     "MAX_REMAINING_MS",
     "PROTOCOL_VERSION",
+    "PULL_CONFIRM_STATUSES",
     "SUPPORTED_VERSIONS",
     "ConfirmStatus",
     "ErrorCode",
@@ -81,12 +82,14 @@ PATH_PULL: Final = "/v1/pull"
 PATH_PULL_CONFIRM: Final = "/v1/pull/confirm"
 PATH_EXPIRIES: Final = "/v1/expiries"
 
-#: Per-message results of a put (the first stage of a push).
-PutStatus: TypeAlias = Literal["stored", "replaced", "unconfirmed", "duplicate", "expired", "refused"]
-#: Per-uid results of a confirm (the second stage of a push).
-ConfirmStatus: TypeAlias = Literal["confirmed", "already", "unknown", "expired", "refused"]
+# The vocabulary shared with the core is edgeq.types' (imported above, not redefined): a
+# put's per-message results (PutStatus, re-exported here), a confirm's per-uid results
+# (ConfirmStatus, re-exported), field type codes, expiry check points.
+
 #: Per-uid results of a pull confirm.
 PullConfirmStatus: TypeAlias = Literal["confirmed", "unknown", "expired"]
+#: The statuses a pull confirm's results may carry, for checking an answer.
+PULL_CONFIRM_STATUSES: Final[tuple[str, ...]] = get_args(PullConfirmStatus)
 #: Per-entry results of an expiry report: ``recorded``, ``already`` (a repeat, kept
 #: once), ``refused`` (foreign or malformed: see ``why``), or ``ignored`` (valid,
 #: but this server keeps no journal). Every one of them is an answer: the device
@@ -268,9 +271,6 @@ def _uid(value: object) -> MessageUID:
 
 # -- typed fields ----------------------------------------------------------------------------
 
-_FIELD_CODES: Final = {"?": bool, "i": Int32, "l": Int64, "s": str, "b": bytes, "f": float}
-
-
 def encode_fields(fields: Mapping[str, FieldValue]) -> dict[str, list[Any]]:
     """Typed fields as a CBOR-ready map ``{name: [code, value]}`` (as edgeq.codec stores them).
 
@@ -307,9 +307,9 @@ def decode_fields(raw: object) -> dict[str, FieldValue]:
         if not isinstance(name, str) or not isinstance(item, list) or len(item) != 2:
             raise _invalid(f"field {name!r} must be [type code, value]")
         code, value = item
-        kind = _FIELD_CODES.get(code) if isinstance(code, str) else None
+        kind = FIELD_CODES.get(code) if isinstance(code, str) else None
         if kind is None:
-            raise _invalid(f"field {name!r} has unknown type code {code!r} (use one of {''.join(_FIELD_CODES)})")
+            raise _invalid(f"field {name!r} has unknown type code {code!r} (use one of {''.join(FIELD_CODES)})")
         if kind is float:
             ok = isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
         elif kind in (Int32, Int64):
@@ -327,7 +327,7 @@ def decode_fields(raw: object) -> dict[str, FieldValue]:
 
 # -- messages ----------------------------------------------------------------------------------
 
-_REPORTS: Final = ("none", "with-data", "with-full-data")
+_REPORTS: Final = get_args(ReportOption)
 
 
 def transit_ms(sender_now_ms: int, receiver_now_ms: int, offset_ms: int | None) -> int:
@@ -537,16 +537,13 @@ def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
     ]
 
 
-_CHECK_POINTS: Final = ("add", "get", "browse", "activate", "delete", "depth", "sweep")
-
-
 def _expiry_entry(raw: object) -> JournalEntry:
     """One entry of an ``expiries`` request, checked (``invalid`` naming the problem)."""
     if not isinstance(raw, dict):
         raise _invalid("each expiry entry must be a map")
     uid = _uid(raw.get("u"))
     where = raw.get("w")
-    if where not in _CHECK_POINTS:
+    if where not in CHECK_POINTS:
         raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {where!r}")
     return JournalEntry(
         0, "expired", "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,

@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager, __version__
 from edgeq.cli import cli
-from edgeq.cli_format import (
+from edgeq.cli.format import (
     approx_duration,
     format_duration,
     format_field,

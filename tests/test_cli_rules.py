@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from edgeq import Int64, ManualClock, Message, QueueManager
 from edgeq.cli import cli
-from edgeq.cli_format import format_rule_spec, parse_rule_spec
+from edgeq.cli.format import format_rule_spec, parse_rule_spec
 
 from .test_cli import FUTURE_MS, PAST, Run, fail, ok
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from edgeq import QueueManager
 from edgeq.cli import cli
-from edgeq.demo import DEMO_QM, DemoPathInUse, prepare_path, run_demo
+from edgeq.cli.demo import DEMO_QM, DemoPathInUse, prepare_path, run_demo
 
 EXPECTED = [
     ("ORDERS", "add", "order-X"),

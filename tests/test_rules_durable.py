@@ -116,7 +116,7 @@ def test_failing_rule_is_retried_then_parked_and_never_blocks(
     switch.unlink()
     assert qm.retry_rule_failures(parked=True) == 1
     assert qm.rule_failures() == []
-    rule = next(b for b in qm._rules.of("Q") if b.name.endswith("Failing")).rule
+    rule = next(b for b in qm.queue_bindings("Q") if b.name.endswith("Failing")).rule
     assert isinstance(rule, Failing) and rule.seen == [event["id"]]
 
 

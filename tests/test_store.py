@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -109,13 +110,21 @@ def test_directory_is_refused(tmp_path: Path) -> None:
         QueueManager(tmp_path, name="DEV1")
 
 
+def opened_with(qm: QueueManager) -> list[str]:
+    """The statements a new connection of ``qm`` runs (one is opened per thread)."""
+    statements: list[str] = []
+    with qm.tracer(statements.append):
+        worker = threading.Thread(target=qm.queue_names)
+        worker.start()
+        worker.join()
+    return statements
+
+
 def test_durability_modes(tmp_path: Path) -> None:
     with QueueManager(tmp_path / "a.db", name="A") as qm:
-        conn = qm._db.connection()
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert "PRAGMA synchronous = FULL" in opened_with(qm)
     with QueueManager(tmp_path / "b.db", name="B", durability="normal") as qm:
-        conn = qm._db.connection()
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert "PRAGMA synchronous = NORMAL" in opened_with(qm)
     with pytest.raises(InvalidArgument, match="durability"):
         QueueManager(tmp_path / "c.db", name="C", durability="off")  # type: ignore[arg-type]
 
@@ -138,16 +147,13 @@ def test_only_an_assured_gets_lock_commits_without_waiting_for_the_disk(tmp_path
     with QueueManager(tmp_path / "d.db", name="DEV1") as qm:
         qm.define_queue("Q")
         qm.put_many("Q", [Message(b"a"), Message(b"b")])
-        conn = qm._db.connection()
         statements: list[str] = []
-        conn.set_trace_callback(statements.append)
-        got = qm.get("Q", confirm_id=1)
-        assert got is not None
-        lock = list(statements)
-        statements.clear()
-        qm.confirm_get("Q", got.uid)
-        qm.get("Q")
-        conn.set_trace_callback(None)
+        with qm.tracer(statements.append):
+            got = qm.get("Q", confirm_id=1)
+            assert got is not None
+            lock = list(statements)
+            statements.clear()
+            qm.confirm_get("Q", got.uid)
+            qm.get("Q")
         assert lock[0] == "PRAGMA synchronous = NORMAL" and lock[-1] == "PRAGMA synchronous = FULL"
         assert "PRAGMA synchronous = NORMAL" not in statements  # the confirm and the plain get stay durable
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2

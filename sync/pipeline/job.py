@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from edgeq.sync.pipeline.errors import (
     require,
 )
 from edgeq.sync.pipeline.export import COLUMN_TYPES, MANIFEST, REQUIRED
+from edgeq.sync.pipeline.results import COLLECT_LIMIT, LATENCY_BUCKETS_MS, ORDER_BY, REPORTS, PipelineResult
 
 from edgeq.names import INCARNATION_SEPARATOR
 
@@ -52,57 +52,8 @@ __all__ = [
 
 Progress = Callable[[str], None]
 
-#: The reports, in the order they are computed, with a one-line description.
-REPORTS: dict[str, str] = {
-    "journal_totals": "journal entries per kind and side",
-    "latency": "delivery latency (creation to server confirm) per device and queue",
-    "latency_histogram": "delivery latency distribution (all devices and queues)",
-    "expiry_daily": "distinct expired messages per queue and day, by where they expired",
-    "expiry_where": "expired messages per queue, side and check point",
-    "audit_devices": "exactly-once audit per origin device",
-    "audit_duplicates": "uids accepted more than once (must be empty)",
-    "audit_gaps": "uids of a device seen in the journal but never accepted nor expired (must be empty)",
-    "throughput_hourly": "accepted, delivered and expired entries per queue and hour",
-}
-
-#: How each report's rows are ordered (the Parquet files and :attr:`PipelineResult.rows`).
-ORDER_BY: dict[str, tuple[str, ...]] = {
-    "journal_totals": ("kind", "side"),
-    "latency": ("device", "queue"),
-    "latency_histogram": ("bucket",),
-    "expiry_daily": ("queue", "date"),
-    "expiry_where": ("queue", "side", "check_point"),
-    "audit_devices": ("origin",),
-    "audit_duplicates": ("origin", "uid"),
-    "audit_gaps": ("origin", "stamp"),
-    "throughput_hourly": ("hour_ms", "queue"),
-}
-
-#: Lower bounds (ms) of the latency histogram's buckets; a latency below 0 (clocks
-#: disagreeing beyond the recorded offset) has its own bucket, -1.
-LATENCY_BUCKETS_MS: tuple[int, ...] = (
-    0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000,
-    120_000, 300_000, 600_000, 1_800_000, 3_600_000, 21_600_000, 86_400_000,
-)
-
 _DAY_MS = 86_400_000
 _HOUR_MS = 3_600_000
-#: How many rows of each report :class:`PipelineResult` keeps for the summary (all are in the Parquet).
-COLLECT_LIMIT = 10_000
-
-
-@dataclass(slots=True)
-class PipelineResult:
-    """What a run produced: each report's rows (up to ``COLLECT_LIMIT``) as dicts, its row count,
-    where it was written, and how long each step took."""
-
-    journal: str
-    out: str
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    journal_rows: int = 0
-    total_seconds: float = 0.0
 
 
 # -- the session ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from edgeq.sync.pipeline.job import REPORTS, PipelineResult
+from edgeq.sync.pipeline.results import REPORTS, PipelineResult
 
 __all__ = ["format_ms", "html_page", "summary_text", "table", "write_html"]
 

@@ -18,13 +18,18 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
+from edgeq.sync.link import ServerLink
 from edgeq.sync.server import create_app
+from edgeq.sync.transport import Transport
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as AsgiMessage
 
 from edgeq import ManualClock, QueueManager
 from tests.conftest import T0, Recorder
 
-__all__ = ["T0", "LiveServer", "Network", "Recorder"]
+__all__ = ["T0", "AnswerFaults", "LiveServer", "Network", "Recorder"]
 
 
 def free_port() -> int:
@@ -45,15 +50,59 @@ class _Server(uvicorn.Server):
         self._ready.set()
 
 
+class AnswerFaults:
+    """A fault layer in front of the real app (plain ASGI, served by the same uvicorn):
+    the real app answers every request, and an answer armed with :meth:`rewrite_next`
+    reaches the client changed, as a buggy or hostile server would send it. Nothing
+    is ever answered without the real app having handled the request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._armed: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self.rewritten: list[str] = []  # the paths whose answers were changed, in order
+
+    def rewrite_next(self, path: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Change the next answer on ``path``: ``change`` gets the real answer's decoded body."""
+        with self._lock:
+            self._armed[path] = change
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        change = None
+        if scope["type"] == "http":
+            with self._lock:
+                change = self._armed.pop(scope["path"], None)
+        if change is None:
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def keep(message: AsgiMessage) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, receive, keep)
+        body = p.encode_body(change(p.decode_body(b"".join(chunks))))
+        headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+        self.rewritten.append(scope["path"])
+
+
 class LiveServer:
-    """A home server over ``qm``, served by uvicorn on a loopback port in a thread."""
+    """A home server over ``qm``, served by uvicorn on a loopback port in a thread,
+    behind an (idle unless armed) :class:`AnswerFaults` layer, :attr:`faults`."""
 
     def __init__(self, qm: QueueManager, clock: ManualClock | None, **app_options: Any) -> None:
         self.qm = qm
         self.app = create_app(qm, clock=clock, **app_options)
+        self.faults = AnswerFaults(self.app)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off",
+        config = uvicorn.Config(self.faults, host="127.0.0.1", port=self.port, log_config=None, lifespan="off",
                                 access_log=False)
         self._ready = threading.Event()
         self.server = _Server(config, self._ready)
@@ -78,6 +127,10 @@ class LiveServer:
     @property
     def metrics(self) -> Any:
         return self.app.state.service.metrics
+
+    @property
+    def sessions(self) -> Any:
+        return self.app.state.service.sessions
 
 
 @pytest.fixture
@@ -163,7 +216,8 @@ def agent(device_qm: QueueManager, server: LiveServer, make_agent: Callable[...,
 
 class Network(httpx.BaseTransport):
     """A real HTTP transport with faults a test switches on: a network that is down,
-    responses lost after the server handled the request, or a hook run before a request."""
+    responses lost after the server handled the request, or a hook run before a request.
+    It records every request the client attempted (:attr:`calls`, :meth:`bodies`)."""
 
     def __init__(self) -> None:
         self.inner = httpx.HTTPTransport()
@@ -172,11 +226,21 @@ class Network(httpx.BaseTransport):
         self.lose_once: list[str] = []  # paths whose next response is lost
         self.before: dict[str, Callable[[], None]] = {}  # path -> run once before forwarding
         self.calls: list[str] = []
+        self.sent: list[tuple[str, bytes]] = []  # (path, raw body) of every request attempted
         self.attempted = threading.Event()  # set by every request, even one that fails
+
+    def requests(self, path: str) -> list[bytes]:
+        """The raw bodies of the requests attempted to ``path``, in order."""
+        return [raw for seen, raw in self.sent if seen == path]
+
+    def bodies(self, path: str) -> list[dict[str, Any]]:
+        """The decoded bodies of the requests attempted to ``path``, in order."""
+        return [p.decode_body(raw) for raw in self.requests(path)]
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
         self.calls.append(path)
+        self.sent.append((path, request.read()))
         self.attempted.set()
         if self.down or path in self.down_for:
             raise httpx.ConnectError("network is down", request=request)
@@ -200,6 +264,28 @@ def network() -> Iterator[Network]:
     net = Network()
     yield net
     net.close()
+
+
+@pytest.fixture
+def make_link(
+    request: pytest.FixtureRequest, device_qm: QueueManager, device_clock: ManualClock, network: Network
+) -> Iterator[Callable[..., ServerLink]]:
+    """A :class:`ServerLink` of ``qm`` (default ``device_qm``) to a real home server (``to``,
+    default the ``server`` fixture's), its HTTP through ``network`` (faults; a record of what
+    was sent); ``auth`` signs requests; ``monotonic`` defaults to the device's clock."""
+    clients: list[httpx.Client] = []
+
+    def _make(*, to: LiveServer | None = None, qm: QueueManager | None = None, batch_size: int = 500,
+              auth: httpx.Auth | None = None, monotonic: Callable[[], float] | None = None) -> ServerLink:
+        target = to if to is not None else request.getfixturevalue("server")
+        client = httpx.Client(transport=network, timeout=10)
+        clients.append(client)
+        return ServerLink(qm or device_qm, Transport(target.url, client=client, auth=auth), clock=device_clock,
+                          monotonic=monotonic or monotonic_of(device_clock), batch_size=batch_size)
+
+    yield _make
+    for client in clients:
+        client.close()
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def test_expiry_is_rebased_on_the_servers_clock_whatever_the_device_clock_says(
     device_clock.advance(10_000)  # 50 s left; the device is now 59m50s behind
     hello = agent.hello()
     assert hello.server_offset_ms == 3_590_000 and hello.offset_ms == -3_590_000
-    assert server.metrics.device("DEV1").clock_offset_ms == 3_590_000
+    assert server.sessions.get("DEV1").clock_offset_ms == 3_590_000
     assert agent.push_once().transmitted == 1
     got = home_qm.browse("ORDERS")[0]
     assert got.expiry == Int64(server_clock() + 50_000) and got.remaining_expiry_ms == 50_000

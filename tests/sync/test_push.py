@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import httpx
 import pytest
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
@@ -188,10 +189,10 @@ def test_the_server_restarting_asks_for_a_new_hello_transparently(
 ) -> None:
     put_n(device_qm, 2)
     assert agent.push_once().transmitted == 2
-    server.app.state.service.metrics._devices.clear()  # what a restart forgets
+    server.sessions.clear()  # what a restart forgets
     put_n(device_qm, 2)
     assert agent.push_once().transmitted == 2
-    assert server.metrics.device("DEV1").hellos == 1
+    assert server.sessions.get("DEV1").hellos == 1
 
 
 class _Transmitted(QueueRule):
@@ -219,13 +220,15 @@ def test_daemon_pushes_at_once_after_a_put(device_qm: QueueManager, agent: SyncA
 
 
 def test_daemon_survives_a_server_that_is_down(
-    device_qm: QueueManager, flaky_agent: SyncAgent, network: Network, home_qm: QueueManager
+    device_qm: QueueManager, server: LiveServer, network: Network, home_qm: QueueManager,
+    make_agent: Callable[..., SyncAgent],
 ) -> None:
     network.down = True
     put_n(device_qm, 2)
     watcher = _Transmitted(2)
     device_qm.add_rule("ORDERS", watcher)
-    flaky_agent._backoff = (0.01, 0.05)
+    client = httpx.Client(transport=network, timeout=10)
+    flaky_agent = make_agent(device_qm, server.url, client=client, backoff_base_s=0.01, backoff_max_s=0.05)
     flaky_agent.start(interval_s=3600)
     try:
         assert network.attempted.wait(10)  # a first cycle failed...
@@ -234,4 +237,5 @@ def test_daemon_survives_a_server_that_is_down(
         assert watcher.done.wait(10)
     finally:
         flaky_agent.stop()
+        client.close()
     assert len(server_uids(home_qm)) == 2 and flaky_agent.online

@@ -50,7 +50,7 @@ def test_puts_are_rebased_on_server_ms_and_the_hello_offset_stays_as_measured(
     }
     for body in puts.values():
         assert post(http, server, p.PATH_PUT, body)[0] == 200
-        assert server.metrics.device("DEV1").clock_offset_ms == 400
+        assert server.sessions.get("DEV1").clock_offset_ms == 400
     confirm = {"type": "confirm", "qmgr": "DEV1", "now_ms": T0, "queue": "ORDERS", "uids": list(puts)}
     assert post(http, server, p.PATH_CONFIRM, confirm)[0] == 200
     deadlines = {str(m.uid): m.expiry_deadline_ms for m in home_qm.browse("ORDERS")}
@@ -62,7 +62,7 @@ def test_puts_are_rebased_on_server_ms_and_the_hello_offset_stays_as_measured(
 def test_hello_records_the_devices_clock_offset(http: httpx.Client, server: LiveServer) -> None:
     body = hello(http, server, now=T0 - 1_500)  # the device's clock is 1.5 s behind
     assert (body["v"], body["type"], body["server"], body["offset_ms"]) == (1, "hello", "HOME", 1_500)
-    assert server.metrics.device("DEV1").clock_offset_ms == 1_500
+    assert server.sessions.get("DEV1").clock_offset_ms == 1_500
 
 
 def test_put_then_confirm_makes_messages_visible(http: httpx.Client, server: LiveServer,

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import click
 
-from edgeq.cli_common import EdgeqGroup, Options
+from edgeq.cli.base import EdgeqGroup
+from edgeq.cli.options import db_option, store_path
 
 __all__ = ["export", "pipeline"]
 
 
 @click.command("export")
-@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path),
-              help="The home server's store (default: the global --db, or EDGEQ_DB).")
+@db_option("The home server's store (default: the global --db, or EDGEQ_DB).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="The Parquet dataset directory (created if missing; appended to on every run).")
 @click.option("--since", metavar="ID|DATETIME",
@@ -42,10 +42,7 @@ def export(ctx: click.Context, db: Path | None, out: Path, since: str | None, ba
     """
     from edgeq.sync.pipeline.export import export_journal, parse_since
 
-    opts = ctx.find_object(Options)
-    store = db or (opts.db if opts else None)
-    if store is None:
-        raise click.ClickException("no store given: pass --db home.db (the home server's store)")
+    store = store_path(ctx, db)
     say = None if quiet else (lambda text: click.echo(text, err=True))
     result = export_journal(store, out, since=parse_since(since), batch_rows=batch_rows, progress=say)
     if result.rows == 0 and result.skipped == 0:

@@ -16,27 +16,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from edgeq.cli_common import Options
-from edgeq.manager import QueueManager
+from edgeq.cli.options import SERVICE, check_store, db_option, log_level_option, name_option
 
 if TYPE_CHECKING:
     from edgeq.sync.agent import Progress
 
 __all__ = ["serve", "sync"]
-
-_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
-
-
-def _store(ctx: click.Context, db: Path | None, name: str | None) -> tuple[Path, str | None]:
-    opts: Options = ctx.find_object(Options) or Options(None, None, False)
-    path = db or opts.db
-    if path is None:
-        raise click.ClickException("no store given: pass --db PATH (or set EDGEQ_DB)")
-    name = name or opts.name
-    fresh = not path.exists() or (path.is_file() and path.stat().st_size == 0)
-    if fresh and not name:
-        raise click.ClickException(f"{path} is a new store: name its queue manager with --name")
-    return path, name
 
 
 def _need(module: str, extra: str) -> None:
@@ -49,8 +34,8 @@ def _need(module: str, extra: str) -> None:
 
 
 @click.command("serve")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="The server's store (default: the group's --db).")
-@click.option("--name", help="The server's queue manager name (needed to create the store), e.g. HOME.")
+@db_option("The server's store (default: the group's --db).")
+@name_option("The server's queue manager name (needed to create the store), e.g. HOME.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
 @click.option("--max-body-bytes", default=16 * 1024 * 1024, show_default=True, type=click.IntRange(1024),
@@ -76,7 +61,7 @@ def _need(module: str, extra: str) -> None:
               help="Serve HTTPS with this certificate (PEM, with its chain).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The certificate's private key (PEM).")
-@click.option("--log-level", type=_LEVELS, default="info", show_default=True)
+@log_level_option
 @click.pass_context
 def serve(
     ctx: click.Context, db: Path | None, name: str | None, host: str, port: int, max_body_bytes: int,
@@ -103,11 +88,11 @@ def serve(
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    path, name = _store(ctx, db, name)
+    store = check_store(ctx, SERVICE, db=db, name=name)
     setup_json_logging(log_level.upper())
     log = logging.getLogger("edgeq.sync.server")
-    qm = QueueManager(path, name=name, durability="full" if durability == "full" else "normal",
-                      remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
+    qm = store.open(ctx, durability="full" if durability == "full" else "normal",
+                    remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
     nonces = None
     try:
         if auth is None:
@@ -117,7 +102,7 @@ def serve(
             from edgeq.sync.auth import SignatureAuthenticator
             from edgeq.sync.nonces import SqliteNonces
 
-            nonces = SqliteNonces(nonce_db or path.with_name(path.name + ".nonces"),
+            nonces = SqliteNonces(nonce_db or store.path.with_name(store.path.name + ".nonces"),
                                   synchronous="FULL" if durability == "full" else "NORMAL")
             authenticate = SignatureAuthenticator(qm, nonces, skew_ms=round(auth_skew * 1000))
             if not any(d.registered for d in qm.devices()):
@@ -136,7 +121,7 @@ def serve(
         app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch, authenticate=authenticate)
         log.info(
             "serving %s on %s:%d", qm.name, host, port,
-            extra={"event": "serve", "qmgr": qm.name, "db": str(path), "host": host, "port": port,
+            extra={"event": "serve", "qmgr": qm.name, "db": str(store.path), "host": host, "port": port,
                    "pid": __import__("os").getpid(), "auth": bool(auth), "tls": tls_cert is not None},
         )
         uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
@@ -146,7 +131,6 @@ def serve(
     finally:
         if nonces is not None:
             nonces.close()
-        qm.close()
 
 
 def _loopback(host: str) -> bool:
@@ -156,8 +140,8 @@ def _loopback(host: str) -> bool:
 
 
 @click.command("sync")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="The device's store (default: the group's --db).")
-@click.option("--name", help="The device's queue manager name (needed only to create the store).")
+@db_option("The device's store (default: the group's --db).")
+@name_option("The device's queue manager name (needed only to create the store).")
 @click.option("--server", "server_url", required=True, envvar="EDGEQ_SERVER", show_envvar=True,
               help="The home server's URL, e.g. http://home:8470.")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.01),
@@ -175,7 +159,7 @@ def _loopback(host: str) -> bool:
               help="Verify an https:// server against this CA certificate (PEM) instead of the system store.")
 @click.option("--allow-insecure-http", is_flag=True,
               help="Allow plain http:// to a server that is not on loopback (trusted networks only).")
-@click.option("--log-level", type=_LEVELS, default="info", show_default=True)
+@log_level_option
 @click.pass_context
 def sync(
     ctx: click.Context, db: Path | None, name: str | None, server_url: str, interval: float, once: bool,
@@ -194,7 +178,7 @@ def sync(
     from edgeq.sync.agent import SyncAgent
     from edgeq.sync.logs import setup_json_logging
 
-    path, name = _store(ctx, db, name)
+    store = check_store(ctx, SERVICE, db=db, name=name)
     setup_json_logging(log_level.upper())
     show = sys.stderr.isatty() if progress is None else progress
     from edgeq.sync.tls import check_server_url
@@ -205,18 +189,14 @@ def sync(
         from edgeq.sync.keys import load_private_key
 
         signing_key = load_private_key(key_file)
-    qm = QueueManager(path, name=name, journal="device" if report_expiries else "off")
-    try:
-        signer = None
-        if signing_key is not None:
-            from edgeq.sync.signer import DeviceSigner
+    qm = store.open(ctx, journal="device" if report_expiries else "off")
+    signer = None
+    if signing_key is not None:
+        from edgeq.sync.signer import DeviceSigner
 
-            signer = DeviceSigner(qm.name, signing_key)
-        agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout, auth=signer, ca_file=ca_file,
-                          allow_insecure_http=allow_insecure_http)
-    except BaseException:
-        qm.close()
-        raise
+        signer = DeviceSigner(qm.name, signing_key)
+    agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout, auth=signer, ca_file=ca_file,
+                      allow_insecure_http=allow_insecure_http)
     if show:
         agent.progress = _show_progress
     agent.pull_enabled = pull
@@ -245,7 +225,6 @@ def sync(
         agent.run(interval)
     finally:
         agent.close()
-        qm.close()
 
 
 def _show_progress(progress: Progress) -> None:

@@ -1,22 +1,26 @@
-"""The guided tour behind ``edgeq demo``: MQe's expiry semantics, step by step.
+"""``edgeq demo``: a guided tour of MQe's expiry semantics, step by step.
 
 :func:`run_demo` drives a real queue manager on a real SQLite file, with a
 :class:`~edgeq.clock.ManualClock` so that time moves instantly and the output
 is the same on every run. The built-in ``dead-letter`` and ``counters`` rules are
 bound to the queues by name (persisted with them): the first copies each expired
 message to a dead-letter queue, as an MQe expiry rule may, the second counts what
-happens; an in-process rule narrates every discard.
+happens; an in-process rule narrates every discard. The ``demo`` command runs it
+on a new store (see :func:`prepare_path`), never on the user's ``--db``.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
+
 from edgeq.bindings import RuleSpec
-from edgeq.cli_format import format_duration, format_time
+from edgeq.cli.format import format_duration, format_time
+from edgeq.cli.options import stored_name
 from edgeq.clock import ManualClock
 from edgeq.connection import check_foreign
 from edgeq.errors import EdgeqError, StoreError
@@ -27,7 +31,7 @@ from edgeq.rules.base import RuleEvent
 from edgeq.types import Where
 from edgeq.values import Int32, Int64
 
-__all__ = ["DEMO_QM", "RULES", "START_MS", "DemoPathInUse", "DemoResult", "prepare_path", "run_demo"]
+__all__ = ["DEMO_QM", "RULES", "START_MS", "DemoPathInUse", "DemoResult", "demo", "prepare_path", "run_demo"]
 
 #: The queue manager name of every demo store (what ``--replace`` checks for).
 DEMO_QM = "EDGEQ.DEMO"
@@ -38,6 +42,31 @@ ORDERS, ALERTS, DLQ = "ORDERS", "ALERTS", "DEAD.LETTER"
 RULES: list[RuleSpec] = [("dead-letter", {"queue": DLQ}), "counters"]
 
 Echo = Callable[[str], None]
+
+
+@click.command()
+@click.option("--db", "path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the demo store (must not exist). Default: a new temporary directory.")
+@click.option("--replace", is_flag=True,
+              help="Overwrite --db if it holds an earlier demo's store (never any other file).")
+def demo(path: Path | None, replace: bool) -> None:
+    """Run a guided tour of MQe expiry, rules and assured delivery.
+
+    On a real SQLite file, with a simulated clock, it defines queues, puts
+    messages with relative and absolute expiry, moves the clock through MQe's
+    five expiry check points (add, get, depth, delete, activate) and a sweep,
+    with a rule narrating each discard, then does an assured put and get.
+    The global --db is ignored: the demo never touches your store.
+
+    \b
+    Examples:
+      edgeq demo
+      edgeq demo --db /tmp/tour.db --replace
+    """
+    if path is None:
+        path = Path(tempfile.mkdtemp(prefix="edgeq-demo-")) / "demo.db"
+    prepare_path(path, replace=replace)
+    run_demo(path, click.echo)
 
 
 class DemoPathInUse(EdgeqError):
@@ -57,18 +86,6 @@ class DemoResult:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-def _stored_name(path: Path) -> str | None:
-    """The queue manager name of an edgeq store, read without writing to it."""
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'name'").fetchone()
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-    return None if row is None else str(row[0])
-
-
 def prepare_path(path: Path, *, replace: bool = False) -> None:
     """Make ``path`` ready for a new demo store, or raise :class:`DemoPathInUse`.
 
@@ -86,7 +103,7 @@ def prepare_path(path: Path, *, replace: bool = False) -> None:
         )
     try:
         fresh = check_foreign(path)
-        name = None if fresh else _stored_name(path)
+        name = None if fresh else stored_name(path)
     except StoreError:
         name = None
     if name != DEMO_QM:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import click
 
-from edgeq.cli_common import EdgeqGroup, emit_json, json_flag, open_store, wants_json
-from edgeq.cli_format import failure_json, format_failures, format_rules_table
+from edgeq.cli.base import EdgeqGroup, emit_json
+from edgeq.cli.options import open_store, output_options, wants_json
+from edgeq.cli.views import failure_json, format_failures, format_rules_table
 
 __all__ = ["rules"]
 
@@ -29,7 +30,7 @@ def rules() -> None:
 
 
 @rules.command("list")
-@json_flag
+@output_options
 @click.pass_context
 def rules_list(ctx: click.Context, as_json: bool) -> None:
     """List the installed rules (the edgeq.rules entry points): name, package, summary.
@@ -58,7 +59,7 @@ def rules_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--parked", is_flag=True,
               help="Only deliveries parked after their last attempt (retried only by `rules retry --parked`).")
 @click.option("--waiting", is_flag=True, help="Only deliveries waiting for their next retry.")
-@json_flag
+@output_options
 @click.pass_context
 def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: bool) -> None:
     """List the durable rule events whose delivery to a rule raised.
@@ -90,7 +91,7 @@ def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: boo
 @click.option("--parked", is_flag=True, help="Give parked deliveries a fresh round of attempts first.")
 @click.option("--event", "event_id", type=click.IntRange(min=1), metavar="ID",
               help="Only this event's deliveries (ids from `rules failures`).")
-@json_flag
+@output_options
 @click.pass_context
 def rules_retry(ctx: click.Context, parked: bool, event_id: int | None, as_json: bool) -> None:
     """Retry failed rule deliveries now; print how many succeeded and what still fails.

@@ -1,4 +1,4 @@
-"""The ``edgeq queue ...`` and ``edgeq purge`` commands: queue administration."""
+"""``edgeq queue define|alter|list|show|stats|delete`` and ``edgeq purge``: queue administration."""
 
 from __future__ import annotations
 
@@ -7,19 +7,10 @@ from typing import Any
 
 import click
 
-from edgeq.cli_common import EdgeqGroup, F, emit_json, json_flag, open_store, require_queue, wants_json
-from edgeq.cli_format import (
-    DURATION_LIMIT,
-    LIMIT,
-    RULE,
-    Limit,
-    format_bindings,
-    format_duration,
-    format_queue,
-    format_queue_table,
-    format_stats,
-    queue_json,
-)
+from edgeq.cli.base import EdgeqGroup, emit_json
+from edgeq.cli.format import DURATION_LIMIT, LIMIT, RULE, Limit, format_duration
+from edgeq.cli.options import CREATE, F, open_store, output_options, require_queue, wants_json
+from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
 from edgeq.errors import QueueNotEmpty
 from edgeq.manager import QueueManager
 
@@ -103,7 +94,7 @@ def queue() -> None:
 @_rule_option
 @click.option("--encryption", type=click.Choice(["aes-256-gcm"]), default=None,
               help="Seal message data and fields in the store (needs the store key: $EDGEQ_STORE_KEY_FILE).")
-@json_flag
+@output_options
 @click.pass_context
 def queue_define(
     ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], encryption: str | None,
@@ -125,7 +116,7 @@ def queue_define(
       EDGEQ_STORE_KEY_FILE=store.key edgeq --db dev.db queue define PAYMENTS --encryption aes-256-gcm
     """
     _check_rules(rule_specs)
-    qm = open_store(ctx, create=True)
+    qm = open_store(ctx, CREATE)
     if name in qm.queue_names():
         raise click.ClickException(
             f"queue {name!r} is already defined on {qm.name}: change it with `edgeq queue alter {name} ...`"
@@ -144,7 +135,7 @@ def queue_define(
 @_queue_options
 @_rule_option
 @click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue.")
-@json_flag
+@output_options
 @click.pass_context
 def queue_alter(
     ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], no_rules: bool,
@@ -188,7 +179,7 @@ def queue_alter(
 
 
 @queue.command("list")
-@json_flag
+@output_options
 @click.pass_context
 def queue_list(ctx: click.Context, as_json: bool) -> None:
     """List the queues with their depth and main attributes.
@@ -211,7 +202,7 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
 
 @queue.command("show")
 @click.argument("name")
-@json_flag
+@output_options
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show every attribute of queue NAME, its depth, and its rule bindings in the order they run.
@@ -234,7 +225,7 @@ def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
 
 @queue.command("stats")
 @click.argument("name")
-@json_flag
+@output_options
 @click.pass_context
 def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show the counters of queue NAME, kept by the counters and dead-letter rules.
@@ -266,7 +257,7 @@ def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
 @queue.command("delete")
 @click.argument("name")
 @click.option("--purge", is_flag=True, help="Remove the messages still on the queue first.")
-@json_flag
+@output_options
 @click.pass_context
 def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> None:
     """Delete queue NAME. It must be empty once expired messages are discarded (MQe's
@@ -295,7 +286,7 @@ def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> N
 
 @click.command()
 @click.argument("name")
-@json_flag
+@output_options
 @click.pass_context
 def purge(ctx: click.Context, name: str, as_json: bool) -> None:
     """Remove every message from queue NAME; print how many.

@@ -1,36 +1,16 @@
-"""The ``edgeq`` command line: queues and messages in a store, from a shell.
-
-Every command opens the store given by ``--db`` (or ``EDGEQ_DB``), does one
-thing and closes it. Errors print one ``Error: ...`` line on stderr and exit 1;
-usage mistakes (unknown option, bad value) exit 2, as in every click program.
-"""
+"""``edgeq put``, ``get``, ``browse``, ``depth`` and ``sweep``: messages on a queue."""
 
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import click
 
-from edgeq import __version__
-from edgeq.cli_common import (
-    EdgeqGroup,
-    Options,
-    emit_json,
-    json_flag,
-    log_to_stderr,
-    open_store,
-    parse_filter,
-    require_queue,
-    wants_json,
-)
-from edgeq.cli_format import EXPIRE_AT, FIELD, RELATIVE_EXPIRY, format_message, format_time, message_json
-from edgeq.cli_keys import keys, server
-from edgeq.cli_pipeline import export, pipeline
-from edgeq.cli_queue import purge, queue
-from edgeq.cli_rules import rules
-from edgeq.cli_sync import serve, sync
+from edgeq.cli.base import emit_json
+from edgeq.cli.format import EXPIRE_AT, FIELD, RELATIVE_EXPIRY, format_time
+from edgeq.cli.options import F, open_store, output_options, require_queue, wants_json
+from edgeq.cli.views import format_message, message_json
 from edgeq.errors import MessageTooLarge, QueueFull
 from edgeq.message import Message
 from edgeq.rules import QueueRule
@@ -38,60 +18,25 @@ from edgeq.rules.base import RuleEvent
 from edgeq.types import FieldValue
 from edgeq.values import Int32, Int64
 
-__all__ = ["cli", "main"]
+__all__ = ["browse", "depth", "get", "put", "sweep"]
+
+def _field_option(help: str) -> Callable[[F], F]:
+    """``--field NAME=VALUE`` (or ``NAME:TYPE=VALUE``), repeatable, as ``fields``."""
+
+    def decorate(f: F) -> F:
+        return click.option("--field", "fields", type=FIELD, multiple=True, help=help)(f)
+
+    return decorate
 
 
-# -- the group ------------------------------------------------------------------------
-
-
-@click.group("edgeq", cls=EdgeqGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="EDGEQ_DB",
-    show_envvar=True,
-    help="The store: an SQLite file holding one queue manager's queues.",
-)
-@click.option(
-    "--name",
-    envvar="EDGEQ_NAME",
-    show_envvar=True,
-    help="Queue manager name; needed only to create a new store (checked against it otherwise).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of text.")
-@click.version_option(__version__, "-V", "--version", prog_name="edgeq")
-@click.pass_context
-def cli(ctx: click.Context, db: Path | None, name: str | None, as_json: bool) -> None:
-    """Durable store-and-forward message queues (MQe's model) in one SQLite file.
-
-    \b
-    Examples:
-      edgeq --db dev.db --name DEV1 queue define ORDERS --expiry-ms 1h
-      edgeq --db dev.db put ORDERS '42 widgets' --priority 7 --expire-after 30s
-      edgeq --db dev.db get ORDERS
-      edgeq --db dev.db queue define DLQ
-      edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
-      edgeq rules list              # the rules installed, to bind by name
-      edgeq demo                    # a guided tour of expiry, rules and assured delivery
-
-    Exit status: 0 on success, 1 on an error, 2 on a usage mistake.
-    """
-    log_to_stderr()
-    ctx.obj = Options(db, name, as_json)
-
-
-cli.add_command(queue)
-cli.add_command(purge)
-cli.add_command(serve)  # edgeq serve / edgeq sync: network stacks are imported lazily
-cli.add_command(sync)
-cli.add_command(keys)  # edgeq keys new; edgeq server devices add|list|revoke
-cli.add_command(server)
-cli.add_command(rules)
-cli.add_command(export)  # edgeq export / edgeq pipeline run: pyarrow and pyspark are imported lazily
-cli.add_command(pipeline)
-
-
-# -- messages ----------------------------------------------------------------------------
+def _fields(fields: Sequence[tuple[str, FieldValue]]) -> dict[str, FieldValue] | None:
+    """The ``--field`` options as a dict (None if none given); a name given twice is an error."""
+    out: dict[str, FieldValue] = {}
+    for name, value in fields:
+        if name in out:
+            raise click.BadParameter(f"field {name!r} is given twice", param_hint="'--field'")
+        out[name] = value
+    return out or None
 
 
 class _AddWatch(QueueRule):
@@ -117,7 +62,7 @@ def _correlation_id(text: str | None) -> bytes | None:
     return text.encode("utf-8")
 
 
-@cli.command()
+@click.command()
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("data", required=False)
 @click.option("--expire-after", type=RELATIVE_EXPIRY,
@@ -125,12 +70,11 @@ def _correlation_id(text: str | None) -> bytes | None:
 @click.option("--expire-at", type=EXPIRE_AT,
               help="Absolute expiry (MQe Int64): ISO-8601 with a timezone, or epoch ms.")
 @click.option("--priority", type=click.IntRange(0, 9), help="0 (lowest) to 9 (highest); default: the queue's.")
-@click.option("--field", "fields", type=FIELD, multiple=True,
-              help="A field NAME=VALUE (str) or NAME:TYPE=VALUE, TYPE one of str, int32, int64, "
-                   "float, bool, bytes (hex). Repeatable.")
+@_field_option("A field NAME=VALUE (str) or NAME:TYPE=VALUE, TYPE one of str, int32, int64, "
+               "float, bool, bytes (hex). Repeatable.")
 @click.option("--correlation-id", help="Correlation id: UTF-8 text, or hex:ABCD for bytes.")
 @click.option("--reply-to", help="Name of the queue a reply should go to.")
-@json_flag
+@output_options
 @click.pass_context
 def put(
     ctx: click.Context,
@@ -172,7 +116,7 @@ def put(
         expiry = Int64(expire_at)
     message = Message(
         body,
-        fields=parse_filter(fields) or {},
+        fields=_fields(fields) or {},
         priority=priority,
         expiry=expiry,
         correlation_id=_correlation_id(correlation_id),
@@ -208,13 +152,12 @@ def _print_messages(messages: list[Message], as_json: bool, empty: str) -> None:
         click.echo("\n\n".join(format_message(m) for m in messages))
 
 
-@cli.command()
+@click.command()
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Take up to this many.")
-@click.option("--field", "fields", type=FIELD, multiple=True,
-              help="Take only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
+@_field_option("Take only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--raw", is_flag=True, help="Write only the data bytes to stdout (nothing if the queue is empty).")
-@json_flag
+@output_options
 @click.pass_context
 def get(
     ctx: click.Context,
@@ -242,7 +185,7 @@ def get(
         raise click.UsageError("choose one of --raw and --json")
     qm = open_store(ctx)
     require_queue(qm, queue_name)
-    messages = qm.get_many(queue_name, count, filter=parse_filter(fields))
+    messages = qm.get_many(queue_name, count, filter=_fields(fields))
     if raw:
         out = sys.stdout.buffer
         for message in messages:
@@ -252,12 +195,11 @@ def get(
     _print_messages(messages, use_json, f"No message available on {queue_name}.")
 
 
-@cli.command()
+@click.command()
 @click.argument("queue_name", metavar="QUEUE")
-@click.option("--field", "fields", type=FIELD, multiple=True,
-              help="Show only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
+@_field_option("Show only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
-@json_flag
+@output_options
 @click.pass_context
 def browse(
     ctx: click.Context,
@@ -277,13 +219,13 @@ def browse(
     """
     qm = open_store(ctx)
     require_queue(qm, queue_name)
-    messages = qm.browse(queue_name, filter=parse_filter(fields), limit=limit)
+    messages = qm.browse(queue_name, filter=_fields(fields), limit=limit)
     _print_messages(messages, wants_json(ctx, as_json), f"No messages to browse on {queue_name}.")
 
 
-@cli.command()
+@click.command()
 @click.argument("queue_name", metavar="QUEUE")
-@json_flag
+@output_options
 @click.pass_context
 def depth(ctx: click.Context, queue_name: str, as_json: bool) -> None:
     """Print how many messages QUEUE holds (locked ones included).
@@ -303,9 +245,9 @@ def depth(ctx: click.Context, queue_name: str, as_json: bool) -> None:
         click.echo(str(count))
 
 
-@cli.command()
+@click.command()
 @click.argument("queue_name", metavar="[QUEUE]", required=False)
-@json_flag
+@output_options
 @click.pass_context
 def sweep(ctx: click.Context, queue_name: str | None, as_json: bool) -> None:
     """Discard expired messages now, on QUEUE or every queue; print how many.
@@ -330,42 +272,3 @@ def sweep(ctx: click.Context, queue_name: str | None, as_json: bool) -> None:
     for name, count in counts.items():
         if count:
             click.echo(f"  {name}: {count}")
-
-
-# -- the demo ----------------------------------------------------------------------------
-
-
-@cli.command()
-@click.option("--db", "path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the demo store (must not exist). Default: a new temporary directory.")
-@click.option("--replace", is_flag=True,
-              help="Overwrite --db if it holds an earlier demo's store (never any other file).")
-def demo(path: Path | None, replace: bool) -> None:
-    """Run a guided tour of MQe expiry, rules and assured delivery.
-
-    On a real SQLite file, with a simulated clock, it defines queues, puts
-    messages with relative and absolute expiry, moves the clock through MQe's
-    five expiry check points (add, get, depth, delete, activate) and a sweep,
-    with a rule narrating each discard, then does an assured put and get.
-    The global --db is ignored: the demo never touches your store.
-
-    \b
-    Examples:
-      edgeq demo
-      edgeq demo --db /tmp/tour.db --replace
-    """
-    from edgeq.demo import prepare_path, run_demo
-
-    if path is None:
-        path = Path(tempfile.mkdtemp(prefix="edgeq-demo-")) / "demo.db"
-    prepare_path(path, replace=replace)
-    run_demo(path, click.echo)
-
-
-def main() -> None:
-    """Run the ``edgeq`` command (the console script's entry point)."""
-    cli(prog_name="edgeq")
-
-
-if __name__ == "__main__":  # pragma: no cover - python -m edgeq.cli
-    main()

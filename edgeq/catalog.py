@@ -1,0 +1,174 @@
+"""The queue catalog: defining, altering, inquiring and deleting queues of every kind
+(local, remote, home-server), with their persisted rule bindings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from edgeq.bindings import RuleSpec, build_bindings, check_specs
+from edgeq.checkpoints import ExpiryPolicy
+from edgeq.dispatch import Binding, Pending
+from edgeq.errors import InvalidArgument, QueueExists, QueueNotEmpty
+from edgeq.events import EventSink
+from edgeq.meta import journal_is_explicit
+from edgeq.names import check_name
+from edgeq.queues import QueueAttributes, check_attributes, require_queue
+from edgeq.rulestore import RuleTx
+from edgeq.sealer import Sealer
+from edgeq.store import QueueRow, Tx
+
+if TYPE_CHECKING:
+    from edgeq.rules import QueueRule
+    from edgeq.rules.base import RuleHost
+
+__all__ = ["QueueCatalog"]
+
+
+class QueueCatalog:
+    """The queues of one queue manager. ``host`` is the queue manager the rules of
+    new bindings are attached to."""
+
+    def __init__(self, qm_name: str, host: RuleHost, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy) -> None:
+        self.qm_name = qm_name
+        self.host = host
+        self.sink = sink
+        self.sealer = sealer
+        self.expiry = expiry
+        self.clock = sink.clock
+
+    def define_queue(self, name: str, rules: Sequence[RuleSpec] | None, encryption: str | None,
+                     **attributes: Any) -> None:
+        """Define a local queue with ``attributes`` (those of ``QueueManager.define_queue``)."""
+        self.define(name, attributes, rules, {"encryption": self.sealer.cipher(encryption)})
+
+    def define(
+        self, name: str, attributes: dict[str, Any], rules: Sequence[RuleSpec] | None,
+        kind: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Define a queue of any kind: validated attributes, bindings stored with it."""
+        check_name(name, "queue name")
+        attrs = check_attributes(attributes)
+        specs = check_specs(rules) if rules is not None else []
+        built = build_bindings(self.host, name, specs)  # validates every config before anything is stored
+        with self.sink.write() as tx:
+            if tx.queue(name) is not None:
+                raise QueueExists(
+                    f"queue {name!r} is already defined on {self.qm_name}: use alter_queue to change it"
+                )
+            tx.insert_queue(name, {**attrs, **(kind or {})}, self.clock())
+            bound = self._bind(tx, require_queue(tx, self.qm_name, name), specs, built) if specs else []
+        if bound:
+            self.sink.rules.set_persisted(name, bound)
+
+    def _bind(
+        self, tx: Tx, queue: QueueRow, specs: list[tuple[str, dict[str, Any]]], rules: list[QueueRule]
+    ) -> list[Binding]:
+        """Store a queue's bindings (rules already built and validated) in ``tx``."""
+        ids = RuleTx(tx.conn).replace_bindings(queue.id, specs)
+        return [
+            Binding(f"b{i}", name, rule, persisted=True, config=config)
+            for i, (name, config), rule in zip(ids, specs, rules, strict=True)
+        ]
+
+    def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
+        """Change some of a queue's attributes (see ``QueueManager.alter_queue``)."""
+        check_name(name, "queue name")
+        if not attributes:
+            raise InvalidArgument("alter_queue needs at least one attribute to change, e.g. expiry_ms=60000")
+        specs = check_specs(attributes.pop("rules")) if "rules" in attributes else None
+        check_attributes(attributes)
+        built = build_bindings(self.host, name, specs) if specs is not None else []
+        with self.sink.write() as tx:
+            queue = require_queue(tx, self.qm_name, name)
+            if attributes:
+                tx.update_queue(queue.id, attributes)
+            if "expiry_ms" in attributes and attributes["expiry_ms"] != queue.expiry_ms:
+                tx.retime(queue.id, attributes["expiry_ms"])
+            if "ordering" in attributes and attributes["ordering"] != queue.ordering:
+                tx.rerank(queue.id, attributes["ordering"] == "priority")
+            bound = self._bind(tx, queue, specs, built) if specs is not None else None
+            result = QueueAttributes.from_row(require_queue(tx, self.qm_name, name))
+        if bound is not None:
+            self.sink.rules.set_persisted(name, bound)
+        return result
+
+    def queue_attributes(self, name: str) -> QueueAttributes:
+        """The definition of a queue."""
+        check_name(name, "queue name")
+        with self.sink.db.read() as conn:
+            return QueueAttributes.from_row(require_queue(Tx(conn), self.qm_name, name))
+
+    def queue_names(self) -> list[str]:
+        """The names of the queues defined here, sorted."""
+        with self.sink.db.read() as conn:
+            return [q.name for q in Tx(conn).queues()]
+
+    def delete_queue(self, name: str) -> None:
+        """Delete an empty queue, expired messages purged first (MQe's "deleted" check point)."""
+        self.expiry.touch(name)
+        self.expiry.discard_expired(name, "delete")
+        with self.sink.write() as tx:
+            queue = require_queue(tx, self.qm_name, name)
+            if queue.depth:
+                raise QueueNotEmpty(
+                    f"queue {name!r} still holds {queue.depth} unexpired message(s): get them, "
+                    "or purge() the queue, before deleting it"
+                )
+            tx.delete_queue(queue.id)
+        self.expiry.forget(name)
+        if self.sink.rules.wants(name):
+            self.sink.dispatch([Pending("queue_deleted", name, self.clock())])
+        self.sink.rules.drop(name)
+
+    def define_remote_queue(
+        self,
+        name: str,
+        *,
+        target_qmgr: str,
+        target_queue: str | None = None,
+        mode: Literal["async", "sync"] = "async",
+        expiry_ms: int | None = None,
+        cap_expiry_ms: int | None = None,
+        max_depth: int | None = None,
+        max_message_bytes: int | None = None,
+        default_priority: int = 4,
+        rules: Sequence[RuleSpec] | None = None,
+        encryption: str | None = None,
+    ) -> None:
+        """Define a remote queue (see ``QueueManager.define_remote_queue``)."""
+        check_name(target_qmgr, "target queue manager name")
+        if target_queue is not None:
+            check_name(target_queue, "target queue name")
+        if mode not in ("async", "sync"):
+            raise InvalidArgument(f"mode must be 'async' or 'sync', not {mode!r}")
+        attrs = {
+            "expiry_ms": expiry_ms, "cap_expiry_ms": cap_expiry_ms, "max_depth": max_depth,
+            "max_message_bytes": max_message_bytes, "default_priority": default_priority, "ordering": "priority",
+        }
+        kind = {
+            "kind": "remote", "target_qmgr": target_qmgr, "target_queue": target_queue or name, "mode": mode,
+            "encryption": self.sealer.cipher(encryption),
+        }
+        self.define(name, attrs, rules, kind)
+        self._sync_queue_defined()
+
+    def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
+        """Define a home-server queue (see ``QueueManager.define_home_server_queue``)."""
+        check_name(server, "home server name")
+        rules = attributes.pop("rules", None)
+        cipher = self.sealer.cipher(attributes.pop("encryption", None))
+        defaults: dict[str, Any] = {"default_priority": 4, "ordering": "priority"}
+        self.define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher})
+        self._sync_queue_defined()
+
+    def queues_of_kind(self, kind: str) -> list[QueueAttributes]:
+        """The queues of one kind (``remote``, ``home``)."""
+        with self.sink.db.read() as conn:
+            return [QueueAttributes.from_row(q) for q in Tx(conn).queues() if q.kind == kind]
+
+    def _sync_queue_defined(self) -> None:
+        """A remote or home-server queue was just defined: a store never given a journal
+        setting journals its device-side expiries from now on, in this process too."""
+        if self.sink.journal is None and not journal_is_explicit(self.sink.db):
+            self.sink.journal = "device"

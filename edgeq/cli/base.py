@@ -1,0 +1,54 @@
+"""What every command group shares: errors as one line, log warnings on stderr, JSON output."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from typing import Any
+
+import click
+
+from edgeq.errors import EdgeqError
+
+__all__ = ["EdgeqGroup", "emit_json", "log_to_stderr"]
+
+
+class EdgeqGroup(click.Group):
+    """A group that turns edgeq's own errors into one ``Error:`` line (exit 1), never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command, turning edgeq, SQLite and OS errors into one ``Error:`` line (exit 1)."""
+        try:
+            return super().invoke(ctx)
+        except EdgeqError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise click.ClickException(f"SQLite failed: {exc}") from exc
+        except OSError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+class _WarningLine(logging.Handler):
+    """Prints each warning or error edgeq logs (a rule that raised, a plugin that failed
+    to load) as one ``Warning: ...`` line on stderr: the command itself still succeeded."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Echo the record as one ``Warning: ...`` line on stderr, naming its exception if any."""
+        text = record.getMessage()
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f": {type(exc).__name__}: {exc}"
+        click.echo(f"Warning: {' '.join(text.split())}", err=True)
+
+
+def log_to_stderr() -> None:
+    """Send edgeq's log warnings to stderr as single lines, not tracebacks (idempotent)."""
+    logger = logging.getLogger("edgeq")
+    if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+        logger.addHandler(_WarningLine(logging.WARNING))
+
+
+def emit_json(value: object) -> None:
+    """Print ``value`` as indented JSON on stdout."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))

@@ -1,0 +1,269 @@
+"""How records are shown: messages, queues and their rule bindings, rule failures, counters.
+
+Each record has a text form for people (``format_*``) and a JSON form for scripts
+(``*_json``); values inside them are written as :mod:`edgeq.cli.format` writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from edgeq.bindings import BindingInfo
+from edgeq.cli.format import (
+    approx_duration,
+    field_type,
+    format_duration,
+    format_field,
+    format_rule_spec,
+    format_time,
+)
+from edgeq.message import Message
+from edgeq.queues import QueueAttributes
+from edgeq.rules.registry import RuleInfo
+from edgeq.rulestore import FailureRow
+from edgeq.types import FieldValue
+from edgeq.values import Int32, Int64
+
+__all__ = [
+    "binding_json",
+    "failure_json",
+    "format_bindings",
+    "format_failures",
+    "format_message",
+    "format_queue",
+    "format_queue_table",
+    "format_rules_table",
+    "format_stats",
+    "format_table",
+    "message_json",
+    "queue_json",
+]
+
+# -- messages and queues ------------------------------------------------------------------
+
+
+def _data_text(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _expiry_text(message: Message) -> str:
+    left = message.remaining_expiry_ms
+    left_text = "" if left is None else f"; {approx_duration(left)} left"
+    if isinstance(message.expiry, Int32):
+        return f"relative Int32({int(message.expiry)}), {format_duration(int(message.expiry))} after creation{left_text}"
+    if isinstance(message.expiry, Int64):
+        return f"absolute Int64({int(message.expiry)}), at {format_time(int(message.expiry))}{left_text}"
+    if left is not None:
+        return f"the queue's expiry_ms{left_text}"
+    return "never"
+
+
+def format_message(message: Message) -> str:
+    """A got or browsed message, for people: uid, priority, expiry, fields, data."""
+    lines = [f"{message.uid}  priority {message.priority}"]
+    if message.created_ms is not None:
+        lines[0] += f"  created {format_time(message.created_ms)}"
+    lines.append(f"  expiry   {_expiry_text(message)}")
+    if message.backout_count:
+        lines.append(f"  backouts {message.backout_count}")
+    if message.correlation_id is not None:
+        lines.append(f"  correlation id (hex) {message.correlation_id.hex()}")
+    if message.reply_to is not None:
+        lines.append(f"  reply to {message.reply_to}")
+    if message.fields:
+        lines.append("  fields   " + " ".join(format_field(k, v) for k, v in message.fields.items()))
+    text = _data_text(message.data)
+    size = f"{len(message.data)} byte{'' if len(message.data) == 1 else 's'}"
+    if text is None:
+        lines.append(f"  data     binary (not UTF-8), {size}, as hex: {message.data.hex()}")
+    elif "\n" in text.rstrip("\n") or "\r" in text:
+        lines.append(f"  data     UTF-8 text, {size}:")
+        lines.extend(f"    {line}" for line in text.splitlines())
+    else:
+        lines.append(f"  data     UTF-8 text, {size}: {text.rstrip(chr(10))}")
+    return "\n".join(lines)
+
+
+def _json_field(value: FieldValue) -> dict[str, Any]:
+    out: Any
+    if isinstance(value, bool):
+        out = value
+    elif isinstance(value, (Int32, Int64)):
+        out = int(value)
+    elif isinstance(value, float):
+        out = value if math.isfinite(value) else str(value)  # JSON has no nan/inf
+    elif isinstance(value, bytes):
+        out = value.hex()
+    else:
+        out = value
+    return {"type": field_type(value), "value": out}
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as JSON: data as base64 (plus ``data_text`` when it is UTF-8), typed fields."""
+    expiry: dict[str, Any] | None = None
+    if isinstance(message.expiry, Int32):
+        expiry = {"type": "int32", "relative_ms": int(message.expiry)}
+    elif isinstance(message.expiry, Int64):
+        expiry = {"type": "int64", "at_ms": int(message.expiry), "at": format_time(int(message.expiry))}
+    return {
+        "uid": str(message.uid),
+        "priority": message.priority,
+        "created_ms": message.created_ms,
+        "expiry": expiry,
+        "remaining_expiry_ms": message.remaining_expiry_ms,
+        "backout_count": message.backout_count,
+        "correlation_id": None if message.correlation_id is None else message.correlation_id.hex(),
+        "reply_to": message.reply_to,
+        "fields": {name: _json_field(value) for name, value in message.fields.items()},
+        "data": base64.b64encode(message.data).decode("ascii"),
+        "data_text": _data_text(message.data),
+    }
+
+
+def binding_json(binding: BindingInfo) -> dict[str, Any]:
+    """A rule binding as JSON: name, config, whether it is persisted, and its load error."""
+    return {"name": binding.name, "config": binding.config, "persisted": binding.persisted, "error": binding.error}
+
+
+def queue_json(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo] | None = None) -> dict[str, Any]:
+    """A queue's attributes and depth (and rule bindings, in order, when given) as JSON."""
+    out = {**attrs.as_dict(), "depth": depth}
+    if bindings is not None:
+        out["rules"] = [binding_json(b) for b in bindings]
+    return out
+
+
+def _limit_text(value: int | None, duration: bool) -> str:
+    if value is None:
+        return "none"
+    return f"{value} ({format_duration(value)})" if duration else str(value)
+
+
+def format_queue(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo] | None = None) -> str:
+    """A queue's attributes and depth, one per line, for people; then its rule bindings, if given."""
+    rows: Mapping[str, str] = {
+        "queue": attrs.name,
+        "depth": str(depth),
+        "expiry_ms": _limit_text(attrs.expiry_ms, True),
+        "cap_expiry_ms": _limit_text(attrs.cap_expiry_ms, True),
+        "max_depth": _limit_text(attrs.max_depth, False),
+        "max_message_bytes": _limit_text(attrs.max_message_bytes, False),
+        "depth_threshold": _limit_text(attrs.depth_threshold, False),
+        "default_priority": str(attrs.default_priority),
+        "ordering": attrs.ordering,
+        "created": format_time(attrs.created_ms),
+    }
+    if attrs.kind != "local":
+        target = f"{attrs.target_qmgr}/{attrs.target_queue} ({attrs.mode})" if attrs.kind == "remote" else attrs.server
+        rows = {**rows, "kind": f"{attrs.kind}: {target}"}
+    if attrs.encryption:
+        rows = {**rows, "encryption": attrs.encryption}
+    width = max(len(key) for key in rows)
+    lines = [f"{key:<{width}}  {value}" for key, value in rows.items()]
+    if bindings is not None:
+        rules = format_bindings(bindings).splitlines()
+        lines.append(f"{'rules':<{width}}  {rules[0]}")
+        lines.extend(f"{'':<{width}}  {line}" for line in rules[1:])
+    return "\n".join(lines)
+
+
+def format_bindings(bindings: list[BindingInfo]) -> str:
+    """A queue's rule bindings, one per line in the order they run (``none`` if there are none)."""
+    if not bindings:
+        return "none"
+    lines = []
+    for n, b in enumerate(bindings, start=1):
+        line = f"{n}. {format_rule_spec(b.name, b.config)}"
+        if not b.persisted:
+            line += "  (in-process)"
+        if b.error is not None:
+            line += f"  BROKEN: {b.error}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def format_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
+    """Rows under a header, in columns two spaces apart (no trailing blanks)."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table
+    )
+
+
+def format_queue_table(queues: list[tuple[QueueAttributes, int]]) -> str:
+    """Queues as a table: name, depth and the main attributes."""
+    header = ("QUEUE", "DEPTH", "EXPIRY", "CAP", "MAX-DEPTH", "PRIO", "ORDERING")
+    rows = [
+        (
+            a.name,
+            str(depth),
+            "-" if a.expiry_ms is None else format_duration(a.expiry_ms).replace(" ", ""),
+            "-" if a.cap_expiry_ms is None else format_duration(a.cap_expiry_ms).replace(" ", ""),
+            "-" if a.max_depth is None else str(a.max_depth),
+            str(a.default_priority),
+            a.ordering,
+        )
+        for a, depth in queues
+    ]
+    return format_table(header, rows)
+
+
+# -- rules, failures and counters ------------------------------------------------------
+
+
+def format_rules_table(rules: list[RuleInfo]) -> str:
+    """Installed rules as a table: name, package and summary."""
+    return format_table(("RULE", "PACKAGE", "SUMMARY"), [(r.name, r.package, r.summary) for r in rules])
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def failure_json(failure: FailureRow) -> dict[str, Any]:
+    """A failed rule delivery as JSON; ``next_retry_ms`` is None once it is parked."""
+    return {
+        "event_id": failure.event_id,
+        "queue": failure.queue,
+        "rule": failure.rule,
+        "binding": failure.binding,
+        "attempts": failure.attempts,
+        "parked": failure.parked,
+        "last_error": failure.last_error,
+        "last_attempt_ms": failure.last_ms,
+        "last_attempt": format_time(failure.last_ms),
+        "next_retry_ms": None if failure.parked else failure.next_ms,
+        "next_retry": None if failure.parked else format_time(failure.next_ms),
+    }
+
+
+def format_failures(failures: list[FailureRow]) -> str:
+    """Failed rule deliveries as a table: event, queue, rule, attempts, state, next retry, last error."""
+    header = ("EVENT", "QUEUE", "RULE", "ATTEMPTS", "STATE", "NEXT-RETRY", "LAST-ERROR")
+    rows = [
+        (
+            str(f.event_id),
+            f.queue,
+            f.rule,
+            str(f.attempts),
+            "parked" if f.parked else "waiting",
+            "-" if f.parked else format_time(f.next_ms),
+            _one_line(f.last_error),
+        )
+        for f in failures
+    ]
+    return format_table(header, rows)
+
+
+def format_stats(stats: Mapping[str, int]) -> str:
+    """A queue's counters, one per line, sorted by name."""
+    width = max(len(name) for name in stats)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in sorted(stats.items()))

@@ -1,0 +1,165 @@
+"""The sealer: encryption at rest for a queue manager's encrypted queues.
+
+It checks the key ring against the store, seals rows as they are put, opens them
+as they are read (a row that fails its integrity check raises
+:class:`~edgeq.crypto.IntegrityError`; the caller quarantines it), and re-seals
+whole queues under a new key (:meth:`Sealer.rotate_keys`). The keys themselves
+are :class:`~edgeq.crypto.StoreKeys`.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from pathlib import Path
+
+from edgeq.args import check_count
+from edgeq.connection import ConnectionFactory
+from edgeq.crypto import CIPHERS, ENV_KEY_FILE, IntegrityError, KeyMissing, StoreKeys
+from edgeq.errors import InvalidArgument, StoreError
+from edgeq.events import EventSink
+from edgeq.queues import require_queue
+from edgeq.results import QuarantineEntry
+from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
+
+__all__ = ["Sealer"]
+
+log = logging.getLogger("edgeq")
+
+
+class Sealer:
+    """Seals and opens the rows of encrypted queues with the store key ring ``keys``
+    (None: no encrypted queue can be used); ``default_encryption`` is the cipher a
+    new queue gets when it names none."""
+
+    def __init__(self, qm_name: str, keys: StoreKeys | None, default_encryption: str | None) -> None:
+        if default_encryption is not None and default_encryption not in CIPHERS:
+            raise InvalidArgument(f"default_encryption must be one of {', '.join(CIPHERS)} or None")
+        self.qm_name = qm_name
+        self.keys = keys
+        self.default_encryption = default_encryption
+
+    def check_keys(self, db: ConnectionFactory, path: Path) -> None:
+        """Refuse a key ring whose keys are not the ones this store was sealed with.
+
+        The store keeps a check value per key id (never the key): a wrong key is
+        caught here, not mistaken later for tampered rows.
+        """
+        if self.keys is None:
+            return
+        keys = self.keys
+        with db.write() as conn:
+            for key_id in keys.ids:
+                row = conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (f"keycheck.{key_id}",)).fetchone()
+                if row is None:
+                    value = base64.b64encode(keys.check_value(key_id)).decode()
+                    conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?)", (f"keycheck.{key_id}", value))
+                elif not keys.verify(key_id, base64.b64decode(row[0])):
+                    raise StoreError(
+                        f"{path}: store key {key_id!r} is not the key this store was encrypted with: "
+                        "use the right key file (nothing was changed)"
+                    )
+
+    def cipher(self, encryption: str | None) -> str | None:
+        """The cipher a new queue gets (its own, else the default), checked against the key ring."""
+        cipher = encryption if encryption is not None else self.default_encryption
+        if cipher is not None and cipher not in CIPHERS:
+            raise InvalidArgument(f"encryption must be one of {', '.join(CIPHERS)} (or None), not {cipher!r}")
+        if cipher is not None and self.keys is None:
+            raise KeyMissing(
+                "an encrypted queue needs a store key: make one with `edgeq keys new-store-key --out store.key` "
+                f"and open the store with keys='store.key' (or ${ENV_KEY_FILE})"
+            )
+        return cipher
+
+    def unseal(self, queue: str, row: MessageRow) -> MessageRow:
+        """The row with its data and fields in clear (as stored, if it is not sealed)."""
+        if row.key_id is None:
+            return row
+        if self.keys is None:
+            raise KeyMissing(
+                f"queue {queue!r} is encrypted: open the store with its key file "
+                f"(QueueManager(..., keys='store.key'), or ${ENV_KEY_FILE})"
+            )
+        uid = f"{row.origin}.{row.stamp}"
+        data = self.keys.open(row.key_id, row.data, self.qm_name, queue, uid, "data")
+        fields = None if row.fields is None else self.keys.open(row.key_id, row.fields, self.qm_name, queue, uid, "fields")
+        return row._replace(data=data, fields=fields, key_id=None)
+
+    def unseal_for_rules(self, queue: str, row: MessageRow) -> MessageRow:
+        """For a rule's copy: unsealed if possible, else the row without its data and fields."""
+        try:
+            return self.unseal(queue, row)
+        except StoreError as exc:
+            log.warning("a rule gets message %s.%s of queue %s without its data: %s", row.origin, row.stamp, queue, exc)
+            return row._replace(data=b"", fields=None, key_id=None)
+
+    def seal(self, q: QueueRow, row: NewMessage) -> NewMessage:
+        """The row to insert on queue ``q``: sealed if the queue is encrypted."""
+        if q.encryption is None:
+            return row
+        key_id, data, fields = self.seal_parts(q.name, row.origin, row.stamp, row.data, row.fields)
+        return row._replace(data=data, fields=fields, key_id=key_id)
+
+    def seal_parts(
+        self, queue: str, origin: str, stamp: int, data: bytes, fields: bytes | None
+    ) -> tuple[str, bytes, bytes | None]:
+        """(key id, sealed data, sealed fields) under the current store key."""
+        if self.keys is None:
+            raise KeyMissing(
+                f"queue {queue!r} is encrypted: open the store with its key file to put messages on it "
+                f"(QueueManager(..., keys='store.key'), or ${ENV_KEY_FILE})"
+            )
+        uid = f"{origin}.{stamp}"
+        key_id, sealed = self.keys.seal(data, self.qm_name, queue, uid, "data")
+        sealed_fields = None if fields is None else self.keys.seal(fields, self.qm_name, queue, uid, "fields")[1]
+        return key_id, sealed, sealed_fields
+
+    def rotate_keys(self, sink: EventSink, queue: str | None = None, *, batch: int = 500) -> int:
+        """Re-seal, under the current store key, every row of the encrypted queues (or
+        of ``queue``) sealed with another key; return how many rows were re-sealed.
+
+        Works in batches of ``batch`` rows, each its own transaction, so the queues
+        stay in use throughout; a crash leaves each row sealed under one key or the
+        other (the row says which), and running it again finishes the job. A row
+        that fails its integrity check is quarantined.
+        """
+        batch = check_count(batch)
+        if self.keys is None:
+            raise KeyMissing(f"rotating needs the store key ring: open the store with keys=... (or ${ENV_KEY_FILE})")
+        keys = self.keys
+        names = [queue] if queue is not None else [q.name for q in self._encrypted_queues(sink)]
+        total = 0
+        for name in names:
+            while True:
+                now = sink.clock()
+                with sink.write() as tx:
+                    q = require_queue(tx, self.qm_name, name)
+                    rows = tx.stale_sealed(q.id, keys.current, batch) if q.encryption else []
+                    resealed, events = [], []
+                    for row in rows:
+                        try:
+                            opened = self.unseal(name, row)
+                        except IntegrityError:
+                            events += sink.quarantine(tx, q, row, now)
+                            continue
+                        key_id, data, fields = self.seal_parts(name, row.origin, row.stamp, opened.data, opened.fields)
+                        resealed.append((fields, data, key_id, row.id))
+                    tx.reseal(resealed)
+                    sink.record(tx, events)
+                sink.dispatch(events)
+                total += len(resealed)
+                if len(rows) < batch:
+                    break
+        return total
+
+    def quarantined(self, db: ConnectionFactory) -> list[QuarantineEntry]:
+        """Rows moved to the quarantine because they failed their integrity check."""
+        with db.read() as conn:
+            return [QuarantineEntry(*row) for row in Tx(conn).quarantined()]
+
+    @staticmethod
+    def _encrypted_queues(sink: EventSink) -> list[QueueRow]:
+        with sink.db.read() as conn:
+            return [q for q in Tx(conn).queues() if q.encryption]
+

@@ -1,0 +1,139 @@
+"""The agent's background loop: a cycle every interval (APScheduler), at once after a
+put on a remote queue while the server is reachable, and with exponential backoff
+plus jitter after a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
+
+from edgeq.manager import QueueManager
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+__all__ = ["Daemon"]
+
+log = logging.getLogger("edgeq.sync.agent")
+
+
+class _WakeRule(QueueRule):
+    """Wakes the daemon when a message is put on a remote queue."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def on_added(self, event: RuleEvent) -> None:
+        """Wake the daemon to push the new message."""
+        self._daemon.wake_on_put()
+
+
+class Daemon:
+    """Run ``cycle`` (it returns whether it succeeded) in a background thread.
+
+    ``online`` tells whether the server was reachable at the last exchange: only
+    then does a put wake the loop at once (the wake rule on ``qm``'s remote queues);
+    after a failure the loop waits ``backoff_base_s`` doubled per failure, at most
+    ``backoff_max_s``, jittered. ``server_url`` is for the log.
+    """
+
+    def __init__(
+        self, qm: QueueManager, cycle: Callable[[], bool], *, online: Callable[[], bool],
+        backoff_base_s: float, backoff_max_s: float, server_url: str,
+    ) -> None:
+        self.qm = qm
+        self._cycle = cycle
+        self._online = online
+        self._backoff = (backoff_base_s, backoff_max_s)
+        self._server_url = server_url
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._scheduler: BackgroundScheduler | None = None
+        self._worker: threading.Thread | None = None
+        self._rules: list[tuple[str, _WakeRule]] = []
+
+    def wake_on_put(self) -> None:
+        """A message was put on a remote queue: run a cycle now, if the server is reachable."""
+        if self._online():
+            self._wake.set()
+
+    def start(self, interval_s: float = 5.0) -> None:
+        """Start the loop: a cycle every ``interval_s`` seconds, at once after a put while
+        online, with backoff after a failure. :meth:`stop` ends it."""
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, not {interval_s!r}")
+        if self._worker is not None:
+            raise RuntimeError("the sync agent is already running")
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self._stop.clear()
+        for attrs in self.qm.remote_queues():
+            rule = _WakeRule(self)
+            self.qm.add_rule(attrs.name, rule)
+            self._rules.append((attrs.name, rule))
+        scheduler = BackgroundScheduler(daemon=True)
+        scheduler.add_job(self._wake.set, "interval", seconds=interval_s, id="edgeq-sync-tick",
+                          max_instances=1, coalesce=True)
+        scheduler.start()
+        self._scheduler = scheduler
+        self._worker = threading.Thread(target=self._loop, name="edgeq-sync-agent", daemon=True)
+        self._worker.start()
+        log.info("agent started", extra={"event": "start", "server": self._server_url,
+                                         "interval_s": interval_s})
+
+    def run(self, interval_s: float = 5.0) -> None:
+        """:meth:`start`, then block until :meth:`stop` (or Ctrl-C)."""
+        self.start(interval_s)
+        try:
+            self._stop.wait()
+        finally:
+            self.stop()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to return (safe from a signal handler); it stops the loop."""
+        self._stop.set()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop the loop, waiting for a cycle in progress. No-op if not running."""
+        self._stop.set()
+        self._wake.set()
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=True)
+        worker, self._worker = self._worker, None
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
+        for queue, rule in self._rules:
+            self.qm.remove_rule(queue, rule)
+        self._rules.clear()
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            if self._run_cycle():
+                failures = 0
+                self._wake.wait()
+                self._wake.clear()
+            else:
+                failures += 1
+                base, most = self._backoff
+                delay = min(most, base * 2 ** min(failures - 1, 30))
+                delay = random.uniform(delay / 2, delay)  # jitter: devices do not retry in step
+                log.info("retry in %.1fs", delay, extra={"event": "backoff", "failures": failures,
+                                                          "delay_s": round(delay, 3)})
+                self._stop.wait(delay)
+
+    def _run_cycle(self) -> bool:
+        try:
+            return self._cycle()
+        except Exception:
+            log.exception("sync cycle failed", extra={"event": "cycle-error"})
+            return False

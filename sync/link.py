@@ -1,0 +1,155 @@
+"""The agent's conversation with its home server, shared by its parts (push, pull,
+expiry reports): each request with the store's identity and settled mark, the hello
+(asked again whenever the server wants one), and what every exchange teaches: the
+bounds on the server's clock (:class:`~edgeq.sync.clockbounds.ServerClockBounds`)
+and whether the server is reachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from edgeq.sync import protocol as p
+from edgeq.sync.clockbounds import ServerClockBounds
+from edgeq.sync.reports import HelloInfo
+from edgeq.sync.transport import ServerRefused, SyncError, Transport, Unreachable
+
+from edgeq import __version__
+from edgeq.manager import QueueManager
+from edgeq.message import Message
+from edgeq.types import Clock
+
+__all__ = ["Results", "ServerLink", "decode_results"]
+
+log = logging.getLogger("edgeq.sync.agent")
+
+#: An answer's per-message results: ``(uid, status, why)``.
+Results = list[tuple[str, str, str | None]]
+
+
+def decode_results(body: Mapping[str, Any], allowed: Sequence[str], sent: Sequence[Message] | None = None) -> Results:
+    """The checked per-message results of an answer, in the order of ``sent`` if given;
+    a bad answer is :class:`~edgeq.sync.transport.Unreachable` (retry later)."""
+    try:
+        results = p.decode_results(body, allowed)
+    except p.ProtocolError as exc:
+        raise Unreachable(f"bad answer from the server: {exc.detail}") from exc
+    if sent is not None and [u for u, _, _ in results] != [str(m.uid) for m in sent]:
+        raise Unreachable("the server's answer does not match the messages sent")
+    return results
+
+
+class ServerLink:
+    """Requests to the home server over ``transport`` on behalf of ``qm``.
+
+    ``clock`` is the device clock (epoch ms), ``monotonic`` the clock (seconds) every
+    exchange is timed on; ``batch_size`` is the most messages (or entries) the agent
+    sends or asks for in one request, within the server's own limit.
+    :attr:`lock` serialises the agent's pushes and pulls; a hello never takes it
+    (the push's confirmer thread may need one mid-push).
+    """
+
+    def __init__(
+        self, qm: QueueManager, transport: Transport, *, clock: Clock, monotonic: Callable[[], float],
+        batch_size: int,
+    ) -> None:
+        self.qm = qm
+        self.transport = transport
+        self.clock = clock
+        self.monotonic = monotonic
+        self.batch_size = batch_size
+        #: bounds on the server's clock from this agent's exchanges (reset by each hello)
+        self.server_clock = ServerClockBounds()
+        self.lock = threading.RLock()
+        #: whether the last exchange with the server succeeded
+        self.online = False
+        self._hello: HelloInfo | None = None
+        self._hello_due = True
+
+    @property
+    def info(self) -> HelloInfo:
+        """The server's answer to the last hello (one must have been made)."""
+        assert self._hello is not None, "no hello yet"
+        return self._hello
+
+    def call(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
+        """One request and its answer of type ``expect``, saying hello first again if the
+        server asks for one; a failure marks the server offline and due a new hello."""
+        # Every request says which store is calling and what it has settled: the server
+        # forgets this store's confirmed uids below the mark (exactly once, no time window).
+        body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(), **body}
+        try:
+            try:
+                return self._exchange(path, body, expect)
+            except ServerRefused as exc:
+                if exc.code != "hello-required":
+                    raise
+                log.info("server asks for a new hello", extra={"event": "rehello", "path": path})
+                self.hello()
+                return self._exchange(path, body, expect)
+        except SyncError:
+            self.online = False
+            self._hello_due = True
+            raise
+
+    def _exchange(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
+        """One request and its answer; the answer's ``now_ms`` (the server's clock, read
+        while the request was there) becomes a sample of :attr:`server_clock`."""
+        sent = self.monotonic()
+        answer = self.transport.call(path, body, expect)
+        self._sample(path, sent, answer.get("now_ms"), self.monotonic())
+        return answer
+
+    def _sample(self, path: str, sent: float, server_ms: object, received: float) -> None:
+        """Add an exchange to the bounds on the server's clock; log if they had to restart."""
+        if isinstance(server_ms, bool) or not isinstance(server_ms, int) or not 0 <= server_ms <= 2**62:
+            return  # no usable reading: the endpoint's own checks report a bad answer
+        if not self.server_clock.add(sent, server_ms, received):
+            log.warning(
+                "the server's clock moved outside the bounds measured so far (a step?): measuring afresh",
+                extra={"event": "clock-reset", "path": path, "server_ms": server_ms},
+            )
+
+    def hello(self) -> HelloInfo:
+        """Handshake: learn the server's name and limits, and let it record this device's
+        clock offset; restarts the bounds on the server's clock from this exchange."""
+        sent = self.clock()
+        started = self.monotonic()
+        body = self.transport.call(
+            p.PATH_HELLO,
+            {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}"},
+            "hello",
+        )
+        received = self.monotonic()
+        now = self.clock()
+        try:
+            server_now = p.req_int(body, "now_ms", high=2**62)
+            info = HelloInfo(
+                server=p.req_name(body, "server"),
+                offset_ms=now - server_now,
+                server_offset_ms=p.req_int(body, "offset_ms", low=-(2**62), high=2**62),
+                rtt_ms=round((received - started) * 1000),
+                max_body_bytes=p.req_int(body, "max_body_bytes", low=1024),
+                max_batch=p.req_int(body, "max_batch", low=1),
+            )
+        except p.ProtocolError as exc:
+            raise Unreachable(f"bad hello answer from {self.transport.server_url}: {exc.detail}") from exc
+        self.server_clock.reset()
+        self.server_clock.add(started, server_now, received)
+        self._hello = info
+        self._hello_due = False
+        self.online = True
+        log.info(
+            "hello %s", info.server,
+            extra={"event": "hello", "server": info.server, "offset_ms": info.offset_ms, "rtt_ms": info.rtt_ms},
+        )
+        return info
+
+    def ensure_hello(self) -> HelloInfo:
+        """The last hello's answer, or a new hello's if none was made or one is due."""
+        if self._hello is None or self._hello_due:
+            return self.hello()
+        return self._hello

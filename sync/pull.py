@@ -1,0 +1,121 @@
+"""The device's pull: every home-server queue's messages, fetched from the home server.
+
+Each batch is an assured get on the server (its messages stay locked there), a local
+assured put (``put_each`` then ``confirm_put_each``, with resend: a batch offered
+again is stored once), then a pull-confirm that deletes them on the server. Pulled
+lifetimes are shortened by the most time the bounds on the server's clock allow
+since the server read them (``docs/protocol.md``, "Expiry crosses the wire").
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from edgeq.sync import protocol as p
+from edgeq.sync.link import ServerLink, decode_results
+from edgeq.sync.reports import PullReport
+from edgeq.sync.transport import SyncError, Unreachable
+
+from edgeq.errors import EdgeqError
+from edgeq.types import MAX_CONFIRM_ID
+
+__all__ = ["Puller"]
+
+log = logging.getLogger("edgeq.sync.agent")
+
+
+class Puller:
+    """Pull the home-server queues of the link's queue manager from its server."""
+
+    def __init__(self, link: ServerLink) -> None:
+        self.link = link
+        self.qm = link.qm
+        #: what the last :meth:`pull_once` did
+        self.last: PullReport | None = None
+
+    def pull_once(self) -> PullReport:
+        """Fetch every home-server queue's messages from the server (assured get, then
+        a local assured put, then a confirm to the server). Never raises for network problems."""
+        report = PullReport()
+        with self.link.lock:
+            try:
+                server = self.link.ensure_hello().server
+                for attrs in self.qm.home_server_queues():
+                    if attrs.server == server:
+                        self._pull_queue(attrs.name, report)
+            except SyncError as exc:
+                report.error = str(exc)
+            self.last = report
+        if report.batches or report.error:
+            log.log(
+                logging.WARNING if report.error else logging.INFO, "pull: %d received", report.received,
+                extra={"event": "pull", "received": report.received, "duplicates": report.duplicates,
+                       "expired": report.expired, "refused": report.refused,
+                       "acknowledged": report.acknowledged, "error": report.error},
+            )
+        return report
+
+    def _pull_queue(self, name: str, report: PullReport) -> None:
+        limit = min(self.link.batch_size, self.link.info.max_batch)
+        while True:
+            asked = self.link.monotonic()
+            body = self.link.call(p.PATH_PULL, {"type": "pull", "now_ms": self.link.clock(), "queue": name, "max": limit}, "pull")
+            now = self.link.clock()  # the deadlines count from here: read before ``answered``
+            answered = self.link.monotonic()
+            try:
+                wire = p.decode_messages(body, "messages", max_len=limit)
+                sent = p.req_int(body, "now_ms", high=2**62)
+            except p.ProtocolError as exc:
+                raise Unreachable(f"bad pull answer from the server: {exc.detail}") from exc
+            self._settle_pulled(name, body)
+            if not wire:
+                return
+            report.batches += 1
+            # The server measured the remaining lifetimes no earlier than its clock read
+            # ``sent``: at most this long ago, by the bounds on its clock (this exchange's own
+            # included), so ``now + x - transit`` is never later than its deadline.
+            transit = self.link.server_clock.read_age_ms(sent, asked, answered)
+            messages = [w.to_message(now, transit, resend=True) for w in wire]
+            ack: list[str] = []
+            to_confirm = []
+            for result in self.qm.put_each(name, messages, confirm_id=secrets.randbelow(MAX_CONFIRM_ID) + 1):
+                if result.status in ("stored", "replaced", "unconfirmed"):
+                    to_confirm.append(result.uid)
+                elif result.status == "duplicate":
+                    report.duplicates += 1
+                    ack.append(str(result.uid))
+                elif result.status == "expired":
+                    report.expired += 1
+                    ack.append(str(result.uid))
+                else:
+                    report.refused += 1
+            for confirmed in self.qm.confirm_put_each(name, to_confirm) if to_confirm else []:
+                if confirmed.status in ("confirmed", "already", "expired"):
+                    ack.append(str(confirmed.uid))
+                    report.received += confirmed.status == "confirmed"
+                    report.expired += confirmed.status == "expired"
+            if ack:
+                answer = self.link.call(
+                    p.PATH_PULL_CONFIRM,
+                    {"type": "pull-confirm", "now_ms": self.link.clock(), "queue": name, "uids": ack}, "pull-confirm",
+                )
+                report.acknowledged += sum(s == "confirmed" for _, s, _ in decode_results(answer, p.PULL_CONFIRM_STATUSES))
+            if not body.get("more") or not ack:
+                return
+
+    def _settle_pulled(self, name: str, body: dict[str, Any]) -> None:
+        """Forget the pulled uids the server can no longer offer again (below what it
+        holds, per origin): the device remembers exactly what is still in doubt."""
+        held = body.get("held")
+        if held is None:
+            return  # an older server: pulled uids are forgotten by age
+        if not isinstance(held, dict) or not all(
+            isinstance(o, str) and isinstance(s, int) and not isinstance(s, bool) for o, s in held.items()
+        ):
+            raise Unreachable("bad pull answer from the server: 'held' must map origins to stamps")
+        try:
+            self.qm.settle_queue(name, held)
+        except EdgeqError as exc:
+            raise Unreachable(f"bad pull answer from the server: 'held': {exc}") from exc

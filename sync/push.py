@@ -1,0 +1,316 @@
+"""The device's push: every remote queue addressed to the home server, as MQe's
+two-stage transmission (``docs/protocol.md``).
+
+Each batch is **put** (the server stores it locked), **confirmed** (it becomes
+visible), then the local copies are deleted in one local transaction
+(``qm.transmitted``); batch N+1's put overlaps batch N's confirm. A batch is cut
+into chunks under the server's body limit; a put carries the lower bound of the
+server's clock at the instant its batch was read (``server_ms``), and is made again,
+as resends, if those bounds restart while it is under way. Every step is safe to
+repeat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from edgeq.sync import protocol as p
+from edgeq.sync.clockbounds import STALE_AFTER_S
+from edgeq.sync.expiries import ExpiryReporter
+from edgeq.sync.link import Results, ServerLink, decode_results
+from edgeq.sync.reports import Progress, PushReport
+from edgeq.sync.transport import ServerRefused, SyncError
+
+from edgeq.errors import EdgeqError
+from edgeq.message import Message
+from edgeq.queues import QueueAttributes
+from edgeq.types import CONFIRM_STATUSES, PUT_STATUSES
+from edgeq.uid import MessageUID
+
+__all__ = ["Pusher"]
+
+log = logging.getLogger("edgeq.sync.agent")
+
+_PER_MESSAGE_OVERHEAD = 96  # bytes of CBOR keys, uid, numbers per message (generous)
+_MAX_REFUSALS_KEPT = 100
+
+
+class Pusher:
+    """Push the remote queues of the link's queue manager to its server.
+
+    It remembers, across pushes, which messages were put and not yet known to be
+    transmitted (their next put is a resend) and which the server discarded as
+    expired (never put again); ``expiries`` sends the journal's expiries after
+    each push. :meth:`transmit` is the queue manager's transmitter for
+    ``mode="sync"`` remote queues. :meth:`close` stops its confirmer thread.
+    """
+
+    def __init__(self, link: ServerLink, expiries: ExpiryReporter) -> None:
+        self.link = link
+        self.qm = link.qm
+        self.expiries = expiries
+        #: at least this long (seconds) between two calls of a push's progress callback
+        self.progress_interval_s = 1.0
+        #: what the last :meth:`push_once` did
+        self.last: PushReport | None = None
+        # Messages put (stage one) and not yet known to be transmitted: a re-put
+        # carries resend. Until the first complete push, every put is a possible
+        # re-put (an earlier process may have sent it before crashing).
+        self._attempted: set[MessageUID] = set()
+        self._recovering = True
+        # The server discarded these as expired: never put them again (they
+        # expire here too, within the clocks' disagreement).
+        self._server_expired: set[MessageUID] = set()
+        self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgeq-sync-confirm")
+
+    def close(self) -> None:
+        """Wait for a confirm in flight, then stop the confirmer thread."""
+        self._confirmer.shutdown(wait=True)
+
+    def push_once(self, progress: Callable[[Progress], None] | None = None) -> PushReport:
+        """Transmit every remote queue addressed to this server until none is left,
+        or until a failure (``report.error``); never raises for network problems."""
+        report = PushReport()
+        started = time.monotonic()
+        forbidden: list[str] = []
+        with self.link.lock:
+            try:
+                server = self.link.ensure_hello().server
+                for attrs in self.qm.remote_queues():
+                    if attrs.target_qmgr != server:
+                        log.debug("skip %s: it targets %s", attrs.name, attrs.target_qmgr,
+                                  extra={"event": "skip", "queue": attrs.name, "target": attrs.target_qmgr})
+                        continue
+                    try:
+                        self._push_queue(attrs, report, progress)
+                    except ServerRefused as exc:
+                        if exc.code != "forbidden":
+                            raise
+                        # Not this device's queue to push to: the others still go.
+                        forbidden.append(str(exc))
+                        log.warning("push of %s forbidden: %s", attrs.name, exc.detail,
+                                    extra={"event": "forbidden", "queue": attrs.name, "detail": exc.detail})
+                if forbidden:
+                    report.error = "; ".join(forbidden)
+                if not report.refused and not report.requeued:
+                    self._recovering = False
+                    self._server_expired.clear()
+                report.expiries_reported = self.expiries.report()
+            except SyncError as exc:
+                report.error = str(exc)
+            report.seconds = time.monotonic() - started
+            self.last = report
+        level = logging.WARNING if report.error else logging.INFO if report.sent else logging.DEBUG
+        log.log(
+            level, "push: %d transmitted%s", report.transmitted, f" ({report.error})" if report.error else "",
+            extra={"event": "push", "sent": report.sent, "transmitted": report.transmitted,
+                   "duplicates": report.duplicates, "expired": report.expired, "refused": report.refused,
+                   "requeued": report.requeued, "batches": report.batches, "seconds": round(report.seconds, 3),
+                   "error": report.error},
+        )
+        return report
+
+    def _push_queue(
+        self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None
+    ) -> None:
+        """Push one remote queue as a two-deep pipeline: batch N+1's put overlaps batch
+        N's confirm and local delete (each still one transaction per stage)."""
+        name, target = attrs.name, attrs.target_queue or attrs.name
+        last_shown = time.monotonic()
+        started, done_at_start = last_shown, report.transmitted
+        inflight: Future[Results] | None = None
+        inflight_uids: set[MessageUID] = set()
+        self._fresh_clock_bounds()
+        try:
+            while True:
+                read_ms = self.link.clock()  # remaining expiry is measured from (about) now
+                read_mono = self.link.monotonic()  # and no earlier than this instant
+                want = self.link.batch_size + len(inflight_uids)  # the store still holds the batch in flight
+                batch = self.qm.next_for_transmission(name, want)
+                drained = len(batch) < want
+                batch = [m for m in batch if m.uid not in inflight_uids and m.uid not in self._server_expired]
+                batch = batch[: self.link.batch_size]
+                to_confirm: list[str] = []
+                for chunk in self._chunks(batch, report):
+                    to_confirm += self._put_stage(target, chunk, read_ms, read_mono, report)
+                report.batches += bool(batch)
+                moved = True
+                if inflight is not None:
+                    moved = self._settle(inflight.result(), report) > 0
+                    inflight, inflight_uids = None, set()
+                if to_confirm:
+                    inflight = self._confirmer.submit(self._confirm_stage, name, target, to_confirm)
+                    inflight_uids = {MessageUID.parse(u) for u in to_confirm}
+                if progress is not None and time.monotonic() - last_shown >= self.progress_interval_s:
+                    last_shown = time.monotonic()
+                    self._show(progress, name, report.transmitted - done_at_start, started)
+                if drained or not to_confirm or not moved:
+                    break  # empty, or nothing moves (all refused or unknown): try again next round
+            if inflight is not None:
+                self._settle(inflight.result(), report)
+                inflight = None
+        except BaseException:
+            if inflight is not None:  # never leave a confirm running; the first error is what counts
+                with contextlib.suppress(SyncError):
+                    self._settle(inflight.result(), report)
+            raise
+        if progress is not None and report.transmitted > done_at_start:
+            self._show(progress, name, report.transmitted - done_at_start, started)
+
+    def _show(self, progress: Callable[[Progress], None], queue: str, done: int, started: float) -> None:
+        try:
+            left: int | None = self.qm.depth(queue)
+        except EdgeqError:
+            left = None
+        elapsed = time.monotonic() - started
+        progress(Progress(queue, done, left, done / elapsed if elapsed > 0 else 0.0))
+
+    def _chunks(self, batch: Sequence[Message], report: PushReport) -> Iterator[list[Message]]:
+        """Split a batch so each request stays under the server's body limit."""
+        limit = self.link.info.max_body_bytes * 9 // 10
+        count_limit = self.link.info.max_batch
+        chunk: list[Message] = []
+        size = 0
+        for message in batch:
+            weight = _weight(message)
+            if weight > limit:
+                report.refused += 1
+                self._refusal(report, str(message.uid), f"larger than the server's request limit ({limit} bytes)")
+                continue
+            if chunk and (size + weight > limit or len(chunk) >= count_limit):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(message)
+            size += weight
+        if chunk:
+            yield chunk
+
+    def _refusal(self, report: PushReport, uid: str, why: str) -> None:
+        if len(report.refusals) < _MAX_REFUSALS_KEPT:
+            report.refusals.append((uid, why))
+        log.warning("refused %s: %s", uid, why, extra={"event": "refused", "uid": uid, "why": why})
+
+    def _put_stage(
+        self, target: str, chunk: list[Message], read_ms: int, read_mono: float, report: PushReport
+    ) -> list[str]:
+        """Stage one for a chunk whose remaining lifetimes were read at ``read_ms`` (device
+        clock), no earlier than monotonic ``read_mono``; returns the uids to confirm."""
+        wire = []
+        for message in chunk:
+            assert message.uid is not None
+            resend = self._recovering or message.uid in self._attempted
+            wire.append(p.WireMessage.from_message(message, resend=resend).to_wire())
+            self._attempted.add(message.uid)
+        epoch = self.link.server_clock.epoch
+        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire,
+                **self._server_ms(read_mono)}
+        results = decode_results(self.link.call(p.PATH_PUT, body, "put"), PUT_STATUSES, chunk)
+        report.sent += len(chunk)
+        if self.link.server_clock.epoch != epoch:
+            results = self._put_again(target, chunk, results, read_ms, read_mono, report)
+        to_confirm: list[str] = []
+        for uid, status, why in results:
+            if status in ("stored", "replaced", "unconfirmed", "duplicate"):
+                # A duplicate is confirmed too: confirming is harmless, and it
+                # settles an unconfirmed copy the server already held.
+                to_confirm.append(uid)
+                report.duplicates += status in ("unconfirmed", "duplicate")
+            elif status == "expired":
+                report.expired += 1
+                self._server_expired.add(MessageUID.parse(uid))
+            else:
+                report.refused += 1
+                self._refusal(report, uid, why or "refused")
+        return to_confirm
+
+    def _server_ms(self, read_mono: float) -> dict[str, int]:
+        """The put's ``server_ms``: the lower bound of the server's clock at ``read_mono``
+        (nothing while there are no bounds: the server then uses the hello's offset)."""
+        if self.link.server_clock.empty:
+            return {}
+        return {"server_ms": self.link.server_clock.lower(read_mono)}
+
+    def _put_again(
+        self, target: str, chunk: list[Message], results: Results, read_ms: int,
+        read_mono: float, report: PushReport,
+    ) -> Results:
+        """The bounds on the server's clock restarted while a put was prepared or under way
+        (its answer showed the server's clock had stepped, or a new hello): the deadlines
+        that put set may be late. The copies it stored are still locked and unconfirmed,
+        so put them once more, as resends, rebased on the new bounds; returns the results
+        with those of the second put in place of the first's."""
+        again = [m for m, (_, status, _) in zip(chunk, results, strict=True)
+                 if status in ("stored", "replaced", "unconfirmed")]
+        if not again or self.link.server_clock.empty:
+            return results
+        wire = [p.WireMessage.from_message(m, resend=True).to_wire() for m in again]
+        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire, **self._server_ms(read_mono)}
+        log.info("put %d message(s) again, rebased on new bounds of the server's clock", len(again),
+                 extra={"event": "put-again", "queue": target, "count": len(again)})
+        answer = self.link.call(p.PATH_PUT, body, "put")
+        redone = {u: (u, s, w) for u, s, w in decode_results(answer, PUT_STATUSES, again)}
+        report.sent += len(again)
+        return [redone.get(uid, (uid, status, why)) for uid, status, why in results]
+
+    def _fresh_clock_bounds(self) -> None:
+        """Before a push: bounds last sampled more than STALE_AFTER_S ago have widened by
+        the drift allowance (12 ms each way by then, and growing): a hello samples the
+        server's clock afresh, so a push after a long quiet spell loses no lifetime to it."""
+        age = self.link.server_clock.age_s(self.link.monotonic())
+        if age is None or age > STALE_AFTER_S:
+            self.link.hello()
+
+    def _confirm_stage(self, name: str, target: str, uids: list[str]) -> Results:
+        """Stage two (in the confirmer thread): confirm, then delete the local copies the
+        server confirmed, in one local transaction."""
+        body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target, "uids": uids}
+        results = decode_results(self.link.call(p.PATH_CONFIRM, body, "confirm"), CONFIRM_STATUSES)
+        done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
+        if done:
+            self.qm.transmitted(name, done)
+        return results
+
+    def _settle(self, results: Results, report: PushReport) -> int:
+        """Account for a finished confirm stage; returns how many were transmitted."""
+        done = 0
+        for uid, status, why in results:
+            if status in ("confirmed", "already"):
+                done += 1
+                self._attempted.discard(MessageUID.parse(uid))
+            elif status == "expired":
+                report.expired += 1
+                self._server_expired.add(MessageUID.parse(uid))
+            elif status == "unknown":
+                report.requeued += 1
+            else:
+                report.refused += 1
+                self._refusal(report, uid, why or "refused")
+        report.transmitted += done
+        return done
+
+    def transmit(self, queue: str) -> None:
+        """The queue manager's transmitter, for ``mode="sync"`` remote queues: push now or raise."""
+        with self.link.lock:
+            attrs = self.qm.queue_attributes(queue)
+            server = self.link.ensure_hello().server
+            if attrs.target_qmgr != server:
+                raise SyncError(f"queue {queue!r} targets {attrs.target_qmgr}, but this agent's server is {server}")
+            report = PushReport()
+            self._push_queue(attrs, report, None)
+            if report.refused or report.expired or report.requeued:
+                why = "; ".join(w for _, w in report.refusals) or "not every message was accepted"
+                raise SyncError(f"{server} did not take the message: {why}")
+
+
+def _weight(message: Message) -> int:
+    """An upper bound on a message's encoded size, to split batches under the body limit."""
+    size = len(message.data) + _PER_MESSAGE_OVERHEAD + len(message.correlation_id or b"")
+    for name, value in message.fields.items():
+        size += len(name) + 16 + (len(value) if isinstance(value, (str, bytes)) else 8) * (
+            4 if isinstance(value, str) else 1
+        )
+    return size
