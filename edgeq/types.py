@@ -18,6 +18,7 @@ __all__ = [
     "EVENT_KINDS",
     "FIELD_CODES",
     "MAX_CONFIRM_ID",
+    "MAX_INT64",
     "MAX_STAMP",
     "PUT_STATUSES",
     "Clock",
@@ -89,6 +90,8 @@ class MessageState(IntEnum):
 #: A typed field's one-letter code, in the store and on the wire ({name: [code, value]}).
 #: bool comes first: True is an int in Python, so a bool must be matched before numbers.
 FIELD_CODES: Final[Mapping[str, type]] = {"?": bool, "i": Int32, "l": Int64, "s": str, "b": bytes, "f": float}
-#: Stamps (uids) and confirm ids are positive signed 64-bit ints (SQLite INTEGER).
-MAX_STAMP: Final = 2**63 - 1
-MAX_CONFIRM_ID: Final = 2**63 - 1
+#: The largest SQLite INTEGER (a signed 64-bit int): stamps (uids) and confirm ids
+#: are positive ints up to it.
+MAX_INT64: Final = 2**63 - 1
+MAX_STAMP: Final = MAX_INT64
+MAX_CONFIRM_ID: Final = MAX_INT64

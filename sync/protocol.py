@@ -32,7 +32,15 @@ import cbor2
 from edgeq.errors import EdgeqError
 from edgeq.journal import JournalEntry, RemoteExpiryStatus
 from edgeq.message import Message
-from edgeq.types import CHECK_POINTS, FIELD_CODES, ConfirmStatus, FieldValue, PutStatus, ReportOption
+from edgeq.types import (
+    CHECK_POINTS,
+    FIELD_CODES,
+    MAX_INT64,
+    ConfirmStatus,
+    FieldValue,
+    PutStatus,
+    ReportOption,
+)
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
@@ -207,7 +215,7 @@ def expect(body: Mapping[str, Any], kind: str) -> None:
         raise _invalid(f"expected a {kind!r} body, got type {got!r}")
 
 
-def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**63 - 1) -> int:
+def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = MAX_INT64) -> int:
     """The integer ``body[key]``, checked to be in ``low .. high`` (a bool is refused)."""
     value = body.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -217,7 +225,7 @@ def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**6
     return value
 
 
-def opt_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = 2**63 - 1) -> int | None:
+def opt_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = MAX_INT64) -> int | None:
     """Like :func:`req_int`, but None if ``key`` is missing or null."""
     return None if body.get(key) is None else req_int(body, key, low=low, high=high)
 
