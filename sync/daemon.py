@@ -74,6 +74,7 @@ class Daemon:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         self._stop.clear()
+        self._wake.clear()  # a stop() while stopped leaves it set: no cycle but the start's own
         for attrs in self.qm.remote_queues():
             rule = _WakeRule(self)
             self.qm.add_rule(attrs.name, rule)

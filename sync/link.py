@@ -118,11 +118,16 @@ class ServerLink:
         clock offset; restarts the bounds on the server's clock from this exchange."""
         sent = self.clock()
         started = self.monotonic()
-        body = self.transport.call(
-            p.PATH_HELLO,
-            {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}"},
-            "hello",
-        )
+        try:
+            body = self.transport.call(
+                p.PATH_HELLO,
+                {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}"},
+                "hello",
+            )
+        except SyncError:
+            self.online = False  # as for any failed exchange: puts stop waking the daemon
+            self._hello_due = True
+            raise
         received = self.monotonic()
         now = self.clock()
         try:

@@ -87,9 +87,9 @@ class AnswerFaults:
         await self.app(scope, receive, keep)
         body = p.encode_body(change(p.decode_body(b"".join(chunks))))
         headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+        self.rewritten.append(scope["path"])  # before the client can have the answer
         await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-        self.rewritten.append(scope["path"])
 
 
 class LiveServer:

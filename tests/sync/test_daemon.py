@@ -1,35 +1,44 @@
-"""The agent's background loop, with a stand-in cycle: a cycle at start, one at once
-after a put while online (never while offline), backoff after a failure, clean stops."""
+"""The agent's background loop, running the agent's real cycle (push, then pull, over a real
+link to the real home server on loopback; faults from ``Network``): a cycle at start, one
+at once after a put while online (never while offline), backoff after a failure, clean stops."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from edgeq.sync.daemon import Daemon
+from edgeq.sync.expiries import ExpiryReporter
+from edgeq.sync.link import ServerLink
+from edgeq.sync.pull import Puller
+from edgeq.sync.push import Pusher
+from edgeq.sync.reports import Progress
 
 from edgeq import Message, QueueManager
 
+from .conftest import Network
+
 
 class Cycles:
-    """A stand-in cycle: answers from ``results`` in turn (then True); an exception is raised."""
+    """The agent's cycle (push with ``progress``, then pull; whether both succeeded) over
+    ``link``, counted as each one ends, however it ends."""
 
-    def __init__(self, *results: bool | Exception) -> None:
-        self.results = list(results)
+    def __init__(self, link: ServerLink) -> None:
+        self.pusher = Pusher(link, ExpiryReporter(link))
+        self.puller = Puller(link)
+        self.progress: Callable[[Progress], None] | None = None
         self.count = 0
         self._changed = threading.Condition()
 
     def __call__(self) -> bool:
-        with self._changed:
-            self.count += 1
-            self._changed.notify_all()
-        result = self.results.pop(0) if self.results else True
-        if isinstance(result, Exception):
-            raise result
-        return result
+        try:
+            return self.pusher.push_once(self.progress).ok and self.puller.pull_once().ok
+        finally:
+            with self._changed:
+                self.count += 1
+                self._changed.notify_all()
 
     def wait_for(self, n: int, timeout: float = 10) -> bool:
         with self._changed:
@@ -37,12 +46,24 @@ class Cycles:
 
 
 @pytest.fixture
-def make_daemon(device_qm: QueueManager) -> Iterator[Callable[..., Daemon]]:
+def link(make_link: Callable[..., ServerLink]) -> ServerLink:
+    return make_link()
+
+
+@pytest.fixture
+def cycles(link: ServerLink) -> Iterator[Cycles]:
+    made = Cycles(link)
+    yield made
+    made.pusher.close()
+
+
+@pytest.fixture
+def make_daemon(device_qm: QueueManager, link: ServerLink, cycles: Cycles) -> Iterator[Callable[[], Daemon]]:
     made: list[Daemon] = []
 
-    def _make(cycle: Callable[[], bool], online: bool = True) -> Daemon:
-        daemon = Daemon(device_qm, cycle, online=lambda: online, backoff_base_s=0.01, backoff_max_s=0.05,
-                        server_url="http://home:8470")
+    def _make() -> Daemon:
+        daemon = Daemon(device_qm, cycles, online=lambda: link.online, backoff_base_s=0.01, backoff_max_s=0.05,
+                        server_url=link.transport.server_url)
         made.append(daemon)
         return daemon
 
@@ -51,48 +72,70 @@ def make_daemon(device_qm: QueueManager) -> Iterator[Callable[..., Daemon]]:
         daemon.stop()
 
 
-def test_a_cycle_runs_at_start_and_at_once_after_a_put(make_daemon: Callable[..., Daemon],
-                                                          device_qm: QueueManager) -> None:
-    cycles = Cycles()
-    make_daemon(cycles).start(interval_s=3600)  # the tick never comes in this test
+def datas(qm: QueueManager) -> list[bytes]:
+    return [m.data for m in qm.browse("ORDERS")]
+
+
+def test_a_cycle_runs_at_start_and_at_once_after_a_put(
+    make_daemon: Callable[[], Daemon], cycles: Cycles, device_qm: QueueManager, home_qm: QueueManager
+) -> None:
+    make_daemon().start(interval_s=3600)  # the tick never comes in this test
     assert cycles.wait_for(1)
     device_qm.put("ORDERS", Message(b"go"))
     assert cycles.wait_for(2)
+    assert datas(home_qm) == [b"go"] and device_qm.depth("ORDERS") == 0
 
 
-def test_a_put_while_offline_waits_for_the_next_tick(make_daemon: Callable[..., Daemon],
-                                                     device_qm: QueueManager) -> None:
-    cycles = Cycles()
-    make_daemon(cycles, online=False).start(interval_s=3600)
+def test_a_put_while_offline_waits_for_the_next_tick(
+    make_daemon: Callable[[], Daemon], cycles: Cycles, link: ServerLink, network: Network,
+    device_qm: QueueManager, home_qm: QueueManager,
+) -> None:
+    device_qm.define_home_server_queue("INBOX", server="HOME")
+    make_daemon().start(interval_s=3600)
     assert cycles.wait_for(1)
+    network.down = True
+    by_hand = Puller(link)  # the application pulls by hand too, and finds the server unreachable
+    assert not by_hand.pull_once().ok and not link.online
     device_qm.put("ORDERS", Message(b"later"))
     assert not cycles.wait_for(2, timeout=0.3)
+    network.down = False
+    assert by_hand.pull_once().ok and link.online  # reachable again: a put wakes the loop at once
+    device_qm.put("ORDERS", Message(b"now"))
+    assert cycles.wait_for(2)
+    assert datas(home_qm) == [b"later", b"now"]
 
 
-def test_the_interval_ticks(make_daemon: Callable[..., Daemon]) -> None:
-    cycles = Cycles()
-    make_daemon(cycles).start(interval_s=0.05)
+def test_the_interval_ticks(make_daemon: Callable[[], Daemon], cycles: Cycles) -> None:
+    make_daemon().start(interval_s=0.05)
     assert cycles.wait_for(3)
 
 
 def test_failures_are_retried_with_backoff_and_a_raising_cycle_is_one(
-    make_daemon: Callable[..., Daemon], caplog: pytest.LogCaptureFixture
+    make_daemon: Callable[[], Daemon], cycles: Cycles, network: Network, device_qm: QueueManager,
+    home_qm: QueueManager, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    cycles = Cycles(False, RuntimeError("bug"), True)
+    def broken(progress: Progress) -> None:
+        raise RuntimeError("a bug in the application's progress callback")
+
+    device_qm.put("ORDERS", Message(b"once"))
+    network.lose_once.append("/v1/put")  # cycle 1: the put's answer is lost, a failure
+    cycles.progress = broken  # cycle 2 transmits, then the callback raises; cycle 3 has nothing to show
+    daemon = make_daemon()
     with caplog.at_level(logging.INFO, logger="edgeq.sync.agent"):
-        make_daemon(cycles).start(interval_s=3600)
+        daemon.start(interval_s=3600)
         assert cycles.wait_for(3)
-        time.sleep(0.05)
+        daemon.stop()  # waits for the loop: every line of the three cycles is logged
     events = [(getattr(r, "event", None), getattr(r, "failures", None)) for r in caplog.records]
     assert ("cycle-error", None) in events
     assert [f for e, f in events if e == "backoff"] == [1, 2]
     assert all(0.005 <= getattr(r, "delay_s", 0.01) <= 0.05 for r in caplog.records)
+    assert datas(home_qm) == [b"once"] and device_qm.depth("ORDERS") == 0
 
 
-def test_start_checks_its_arguments_and_stop_allows_a_new_start(make_daemon: Callable[..., Daemon],
-                                                                device_qm: QueueManager) -> None:
-    cycles = Cycles()
-    daemon = make_daemon(cycles)
+def test_start_checks_its_arguments_and_stop_allows_a_new_start(
+    make_daemon: Callable[[], Daemon], cycles: Cycles, device_qm: QueueManager, home_qm: QueueManager
+) -> None:
+    daemon = make_daemon()
     with pytest.raises(ValueError, match="positive"):
         daemon.start(interval_s=0)
     daemon.start(interval_s=3600)
@@ -102,15 +145,17 @@ def test_start_checks_its_arguments_and_stop_allows_a_new_start(make_daemon: Cal
     daemon.stop()
     daemon.stop()  # a no-op
     device_qm.put("ORDERS", Message(b"while stopped"))
+    assert cycles.count == 1 and datas(home_qm) == []
     daemon.start(interval_s=3600)
-    assert cycles.wait_for(2)
+    assert cycles.wait_for(2)  # the cycle at start pushes it
+    assert datas(home_qm) == [b"while stopped"]
     device_qm.put("ORDERS", Message(b"woken"))
     assert cycles.wait_for(3)
+    assert datas(home_qm) == [b"while stopped", b"woken"]
 
 
-def test_run_returns_once_a_stop_is_requested(make_daemon: Callable[..., Daemon]) -> None:
-    cycles = Cycles()
-    daemon = make_daemon(cycles)
+def test_run_returns_once_a_stop_is_requested(make_daemon: Callable[[], Daemon], cycles: Cycles) -> None:
+    daemon = make_daemon()
     runner = threading.Thread(target=daemon.run, kwargs={"interval_s": 3600})
     runner.start()
     assert cycles.wait_for(1)

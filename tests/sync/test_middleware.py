@@ -1,38 +1,42 @@
-"""The home server's HTTP middleware, one concern at a time: each is driven as plain ASGI
-(so a test sees exactly which request chunks were read) or through a one-route app."""
+"""The home server's HTTP middleware, one concern at a time, around the real hello route of
+a real HomeService over a real store: each is driven as plain ASGI (so a test sees exactly
+which request chunks were read) or as the whole app (``create_app``, in-process). Whether
+the route ran is read from the service's sessions; authentication is the real
+SignatureAuthenticator over registered device keys, watched (never replaced)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import cbor2
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from edgeq.sync import protocol as p
-from edgeq.sync.auth import AuthRequest, Forbidden
-from edgeq.sync.metrics import Metrics
-from edgeq.sync.middleware import (
-    Authentication,
-    BodyLimit,
-    ErrorBodies,
-    MediaType,
-    protocol_middleware,
-    read_cbor,
-)
+from edgeq.sync.auth import AuthRequest, SignatureAuthenticator
+from edgeq.sync.home import HomeService
+from edgeq.sync.keys import public_bytes
+from edgeq.sync.middleware import Authentication, BodyLimit, ErrorBodies, MediaType
+from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.routes import protocol_route
+from edgeq.sync.server import create_app
+from edgeq.sync.signing import sign_headers
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Scope
 
-from edgeq.errors import StoreBusy
+from edgeq import ManualClock, QueueManager
+
+from .conftest import T0
 
 CBOR = {"content-type": p.CONTENT_TYPE}
-PATH = "/v1/hello"
-HELLO = {"type": "hello", "qmgr": "DEV1", "now_ms": 1}
+PATH = p.PATH_HELLO
+HELLO = {"type": "hello", "qmgr": "DEV1", "now_ms": T0}
 
 
 class Call:
@@ -68,21 +72,35 @@ class Call:
         return dict(cbor2.loads(b"".join(m.get("body", b"") for m in self.sent[1:])))
 
 
-class Inner:
-    """The app inside the middleware under test: reads and decodes the body, answers it."""
+@pytest.fixture
+def home(tmp_path: Path, server_clock: ManualClock) -> Iterator[QueueManager]:
+    """The server's store (waiting at most 0.05 s for a write lock, so a test can make it busy)."""
+    qm = QueueManager(tmp_path / "home.db", name="HOME", clock=server_clock, timeout=0.05)
+    qm.define_queue("ORDERS")
+    yield qm
+    qm.close()
 
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await read_cbor(Request(scope, receive))
-        self.bodies.append(body.message)
-        await Response(p.encode_body({"type": "ok"}), media_type=p.CONTENT_TYPE)(scope, receive, send)
+@pytest.fixture
+def service(home: QueueManager, server_clock: ManualClock) -> HomeService:
+    return HomeService(home, clock=server_clock)
+
+
+@pytest.fixture
+def route(service: HomeService) -> Route:
+    """What runs inside the middleware under test: the service's real hello route."""
+    return protocol_route(PATH, service.hello)
+
+
+def hellos(service: HomeService) -> int:
+    """How many hellos of DEV1 the service handled (whether the route ran)."""
+    state = service.sessions.get("DEV1")
+    return 0 if state is None else state.hellos
 
 
 @pytest.fixture
 def decoded(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every body :func:`edgeq.sync.protocol.decode_body` is asked to decode."""
+    """Every body :func:`edgeq.sync.protocol.decode_body` is asked to decode (the real one decodes it)."""
     seen: list[bytes] = []
     real = p.decode_body
 
@@ -97,117 +115,146 @@ def decoded(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 # -- body size ---------------------------------------------------------------------------------
 
 
-def test_a_declared_oversized_body_is_refused_before_any_of_it_is_read(decoded: list[bytes]) -> None:
-    inner = Inner()
+def test_a_declared_oversized_body_is_refused_before_any_of_it_is_read(
+    route: Route, service: HomeService, decoded: list[bytes]
+) -> None:
     raw = p.encode_body({**HELLO, "pad": b"x" * 5000})
-    call = Call(ErrorBodies(BodyLimit(inner, max_bytes=4096)), [raw], {**CBOR, "content-length": str(len(raw))})
+    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [raw], {**CBOR, "content-length": str(len(raw))})
     assert (call.status, call.body["code"]) == (413, "too-large")
     assert f"body of {len(raw)} bytes" in call.body["detail"]
-    assert call.read == 0 and decoded == [] and inner.bodies == []
+    assert call.read == 0 and decoded == [] and hellos(service) == 0
 
 
-def test_a_streamed_body_is_refused_as_soon_as_it_passes_the_limit(decoded: list[bytes]) -> None:
+def test_a_streamed_body_is_refused_as_soon_as_it_passes_the_limit(
+    route: Route, service: HomeService, decoded: list[bytes]
+) -> None:
     """Without a Content-Length (chunked), the limit holds while the body streams in: the
     chunk that passes it is the last one read, and nothing is decoded."""
-    inner = Inner()
-    call = Call(ErrorBodies(BodyLimit(inner, max_bytes=4096)), [b"x" * 3000] * 3, CBOR)
+    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [b"x" * 3000] * 3, CBOR)
     assert (call.status, call.body["code"]) == (413, "too-large")
-    assert call.read == 2 and decoded == [] and inner.bodies == []
+    assert call.read == 2 and decoded == [] and hellos(service) == 0
 
 
-def test_a_body_within_the_limit_goes_through_whole() -> None:
-    inner = Inner()
+def test_a_body_within_the_limit_goes_through_whole(route: Route, service: HomeService) -> None:
     raw = p.encode_body(HELLO)
-    call = Call(ErrorBodies(BodyLimit(inner, max_bytes=len(raw))), [raw[:5], raw[5:]], CBOR)
-    assert call.status == 200 and inner.bodies == [{"v": 1, **HELLO}]
+    call = Call(ErrorBodies(BodyLimit(route, max_bytes=len(raw))), [raw[:5], raw[5:]], CBOR)
+    assert call.status == 200 and (call.body["type"], call.body["server"]) == ("hello", "HOME")
+    assert hellos(service) == 1
 
 
-def test_a_bad_content_length_is_malformed() -> None:
-    call = Call(ErrorBodies(BodyLimit(Inner(), max_bytes=4096)), [b""], {**CBOR, "content-length": "-1"})
-    assert (call.status, call.body["code"]) == (400, "malformed")
+def test_a_bad_content_length_is_malformed(route: Route, service: HomeService) -> None:
+    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [b""], {**CBOR, "content-length": "-1"})
+    assert (call.status, call.body["code"]) == (400, "malformed") and hellos(service) == 0
 
 
 # -- media type --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("media", ["application/json", "text/plain", ""])
-def test_a_wrong_media_type_is_415_before_the_body_is_read(media: str) -> None:
+def test_a_wrong_media_type_is_415_before_the_body_is_read(route: Route, service: HomeService, media: str) -> None:
     headers = {"content-type": media} if media else {}
-    call = Call(ErrorBodies(MediaType(Inner())), [p.encode_body(HELLO)], headers)
+    call = Call(ErrorBodies(MediaType(route)), [p.encode_body(HELLO)], headers)
     assert (call.status, call.body["code"]) == (415, "unsupported-media-type")
-    assert call.read == 0 and (media or "nothing") in call.body["detail"]
+    assert call.read == 0 and (media or "nothing") in call.body["detail"] and hellos(service) == 0
 
 
-def test_the_media_type_ignores_case_and_parameters() -> None:
-    call = Call(ErrorBodies(MediaType(Inner())), [p.encode_body(HELLO)],
+def test_the_media_type_ignores_case_and_parameters(route: Route, service: HomeService) -> None:
+    call = Call(ErrorBodies(MediaType(route)), [p.encode_body(HELLO)],
                 {"content-type": "Application/CBOR; charset=binary"})
-    assert call.status == 200
+    assert call.status == 200 and hellos(service) == 1
 
 
 # -- authentication ----------------------------------------------------------------------------
 
 
-class Authenticator:
-    """Refuses with ``refuse`` (if set), and records what it was shown."""
+@pytest.fixture
+def keys(home: QueueManager) -> dict[str, Ed25519PrivateKey]:
+    """DEV1's and DEV2's keys, both registered on the server."""
+    made = {name: Ed25519PrivateKey.generate() for name in ("DEV1", "DEV2")}
+    for name, key in made.items():
+        home.register_device(name, public_bytes(key))
+    return made
 
-    def __init__(self, refuse: Exception | None = None) -> None:
-        self.refuse = refuse
+
+class Watched:
+    """The real authenticator, recording every request it was shown."""
+
+    def __init__(self, real: SignatureAuthenticator) -> None:
+        self.real = real
         self.seen: list[AuthRequest] = []
 
     def __call__(self, request: AuthRequest) -> None:
         self.seen.append(request)
-        if self.refuse is not None:
-            raise self.refuse
+        self.real(request)
 
 
-@pytest.mark.parametrize(("refuse", "status", "code"), [
-    (PermissionError("bad token"), 401, "unauthorized"),
-    (Forbidden("not yours"), 403, "forbidden"),
-    (p.ProtocolError("busy", "too many recent requests"), 503, "busy"),
+@pytest.fixture
+def make_auth(home: QueueManager, keys: dict[str, Ed25519PrivateKey],
+              server_clock: ManualClock) -> Iterator[Any]:
+    stores: list[MemoryNonces] = []
+
+    def _make(max_nonces: int = 1_000) -> Watched:
+        stores.append(MemoryNonces(max_entries=max_nonces))
+        return Watched(SignatureAuthenticator(home, stores[-1], clock=server_clock))
+
+    yield _make
+    for store in stores:
+        store.close()
+
+
+def signed_by(key: Ed25519PrivateKey, device: str, raw: bytes) -> dict[str, str]:
+    return {**CBOR, **sign_headers(key, device, "POST", PATH, raw, T0)}
+
+
+@pytest.mark.parametrize(("attempt", "status", "code", "words"), [
+    ("unsigned", 401, "unauthorized", "missing X-Edgeq-Device"),
+    ("signed by another device", 403, "forbidden", "signed by DEV2 but sent as qmgr 'DEV1'"),
+    ("nonce store full", 503, "busy", "too many recent requests"),
 ])
 def test_a_refusal_answers_before_the_route_runs(
-    refuse: Exception, status: int, code: str, caplog: pytest.LogCaptureFixture
+    attempt: str, status: int, code: str, words: str, route: Route, service: HomeService, make_auth: Any,
+    keys: dict[str, Ed25519PrivateKey], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    inner, auth = Inner(), Authenticator(refuse)
+    auth = make_auth(max_nonces=0 if attempt == "nonce store full" else 1_000)
+    raw = p.encode_body(HELLO)
+    headers = CBOR if attempt == "unsigned" else signed_by(
+        keys["DEV2"] if attempt == "signed by another device" else keys["DEV1"],
+        "DEV2" if attempt == "signed by another device" else "DEV1", raw)
     with caplog.at_level(logging.WARNING, logger="edgeq.sync.server"):
-        call = Call(ErrorBodies(Authentication(inner, authenticate=auth)), [p.encode_body(HELLO)], CBOR)
-    assert (call.status, call.body["code"], call.body["detail"]) == (status, code, str(refuse).split(": ")[-1])
-    assert inner.bodies == []
+        call = Call(ErrorBodies(Authentication(route, authenticate=auth)), [raw], headers)
+    assert (call.status, call.body["code"]) == (status, code) and words in call.body["detail"]
+    assert len(auth.seen) == 1 and hellos(service) == 0
     logged = [getattr(r, "code", None) for r in caplog.records if getattr(r, "event", None) == "auth-refused"]
     assert logged == ([] if code == "busy" else [code])  # a busy store is no refusal
 
 
-def test_the_authenticator_sees_the_claimed_device_and_both_bodies(decoded: list[bytes]) -> None:
-    inner, auth = Inner(), Authenticator()
+def test_the_authenticator_sees_the_claimed_device_and_both_bodies(
+    route: Route, service: HomeService, make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes]
+) -> None:
+    auth = make_auth()
     raw = p.encode_body(HELLO)
-    call = Call(Authentication(inner, authenticate=auth), [raw], {**CBOR, "x-token": "t"})
+    call = Call(Authentication(route, authenticate=auth), [raw], signed_by(keys["DEV1"], "DEV1", raw))
     assert call.status == 200
     (seen,) = auth.seen
     assert (seen.device, seen.path, seen.method, seen.body) == ("DEV1", PATH, "POST", raw)
-    assert seen.message == {"v": 1, **HELLO} and seen.headers["x-token"] == "t"
-    assert inner.bodies == [{"v": 1, **HELLO}] and decoded == [raw]  # decoded once for both
+    assert seen.message == {"v": 1, **HELLO} and seen.headers["x-edgeq-device"] == "DEV1"
+    assert hellos(service) == 1 and decoded == [raw]  # decoded once for both
 
 
-def test_a_malformed_body_is_refused_before_the_authenticator_is_asked() -> None:
+def test_a_malformed_body_is_refused_before_the_authenticator_is_asked(
+    route: Route, service: HomeService, make_auth: Any
+) -> None:
     """The authenticator is only ever shown a decoded body (the seam's contract)."""
-    auth = Authenticator(PermissionError("never asked"))
-    call = Call(ErrorBodies(Authentication(Inner(), authenticate=auth)), [b"\xff junk"], CBOR)
-    assert (call.status, call.body["code"]) == (400, "malformed") and auth.seen == []
+    auth = make_auth()
+    call = Call(ErrorBodies(Authentication(route, authenticate=auth)), [b"\xff junk"], CBOR)
+    assert (call.status, call.body["code"]) == (400, "malformed") and auth.seen == [] and hellos(service) == 0
 
 
-# -- the whole stack, through a one-route app ----------------------------------------------------
+# -- the whole stack: the real app, in-process -----------------------------------------------------
 
 
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics()
-
-
-def post_all(handler: Any, metrics: Metrics, requests: list[tuple[bytes, dict[str, str]]],
-             authenticate: Any = None) -> list[httpx.Response]:
-    """POST each ``(content, headers)`` to a one-route app with the protocol middleware."""
-    middleware = protocol_middleware(endpoint=PATH, metrics=metrics, max_body_bytes=4096, authenticate=authenticate)
-    app = Starlette(routes=[protocol_route(PATH, handler, middleware=middleware)])
+def post_all(app: Starlette, requests: list[tuple[bytes, dict[str, str]]]) -> list[httpx.Response]:
+    """POST each ``(content, headers)`` to the app's hello route."""
 
     async def run() -> list[httpx.Response]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://home") as client:
@@ -216,36 +263,44 @@ def post_all(handler: Any, metrics: Metrics, requests: list[tuple[bytes, dict[st
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize(("error", "status", "code"), [
-    (p.ProtocolError("invalid", "'queue' must be a name"), 422, "invalid"),
-    (StoreBusy("database is locked"), 503, "busy"),
-    (RuntimeError("disk on fire"), 500, "internal"),
+@pytest.mark.parametrize(("fault", "status", "code"), [
+    ("a bad device name", 422, "invalid"),
+    ("another writer holds the store", 503, "busy"),
+    ("the store is closed", 500, "internal"),
 ])
 def test_errors_become_cbor_error_bodies(
-    error: Exception, status: int, code: str, metrics: Metrics, caplog: pytest.LogCaptureFixture
+    fault: str, status: int, code: str, home: QueueManager, server_clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def handler(body: Mapping[str, Any]) -> dict[str, Any]:
-        raise error
-
-    with caplog.at_level(logging.WARNING, logger="edgeq.sync.server"):
-        (response,) = post_all(handler, metrics, [(p.encode_body(HELLO), CBOR)])
-    body = cbor2.loads(response.content)
-    assert (response.status_code, response.headers["content-type"], body["code"]) == (status, p.CONTENT_TYPE, code)
-    assert body["type"] == "error" and body["supported"] == [1]
+    app = create_app(home, clock=server_clock, max_body_bytes=4096)
+    body = {**HELLO, "qmgr": "bad name!"} if fault == "a bad device name" else HELLO
+    writer = sqlite3.connect(home.path, isolation_level=None)
+    if fault == "another writer holds the store":
+        writer.execute("BEGIN IMMEDIATE")
+    if fault == "the store is closed":
+        home.close()
+    try:
+        with caplog.at_level(logging.WARNING, logger="edgeq.sync.server"):
+            (response,) = post_all(app, [(p.encode_body(body), CBOR)])
+    finally:
+        writer.close()
+    answer = cbor2.loads(response.content)
+    assert (response.status_code, response.headers["content-type"], answer["code"]) == (status, p.CONTENT_TYPE, code)
+    assert answer["type"] == "error" and answer["supported"] == [1]
     if code == "internal":
-        assert body["detail"] == "RuntimeError: nothing was stored; retry later"
+        assert answer["detail"] == "QueueManagerClosed: nothing was stored; retry later"
     events = [getattr(r, "event", None) for r in caplog.records]
     assert events == (["internal-error"] if code == "internal" else []) + ["request-error"]
 
 
-def test_every_answer_is_counted_by_endpoint_and_status(metrics: Metrics, caplog: pytest.LogCaptureFixture) -> None:
-    def handler(body: Mapping[str, Any]) -> dict[str, Any]:
-        return {"type": "hello", "got": body["qmgr"]}
-
+def test_every_answer_is_counted_by_endpoint_and_status(
+    home: QueueManager, server_clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(home, clock=server_clock, max_body_bytes=4096)
     with caplog.at_level(logging.WARNING, logger="edgeq.sync.server"):
-        ok, _, _ = post_all(handler, metrics, [(p.encode_body(HELLO), CBOR), (b"junk", CBOR), (b"x" * 5000, CBOR)])
-    assert ok.status_code == 200 and cbor2.loads(ok.content) == {"v": 1, "type": "hello", "got": "DEV1"}
-    text = metrics.render()
+        ok, _, _ = post_all(app, [(p.encode_body(HELLO), CBOR), (b"junk", CBOR), (b"x" * 5000, CBOR)])
+    assert ok.status_code == 200 and cbor2.loads(ok.content)["server"] == "HOME"
+    text = app.state.service.metrics.render()
     for status, n in ((200, 1), (400, 1), (413, 1)):
         assert f'edgeq_sync_requests_total{{endpoint="{PATH}",status="{status}"}} {n}' in text
     errors = [(getattr(r, "path", None), getattr(r, "status", None))
@@ -253,10 +308,13 @@ def test_every_answer_is_counted_by_endpoint_and_status(metrics: Metrics, caplog
     assert errors == [(PATH, 400), (PATH, 413)]
 
 
-def test_the_limit_and_media_type_come_before_the_authenticator(metrics: Metrics) -> None:
-    auth = Authenticator(PermissionError("unsigned"))
-    answers = post_all(lambda body: {}, metrics, [
+def test_the_limit_and_media_type_come_before_the_authenticator(
+    home: QueueManager, server_clock: ManualClock, make_auth: Any
+) -> None:
+    auth = make_auth()
+    app = create_app(home, clock=server_clock, max_body_bytes=4096, authenticate=auth)
+    answers = post_all(app, [
         (b"x" * 5000, CBOR), (b"{}", {"content-type": "application/json"}), (p.encode_body(HELLO), CBOR)
-    ], authenticate=auth)
+    ])
     assert [r.status_code for r in answers] == [413, 415, 401]
-    assert len(auth.seen) == 1
+    assert len(auth.seen) == 1 and app.state.service.sessions.get("DEV1") is None

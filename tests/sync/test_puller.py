@@ -1,22 +1,30 @@
-"""The agent's pull, against a scripted server: a local assured put then a pull-confirm,
-a batch offered again stored once, lifetimes never lengthened, bad answers refused."""
+"""The agent's pull, against the real home server (uvicorn on loopback over a real store):
+a local assured put then a pull-confirm, a batch offered again stored once, lifetimes never
+lengthened, bad answers refused. What the puller sent is read from ``Network``'s record."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from edgeq.sync import protocol as p
 from edgeq.sync.link import ServerLink
 from edgeq.sync.pull import Puller
 
-from edgeq import QueueManager
+from edgeq import Int32, ManualClock, Message, QueueManager
 
-from .conftest import T0
-from .fakehome import FakeHome, refusal, results
+from .conftest import T0, LiveServer, Network
 
-UIDS = [f"HOME.{T0 * 1000 + i}" for i in (1, 2)]
+
+@pytest.fixture
+def home_qm(tmp_path: Path, server_clock: ManualClock) -> Iterator[QueueManager]:
+    """The server's store, waiting at most 0.1 s for a write lock (so a test can make it busy)."""
+    qm = QueueManager(tmp_path / "home.db", name="HOME", clock=server_clock, timeout=0.1)
+    qm.define_queue("ORDERS")
+    yield qm
+    qm.close()
 
 
 @pytest.fixture
@@ -25,19 +33,12 @@ def inbox(device_qm: QueueManager) -> QueueManager:
     return device_qm
 
 
-def offer(fake_home: FakeHome, *answers: dict[str, Any]) -> None:
-    """The pull answers, in turn (then nothing more)."""
-    queue = list(answers)
-    fake_home.handlers[p.PATH_PULL] = lambda body: {
-        "type": "pull", "queue": body["queue"], "messages": [], "more": False, "held": {}, **(queue.pop(0) if queue else {})}
-
-
 def test_pulled_messages_are_stored_here_then_acknowledged(
-    make_link: Callable[..., ServerLink], fake_home: FakeHome, inbox: QueueManager
+    make_link: Callable[..., ServerLink], network: Network, home_qm: QueueManager, inbox: QueueManager
 ) -> None:
-    offer(fake_home, {"messages": [{"u": UIDS[0], "d": b"one", "x": 60_000}, {"u": UIDS[1], "d": b"two"}]})
-    fake_home.handlers[p.PATH_PULL_CONFIRM] = lambda body: {"type": "pull-confirm",
-                                                            "results": results(body["uids"], "confirmed")}
+    home_qm.define_queue("DEV1.INBOX")  # where the server holds DEV1's INBOX messages
+    uids = [str(u) for u in home_qm.put_many("DEV1.INBOX", [Message(b"one", expiry=Int32(60_000)),
+                                                             Message(b"two")])]
     puller = Puller(make_link())
 
     report = puller.pull_once()
@@ -45,40 +46,54 @@ def test_pulled_messages_are_stored_here_then_acknowledged(
     assert (report.ok, report.received, report.acknowledged, report.batches) == (True, 2, 2, 1)
     assert puller.last is report
     got = {str(m.uid): m for m in inbox.browse("INBOX")}
-    assert sorted(got) == UIDS and got[UIDS[1]].expiry is None
-    assert got[UIDS[0]].expiry_deadline_ms is not None and got[UIDS[0]].expiry_deadline_ms <= T0 + 60_000
-    (confirm,) = fake_home.bodies(p.PATH_PULL_CONFIRM)
-    assert sorted(confirm["uids"]) == UIDS and confirm["queue"] == "INBOX"
+    assert sorted(got) == sorted(uids) and got[uids[1]].expiry is None
+    assert got[uids[0]].expiry_deadline_ms is not None and got[uids[0]].expiry_deadline_ms <= T0 + 60_000
+    (confirm,) = network.bodies(p.PATH_PULL_CONFIRM)
+    assert sorted(confirm["uids"]) == sorted(uids) and confirm["queue"] == "INBOX"
+    assert home_qm.depth("DEV1.INBOX") == 0  # acknowledged: deleted on the server
 
 
-def test_a_batch_offered_again_after_a_lost_confirm_is_acknowledged_not_stored_twice(
-    make_link: Callable[..., ServerLink], fake_home: FakeHome, inbox: QueueManager
+def test_a_batch_offered_again_after_a_failed_confirm_is_acknowledged_not_stored_twice(
+    make_link: Callable[..., ServerLink], network: Network, home_qm: QueueManager, inbox: QueueManager
 ) -> None:
-    message = {"u": UIDS[0], "d": b"once"}
-    offer(fake_home, {"messages": [message]}, {"messages": [message]})
-    confirms = [refusal(503, "busy"), {"type": "pull-confirm", "results": [{"u": UIDS[0], "s": "confirmed"}]}]
-    fake_home.handlers[p.PATH_PULL_CONFIRM] = lambda body: confirms.pop(0)
+    home_qm.define_queue("DEV1.INBOX")
+    uid = home_qm.put("DEV1.INBOX", Message(b"once"))
+    locker = sqlite3.connect(home_qm.path, isolation_level=None)
+    # Another writer holds the server's store when the pull-confirm comes: 503 busy.
+    network.before[p.PATH_PULL_CONFIRM] = lambda: locker.execute("BEGIN IMMEDIATE") and None
     puller = Puller(make_link())
+    try:
+        failed = puller.pull_once()
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert failed.error is not None and "503 busy" in failed.error and failed.received == 1
+    assert home_qm.depth("DEV1.INBOX") == 1  # still there, locked for the pull
 
-    failed, again = puller.pull_once(), puller.pull_once()
+    again = puller.pull_once()
 
-    assert failed.error is not None and failed.received == 1
     assert (again.ok, again.received, again.duplicates, again.acknowledged) == (True, 0, 1, 1)
-    assert [str(m.uid) for m in inbox.browse("INBOX")] == [UIDS[0]]
+    assert [m.uid for m in inbox.browse("INBOX")] == [uid]
+    assert home_qm.depth("DEV1.INBOX") == 0
 
 
 def test_a_queue_the_server_does_not_hold_pulls_nothing(
-    make_link: Callable[..., ServerLink], fake_home: FakeHome, inbox: QueueManager
+    make_link: Callable[..., ServerLink], network: Network, inbox: QueueManager
 ) -> None:
-    offer(fake_home, {"missing": True})
-    report = Puller(make_link()).pull_once()
-    assert report.ok and report.batches == 0 and p.PATH_PULL_CONFIRM not in fake_home.paths()
+    report = Puller(make_link()).pull_once()  # the server has no DEV1.INBOX: it answers "missing"
+    assert report.ok and report.batches == 0
+    assert network.calls == [p.PATH_HELLO, p.PATH_PULL]  # no pull-confirm
 
 
 @pytest.mark.parametrize("held", [["HOME", 1], {"HOME": "one"}])
 def test_a_bad_held_map_is_a_bad_answer(
-    make_link: Callable[..., ServerLink], fake_home: FakeHome, inbox: QueueManager, held: object
+    make_link: Callable[..., ServerLink], server: LiveServer, home_qm: QueueManager, inbox: QueueManager,
+    held: object,
 ) -> None:
-    offer(fake_home, {"held": held})
+    home_qm.define_queue("DEV1.INBOX")
+    home_qm.put("DEV1.INBOX", Message(b"offered"))
+    server.faults.rewrite_next(p.PATH_PULL, lambda body: {**body, "held": held})
     report = Puller(make_link()).pull_once()
     assert report.error is not None and "'held'" in report.error
+    assert server.faults.rewritten == [p.PATH_PULL]
+    assert inbox.depth("INBOX") == 0  # nothing of a bad answer is stored

@@ -1,5 +1,6 @@
 """The home server's routes: handlers that decode, call the service, encode; /healthz,
-/metrics, and HTTP errors in CBOR. Driven in-process (httpx's ASGI transport)."""
+/metrics, and HTTP errors in CBOR. Driven in-process (httpx's ASGI transport) over a real
+HomeService and store."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from edgeq.sync.routes import HomeRoutes, http_error, protocol_route
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
-from edgeq import ManualClock, QueueManager
+from edgeq import ManualClock, Message, QueueManager
 
 from .conftest import T0
 
@@ -49,18 +50,26 @@ def app_of(service: HomeService) -> Starlette:
     return Starlette(routes=HomeRoutes(service).routes, exception_handlers={HTTPException: http_error})
 
 
-def test_a_protocol_route_decodes_runs_the_handler_off_the_event_loop_and_encodes() -> None:
+def test_a_protocol_route_decodes_runs_the_handler_off_the_event_loop_and_encodes(service: HomeService) -> None:
     seen: list[tuple[Mapping[str, Any], bool]] = []
 
-    def handler(body: Mapping[str, Any]) -> dict[str, Any]:
+    def pull(body: Mapping[str, Any]) -> dict[str, Any]:  # the service's own handler, watched
         seen.append((body, threading.current_thread() is threading.main_thread()))
-        return {"type": "echo", "data": b"\x00\xff"}
+        return service.pull(body)
 
-    app = Starlette(routes=[protocol_route("/v1/echo", handler)])
-    (response,) = requests(app, ("POST", "/v1/echo", p.encode_body({"type": "echo", "n": 1})))
+    service.qm.define_queue("DEV1.INBOX")
+    uid = service.qm.put("DEV1.INBOX", Message(b"\x00\xff"))
+    app = Starlette(routes=[protocol_route(p.PATH_HELLO, service.hello), protocol_route(p.PATH_PULL, pull)])
+    request = {"type": "pull", "qmgr": "DEV1", "now_ms": T0, "queue": "INBOX", "max": 5}
+    hello, response = requests(app, ("POST", p.PATH_HELLO, p.encode_body({"type": "hello", "qmgr": "DEV1", "now_ms": T0})),
+                               ("POST", p.PATH_PULL, p.encode_body(request)))
+    assert hello.status_code == 200
     assert response.status_code == 200 and response.headers["content-type"] == p.CONTENT_TYPE
-    assert cbor2.loads(response.content) == {"v": 1, "type": "echo", "data": b"\x00\xff"}
-    assert seen == [({"v": 1, "type": "echo", "n": 1}, False)]  # in the thread pool: SQLite blocks
+    answer = cbor2.loads(response.content)
+    assert (answer["v"], answer["type"]) == (1, "pull")
+    assert [(m["u"], m["d"]) for m in answer["messages"]] == [(str(uid), b"\x00\xff")]  # bytes stay bytes
+    assert seen == [({"v": 1, **request}, False)]  # in the thread pool: SQLite blocks
+    assert service.qm.browse("DEV1.INBOX") == []  # the handler ran: locked for the pull
 
 
 def test_the_home_routes_serve_the_service(service: HomeService) -> None:
@@ -76,16 +85,14 @@ def test_the_home_routes_serve_the_service(service: HomeService) -> None:
     assert 'edgeq_sync_requests_total{endpoint="/v1/hello",status="200"} 1' in metrics.text
 
 
-def test_healthz_reports_the_store_or_503(service: HomeService, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_healthz_reports_the_store_or_503(service: HomeService) -> None:
     (ok,) = requests(app_of(service), ("GET", "/healthz", None))
     assert (ok.status_code, ok.json()) == (200, {"status": "ok", "qmgr": "HOME", "queues": 1, "protocol": 1})
 
-    def broken() -> list[str]:
-        raise OSError("disk gone")
-
-    monkeypatch.setattr(service.qm, "queue_names", broken)
+    service.qm.close()  # the store can no longer be read
     (down,) = requests(app_of(service), ("GET", "/healthz", None))
-    assert (down.status_code, down.json()) == (503, {"status": "error", "detail": "disk gone"})
+    assert down.status_code == 503 and down.json()["status"] == "error"
+    assert "the queue manager is closed" in down.json()["detail"]
 
 
 def test_unknown_paths_and_methods_answer_in_cbor_and_are_not_counted(service: HomeService) -> None:
