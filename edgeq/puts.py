@@ -33,6 +33,10 @@ from edgeq.uid import MessageUID
 
 __all__ = ["Puts"]
 
+# Plain ints for the rows put: sqlite3 binds an int subclass (an IntEnum) through its
+# adapter lookup, which doubles the binding cost of that column on a 10,000-row batch.
+_READY, _PUT_LOCKED = int(MessageState.READY), int(MessageState.PUT_LOCKED)
+
 
 class Puts:
     """The put side of a queue manager's messaging. New uids get ``origin``; confirmed
@@ -131,7 +135,7 @@ class Puts:
                 own = own_deadline(message.expiry, created)
                 deadline = effective_deadline(own, now, q.expiry_ms, cap_at)
                 row = NewMessage(
-                    uid.origin, uid.stamp, MessageState.READY if confirm_id is None else MessageState.PUT_LOCKED, confirm_id,
+                    uid.origin, uid.stamp, _READY if confirm_id is None else _PUT_LOCKED, confirm_id,
                     priority if q.ordering == "priority" else 0, seq, priority, created, now,
                     EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
                     cap_at, deadline, message.correlation_id, message.reply_to,
