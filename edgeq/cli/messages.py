@@ -24,6 +24,7 @@ def _field_option(help: str) -> Callable[[F], F]:
     """``--field NAME=VALUE`` (or ``NAME:TYPE=VALUE``), repeatable, as ``fields``."""
 
     def decorate(f: F) -> F:
+        """Apply the option to a command."""
         return click.option("--field", "fields", type=FIELD, multiple=True, help=help)(f)
 
     return decorate

@@ -72,6 +72,7 @@ def db_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
     """Add ``--db PATH`` (a file, never a directory) with this help text."""
 
     def decorate(f: F) -> F:
+        """Apply the option to a command."""
         return click.option(
             "--db", type=click.Path(dir_okay=False, path_type=Path), envvar=envvar,
             show_envvar=envvar is not None, help=help,
@@ -84,6 +85,7 @@ def name_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
     """Add ``--name`` (a queue manager name) with this help text."""
 
     def decorate(f: F) -> F:
+        """Apply the option to a command."""
         return click.option("--name", envvar=envvar, show_envvar=envvar is not None, help=help)(f)
 
     return decorate
