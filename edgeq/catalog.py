@@ -122,30 +122,16 @@ class QueueCatalog:
         self.sink.rules.drop(name)
 
     def define_remote_queue(
-        self,
-        name: str,
-        *,
-        target_qmgr: str,
-        target_queue: str | None = None,
-        mode: Literal["async", "sync"] = "async",
-        expiry_ms: int | None = None,
-        cap_expiry_ms: int | None = None,
-        max_depth: int | None = None,
-        max_message_bytes: int | None = None,
-        default_priority: int = 4,
-        rules: Sequence[RuleSpec] | None = None,
-        encryption: str | None = None,
+        self, name: str, *, target_qmgr: str, target_queue: str | None, mode: Literal["async", "sync"],
+        rules: Sequence[RuleSpec] | None, encryption: str | None, **attributes: Any,
     ) -> None:
-        """Define a remote queue (see ``QueueManager.define_remote_queue``)."""
+        """Define a remote queue with ``attributes`` (see ``QueueManager.define_remote_queue``)."""
         check_name(target_qmgr, "target queue manager name")
         if target_queue is not None:
             check_name(target_queue, "target queue name")
         if mode not in ("async", "sync"):
             raise InvalidArgument(f"mode must be 'async' or 'sync', not {mode!r}")
-        attrs = {
-            "expiry_ms": expiry_ms, "cap_expiry_ms": cap_expiry_ms, "max_depth": max_depth,
-            "max_message_bytes": max_message_bytes, "default_priority": default_priority, "ordering": "priority",
-        }
+        attrs = {**attributes, "ordering": "priority"}
         kind = {
             "kind": "remote", "target_qmgr": target_qmgr, "target_queue": target_queue or name, "mode": mode,
             "encryption": self.sealer.cipher(encryption),

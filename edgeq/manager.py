@@ -455,8 +455,8 @@ class QueueManager:
         Each :class:`~edgeq.results.PutResult` says ``stored``, ``replaced`` (a
         resend over an unconfirmed copy), ``unconfirmed`` (an unconfirmed copy is
         held and this is not a resend: confirm it, or resend), ``duplicate``
-        (already confirmed: held, consumed, or remembered within
-        ``remember_confirmed_ms``), ``expired``
+        (already confirmed: held, consumed, or still remembered: until the
+        sender settles it, see :meth:`settle`), ``expired``
         (discarded on arrival) or ``refused`` (too large, queue full). This is
         what a receiver of batches (the home server) needs.
 

@@ -387,14 +387,6 @@ class Tx:
             [(queue_id, origin, stamp, now_ms) for origin, stamp in uids],
         )
 
-    def remembered(self, queue_id: int, origin: str, stamp: int) -> bool:
-        """Whether uid (``origin``, ``stamp``) is remembered as confirmed on the queue."""
-        row = self.conn.execute(
-            "SELECT 1 FROM confirmed_uids WHERE queue_id = ? AND origin = ? AND stamp = ?",
-            (queue_id, origin, stamp),
-        ).fetchone()
-        return row is not None
-
     def remembered_many(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
         """Which of these uids are remembered as confirmed (an index seek per origin and chunk)."""
         out: set[tuple[str, int]] = set()
