@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
+from edgeq.integrity import register
 from edgeq.types import Durability
 
 __all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "store_error"]
@@ -121,6 +122,7 @@ class ConnectionFactory:
             conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA temp_store = MEMORY")
+            register(conn)
         except sqlite3.Error as exc:
             conn.close()
             raise store_error(exc, self.path) from exc

@@ -26,7 +26,7 @@ from edgeq.queues import require_queue
 from edgeq.results import ConfirmResult, PutResult
 from edgeq.rows import EXPIRY_KINDS, is_expired
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, NewMessage, QueueRow
+from edgeq.store import MessageRow, NewMessage, QueueRow, as_stored
 from edgeq.transmit import Transmitter
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
@@ -157,7 +157,7 @@ class Puts:
                 if deadline is not None and deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
                     if observed_expired:
-                        events.extend(self.sink.events(queue, "expired", [self._as_row(row)], now, where="add"))
+                        events.extend(self.sink.events(queue, "expired", [as_stored(queue, row)], now, where="add"))
                     results.append(PutResult(uid, "expired"))
                     continue
                 if existing is not None:  # _refusal let it through: a resend over an unconfirmed copy
@@ -167,8 +167,8 @@ class Puts:
                 rows.append(self.sealer.seal(q, row))
                 results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
                 if observed_added:
-                    events.extend(self.sink.events(queue, "added", [self._as_row(row)], now))
-            tx.insert(q.id, rows)
+                    events.extend(self.sink.events(queue, "added", [as_stored(queue, row)], now))
+            tx.insert(q.id, q.name, rows)
             threshold = q.depth_threshold
             if threshold is not None and q.depth < threshold <= depth and self.sink.rules.wants(queue):
                 events.append(Pending("threshold", queue, now, depth=depth))
@@ -211,14 +211,6 @@ class Puts:
                 "messages, or raise max_depth with alter_queue"
             ), None
         return None, existing
-
-    @staticmethod
-    def _as_row(row: NewMessage) -> MessageRow:
-        return MessageRow(
-            0, row.origin, row.stamp, row.state, row.confirm_id, row.priority, row.created_ms,
-            row.arrived_ms, row.expiry_kind, row.expiry_value, row.cap_at, row.deadline, 0,
-            row.correlation_id, row.reply_to, row.report, row.fields, row.data,
-        )
 
     def _duplicate(self, queue: str, uid: MessageUID, existing: MessageRow, resend: bool) -> DuplicateMessage:
         if existing.state == MessageState.PUT_LOCKED:

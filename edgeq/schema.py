@@ -14,8 +14,9 @@ Tables:
 ``edgeq_clock``
     one row, the last 64-bit stamp issued (uids and arrival order).
 ``queues``
-    one row per local queue, its attributes and its current ``depth`` (kept in
-    step with ``messages`` by every verb in ``edgeq.store``).
+    one row per local queue, its attributes and its current ``depth`` and
+    ``bytes`` (v8: data plus fields, as stored), both kept in step with
+    ``messages`` by every verb in ``edgeq.store``.
 ``rule_bindings`` (v2)
     a queue's persisted rules, in order: entry-point name (or dotted path) and JSON config.
 ``rule_events`` (v2)
@@ -37,6 +38,10 @@ Tables:
 ``quarantine`` (v6)
     rows of encrypted queues whose integrity check failed (tampered, or moved
     from another queue or message): kept whole, never silently dropped.
+``refusals`` (v8)
+    per message of a remote queue, how often its target refused it and why; a
+    message refused ``queues.refusal_limit`` times is given up (rules see
+    reason ``refused``).
 ``devices`` (v5)
     the devices a home server has heard from: last contact, clock offset.
 ``queue_stats`` / ``stats_applied`` (v2)
@@ -45,7 +50,8 @@ Tables:
     one row per message. ``state`` is 0 ready, 1 put-locked, 2 get-locked.
     ``rank`` is the priority on priority queues and 0 on FIFO ones, ``seq`` the
     arrival (or put-confirm) stamp: ``ORDER BY rank DESC, seq`` is get order.
-    ``deadline`` is the effective expiry in epoch ms (NULL: never).
+    ``deadline`` is the effective expiry in epoch ms (NULL: never). ``crc`` (v8)
+    is the row's checksum (``edgeq.integrity``).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from edgeq.connection import APPLICATION_ID
+from edgeq.integrity import CRC_SQL
 from edgeq.types import MessageState
 
 if TYPE_CHECKING:  # imported where used: sqlite-utils is half of `import edgeq`'s time
@@ -241,7 +248,36 @@ def _v7(db: Database) -> None:
     db.execute("CREATE INDEX confirmed_uids_origin ON confirmed_uids (origin, stamp)")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(db: Database) -> None:
+    """Field-grade storage and sync: row checksums, byte budgets with overflow
+    strategies, bounded refusals of remote-queue messages, and an index to find
+    put-locked (unconfirmed) messages by origin and age."""
+    db.execute("ALTER TABLE messages ADD COLUMN crc INTEGER")
+    db.execute(f"UPDATE messages SET crc = {CRC_SQL}")
+    db.execute("ALTER TABLE queues ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE queues ADD COLUMN max_bytes INTEGER")
+    db.execute("ALTER TABLE queues ADD COLUMN on_full TEXT NOT NULL DEFAULT 'reject'")
+    db.execute("ALTER TABLE queues ADD COLUMN refusal_limit INTEGER")
+    db.execute(
+        "UPDATE queues SET bytes = (SELECT ifnull(sum(length(data) + ifnull(length(fields), 0)), 0) "
+        "FROM messages WHERE messages.queue_id = queues.id)"
+    )
+    db.execute(
+        f"CREATE INDEX messages_put_locked ON messages (origin, arrived_ms) WHERE state = {MessageState.PUT_LOCKED:d}"
+    )
+    db.execute(
+        """CREATE TABLE refusals (
+               queue_id INTEGER NOT NULL REFERENCES queues(id),
+               origin TEXT NOT NULL,
+               stamp INTEGER NOT NULL,
+               count INTEGER NOT NULL,
+               last_reason TEXT NOT NULL,
+               last_ms INTEGER NOT NULL,
+               PRIMARY KEY (queue_id, origin, stamp)) WITHOUT ROWID"""
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

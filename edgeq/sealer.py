@@ -20,7 +20,7 @@ from edgeq.errors import InvalidArgument, StoreError
 from edgeq.events import EventSink
 from edgeq.queues import require_queue
 from edgeq.results import QuarantineEntry
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx
+from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact
 
 __all__ = ["Sealer"]
 
@@ -72,8 +72,20 @@ class Sealer:
             )
         return cipher
 
+    @staticmethod
+    def verify(queue: str, row: MessageRow) -> None:
+        """Raise :class:`IntegrityError` if ``row``, read for ``queue``, is not what was
+        written there (its checksum, ``edgeq.integrity``, does not match)."""
+        if not is_intact(queue, row):
+            raise IntegrityError(
+                f"message {row.origin}.{row.stamp} on queue {queue!r} is damaged in the store (its checksum "
+                "does not match: a flipped bit on the medium, or a damaged index); it is moved to the "
+                "quarantine. Run `edgeq check --db PATH` to look for more"
+            )
+
     def unseal(self, queue: str, row: MessageRow) -> MessageRow:
-        """The row with its data and fields in clear (as stored, if it is not sealed)."""
+        """The row, checked against its checksum, with its data and fields in clear."""
+        self.verify(queue, row)
         if row.key_id is None:
             return row
         if self.keys is None:

@@ -15,20 +15,22 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from edgeq.integrity import CRC_SQL, row_crc
 from edgeq.types import MessageState
 
-__all__ = ["MessageRow", "QueueRow", "Tx"]
+__all__ = ["MessageRow", "NewMessage", "QueueRow", "Tx", "as_stored", "is_intact", "new_crc", "stored_size"]
 
 # Message states as SQL literals (edgeq.types.MessageState): one definition, inlined.
 _READY, _PUT_LOCKED, _GET_LOCKED = (int(s) for s in MessageState)
 
 _MSG_COLS = (
     "id, origin, stamp, state, confirm_id, priority, created_ms, arrived_ms, expiry_kind, "
-    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, report, fields, data, key_id"
+    "expiry_value, cap_at, deadline, backout_count, correlation_id, reply_to, report, fields, data, key_id, crc"
 )
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
-    "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server, encryption"
+    "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server, encryption, "
+    "bytes, max_bytes, on_full, refusal_limit"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -54,6 +56,12 @@ class MessageRow(NamedTuple):
     fields: bytes | None
     data: bytes
     key_id: str | None = None  # the store key ``data`` and ``fields`` are sealed with (None: clear)
+    crc: int | None = None  # edgeq.integrity.row_crc of the row as written
+
+
+def stored_size(row: MessageRow | NewMessage) -> int:
+    """The bytes a message takes against ``max_bytes`` budgets: data plus fields, as stored."""
+    return len(row.data) + (len(row.fields) if row.fields is not None else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +84,10 @@ class QueueRow:
     mode: str | None
     server: str | None
     encryption: str | None
+    bytes: int = 0  # data plus fields of every message held, as stored (kept in step like depth)
+    max_bytes: int | None = None
+    on_full: str = "reject"
+    refusal_limit: int | None = None
 
 
 class NewMessage(NamedTuple):
@@ -100,6 +112,38 @@ class NewMessage(NamedTuple):
     fields: bytes | None
     data: bytes
     key_id: str | None = None
+
+
+def new_crc(queue: str, r: NewMessage) -> int:
+    """The checksum (``edgeq.integrity``) a new row of queue ``queue`` is stored with."""
+    return row_crc(
+        queue, r.origin, r.stamp, r.priority, r.created_ms, r.arrived_ms, r.expiry_kind, r.expiry_value,
+        r.cap_at, r.deadline, r.correlation_id, r.reply_to, r.report, r.key_id, r.fields, r.data,
+    )
+
+
+def is_intact(queue: str, row: MessageRow) -> bool:
+    """Whether ``row``, read for queue ``queue``, is what was written there (its checksum matches)."""
+    if row.crc is None:
+        return False
+    try:
+        crc = row_crc(
+            queue, row.origin, row.stamp, row.priority, row.created_ms, row.arrived_ms, row.expiry_kind,
+            row.expiry_value, row.cap_at, row.deadline, row.correlation_id, row.reply_to, row.report,
+            row.key_id, row.fields, row.data,
+        )
+    except (TypeError, ValueError):  # a value of the wrong type: SQLite's typing let a flip through
+        return False
+    return crc == row.crc
+
+
+def as_stored(queue: str, r: NewMessage) -> MessageRow:
+    """The row a new message of queue ``queue`` is (for events made before it is inserted)."""
+    return MessageRow(
+        0, r.origin, r.stamp, r.state, r.confirm_id, r.priority, r.created_ms, r.arrived_ms, r.expiry_kind,
+        r.expiry_value, r.cap_at, r.deadline, 0, r.correlation_id, r.reply_to, r.report, r.fields, r.data,
+        r.key_id, new_crc(queue, r),
+    )
 
 
 def _by_origin(uids: Sequence[tuple[str, int]]) -> Iterator[tuple[str, list[int]]]:
@@ -175,7 +219,8 @@ class Tx:
         self.conn.execute("DELETE FROM queues WHERE id = ?", (queue_id,))
 
     def retime(self, queue_id: int, expiry_ms: int | None) -> None:
-        """Re-time messages without their own expiry to a new queue expiry interval."""
+        """Re-time messages without their own expiry to a new queue expiry interval
+        (their checksums, which cover the deadline, follow)."""
         self.conn.execute(
             """UPDATE messages SET deadline = CASE
                    WHEN ?1 IS NULL THEN cap_at
@@ -184,6 +229,7 @@ class Tx:
                WHERE queue_id = ?2 AND expiry_kind = 0""",
             (expiry_ms, queue_id),
         )
+        self.conn.execute(f"UPDATE messages SET crc = {CRC_SQL} WHERE queue_id = ? AND expiry_kind = 0", (queue_id,))
 
     def rerank(self, queue_id: int, by_priority: bool) -> None:
         """Re-order a queue's messages for a new ordering (priority or FIFO)."""
@@ -194,16 +240,22 @@ class Tx:
 
     # -- messages: add and remove --------------------------------------------------
 
-    def insert(self, queue_id: int, rows: Sequence[NewMessage]) -> None:
-        """Insert message rows into a queue, raising its depth to match."""
+    def insert(self, queue_id: int, queue: str, rows: Sequence[NewMessage]) -> None:
+        """Insert message rows into queue ``queue``, each with its checksum, raising the
+        queue's depth and bytes to match."""
+        size = 0
+        checked = []
+        for r in rows:
+            size += len(r.data) + (len(r.fields) if r.fields is not None else 0)
+            checked.append((*r, new_crc(queue, r)))
         self.conn.executemany(
             f"""INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
                    created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
-                   correlation_id, reply_to, report, fields, data, key_id)
-               VALUES ({int(queue_id)}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            rows,  # queue_id is an int of ours, inlined: no per-row tuple to rebuild
+                   correlation_id, reply_to, report, fields, data, key_id, crc)
+               VALUES ({int(queue_id)}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            checked,  # queue_id is an int of ours, inlined
         )
-        self._move_depth(queue_id, len(rows))
+        self._move_depth(queue_id, len(rows), size)
 
     def delete(self, queue_id: int, ids: Sequence[int]) -> list[MessageRow]:
         """Delete rows by id and return them (for rules and for ``get``)."""
@@ -216,26 +268,35 @@ class Tx:
                     f"DELETE FROM messages WHERE id IN ({marks}) RETURNING {_MSG_COLS}", chunk
                 )
             )
-        self._move_depth(queue_id, -len(out))
+        self._move_depth(queue_id, -len(out), -sum(map(stored_size, out)))
         return out
 
     def delete_expired(self, queue_id: int, now_ms: int) -> int:
         """Delete every expired row of a queue at once (no copies kept); return how many."""
-        cur = self.conn.execute(
-            "DELETE FROM messages WHERE queue_id = ? AND deadline <= ?", (queue_id, now_ms)
-        )
-        self._move_depth(queue_id, -cur.rowcount)
-        return cur.rowcount
+        sizes = self.conn.execute(
+            "DELETE FROM messages WHERE queue_id = ? AND deadline <= ? "
+            "RETURNING length(data) + ifnull(length(fields), 0)",
+            (queue_id, now_ms),
+        ).fetchall()
+        self._move_depth(queue_id, -len(sizes), -sum(size for (size,) in sizes))
+        return len(sizes)
 
     def delete_all(self, queue_id: int) -> int:
         """Delete every message of a queue, in any state; return how many."""
         cur = self.conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
-        self._move_depth(queue_id, -cur.rowcount)
+        self.conn.execute("UPDATE queues SET depth = 0, bytes = 0 WHERE id = ?", (queue_id,))
         return cur.rowcount
 
-    def _move_depth(self, queue_id: int, delta: int) -> None:
+    def _move_depth(self, queue_id: int, delta: int, size: int) -> None:
         if delta:
-            self.conn.execute("UPDATE queues SET depth = depth + ? WHERE id = ?", (delta, queue_id))
+            self.conn.execute(
+                "UPDATE queues SET depth = depth + ?, bytes = bytes + ? WHERE id = ?", (delta, size, queue_id)
+            )
+
+    def store_bytes(self) -> int:
+        """Data plus fields of every message of every queue (a sum over the queue rows)."""
+        (total,) = self.conn.execute("SELECT ifnull(sum(bytes), 0) FROM queues").fetchone()
+        return int(total)
 
     # -- messages: find ----------------------------------------------------------------
 
@@ -370,8 +431,11 @@ class Tx:
         return [MessageRow(*row) for row in rows]
 
     def reseal(self, rows: Sequence[tuple[bytes | None, bytes, str, int]]) -> None:
-        """Store re-encrypted (fields, data, key_id) for row ids."""
+        """Store re-encrypted (fields, data, key_id) for row ids, with new checksums."""
         self.conn.executemany("UPDATE messages SET fields = ?, data = ?, key_id = ? WHERE id = ?", rows)
+        for chunk in _chunks([row[3] for row in rows]):
+            marks = ", ".join("?" for _ in chunk)
+            self.conn.execute(f"UPDATE messages SET crc = {CRC_SQL} WHERE id IN ({marks})", chunk)
 
     def get_locked(self, queue_id: int) -> list[int]:
         """Ids of a queue's messages locked by unconfirmed gets."""

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_CONFIRM_ID",
     "MAX_INT64",
     "MAX_STAMP",
+    "ON_FULL",
     "PUT_STATUSES",
     "Clock",
     "ConfirmStatus",
@@ -30,6 +31,7 @@ __all__ = [
     "Fields",
     "Filter",
     "MessageState",
+    "OnFull",
     "Ordering",
     "PutStatus",
     "QueueKind",
@@ -52,7 +54,15 @@ Durability: TypeAlias = Literal["full", "normal"]
 #: Where an expired message was discarded: MQe's check points plus the sweep.
 Where: TypeAlias = Literal["add", "get", "browse", "activate", "delete", "depth", "sweep"]
 #: Why a message left a queue other than by expiring.
-RemovalReason: TypeAlias = Literal["got", "confirmed", "deleted", "purged", "transmitted", "quarantined"]
+#: overflow: discarded to make room under a queue's ``on_full`` strategy; refused: a
+#: remote queue's message the target kept refusing, given up (``refusal_limit``).
+RemovalReason: TypeAlias = Literal[
+    "got", "confirmed", "deleted", "purged", "transmitted", "quarantined", "overflow", "refused"
+]
+#: What a put does when a queue (or the store) is full: refuse it (``QueueFull``), or
+#: make room by discarding the oldest ready messages, or the lowest-priority oldest.
+OnFull: TypeAlias = Literal["reject", "discard-oldest", "discard-lowest-priority"]
+ON_FULL: Final = get_args(OnFull)
 QueueKind: TypeAlias = Literal["local", "remote", "home"]
 #: Whether (and with how much data) an expiry report is wanted when a message is
 #: discarded for expiry (IBM MQ's MQRO_EXPIRATION*): the first 100 bytes, or all.
