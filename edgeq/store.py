@@ -11,6 +11,7 @@ module only knows rows.
 from __future__ import annotations
 
 import sqlite3
+import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -132,7 +133,7 @@ def is_intact(queue: str, row: MessageRow) -> bool:
             row.expiry_value, row.cap_at, row.deadline, row.correlation_id, row.reply_to, row.report,
             row.key_id, row.fields, row.data,
         )
-    except (TypeError, ValueError):  # a value of the wrong type: SQLite's typing let a flip through
+    except (TypeError, ValueError, struct.error):  # a value of the wrong type: SQLite's typing let a flip through
         return False
     return crc == row.crc
 
