@@ -1,15 +1,17 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   runs edgeq's demo on the embedded SQLite default
+#   make demo   runs edgeq's demo: expiry on one store, then store and forward between
+#               a device and the real home server on loopback
 #   make test   runs the whole test suite (lint, types, tests)
-# Both create .venv and install what they need into it: make demo only edgeq and
-# its core dependencies (the device install), make test the test extras too
-# (the server and agent stacks, pyarrow and Spark, the linters).
+# Both create .venv and install what they need into it: make demo edgeq with the
+# server and sync extras (the home server and the agent, for the demo's second act),
+# make test the test extras (those stacks too, pyarrow and Spark, the linters).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # One stamp per install, so either command works first and the other still gets what it needs.
-DEMO_STAMP := $(VENV)/.installed-demo
+# (The demo's stamp was renamed when it gained the extras, so older venvs install them.)
+DEMO_STAMP := $(VENV)/.installed-demo-server
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test typecheck lint clean bench bench-smoke
@@ -19,10 +21,10 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[server,sync]'
 	touch $(DEMO_STAMP)
 
-# The test install includes the device install, so it stamps both.
+# The test install includes the demo's (the test extras hold the server and sync stacks), so it stamps both.
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(TEST_STAMP) $(DEMO_STAMP)

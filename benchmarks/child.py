@@ -24,6 +24,7 @@ ACTIONS = {
     "get_confirm": "benchmarks.cases.get_confirm:child_get_confirm",
     "depth": "benchmarks.cases.depth:child_depth",
     "expiry": "benchmarks.cases.expiry:child_expiry",
+    "check": "benchmarks.cases.check:child_check",
     "memory": "benchmarks.cases.memory:child_memory",
     "drain_consumer": "benchmarks.cases.drain:child_consumer",
     "count": "benchmarks.cases.drain:child_count",

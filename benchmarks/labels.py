@@ -21,6 +21,7 @@ _RAW_BY_CASE = {
     "drain": "raw sqlite3 (lock txn + delete txn)",
     "depth": "raw sqlite3 count(*)",
     "expiry": "raw sqlite3 (1 DELETE)",
+    "check": "raw sqlite3 PRAGMA integrity_check",
 }
 
 _PQ_QUEUE_BY_CASE = {
@@ -64,6 +65,7 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "drain": f"drain: {int(extra.get('per_consumer', 4))} processes, {human(size)} msgs",
         "depth": f"depth inquiry @ {human(size)}",
         "expiry": f"discard {human(size)} expired",
+        "check": f"edgeq check of {human(size)} msgs",
         "memory": f"peak RSS holding {human(size)}",
         "sync": (f"sync device → server, {human(size)} msgs, loopback"
                  + (f" (batches of {human(extra['batch_size'])})" if extra.get("batch_size") else "")),

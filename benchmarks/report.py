@@ -55,6 +55,10 @@ HEADLINES: dict[str, Headline] = {
     "depth": Headline("median_ms", "ms", False,
                       lambda m: f"first call {m.get('first_ms', 0):.2f} ms; open {m.get('open_s', 0):.2f} s"),
     "expiry": Headline("seconds", "s", False, lambda m: f"{m.get('discarded', 0):,.0f} discarded"),
+    "check": Headline("msgs_per_s", "msg/s", True, lambda m: (
+        f"{m.get('seconds', 0):.2f} s"
+        + (f"; PRAGMA integrity_check alone {m['sqlite_check_s']:.2f} s; `edgeq check` command {m['cli_s']:.2f} s"
+           if "cli_s" in m else ""))),
     "memory": Headline("peak_rss_mb", "MB", False,
                        lambda m: f"{m.get('baseline_rss_mb', 0):.1f} MB before opening the queue"),
     "sync": Headline("msgs_per_s", "msg/s", True, _sync),

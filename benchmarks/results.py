@@ -17,6 +17,7 @@ HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
     "drain": ("msgs_per_s", True),
     "depth": ("median_ms", False),
     "expiry": ("seconds", False),
+    "check": ("msgs_per_s", True),
     "memory": ("peak_rss_mb", False),
     "sync": ("msgs_per_s", True),
 }

@@ -7,7 +7,7 @@ from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.types import MAX_CONFIRM_ID, MAX_STAMP
 from edgeq.uid import MessageUID
 
-__all__ = ["check_confirm_id", "check_count", "check_stamp", "check_uid"]
+__all__ = ["check_confirm_id", "check_count", "check_limit", "check_stamp", "check_uid"]
 
 
 def check_confirm_id(confirm_id: object) -> int:
@@ -56,3 +56,18 @@ def check_stamp(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STAMP:
         raise InvalidArgument(f"{what} must be a stamp (an int from 0 to 2**63-1), not {value!r}")
     return value
+
+
+def check_limit(value: object, what: str) -> int | None:
+    """A bound given as a positive int, or None for no bound.
+
+    >>> check_limit(64 * 1024 * 1024, "max_store_bytes"), check_limit(None, "max_store_bytes")
+    (67108864, None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(f"{what} must be a positive int or None, not {value!r}")
+    if value < 1:
+        raise InvalidArgument(f"{what} must be a positive int (or None for no bound), not {value}")
+    return int(value)

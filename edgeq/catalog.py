@@ -1,5 +1,6 @@
 """The queue catalog: defining, altering, inquiring and deleting queues of every kind
-(local, remote, home-server), with their persisted rule bindings."""
+(local, remote, home-server), with their persisted rule bindings; and what they hold
+against their budgets."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgeq.bindings import RuleSpec, build_bindings, check_specs
+from edgeq.budget import OverflowTally
 from edgeq.checkpoints import ExpiryPolicy
 from edgeq.dispatch import Binding, Pending
 from edgeq.errors import InvalidArgument, QueueExists, QueueNotEmpty
 from edgeq.events import EventSink
 from edgeq.meta import journal_is_explicit
 from edgeq.names import check_name
-from edgeq.queues import QueueAttributes, check_attributes, require_queue
+from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage, check_attributes, require_queue
 from edgeq.rulestore import RuleTx
 from edgeq.sealer import Sealer
 from edgeq.store import QueueRow, Tx
@@ -27,15 +29,21 @@ __all__ = ["QueueCatalog"]
 
 class QueueCatalog:
     """The queues of one queue manager. ``host`` is the queue manager the rules of
-    new bindings are attached to."""
+    new bindings are attached to; ``max_store_bytes`` and ``overflowed`` are its store
+    budget and its count of overflow discards (for :meth:`store_usage`)."""
 
-    def __init__(self, qm_name: str, host: RuleHost, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy) -> None:
+    def __init__(
+        self, qm_name: str, host: RuleHost, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy,
+        *, max_store_bytes: int | None = None, overflowed: OverflowTally | None = None,
+    ) -> None:
         self.qm_name = qm_name
         self.host = host
         self.sink = sink
         self.sealer = sealer
         self.expiry = expiry
         self.clock = sink.clock
+        self.max_store_bytes = max_store_bytes
+        self.overflowed = overflowed if overflowed is not None else OverflowTally()
 
     def define_queue(self, name: str, rules: Sequence[RuleSpec] | None, encryption: str | None,
                      **attributes: Any) -> None:
@@ -49,6 +57,7 @@ class QueueCatalog:
         """Define a queue of any kind: validated attributes, bindings stored with it."""
         check_name(name, "queue name")
         attrs = check_attributes(attributes)
+        _remote_only(attrs, (kind or {}).get("kind"))
         specs = check_specs(rules) if rules is not None else []
         built = build_bindings(self.host, name, specs)  # validates every config before anything is stored
         with self.sink.write() as tx:
@@ -81,6 +90,7 @@ class QueueCatalog:
         built = build_bindings(self.host, name, specs) if specs is not None else []
         with self.sink.write() as tx:
             queue = require_queue(tx, self.qm_name, name)
+            _remote_only(attributes, queue.kind)
             if attributes:
                 tx.update_queue(queue.id, attributes)
             if "expiry_ms" in attributes and attributes["expiry_ms"] != queue.expiry_ms:
@@ -98,6 +108,21 @@ class QueueCatalog:
         check_name(name, "queue name")
         with self.sink.db.read() as conn:
             return QueueAttributes.from_row(require_queue(Tx(conn), self.qm_name, name))
+
+    def queue_usage(self, name: str) -> QueueUsage:
+        """What a queue holds against its budget; expired messages are discarded first, as
+        ``depth`` does (MQe's "size inquired" check point)."""
+        self.expiry.touch(name)
+        self.expiry.discard_expired(name, "depth")
+        with self.sink.db.read() as conn:
+            return QueueUsage.from_row(require_queue(Tx(conn), self.qm_name, name), self.overflowed.get(name))
+
+    def store_usage(self) -> StoreUsage:
+        """What the store holds, as stored (nothing is discarded: a monitor may read this
+        as often as it likes): every queue's usage, and the total against ``max_store_bytes``."""
+        with self.sink.db.read() as conn:
+            queues = tuple(QueueUsage.from_row(q, self.overflowed.get(q.name)) for q in Tx(conn).queues())
+        return StoreUsage(sum(q.bytes for q in queues), self.max_store_bytes, queues)
 
     def queue_names(self) -> list[str]:
         """The names of the queues defined here, sorted."""
@@ -117,6 +142,7 @@ class QueueCatalog:
                 )
             tx.delete_queue(queue.id)
         self.expiry.forget(name)
+        self.overflowed.forget(name)
         if self.sink.rules.wants(name):
             self.sink.dispatch([Pending("queue_deleted", name, self.clock())])
         self.sink.rules.drop(name)
@@ -158,3 +184,12 @@ class QueueCatalog:
         setting journals its device-side expiries from now on, in this process too."""
         if self.sink.journal is None and not journal_is_explicit(self.sink.db):
             self.sink.journal = "device"
+
+
+def _remote_only(attributes: Mapping[str, Any], kind: str | None) -> None:
+    """``refusal_limit`` means something on a remote queue only: refuse it elsewhere."""
+    if "refusal_limit" in attributes and kind != "remote":
+        raise InvalidArgument(
+            "refusal_limit applies to remote queues only (how often their target may refuse a message "
+            "before it is given up): leave it out here"
+        )

@@ -18,6 +18,8 @@ __all__ = ["decode_fields", "encode_fields"]
 
 # (type, code) in FIELD_CODES' order: bool before int-like types, since True is an int.
 _TYPE_CODES: tuple[tuple[type, str], ...] = tuple((kind, code) for code, kind in FIELD_CODES.items())
+# What each code's value is as CBOR decodes it (a bool is no Int32, a str no float).
+_STORED: dict[str, type | tuple[type, ...]] = {"?": bool, "i": int, "l": int, "s": str, "b": bytes, "f": float}
 
 
 def encode_fields(fields: Mapping[str, FieldValue]) -> bytes | None:
@@ -39,11 +41,30 @@ def encode_fields(fields: Mapping[str, FieldValue]) -> bytes | None:
 
 
 def decode_fields(blob: bytes | None) -> dict[str, FieldValue]:
-    """Decode what :func:`encode_fields` wrote."""
+    """Decode what :func:`encode_fields` wrote; anything else (a damaged blob: rows are
+    checked against their checksum before this, so only a damaged copy gets here)
+    raises :class:`StoreError`.
+
+    >>> decode_fields(b"\\x81")
+    Traceback (most recent call last):
+    ...
+    edgeq.errors.StoreError: the store is damaged: a message's stored fields are unreadable (...
+    """
     if blob is None:
         return {}
     try:
         raw = cbor2.loads(blob)
-        return {name: FIELD_CODES[code](value) for name, (code, value) in raw.items()}
-    except (ValueError, KeyError, TypeError, cbor2.CBORDecodeError) as exc:
-        raise StoreError(f"a message's stored fields are corrupt ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise TypeError(f"a {type(raw).__name__}, not a map")
+        out: dict[str, FieldValue] = {}
+        for name, (code, value) in raw.items():
+            kind = FIELD_CODES[code]
+            if not isinstance(name, str) or not isinstance(value, _STORED[code]):
+                raise TypeError(f"field {name!r} is not a stored {kind.__name__}")
+            out[name] = kind(value)
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError, cbor2.CBORDecodeError) as exc:
+        raise StoreError(
+            f"the store is damaged: a message's stored fields are unreadable ({exc}); "
+            "run `edgeq check --db PATH` to find the message"
+        ) from exc

@@ -10,15 +10,17 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from edgeq.damage import damaged
 from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
 from edgeq.integrity import register
 from edgeq.types import Durability
 
-__all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "store_error"]
+__all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "is_damage", "store_error"]
 
 #: ``PRAGMA application_id`` of every edgeq database: "EDGQ".
 APPLICATION_ID = 0x45444751
@@ -26,9 +28,26 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
 
-def store_error(exc: sqlite3.Error, path: str) -> StoreError:
+#: What SQLite says when the file's bytes are not what it wrote (and the sqlite3 module
+#: when a text value is not UTF-8): damage, never a caller's mistake.
+_DAMAGE = ("malformed", "not a database", "could not decode", "codec can't decode", "corrupt")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a sqlite3 (or text decoding) error means the file is damaged.
+
+    >>> is_damage(sqlite3.DatabaseError("database disk image is malformed"))
+    True
+    """
+    text = str(exc).lower()
+    return isinstance(exc, UnicodeDecodeError) or any(word in text for word in _DAMAGE)
+
+
+def store_error(exc: sqlite3.Error | UnicodeDecodeError, path: str) -> StoreError:
     """Translate a sqlite3 error into edgeq's vocabulary."""
     text = str(exc)
+    if is_damage(exc):
+        return damaged(f"SQLite cannot read it ({text})", path=path)
     if "locked" in text or "busy" in text:
         return StoreBusy(
             f"{path}: the database stayed locked by another connection past the busy "
@@ -37,36 +56,52 @@ def store_error(exc: sqlite3.Error, path: str) -> StoreError:
     return StoreError(f"{path}: the SQLite store failed: {text}")
 
 
-def check_foreign(path: Path) -> bool:
+def check_foreign(path: Path, *, newest: int | None = None) -> bool:
     """Refuse a file edgeq must not touch; return True if it is a fresh database.
 
-    Reads only: a non-SQLite file, a SQLite database of another application, or
-    an unreadable one raises :class:`StoreError` and is left exactly as it was.
+    Reads only: a non-SQLite file, a SQLite database of another application, an
+    unreadable one, or (with ``newest``, the schema version this edgeq knows) an
+    edgeq store of a newer schema, raises :class:`StoreError` and is left exactly
+    as it was: nothing is written to a store before it is recognised.
     """
     if not path.exists() or path.stat().st_size == 0:
         return True
     if path.is_dir():
         raise StoreError(f"{path} is a directory: give the path of a database file")
     with path.open("rb") as fh:
-        header = fh.read(len(_SQLITE_MAGIC))
-    if header != _SQLITE_MAGIC:
+        header = fh.read(100)
+    if header[: len(_SQLITE_MAGIC)] != _SQLITE_MAGIC:
         raise StoreError(
             f"{path} is not a SQLite database (it may be another kind of file); "
             "edgeq refuses to touch it: choose another path"
         )
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    # Without a WAL the header is the whole truth: an edgeq store is recognised from its
+    # bytes, without a connection (even a read-only one leaves -wal and -shm files).
+    app_id, version = int.from_bytes(header[68:72], "big"), int.from_bytes(header[60:64], "big")
+    tables = -1
+    if app_id != APPLICATION_ID or Path(f"{path}-wal").exists():
         try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(
-            f"{path} cannot be read as a SQLite database ({exc}); it may be corrupt. "
-            "edgeq left it untouched: restore it from a backup or choose another path"
-        ) from exc
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            finally:
+                conn.close()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # sqlite3 decodes damaged text in its errors too
+            raise StoreError(
+                f"{path} cannot be read as a SQLite database ({exc}); it may be corrupt. "
+                "edgeq left it untouched: restore it from a backup or choose another path"
+            ) from exc
     if app_id == APPLICATION_ID:
+        if version == 0:
+            raise damaged("it is marked as an edgeq store but has no schema version (edgeq left it untouched)",
+                          path=str(path))
+        if newest is not None and version > newest:
+            raise StoreError(
+                f"{path} was written by a newer edgeq (schema {version}; this one knows "
+                f"{newest}): upgrade edgeq to open it (it was left untouched)"
+            )
         return False
     if tables == 0 and app_id == 0:
         return True  # an empty SQLite file: nothing to lose
@@ -74,6 +109,13 @@ def check_foreign(path: Path) -> bool:
         f"{path} is a SQLite database of another application (application_id={app_id}, "
         f"{tables} schema objects); edgeq refuses to touch it: choose another path"
     )
+
+
+def _release(exc: BaseException) -> None:
+    """Let go of the cursors the frames of a failed statement hold: a write statement an
+    error interrupted stays "in progress" (and no later COMMIT on the connection goes
+    through) for as long as anything, such as a caller keeping the error, holds them."""
+    traceback.clear_frames(exc.__traceback__)
 
 
 class ConnectionFactory:
@@ -123,7 +165,7 @@ class ConnectionFactory:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA temp_store = MEMORY")
             register(conn)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise store_error(exc, self.path) from exc
         return conn
@@ -172,9 +214,10 @@ class ConnectionFactory:
             raise store_error(exc, self.path) from exc
         try:
             yield conn
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            _release(exc)
             raise store_error(exc, self.path) from exc
         except BaseException:
             if conn.in_transaction:
@@ -201,7 +244,8 @@ class ConnectionFactory:
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            _release(exc)
             raise store_error(exc, self.path) from exc
 
     def set_tracer(self, tracer: Callable[[str], None] | None) -> None:

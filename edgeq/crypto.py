@@ -41,8 +41,9 @@ ENV_KEY_FILE = "EDGEQ_STORE_KEY_FILE"
 
 
 class IntegrityError(StoreError):
-    """An encrypted row failed its integrity check (tampered, or moved from another
-    queue or message); it has been moved to the quarantine."""
+    """A message row failed its integrity check: its checksum does not match (a flipped
+    bit, a damaged index), or, on an encrypted queue, its authentication tag (tampered,
+    or moved from another queue or message). It has been moved to the quarantine."""
 
 
 class KeyMissing(StoreError):

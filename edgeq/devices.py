@@ -8,9 +8,11 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from edgeq.connection import ConnectionFactory
+from edgeq.damage import damaged
 from edgeq.errors import DeviceNotFound, InvalidArgument, InvalidType
 from edgeq.names import check_name
 from edgeq.types import Clock
@@ -44,10 +46,30 @@ class DeviceRecord:
         """Whether the device has a public key and is not revoked."""
         return self.public_key is not None and self.revoked_ms is None
 
+    @property
+    def revoked_at(self) -> str | None:
+        """When the device was revoked, as ISO-8601 UTC for people and logs (None: it is not).
 
-def _record(row: tuple[Any, ...]) -> DeviceRecord:
-    queues = None if row[6] is None else tuple(json.loads(row[6]))
-    return DeviceRecord(row[0], row[1], row[2], row[3], row[4], row[5], queues, row[7])
+        >>> DeviceRecord("DEV1", 0, None, None, None, revoked_ms=1_763_715_600_250).revoked_at
+        '2025-11-21T09:00:00.250Z'
+        """
+        if self.revoked_ms is None:
+            return None
+        when = datetime.fromtimestamp(self.revoked_ms / 1000, tz=UTC)
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _record(row: tuple[Any, ...], conn: sqlite3.Connection) -> DeviceRecord:
+    """A device row as read back; one whose queue list does not decode is a damaged store
+    (never an empty or partial list: that would change what the device may push to)."""
+    try:
+        queues = None if row[6] is None else json.loads(row[6])
+    except (TypeError, ValueError) as exc:
+        queues = exc
+    if queues is not None and not (isinstance(queues, list) and all(isinstance(q, str) for q in queues)):
+        raise damaged(f"the queues device {row[0]!r} may push to are unreadable ({queues!r})", conn)
+    return DeviceRecord(row[0], row[1], row[2], row[3], row[4], row[5], None if queues is None else tuple(queues),
+                        row[7])
 
 
 class DeviceTx:
@@ -85,11 +107,11 @@ class DeviceTx:
     def get(self, name: str) -> DeviceRecord | None:
         """The device named ``name``, or None."""
         row = self.conn.execute(f"SELECT {_COLS} FROM devices WHERE name = ?", (name,)).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else _record(row, self.conn)
 
     def all(self) -> list[DeviceRecord]:
         """Every known device, by name."""
-        return [_record(row) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]
+        return [_record(row, self.conn) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]
 
 class DeviceRegistry:
     """The devices a home server knows: contact, clock offset, keys, revocation."""

@@ -33,6 +33,7 @@ __all__ = [
     "RuleNotFound",
     "StoreBusy",
     "StoreError",
+    "StoreFull",
 ]
 
 
@@ -98,7 +99,13 @@ class RemoteUnavailable(EdgeqError):
 
 
 class QueueFull(EdgeqError):
-    """The queue holds ``max_depth`` messages already."""
+    """The queue is full (``max_depth`` messages, or ``max_bytes`` of data) and its
+    ``on_full`` strategy could not make room."""
+
+
+class StoreFull(QueueFull):
+    """The store holds the queue manager's ``max_store_bytes`` already and the queue's
+    ``on_full`` strategy could not make room from that queue's own messages."""
 
 
 # -- messages ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from edgeq.args import check_count
 from edgeq.connection import ConnectionFactory
+from edgeq.damage import index_damaged
 from edgeq.dispatch import Dispatcher, Pending
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.journal import (
@@ -28,13 +29,17 @@ from edgeq.journal import (
     remote_expiry_refusal,
 )
 from edgeq.names import check_name
-from edgeq.rows import plain_size
-from edgeq.store import MessageRow, QueueRow, Tx
+from edgeq.rows import is_expired, plain_size
+from edgeq.store import MessageRow, QueueRow, Tx, is_intact
 from edgeq.types import Clock, EventKind, RemovalReason, Where
+from edgeq.verify import diagnose, lenient, stripped
 
 __all__ = ["EventSink"]
 
 log = logging.getLogger("edgeq")
+
+#: The kinds of event whose rows were read from the store (an ``added`` row was made just now).
+_READ = frozenset({"expired", "removed"})
 
 
 class EventSink:
@@ -83,7 +88,25 @@ class EventSink:
         return [Pending(kind, queue, now_ms, row=row, where=where, reason=reason) for row in rows]
 
     def record(self, tx: Tx, events: list[Pending]) -> None:
-        """Make the events durable in the caller's transaction: rule events and journal entries."""
+        """Make the events durable in the caller's transaction: rule events and journal entries.
+
+        A removed or expired row that fails its checksum is never passed on: its event
+        becomes a removal for reason ``quarantined`` and the row goes to the quarantine
+        (the caller already deleted it), so no rule and no journal sees damaged values.
+        An intact row discarded as expired that has not expired was found through a
+        damaged deadline index: that is raised, and the caller's transaction undone.
+        """
+        for ev in events:
+            row = ev.row
+            if row is None or ev.kind not in _READ or ev.reason == "quarantined":
+                continue
+            if not is_intact(ev.queue, row):
+                self._set_aside(tx, ev, row)
+            elif ev.kind == "expired" and not is_expired(row, ev.at_ms):  # its deadline came from an index
+                raise index_damaged(
+                    f"message {row.origin}.{row.stamp} of queue {ev.queue!r} was taken for expired through the "
+                    "deadline index, and it is not", tx.conn,
+                )
         self.rules.record(tx.conn, events)
         if self.journal is None:
             return
@@ -126,12 +149,42 @@ class EventSink:
         """Deliver recorded events to the rules (after their transaction committed)."""
         self.rules.dispatch(events)
 
-    def quarantine(self, tx: Tx, q: QueueRow, row: MessageRow, now: int) -> list[Pending]:
-        """Move a row that failed its integrity check to the quarantine; rules see it removed."""
-        tx.quarantine(q.name, q.id, row, "integrity check failed", now)
+    def quarantine(
+        self, tx: Tx, q: QueueRow, row: MessageRow, now: int, *, through_index: bool = False, same_tx: bool = True,
+    ) -> list[Pending]:
+        """Move a row of ``q`` that failed its integrity check to the quarantine; rules see
+        it removed (``quarantined``, with its uid only).
+
+        ``through_index``: the row was read through an index and failed its checksum, so
+        it is read again from the table first (:func:`edgeq.verify.diagnose`): if the
+        table holds it intact, the index is damaged, and that is raised instead (nothing
+        is quarantined). ``same_tx=False``: the row was read in an earlier transaction,
+        and is skipped if it is gone since.
+        """
+        with lenient(tx.conn):  # a damaged row's text may not even be UTF-8
+            if through_index:
+                found = diagnose(tx, q, row, same_tx=same_tx)
+                if found is None:
+                    return []
+                q, row = found
+            tx.quarantine(q.name, q.id, row, "integrity check failed", now)
         log.error("message %s.%s on queue %s failed its integrity check: quarantined", row.origin, row.stamp, q.name)
-        return self.events(q.name, "removed", [row._replace(data=b"", fields=None, key_id=None)], now,
-                           reason="quarantined")
+        return self._copies(q.name, row, now)
+
+    def _copies(self, queue: str, row: MessageRow, now: int) -> list[Pending]:
+        """The event of a quarantined row, if anything wants it: removed, ``quarantined``,
+        carrying the uid alone (none if even that is unreadable)."""
+        if not self.observed(queue, "removed"):
+            return []
+        return [Pending("removed", queue, now, row=stripped(row), reason="quarantined")]
+
+    def _set_aside(self, tx: Tx, ev: Pending, row: MessageRow) -> None:
+        """A row already deleted that fails its checksum: quarantine it, and tell its event so."""
+        q = tx.queue(ev.queue)
+        with lenient(tx.conn):
+            tx.quarantine(ev.queue, q.id if q is not None else 0, row, "integrity check failed", ev.at_ms)
+        log.error("message %s.%s on queue %s failed its integrity check: quarantined", row.origin, row.stamp, ev.queue)
+        ev.kind, ev.where, ev.reason, ev.row = "removed", None, "quarantined", stripped(row)
 
     # -- the journal -----------------------------------------------------------------------
 

@@ -5,10 +5,12 @@ returned. Also what takes messages for transmission from a remote queue."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from edgeq.args import check_confirm_id, check_count, check_uid
 from edgeq.checkpoints import DISCARD_BATCH, ExpiryPolicy
 from edgeq.crypto import IntegrityError
+from edgeq.damage import index_damaged
 from edgeq.dispatch import Pending
 from edgeq.errors import ConfirmIdNotFound, InvalidArgument, InvalidType, MessageExpired, MessageNotFound
 from edgeq.events import EventSink
@@ -17,17 +19,37 @@ from edgeq.queues import readable_queue, require_queue
 from edgeq.results import ConfirmResult
 from edgeq.rows import is_expired, matches, to_message
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, QueueRow, Tx
+from edgeq.store import MessageRow, QueueRow, Tx, is_intact
 from edgeq.types import FieldValue, Filter, MessageState, RemovalReason, Where
 from edgeq.uid import MessageUID
+from edgeq.verify import locked_unindexed, tolerant
 
 __all__ = ["PAGE", "Gets"]
 
 PAGE = 256  # rows per page when a get or browse must walk past expired or filtered ones
+_READY, _PUT_LOCKED, _GET_LOCKED = (int(s) for s in MessageState)  # plain ints: compared once per row read
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What a walk of the ready messages found (see :meth:`Gets._scan`)."""
+
+    chosen: list[MessageRow] = field(default_factory=list)  # as stored
+    plain: list[MessageRow] = field(default_factory=list)  # the same, unsealed
+    expired: list[int] = field(default_factory=list)  # ids of the expired matches met first
+    damaged: MessageRow | None = None  # the row that stopped the walk: it failed its check
+    error: IntegrityError | None = None  # set if it is intact but would not open (tampered)
 
 
 class Gets:
-    """The get side of a queue manager's messaging."""
+    """The get side of a queue manager's messaging.
+
+    Every row is checked against its checksum before anything is done with it
+    (returned, discarded as expired, confirmed, undone or deleted): a damaged row is
+    quarantined and raised as :class:`IntegrityError`; a row a damaged index gave
+    is never quarantined (``edgeq.verify``). A walk never returns one row twice,
+    nor a row that is not ready, whatever the index says.
+    """
 
     def __init__(self, qm_name: str, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy) -> None:
         self.qm_name = qm_name
@@ -53,46 +75,53 @@ class Gets:
         wanted = check_fields(filter) if filter is not None else None
         self.expiry.touch(queue)
         now = self.clock()
-        events: list[Pending] = []
-        with self.sink.write() as tx:
-            q = readable_queue(tx, self.qm_name, queue)
-            if tx.has_expired(q.id, now):
-                ids = tx.expired_ids(q.id, now, q.depth, ready_only=True)
-                if wanted is not None:
-                    ids = [row.id for row in tx.rows(ids) if matches(self.sealer.unseal_for_rules(queue, row), wanted)]
-                events = self.sink.events(queue, "expired", tx.delete(q.id, ids), now, where="browse")
-                self.sink.record(tx, events)
-        self.sink.dispatch(events)
-        out: list[Message] = []
-        corrupt: tuple[MessageRow, IntegrityError] | None = None
+        self._discard_expired(queue, now, wanted)
         with self.sink.db.read() as conn:
             tx = Tx(conn)
             q = require_queue(tx, self.qm_name, queue)
-            for rows in tx.ready(q.id, PAGE):
+            found = tolerant(conn, lambda: self._scan(tx, q, PAGE, limit, now, wanted))
+        if found.damaged is None:
+            return [to_message(row, now) for row in found.plain]
+        with self.sink.write() as wtx:  # read in the snapshot above: quarantined unless taken since
+            wq = require_queue(wtx, self.qm_name, queue)
+            events = self.sink.quarantine(wtx, wq, found.damaged, now, through_index=found.error is None,
+                                          same_tx=False)
+            self.sink.record(wtx, events)
+        self.sink.dispatch(events)
+        raise found.error or self.sealer.damaged(queue, found.damaged)
+
+    def _discard_expired(self, queue: str, now: int, wanted: Mapping[str, FieldValue] | None) -> None:
+        """Browse's check point: discard the expired ready messages (that match)."""
+        events: list[Pending] = []
+        error: IntegrityError | None = None
+        with self.sink.write() as tx:
+            q = readable_queue(tx, self.qm_name, queue)
+            if tx.has_expired(q.id, now):
+                rows = tolerant(tx.conn, lambda: tx.rows(tx.expired_ids(q.id, now, q.depth, ready_only=True)))
+                doomed: list[int] = []
                 for row in rows:
-                    if is_expired(row, now):
+                    if row.state != _READY:
                         continue
+                    if not is_intact(queue, row):  # a damaged deadline must not discard a live message
+                        events += self.sink.quarantine(tx, q, row, now, through_index=True)
+                        error = error or self.sealer.damaged(queue, row)
+                        continue
+                    if not is_expired(row, now):
+                        raise index_damaged(
+                            f"the deadline index of queue {queue!r} has message {row.origin}.{row.stamp} expired, "
+                            "the message itself does not", tx.conn,
+                        )
                     try:
-                        opened = self.sealer.unseal(queue, row)
+                        if wanted is None or matches(self.sealer.unseal_checked(queue, row), wanted):
+                            doomed.append(row.id)
                     except IntegrityError as exc:
-                        corrupt = (row, exc)
-                        break
-                    if wanted is not None and not matches(opened, wanted):
-                        continue
-                    out.append(to_message(opened, now))
-                    if limit is not None and len(out) >= limit:
-                        return out
-                if corrupt is not None:
-                    break
-        if corrupt is not None:
-            with self.sink.write() as wtx:
-                wq = require_queue(wtx, self.qm_name, queue)
-                held = wtx.find(wq.id, corrupt[0].origin, corrupt[0].stamp)
-                events = self.sink.quarantine(wtx, wq, held, now) if held is not None and held == corrupt[0] else []
-                self.sink.record(wtx, events)
-            self.sink.dispatch(events)
-            raise corrupt[1]
-        return out
+                        events += self.sink.quarantine(tx, q, row, now, through_index=False)
+                        error = error or exc
+                events += self.sink.events(queue, "expired", tx.delete(q.id, doomed), now, where="browse")
+            self.sink.record(tx, events)
+        self.sink.dispatch(events)
+        if error is not None:
+            raise error
 
     def take(
         self, queue: str, count: int, *, wanted: Mapping[str, FieldValue] | None, remove: bool,
@@ -115,50 +144,60 @@ class Gets:
             # Common case: nothing expired anywhere on the queue, so one page of
             # exactly `count` rows is all a get reads.
             page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, PAGE)
-            chosen, plain, expired, error = self._scan(tx, q, page, count, now, wanted)
-            events = self.sink.events(queue, "expired", tx.delete(q.id, expired), now, where="get")
+            found = tolerant(tx.conn, lambda: self._scan(tx, q, page, count, now, wanted))
+            chosen = found.chosen
+            # A damaged row met after others were chosen is left for the next call.
+            damaged = found.damaged if not chosen else None
+            events = self.sink.events(queue, "expired", tx.delete(q.id, found.expired), now, where="get")
             if remove and confirm_id is None:
                 tx.delete(q.id, [row.id for row in chosen])
                 events += self.sink.events(queue, "removed", chosen, now, reason="got")
             elif remove and confirm_id is not None:
                 tx.lock_for_get([row.id for row in chosen], confirm_id)
-            if error is not None:
-                events += self.sink.quarantine(tx, q, error[0], now)
+            if damaged is not None:
+                events += self.sink.quarantine(tx, q, damaged, now, through_index=found.error is None)
             self.sink.record(tx, events)
         self.sink.dispatch(events)
-        if error is not None:
-            raise error[1]
-        return [to_message(row, now) for row in plain]
+        if damaged is not None:
+            raise found.error or self.sealer.damaged(queue, damaged)
+        return [to_message(row, now) for row in found.plain]
 
     def _scan(
-        self, tx: Tx, q: QueueRow, page: int, count: int, now: int, wanted: Mapping[str, FieldValue] | None
-    ) -> tuple[list[MessageRow], list[MessageRow], list[int], tuple[MessageRow, IntegrityError] | None]:
-        """Walk ready messages in get order: the first ``count`` live matches (as
-        stored, and unsealed), the ids of the expired matches met before them (to
-        discard), and a row that failed its integrity check, if one stopped the walk
-        before anything was chosen (to quarantine; a later call meets it otherwise)."""
-        chosen: list[MessageRow] = []
-        plain: list[MessageRow] = []
-        expired: list[int] = []
+        self, tx: Tx, q: QueueRow, page: int, count: int | None, now: int, wanted: Mapping[str, FieldValue] | None
+    ) -> _Scan:
+        """Walk ready messages in get order: the first ``count`` (None: all) live matches,
+        the ids of the expired matches met before them (to discard), or the row that
+        failed its check and stopped the walk. Each row is checked before its deadline
+        is believed; rows the index gives twice, or that are not ready, are skipped."""
+        found = _Scan()
+        seen: set[tuple[str, int]] = set()  # uids: one row twice, or two rows of one uid
         for rows in tx.ready(q.id, page):
             for row in rows:
+                uid = (row.origin, row.stamp)
+                if row.state != _READY or uid in seen:
+                    continue
+                seen.add(uid)
+                if not is_intact(q.name, row):
+                    found.damaged = row
+                    return found
                 if wanted is None and is_expired(row, now):
-                    expired.append(row.id)  # no need to unseal what is discarded unread
+                    found.expired.append(row.id)  # no need to unseal what is discarded unread
                     continue
                 try:
-                    opened = self.sealer.unseal(q.name, row)
+                    opened = self.sealer.unseal_checked(q.name, row)
                 except IntegrityError as exc:
-                    return chosen, plain, expired, None if chosen else (row, exc)
+                    found.damaged, found.error = row, exc
+                    return found
                 if wanted is not None and not matches(opened, wanted):
                     continue
                 if is_expired(row, now):
-                    expired.append(row.id)
+                    found.expired.append(row.id)
                     continue
-                chosen.append(row)
-                plain.append(opened)
-                if len(chosen) == count:
-                    return chosen, plain, expired, None
-        return chosen, plain, expired, None
+                found.chosen.append(row)
+                found.plain.append(opened)
+                if len(found.chosen) == count:
+                    return found
+        return found
 
     def _delete_row(self, tx: Tx, q: QueueRow, row: MessageRow, now: int, where: Where,
                     reason: RemovalReason) -> list[Pending]:
@@ -171,85 +210,138 @@ class Gets:
         self.sink.record(tx, events)
         return events
 
+    def _set_aside(self, tx: Tx, q: QueueRow, rows: Sequence[MessageRow], now: int) -> tuple[list[Pending], IntegrityError]:
+        """Quarantine rows that failed their check (or raise: the index is damaged); the
+        error to raise once the transaction has committed."""
+        events = [ev for row in rows for ev in self.sink.quarantine(tx, q, row, now, through_index=True)]
+        self.sink.record(tx, events)
+        return events, self.sealer.damaged(q.name, rows[0])
+
+    def _find(self, tx: Tx, q: QueueRow, uid: MessageUID) -> tuple[MessageRow | None, bool]:
+        """The row of ``uid`` on ``q`` (or None) and whether it is intact and really ``uid``."""
+        row = tolerant(tx.conn, lambda: tx.find(q.id, uid.origin, uid.stamp))
+        if row is None:
+            return None, False
+        return row, row.origin == uid.origin and row.stamp == uid.stamp and is_intact(q.name, row)
+
     def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
         """Complete an assured get: delete the locked message."""
         uid = check_uid(uid)
         self.expiry.touch(queue)
         now = self.clock()
+        error: IntegrityError | None = None
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
-            row = tx.find(q.id, uid.origin, uid.stamp)
-            if row is None or row.state != MessageState.GET_LOCKED:
+            row, intact = self._find(tx, q, uid)
+            if row is None and locked_unindexed(tx, q.id, uid.origin, uid.stamp):
+                raise index_damaged(f"the uid index of queue {queue!r} does not find message {uid}, locked there",
+                                    tx.conn)
+            if row is None or row.state != _GET_LOCKED:
                 state = "is not locked by an assured get" if row is not None else "is not on the queue"
                 raise MessageNotFound(
                     f"message {uid} {state} {queue!r}: confirm_get only completes a get(confirm_id=...) "
                     "not yet confirmed or undone"
                 )
-            events = self._delete_row(tx, q, row, now, "get", "confirmed")
+            if intact:
+                events = self._delete_row(tx, q, row, now, "get", "confirmed")
+            else:
+                events, error = self._set_aside(tx, q, [row], now)
         self.sink.dispatch(events)
+        if error is not None:
+            raise error
         if is_expired(row, now):
             raise MessageExpired(f"message {uid} expired while locked by an assured get; it has been discarded")
 
     def confirm_get_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
-        """Complete a batch of assured gets in one transaction (see ``QueueManager.confirm_get_each``)."""
+        """Complete a batch of assured gets in one transaction (see ``QueueManager.confirm_get_each``).
+
+        If a locked row fails its check, only the damaged rows are quarantined (the
+        rest of the batch is left as it was) and :class:`IntegrityError` is raised:
+        confirming the batch again completes the rest."""
         if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
             raise InvalidType("confirm_get_each takes a sequence of uids")
         checked = [check_uid(uid) for uid in uids]
         self.expiry.touch(queue)
         now = self.clock()
         results: list[ConfirmResult] = []
+        error: IntegrityError | None = None
         with self.sink.write() as tx:
             q = readable_queue(tx, self.qm_name, queue)
-            held = tx.find_many(q.id, [(uid.origin, uid.stamp) for uid in checked])
-            taken: dict[int, MessageRow] = {}
-            for uid in checked:
-                row = held.get((uid.origin, uid.stamp))
-                if row is None or row.state != MessageState.GET_LOCKED or row.id in taken:
-                    results.append(ConfirmResult(uid, "unknown"))
-                else:
-                    taken[row.id] = row
-                    results.append(ConfirmResult(uid, "expired" if is_expired(row, now) else "confirmed"))
-            removed = tx.delete(q.id, list(taken))
-            events = self.sink.events(queue, "expired", [r for r in removed if is_expired(r, now)], now, where="get")
-            events += self.sink.events(
-                queue, "removed", [r for r in removed if not is_expired(r, now)], now, reason="confirmed"
-            )
-            self.sink.record(tx, events)
+            held = tolerant(tx.conn, lambda: tx.find_many(q.id, [(uid.origin, uid.stamp) for uid in checked]))
+            locked = {row.id: row for row in held.values() if row.state == _GET_LOCKED}
+            bad = [row for row in locked.values() if not is_intact(q.name, row)]
+            if bad:
+                events, error = self._set_aside(tx, q, bad, now)
+            else:
+                taken: dict[int, MessageRow] = {}
+                for uid in checked:
+                    row = held.get((uid.origin, uid.stamp))
+                    if row is None or row.id not in locked or row.id in taken:
+                        results.append(ConfirmResult(uid, "unknown"))
+                    else:
+                        taken[row.id] = row
+                        results.append(ConfirmResult(uid, "expired" if is_expired(row, now) else "confirmed"))
+                removed = tx.delete(q.id, list(taken))
+                events = self.sink.events(
+                    queue, "expired", [r for r in removed if is_expired(r, now)], now, where="get"
+                )
+                events += self.sink.events(
+                    queue, "removed", [r for r in removed if not is_expired(r, now)], now, reason="confirmed"
+                )
+                self.sink.record(tx, events)
         self.sink.dispatch(events)
+        if error is not None:
+            raise error
         return results
 
     def undo(self, queue: str, confirm_id: int) -> int:
-        """Undo whatever ``confirm_id`` locked (see ``QueueManager.undo``)."""
+        """Undo whatever ``confirm_id`` locked (see ``QueueManager.undo``). If a locked
+        row fails its check, only the damaged rows are quarantined and
+        :class:`IntegrityError` is raised: undoing again undoes the rest."""
         confirm_id = check_confirm_id(confirm_id)
         self.expiry.touch(queue)
         now = self.clock()
+        error: IntegrityError | None = None
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
-            rows = tx.find_by_confirm_id(q.id, confirm_id)
+            rows = tolerant(tx.conn, lambda: tx.find_by_confirm_id(q.id, confirm_id))
             if not rows:
                 raise ConfirmIdNotFound(
                     f"nothing on queue {queue!r} is locked under confirm id {confirm_id}: it was already "
                     "confirmed, undone, or expired"
                 )
-            tx.back_out([r.id for r in rows if r.state == MessageState.GET_LOCKED])
-            removed = tx.delete(q.id, [r.id for r in rows if r.state == MessageState.PUT_LOCKED])
-            events = self.sink.events(queue, "removed", removed, now, reason="deleted")
-            self.sink.record(tx, events)
+            bad = [r for r in rows if r.state in (_GET_LOCKED, _PUT_LOCKED) and not is_intact(q.name, r)]
+            if bad:
+                events, error = self._set_aside(tx, q, bad, now)
+            else:
+                tx.back_out([r.id for r in rows if r.state == _GET_LOCKED])
+                removed = tx.delete(q.id, [r.id for r in rows if r.state == _PUT_LOCKED])
+                events = self.sink.events(queue, "removed", removed, now, reason="deleted")
+                self.sink.record(tx, events)
         self.sink.dispatch(events)
+        if error is not None:
+            raise error
         return len(rows)
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
-        """Delete one message by uid, whatever its state."""
+        """Delete one message by uid, whatever its state (a damaged one is quarantined
+        instead, and raised as :class:`IntegrityError`)."""
         uid = check_uid(uid)
         self.expiry.touch(queue)
         now = self.clock()
+        error: IntegrityError | None = None
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
-            row = tx.find(q.id, uid.origin, uid.stamp)
+            row, intact = self._find(tx, q, uid)
             if row is None:
                 raise MessageNotFound(f"queue {queue!r} holds no message {uid}")
-            events = self._delete_row(tx, q, row, now, "get", "deleted")
+            if intact:
+                events = self._delete_row(tx, q, row, now, "get", "deleted")
+            else:
+                events, error = self._set_aside(tx, q, [row], now)
         self.sink.dispatch(events)
+        if error is not None:
+            raise error
 
     def purge(self, name: str) -> int:
         """Remove every message from a queue (rules see reason ``purged``); return how many."""

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from edgeq.damage import damaged
 from edgeq.names import origin_qmgr
 
 __all__ = [
@@ -98,7 +99,7 @@ class JournalTx:
             f"SELECT {', '.join(JOURNAL_COLUMNS)} FROM journal WHERE id > ? ORDER BY id LIMIT ?",
             (after_id, limit),
         ).fetchall()
-        return [JournalEntry(*row) for row in rows]
+        return [_entry(row, self.conn) for row in rows]
 
     def trim(self, up_to_id: int) -> int:
         """Delete the entries up to and including ``up_to_id``; return how many."""
@@ -108,6 +109,26 @@ class JournalTx:
         """The highest entry id held (0 if the journal is empty)."""
         (value,) = self.conn.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
         return int(value)
+
+
+_KINDS = frozenset({"accepted", "expired", "delivered"})
+_SIDES = frozenset({"server", "device"})
+
+
+def _entry(row: tuple[object, ...], conn: sqlite3.Connection) -> JournalEntry:
+    """A journal row as read back: one whose values are not of their kind (the journal
+    has no checksum, but a flip often makes an impossible value) is a damaged store."""
+    (id_, kind, side, at_ms, queue, uid, origin, check_point, size, created_ms, arrived_ms, confirmed_ms,
+     offset, device) = row
+    ints = (size, created_ms, arrived_ms, confirmed_ms, offset)
+    texts = (check_point, device)
+    if not (
+        type(id_) is int and kind in _KINDS and side in _SIDES and type(at_ms) is int
+        and isinstance(queue, str) and isinstance(uid, str) and isinstance(origin, str)
+        and all(v is None or type(v) is int for v in ints) and all(v is None or isinstance(v, str) for v in texts)
+    ):
+        raise damaged(f"journal entry {id_!r} holds a value no edgeq writes ({row!r})", conn)
+    return JournalEntry(*row)  # type: ignore[arg-type]
 
 
 def entry_row(

@@ -12,27 +12,33 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from edgeq.bindings import BindingInfo, RuleBook, RuleSpec, attach_stored
+from edgeq.budget import OverflowTally, check_store_budget
 from edgeq.catalog import QueueCatalog
+from edgeq.check import StoreCheck
 from edgeq.checkpoints import ExpiryPolicy
+from edgeq.checkreport import CheckReport
 from edgeq.clock import system_clock
 from edgeq.connection import ConnectionFactory, check_foreign
 from edgeq.crypto import CIPHERS, StoreKeys
+from edgeq.damage import damaged
 from edgeq.devices import DeviceRecord, DeviceRegistry
 from edgeq.dispatch import Dispatcher, Pending
-from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
 from edgeq.events import EventSink
 from edgeq.gets import Gets
+from edgeq.holds import HeldGroup, HeldUsage, Holds
 from edgeq.journal import JournalEntry, JournalSide, RemoteExpiryResult
 from edgeq.message import Message
-from edgeq.meta import journal_setting, open_identity
+from edgeq.meta import create_store, journal_setting, name_needed, open_identity
 from edgeq.names import check_name
 from edgeq.puts import Puts
-from edgeq.queues import QueueAttributes
+from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage
 from edgeq.results import ConfirmResult, PutResult, QuarantineEntry
 from edgeq.rulestore import FailureRow, RuleTx
+from edgeq.schema import SCHEMA_VERSION
 from edgeq.sealer import Sealer
-from edgeq.transmit import Transmitter
-from edgeq.types import Clock, Durability, Filter, Ordering
+from edgeq.transmit import Refusal, SyncOverview, Transmitter
+from edgeq.types import Clock, Durability, Filter, OnFull, Ordering
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
@@ -75,6 +81,11 @@ class QueueManager:
     that queue's definition on, and at every open), so expiries before the first
     ``edgeq sync`` still reach the server; ``journal="off"`` keeps it off. See :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
     ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
+    ``max_store_bytes`` bounds the data plus fields all queues hold (the flash
+    budget; None: no bound): a put that would exceed it makes room by its queue's
+    ``on_full``, from that queue only, or raises :class:`~edgeq.errors.StoreFull`. It belongs to
+    this object, not to the file: give every process that puts the same value
+    (docs/storage.md, "Flash budget").
 
     One instance may be shared by threads; several processes may open the same
     file. Every message is delivered to exactly one getter.
@@ -103,6 +114,7 @@ class QueueManager:
         journal: JournalSide | Literal["off"] | None = None,
         keys: StoreKeys | str | Path | None = None,
         default_encryption: str | None = None,
+        max_store_bytes: int | None = None,
     ) -> None:
         # Every argument is checked before the file is touched.
         if not isinstance(path, (str, Path)):
@@ -128,12 +140,20 @@ class QueueManager:
             keys = StoreKeys.load(keys)
         elif keys is not None and not isinstance(keys, StoreKeys):
             raise InvalidType("keys must be a StoreKeys ring or the path of a store key file")
+        self._max_store_bytes = check_store_budget(max_store_bytes)
         self._clock: Clock = clock or system_clock
-        check_foreign(self.path)
+        keys = keys if keys is not None else StoreKeys.from_env()
         self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
+        # Nothing is written before the file is recognised, and a new store is made
+        # whole or not at all: a failed open leaves no file behind (edgeq.meta).
+        if check_foreign(self.path, newest=SCHEMA_VERSION):
+            if name is None:
+                raise name_needed(self.path)
+            if not self.path.exists():
+                create_store(self.path, name, self._clock, timeout=timeout)
         try:
             self.name, self._origin = open_identity(self._db, self.path, name, self._clock)
-            self._sealer = Sealer(self.name, keys if keys is not None else StoreKeys.from_env(), default_encryption)
+            self._sealer = Sealer(self.name, keys, default_encryption)
             self._sealer.check_keys(self._db, self.path)
             rules = Dispatcher(
                 self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms,
@@ -144,17 +164,26 @@ class QueueManager:
             self._expiry = ExpiryPolicy(self.name, self._sink)
             self._gets = Gets(self.name, self._sink, self._sealer, self._expiry)
             self._transmitter = Transmitter(self.name, self._origin, self._sink, self._expiry, self._gets)
+            overflowed = OverflowTally()
             self._puts = Puts(self.name, self._origin, self._sink, self._sealer, self._expiry, self._transmitter,
-                              remember_confirmed_ms)
-            self._catalog = QueueCatalog(self.name, self, self._sink, self._sealer, self._expiry)
+                              remember_confirmed_ms, max_store_bytes=self._max_store_bytes, overflowed=overflowed)
+            self._catalog = QueueCatalog(self.name, self, self._sink, self._sealer, self._expiry,
+                                         max_store_bytes=self._max_store_bytes, overflowed=overflowed)
             self._rulebook = RuleBook(self.name, self, self._sink)
             self._devices = DeviceRegistry(self._db, self._clock)
+            self._holds = Holds(self.name, self._sink)
             # Plugins load here, explicitly, never at import time.
             with self._db.read() as conn:
                 stored = RuleTx(conn).bindings()
             for queue, bindings in attach_stored(self, stored).items():
                 rules.set_persisted(queue, bindings)
             rules.recover()
+        except EdgeqError:
+            self._db.close()
+            raise
+        except Exception as exc:  # never a raw Python error from a damaged file's bytes
+            self._db.close()
+            raise damaged(f"opening it failed ({type(exc).__name__}: {exc})", path=str(self.path)) from exc
         except BaseException:
             self._db.close()
             raise
@@ -166,6 +195,11 @@ class QueueManager:
         """The origin of the uids this store issues: its name and incarnation, e.g.
         ``'DEV1:k3x9qam2pa'`` (see :mod:`edgeq.uid`)."""
         return self._origin
+
+    @property
+    def max_store_bytes(self) -> int | None:
+        """The flash budget of the whole store this object enforces (None: none)."""
+        return self._max_store_bytes
 
     @property
     def journal_mode(self) -> JournalSide | None:
@@ -236,8 +270,19 @@ class QueueManager:
         depth_threshold: int | None = None,
         rules: Sequence[RuleSpec] | None = None,
         encryption: str | None = None,
+        max_bytes: int | None = None,
+        on_full: OnFull = "reject",
     ) -> None:
         """Define a local queue; raise :class:`QueueExists` if it is defined already.
+
+        The flash budget: ``max_bytes`` bounds the data plus fields the queue holds
+        (as stored), beside ``max_depth``; ``on_full`` is what a put does when either
+        (or the queue manager's ``max_store_bytes``) would be exceeded: ``"reject"``
+        raises :class:`QueueFull`; ``"discard-oldest"`` discards the oldest ready
+        messages to make room, ``"discard-lowest-priority"`` the lowest-priority
+        oldest ones (refusing a message lower than every one held). Expired messages
+        go first; locked ones never; rules see each discard as ``removed`` with
+        reason ``"overflow"`` (docs/storage.md, "Flash budget").
 
         ``encryption="aes-256-gcm"`` seals message data and fields in the store
         with the queue manager's store key (see :mod:`edgeq.crypto`); the default
@@ -259,7 +304,7 @@ class QueueManager:
         self._catalog.define_queue(
             name, rules, encryption, expiry_ms=expiry_ms, cap_expiry_ms=cap_expiry_ms, max_depth=max_depth,
             max_message_bytes=max_message_bytes, default_priority=default_priority, ordering=ordering,
-            depth_threshold=depth_threshold,
+            depth_threshold=depth_threshold, max_bytes=max_bytes, on_full=on_full,
         )
 
     def define_remote_queue(
@@ -276,6 +321,10 @@ class QueueManager:
         default_priority: int = 4,
         rules: Sequence[RuleSpec] | None = None,
         encryption: str | None = None,
+        depth_threshold: int | None = None,
+        max_bytes: int | None = None,
+        on_full: OnFull = "reject",
+        refusal_limit: int | None = None,
     ) -> None:
         """Define a remote queue: puts are kept here (durably, expiry running) and
         transmitted to ``target_queue`` (default: the same name) on queue manager
@@ -284,12 +333,15 @@ class QueueManager:
         :class:`RemoteUnavailable` (keeping nothing) if that fails. Applications
         cannot get or browse a remote queue. A store never given a ``journal``
         setting journals its expiries from now on (``journal_mode == "device"``),
-        for the sync agent to report.
+        for the sync agent to report. ``max_bytes`` and ``on_full`` bound what waits
+        here as for :meth:`define_queue`; ``refusal_limit``: how many times the target
+        may refuse a message before it is given up (reason ``"refused"``; None: the
+        sync agent's default).
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
-        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME", max_bytes=1 << 20, on_full="discard-oldest")
         >>> qm.queue_attributes("ORDERS").target_queue
         'ORDERS'
         >>> qm.close()
@@ -297,7 +349,8 @@ class QueueManager:
         self._catalog.define_remote_queue(
             name, target_qmgr=target_qmgr, target_queue=target_queue, mode=mode, expiry_ms=expiry_ms,
             cap_expiry_ms=cap_expiry_ms, max_depth=max_depth, max_message_bytes=max_message_bytes,
-            default_priority=default_priority, rules=rules, encryption=encryption,
+            default_priority=default_priority, rules=rules, encryption=encryption, depth_threshold=depth_threshold,
+            max_bytes=max_bytes, on_full=on_full, refusal_limit=refusal_limit,
         )
 
     def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
@@ -323,7 +376,10 @@ class QueueManager:
         A new ``expiry_ms`` applies at once to messages already on the queue that
         have no expiry of their own; a new ``cap_expiry_ms`` only to new puts; a new
         ``ordering`` re-orders the messages there; ``rules=[...]`` replaces the
-        persisted rule bindings. Returns the new attributes.
+        persisted rule bindings; a lower ``max_depth`` or ``max_bytes`` takes effect at
+        the next put (which makes room by ``on_full``, or is refused); ``refusal_limit``
+        (remote queues only) as for :meth:`define_remote_queue`. Returns the new
+        attributes.
 
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -344,6 +400,25 @@ class QueueManager:
         >>> qm.close()
         """
         return self._catalog.queue_attributes(name)
+
+    def queue_usage(self, name: str) -> QueueUsage:
+        """What a queue holds against its budget: depth, bytes (data plus fields, as
+        stored), its limits and how many messages ``on_full`` discarded through this
+        object. Expired messages are discarded first, as :meth:`depth` does.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", max_bytes=100); _ = qm.put("Q", Message(b"12345"))
+        >>> u = qm.queue_usage("Q"); (u.depth, u.bytes, u.max_bytes)
+        (1, 5, 100)
+        >>> qm.close()
+        """
+        return self._catalog.queue_usage(name)
+
+    def store_usage(self) -> StoreUsage:
+        """What the whole store holds, against :attr:`max_store_bytes`, with every queue's
+        usage; read as stored (nothing is discarded), so monitoring may call it often."""
+        return self._catalog.store_usage()
 
     def queue_names(self) -> list[str]:
         """The names of the queues defined here, sorted.
@@ -662,6 +737,32 @@ class QueueManager:
         duplicates (of ``origin`` only, if given): bounded by what senders still hold."""
         return self._transmitter.remembered_count(origin)
 
+    def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
+        """The target of remote queue ``queue`` refused these ``(uid, reason)``: count one
+        refusal each and give up those refused ``refusal_limit`` times (default
+        ``edgeq.transmit.DEFAULT_REFUSAL_LIMIT``), removed with reason ``refused``
+        (a bound ``dead-letter`` rule keeps a copy). The sync agent calls it.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> uid = qm.put("ORDERS", Message(b"x"))
+        >>> [(r.count, r.given_up) for r in qm.refused("ORDERS", [(uid, "no-queue")])]
+        [(1, False)]
+        >>> qm.close()
+        """
+        return self._transmitter.refused(queue, refusals)
+
+    def sync_overview(self) -> SyncOverview:
+        """Every remote and home-server queue with its backlog and refusals, and the state
+        the sync agent recorded (what ``edgeq sync status`` shows)."""
+        return self._transmitter.sync_overview()
+
+    def record_sync_state(self, states: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Keep the sync agent's state per queue (``""``: its own) in the store, as JSON."""
+        self._transmitter.record_sync_state(states)
+
     # -- rules -------------------------------------------------------------------------------
     def add_rule(self, queue: str, rule: QueueRule) -> None:
         """Attach a rule instance to a queue, for the life of this queue manager object.
@@ -782,6 +883,23 @@ class QueueManager:
         """
         return self._sink.remote_expiries_each(device, entries, clock_offset_ms)
 
+    # -- held puts (a home server's) ---------------------------------------------------------
+    def held_puts(self, sender: str | None = None, *, older_than_ms: int | None = None) -> list[HeldGroup]:
+        """Assured puts stored locked and not confirmed (of queue manager ``sender``, any
+        incarnation; held at least ``older_than_ms``), summed by sender and queue."""
+        return self._holds.held(sender, older_than_ms=older_than_ms)
+
+    def held_usage(
+        self, sender: str, *, queue: str | None = None, uids: Sequence[MessageUID | str] | None = None
+    ) -> HeldUsage:
+        """What ``sender`` holds put-locked here (with ``queue`` and ``uids``: only those uids there)."""
+        return self._holds.usage(sender, queue=queue, uids=uids)
+
+    def undo_held_puts(self, sender: str | None = None, *, older_than_ms: int = 0) -> int:
+        """Undo the held puts (of ``sender``) held ``older_than_ms`` or longer, as
+        :meth:`undo` does (rules see reason ``deleted``; a resend is stored afresh)."""
+        return self._holds.undo(sender, older_than_ms=older_than_ms)
+
     # -- devices (a home server's) -----------------------------------------------------------
     def record_device(
         self, name: str, *, clock_offset_ms: int | None = None, agent: str | None = None
@@ -839,3 +957,22 @@ class QueueManager:
     def quarantined(self) -> list[QuarantineEntry]:
         """Rows moved to the quarantine because they failed their integrity check."""
         return self._sealer.quarantined(self._db)
+
+    def check(self, *, repair: bool = False) -> CheckReport:
+        """Look for damage in the store (``edgeq check``): SQLite's integrity check, every
+        message row's checksum in one streaming pass, queue counters, rule bindings,
+        rule events, journal rows and the store's identity. ``repair=True`` then
+        quarantines damaged rows (rules see them ``removed``, reason ``quarantined``),
+        rebuilds indexes and recounts queues; ``report.repairs`` says what was done.
+        See :mod:`edgeq.check`.
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); _ = qm.put("Q", Message(b"x"))
+        >>> report = qm.check()
+        >>> report.clean, report.checked
+        (True, 1)
+        >>> qm.close()
+        """
+        checker = StoreCheck(self._db)
+        return checker.repair(self._sink) if repair else checker.run()

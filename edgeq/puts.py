@@ -1,12 +1,14 @@
 """Putting messages: MQe's put and assured put (put locked, then confirm), in batches
-of one transaction each, with the "added" expiry check point and duplicate detection
-by uid (held copies and remembered confirmed uids)."""
+of one transaction each, with the "added" expiry check point, duplicate detection by
+uid (held copies and remembered confirmed uids), and the flash budget (each message
+admitted by the queue's :class:`~edgeq.budget.Room`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from edgeq.args import check_confirm_id, check_uid
+from edgeq.budget import OverflowTally, Room
 from edgeq.checkpoints import ExpiryPolicy
 from edgeq.codec import encode_fields
 from edgeq.dispatch import Pending
@@ -17,7 +19,6 @@ from edgeq.errors import (
     MessageExpired,
     MessageNotFound,
     MessageTooLarge,
-    QueueFull,
 )
 from edgeq.events import EventSink
 from edgeq.expiry import effective_deadline, own_deadline
@@ -26,7 +27,7 @@ from edgeq.queues import require_queue
 from edgeq.results import ConfirmResult, PutResult
 from edgeq.rows import EXPIRY_KINDS, is_expired
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, NewMessage, QueueRow, as_stored
+from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, as_stored, is_intact, stored_size
 from edgeq.transmit import Transmitter
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
@@ -40,11 +41,14 @@ _READY, _PUT_LOCKED = int(MessageState.READY), int(MessageState.PUT_LOCKED)
 
 class Puts:
     """The put side of a queue manager's messaging. New uids get ``origin``; confirmed
-    uids are remembered (for ``remember_ms``, or until their sender settles them)."""
+    uids are remembered (for ``remember_ms``, or until their sender settles them).
+    ``max_store_bytes`` bounds the whole store's messages (None: no bound); discards
+    made to keep a budget are counted in ``overflowed``."""
 
     def __init__(
         self, qm_name: str, origin: str, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy,
-        transmitter: Transmitter, remember_ms: int | None,
+        transmitter: Transmitter, remember_ms: int | None, *, max_store_bytes: int | None = None,
+        overflowed: OverflowTally | None = None,
     ) -> None:
         self.qm_name = qm_name
         self.origin = origin
@@ -54,6 +58,8 @@ class Puts:
         self.expiry = expiry
         self.transmitter = transmitter
         self.remember_ms = remember_ms
+        self.max_store_bytes = max_store_bytes
+        self.overflowed = overflowed if overflowed is not None else OverflowTally()
 
     def put_many(
         self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
@@ -92,12 +98,13 @@ class Puts:
         now = self.clock()
         events: list[Pending] = []
         try:
-            results, q = self._put_rows(queue, messages, confirm_id, now, events, strict=strict)
+            results, q, discarded = self._put_rows(queue, messages, confirm_id, now, events, strict=strict)
         except DuplicateMessage as exc:
             refused = next((m for m in messages if m.uid == exc.uid), None)
             if refused is not None and self.sink.rules.wants(queue):
                 self.sink.dispatch([Pending("duplicate", queue, now, message=refused)])
             raise
+        self.overflowed.add(queue, discarded)
         duplicates = [m for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")]
         if duplicates and self.sink.rules.wants(queue):
             events += [Pending("duplicate", queue, now, message=m) for m in duplicates]
@@ -107,76 +114,97 @@ class Puts:
     def _put_rows(
         self, queue: str, messages: Sequence[Message], confirm_id: int | None, now: int,
         events: list[Pending], *, strict: bool,
-    ) -> tuple[list[PutResult], QueueRow]:
+    ) -> tuple[list[PutResult], QueueRow, int]:
         """The put transaction: one outcome per message; with ``strict`` the first
         message that cannot be stored raises and rolls the whole batch back.
-        Fills ``events`` with what the rules are owed."""
+        Fills ``events`` with what the rules are owed; returns the outcomes, the
+        queue, and how many messages were discarded to make room."""
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
-            first = tx.stamps(now, len(messages))
-            depth = q.depth
-            cap_at = None if q.cap_expiry_ms is None else now + q.cap_expiry_ms
-            rows: list[NewMessage] = []
-            results: list[PutResult] = []
-            seen: set[MessageUID] = set()
-            # The copies already held or remembered, for every caller-given uid at once:
-            # a constant number of indexed SELECTs per batch, not two per message.
-            keys = [(m.uid.origin, m.uid.stamp) for m in messages if m.uid is not None]
-            held = tx.find_many(q.id, keys) if keys else {}
-            remembered = tx.remembered_many(q.id, [k for k in keys if k not in held]) if keys else set()
-            # No copy of a row unless a rule or the journal wants its event.
-            observed_expired, observed_added = self.sink.observed(queue, "expired"), self.sink.observed(queue, "added")
-            for offset, message in enumerate(messages):
-                seq = first + offset
-                uid = message.uid or MessageUID._trusted(self.origin, seq)
-                created = message.created_ms if message.uid is not None and message.created_ms else now
-                priority = q.default_priority if message.priority is None else message.priority
-                fields = encode_fields(message.fields)
-                own = own_deadline(message.expiry, created)
-                deadline = effective_deadline(own, now, q.expiry_ms, cap_at)
-                row = NewMessage(
-                    uid.origin, uid.stamp, _READY if confirm_id is None else _PUT_LOCKED, confirm_id,
-                    priority if q.ordering == "priority" else 0, seq, priority, created, now,
-                    EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
-                    cap_at, deadline, message.correlation_id, message.reply_to,
-                    None if message.expiry_report == "none" else message.expiry_report, fields, message.data,
-                )
-                error, existing = self._refusal(q, uid, message, row, depth, seen, held, remembered)
-                if isinstance(error, PutResult):
-                    results.append(error)  # a duplicate of something already confirmed
-                    if strict and error.error is not None:
-                        raise error.error
-                    continue
-                if error is not None:
-                    if strict:
-                        raise error
-                    results.append(PutResult(uid, "refused", str(error), error))
-                    continue
+            room = Room(tx, q, self.max_store_bytes, now, self.sink, events)
+            try:
+                results, rows = self._admit(tx, q, room, messages, confirm_id, now, events, strict=strict)
+            finally:
+                room.close()  # the candidates' SELECT ends before the batch is written
+            if room.discards:
+                tx.delete(q.id, [row.id for row in room.discards])
+            tx.insert(q.id, q.name, rows)
+            threshold = q.depth_threshold
+            if threshold is not None and q.depth < threshold <= room.depth and self.sink.rules.wants(queue):
+                events.append(Pending("threshold", queue, now, depth=room.depth))
+            self.sink.record(tx, events)
+        return results, q, len(room.discards)
+
+    def _admit(
+        self, tx: Tx, q: QueueRow, room: Room, messages: Sequence[Message], confirm_id: int | None, now: int,
+        events: list[Pending], *, strict: bool,
+    ) -> tuple[list[PutResult], list[NewMessage]]:
+        """Decide each message of a batch, in ``tx``: its outcome, and the rows to insert."""
+        queue = q.name
+        first = tx.stamps(now, len(messages))
+        rows: list[NewMessage] = []
+        results: list[PutResult] = []
+        seen: set[MessageUID] = set()
+        # The copies already held or remembered, for every caller-given uid at once:
+        # a constant number of indexed SELECTs per batch, not two per message.
+        keys = [(m.uid.origin, m.uid.stamp) for m in messages if m.uid is not None]
+        held = tx.find_many(q.id, keys) if keys else {}
+        remembered = tx.remembered_many(q.id, [k for k in keys if k not in held]) if keys else set()
+        # No copy of a row unless a rule or the journal wants its event.
+        observed_expired, observed_added = self.sink.observed(queue, "expired"), self.sink.observed(queue, "added")
+        for offset, message in enumerate(messages):
+            uid = message.uid or MessageUID._trusted(self.origin, first + offset)
+            row = self._row(q, uid, message, first + offset, confirm_id, now)
+            error, existing = self._refusal(q, uid, message, row, seen, held, remembered)
+            if isinstance(error, PutResult):
+                results.append(error)  # a duplicate of something already confirmed
+                if strict and error.error is not None:
+                    raise error.error
+                continue
+            if error is None:
                 if message.uid is not None:  # only a caller's uids can repeat within a batch
                     seen.add(uid)
-                if deadline is not None and deadline <= now:
+                if row.deadline is not None and row.deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
                     if observed_expired:
                         events.extend(self.sink.events(queue, "expired", [as_stored(queue, row)], now, where="add"))
                     results.append(PutResult(uid, "expired"))
                     continue
-                if existing is not None:  # _refusal let it through: a resend over an unconfirmed copy
-                    tx.delete(q.id, [existing.id])
-                    depth -= 1
-                depth += 1
-                rows.append(self.sealer.seal(q, row))
-                results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
-                if observed_added:
-                    events.extend(self.sink.events(queue, "added", [as_stored(queue, row)], now))
-            tx.insert(q.id, q.name, rows)
-            threshold = q.depth_threshold
-            if threshold is not None and q.depth < threshold <= depth and self.sink.rules.wants(queue):
-                events.append(Pending("threshold", queue, now, depth=depth))
-            self.sink.record(tx, events)
-        return results, q
+                sealed = self.sealer.seal(q, row)
+                # Room for it, by the queue's on_full (a resend takes its unconfirmed copy's place).
+                error = room.admit(stored_size(sealed), row.priority, existing)
+            if error is not None:
+                if strict:
+                    raise error
+                results.append(PutResult(uid, "refused", str(error), error))
+                continue
+            if existing is not None:
+                tx.delete(q.id, [existing.id])
+            rows.append(sealed)
+            results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
+            if observed_added:
+                events.extend(self.sink.events(queue, "added", [as_stored(queue, row)], now))
+        return results, rows
+
+    def _row(
+        self, q: QueueRow, uid: MessageUID, message: Message, seq: int, confirm_id: int | None, now: int
+    ) -> NewMessage:
+        """The row of a new message of queue ``q`` (not sealed yet)."""
+        created = message.created_ms if message.uid is not None and message.created_ms else now
+        priority = q.default_priority if message.priority is None else message.priority
+        cap_at = None if q.cap_expiry_ms is None else now + q.cap_expiry_ms
+        deadline = effective_deadline(own_deadline(message.expiry, created), now, q.expiry_ms, cap_at)
+        return NewMessage(
+            uid.origin, uid.stamp, _READY if confirm_id is None else _PUT_LOCKED, confirm_id,
+            priority if q.ordering == "priority" else 0, seq, priority, created, now,
+            EXPIRY_KINDS[type(message.expiry)], None if message.expiry is None else int(message.expiry),
+            cap_at, deadline, message.correlation_id, message.reply_to,
+            None if message.expiry_report == "none" else message.expiry_report, encode_fields(message.fields),
+            message.data,
+        )
 
     def _refusal(
-        self, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage, depth: int,
+        self, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage,
         seen: set[MessageUID], held: Mapping[tuple[str, int], MessageRow], remembered: set[tuple[str, int]],
     ) -> tuple[EdgeqError | PutResult | None, MessageRow | None]:
         """Why this message cannot be stored (an error, or a duplicate outcome), or None;
@@ -205,11 +233,6 @@ class Puts:
                     uid,
                 )
                 return PutResult(uid, "duplicate", "already confirmed", error), None
-        if existing is None and q.max_depth is not None and depth >= q.max_depth:
-            return QueueFull(
-                f"queue {q.name!r} is full ({q.max_depth} messages, its max_depth): get some "
-                "messages, or raise max_depth with alter_queue"
-            ), None
         return None, existing
 
     def _duplicate(self, queue: str, uid: MessageUID, existing: MessageRow, resend: bool) -> DuplicateMessage:
@@ -259,6 +282,12 @@ class Puts:
             ready: list[MessageRow] = []
             ready_ids: set[int] = set()
             expired: list[int] = []
+            # A damaged locked row is neither published nor discarded as expired (its
+            # deadline may be what is damaged): quarantined, it answers "unknown" so the
+            # sender keeps its copy and puts it again.
+            for row in [r for r in held.values() if r.state == MessageState.PUT_LOCKED and not is_intact(q.name, r)]:
+                events += self.sink.quarantine(tx, q, row, now, through_index=True)
+                del held[(row.origin, row.stamp)]
             for uid, key in zip(checked, keys, strict=True):
                 row = held.get(key)
                 if row is None:
@@ -273,7 +302,7 @@ class Puts:
                     ready.append(row)
                     ready_ids.add(row.id)
                     results.append(ConfirmResult(uid, "confirmed"))
-            events = self.sink.events(queue, "expired", tx.delete(q.id, expired), now, where="add")
+            events += self.sink.events(queue, "expired", tx.delete(q.id, expired), now, where="add")
             if ready:
                 tx.make_ready([row.id for row in ready], tx.stamps(now, len(ready)))
             if self.remember_ms is not None:

@@ -1,20 +1,23 @@
-"""Queue attributes: what ``define_queue``/``alter_queue`` accept, validated; and the
-one way every part looks a queue up by name (with the error that says what to do)."""
+"""Queue attributes: what ``define_queue``/``alter_queue`` accept, validated; what a
+queue holds against its budget (:class:`QueueUsage`, :class:`StoreUsage`); and the one
+way every part looks a queue up by name (with the error that says what to do)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from edgeq.errors import InvalidArgument, InvalidType, QueueNotFound
 from edgeq.message import check_priority
 from edgeq.store import QueueRow, Tx
-from edgeq.types import Ordering, QueueKind
+from edgeq.types import ON_FULL, OnFull, Ordering, QueueKind
 
-__all__ = ["QueueAttributes", "check_attributes", "readable_queue", "require_queue"]
+__all__ = ["QueueAttributes", "QueueUsage", "StoreUsage", "check_attributes", "readable_queue", "require_queue"]
 
-_POSITIVE = ("expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold")
-ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering")
+_POSITIVE = (
+    "expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold", "max_bytes", "refusal_limit",
+)
+ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering", "on_full")
 _MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
 
 
@@ -28,6 +31,15 @@ class QueueAttributes:
     plus encoded fields) bound the queue; ``ordering`` is ``"priority"`` (9 high
     .. 0 low, then arrival) or ``"fifo"``. ``depth_threshold``: rules'
     ``on_threshold`` fires when a put takes the depth up to it.
+
+    ``max_bytes`` bounds the data plus fields the queue holds, as stored (sealed,
+    on an encrypted queue). ``on_full`` says what a put does when ``max_depth``,
+    ``max_bytes`` or the queue manager's ``max_store_bytes`` would be exceeded:
+    ``"reject"`` (raise :class:`~edgeq.errors.QueueFull`), ``"discard-oldest"`` or
+    ``"discard-lowest-priority"`` (discard ready messages to make room; see
+    ``docs/storage.md``, "Flash budget"). ``refusal_limit`` (remote queues): how
+    many times the target may refuse a message before it is given up (None: the
+    sync agent's default).
     """
 
     name: str
@@ -49,6 +61,9 @@ class QueueAttributes:
     server: str | None = None
     #: ``"aes-256-gcm"`` if data and fields are sealed in the store, else None
     encryption: str | None = None
+    max_bytes: int | None = None
+    on_full: OnFull = "reject"
+    refusal_limit: int | None = None
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
@@ -59,11 +74,51 @@ class QueueAttributes:
             row.name, row.expiry_ms, row.cap_expiry_ms, row.max_depth, row.max_message_bytes,
             row.default_priority, ordering, row.created_ms, row.depth_threshold,
             kind, row.target_qmgr, row.target_queue, row.mode, row.server, row.encryption,
+            row.max_bytes, _on_full(row.on_full), row.refusal_limit,
         )
 
     def as_dict(self) -> dict[str, Any]:
         """The attributes as a plain dict (for JSON output)."""
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _on_full(stored: str) -> OnFull:
+    # A value this edgeq does not know (a newer one's) reads as the safe one.
+    return cast(OnFull, stored) if stored in ON_FULL else "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueUsage:
+    """What a queue holds against its budget, as ``qm.queue_usage("Q")`` returns it.
+
+    ``bytes`` is data plus fields as stored; ``overflowed`` counts the messages its
+    ``on_full`` strategy discarded through this queue manager object since it was
+    opened (the ``counters`` rule keeps a durable count, ``overflow``).
+    """
+
+    name: str
+    depth: int
+    bytes: int
+    max_depth: int | None
+    max_bytes: int | None
+    on_full: OnFull
+    overflowed: int = 0
+
+    @classmethod
+    def from_row(cls, row: QueueRow, overflowed: int = 0) -> QueueUsage:
+        """The usage of a stored queue row."""
+        return cls(row.name, row.depth, row.bytes, row.max_depth, row.max_bytes, _on_full(row.on_full), overflowed)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreUsage:
+    """What the whole store holds, as ``qm.store_usage()`` returns it: ``bytes`` over
+    every queue, the queue manager's ``max_store_bytes`` (``max_bytes``), and each
+    queue's :class:`QueueUsage` by name."""
+
+    bytes: int
+    max_bytes: int | None
+    queues: tuple[QueueUsage, ...]
 
 
 def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +142,9 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
         elif key == "ordering":
             if value not in ("priority", "fifo"):
                 raise InvalidArgument(f"ordering must be 'priority' or 'fifo', not {value!r}")
+        elif key == "on_full":
+            if value not in ON_FULL:
+                raise InvalidArgument(f"on_full must be one of {', '.join(map(repr, ON_FULL))}, not {value!r}")
         else:
             raise InvalidArgument(
                 f"unknown queue attribute {key!r}: use one of {', '.join(ATTRIBUTE_NAMES)}"

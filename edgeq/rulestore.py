@@ -7,16 +7,27 @@ opened; policy (what to record, when to retry) lives in ``edgeq.dispatch``.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import cbor2
 
-from edgeq.store import MessageRow
+from edgeq.damage import damaged
+from edgeq.store import MessageRow, is_intact
+from edgeq.types import CHECK_POINTS, RemovalReason
+from edgeq.verify import stripped
 
 __all__ = ["BindingRow", "EventRow", "FailureRow", "RuleTx"]
+
+log = logging.getLogger("edgeq.rules")
+
+#: What a recorded event's ``detail`` may be, by its kind.
+_DETAILS: dict[object, frozenset[object]] = {
+    "expired": frozenset(CHECK_POINTS), "removed": frozenset(get_args(RemovalReason)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +42,14 @@ class BindingRow:
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
-    """A durable rule event, with a copy of the message row it concerns."""
+    """A durable rule event, with a copy of the message row it concerns (None: a
+    quarantined message whose uid is unreadable too)."""
     id: int
     queue: str
     kind: str
     detail: str | None
     at_ms: int
-    row: MessageRow
+    row: MessageRow | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +86,20 @@ class RuleTx:
             f"JOIN queues q ON q.id = b.queue_id {where} ORDER BY q.name, b.position",
             args,
         ).fetchall()
-        return [BindingRow(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+        return [BindingRow(r[0], r[1], r[2], r[3], self._config(r)) for r in rows]
+
+    def _config(self, r: tuple[Any, ...]) -> dict[str, Any]:
+        try:
+            config = json.loads(r[4])
+        except (TypeError, ValueError) as exc:
+            config = exc
+        if not isinstance(config, dict):
+            raise damaged(
+                f"the config of rule binding {r[0]} ({r[3]!r} on queue {r[1]!r}) is unreadable ({config}); "
+                "`edgeq check --repair` sets the binding aside: bind the rule again with alter_queue(..., rules=[...])",
+                self.conn,
+            )
+        return config
 
     def replace_bindings(self, queue_id: int, specs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:
         """Replace a queue's bindings with ``specs`` (in order); return the new binding ids."""
@@ -99,8 +124,30 @@ class RuleTx:
         return int(event_id)
 
     def _event(self, r: tuple[Any, ...]) -> EventRow:
-        # Rows recorded by an older schema have fewer trailing columns: their defaults apply.
-        return EventRow(r[0], r[1], r[2], r[3], r[4], MessageRow(*cbor2.loads(r[5])))
+        """A recorded event as its rules are to see it. One that is not as it was recorded
+        (its message copy fails its checksum, or it cannot be read) is delivered as
+        what it is: a quarantined message, carrying its uid alone."""
+        event_id, queue, kind, detail, at_ms, blob = r
+        row: MessageRow | None = None
+        why = None if isinstance(queue, str) and detail in _DETAILS.get(kind, ()) and type(at_ms) is int else (
+            "its queue, kind, reason or time is unreadable"
+        )
+        try:
+            # Rows recorded by an older schema have fewer trailing columns: their defaults apply.
+            row = MessageRow(*cbor2.loads(blob))
+        except Exception as exc:  # whatever a damaged blob decodes to (or fails with)
+            why = f"its message copy is unreadable ({type(exc).__name__})"
+        if why is None and row is not None and detail == "quarantined":
+            return EventRow(event_id, queue, kind, detail, at_ms, stripped(row))  # was never more than a uid
+        if why is None and row is not None and is_intact(queue, row):
+            return EventRow(event_id, queue, kind, detail, at_ms, row)
+        log.error("rule event %s on queue %s is damaged in the store (%s): its rules are told the message was "
+                  "quarantined; run `edgeq check` to look for more damage", event_id, queue,
+                  why or "its message copy fails its checksum")
+        return EventRow(
+            event_id, str(queue), "removed", "quarantined", at_ms if type(at_ms) is int else 0,
+            stripped(row) if row is not None else None,
+        )
 
     def pending(self) -> list[EventRow]:
         """Events recorded but not yet delivered (a crash came between), oldest first."""

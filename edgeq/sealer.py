@@ -10,17 +10,20 @@ are :class:`~edgeq.crypto.StoreKeys`.
 from __future__ import annotations
 
 import base64
+import binascii
 import logging
 from pathlib import Path
 
 from edgeq.args import check_count
 from edgeq.connection import ConnectionFactory
 from edgeq.crypto import CIPHERS, ENV_KEY_FILE, IntegrityError, KeyMissing, StoreKeys
+from edgeq.damage import damaged
 from edgeq.errors import InvalidArgument, StoreError
 from edgeq.events import EventSink
 from edgeq.queues import require_queue
 from edgeq.results import QuarantineEntry
 from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact
+from edgeq.verify import stripped
 
 __all__ = ["Sealer"]
 
@@ -54,10 +57,11 @@ class Sealer:
                 if row is None:
                     value = base64.b64encode(keys.check_value(key_id)).decode()
                     conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?)", (f"keycheck.{key_id}", value))
-                elif not keys.verify(key_id, base64.b64decode(row[0])):
+                elif not keys.verify(key_id, _check_value(row[0], key_id, path)):
                     raise StoreError(
-                        f"{path}: store key {key_id!r} is not the key this store was encrypted with: "
-                        "use the right key file (nothing was changed)"
+                        f"{path}: store key {key_id!r} is not the key this store was encrypted with (or the "
+                        "store's check value for it is damaged: `edgeq check` tells): use the right key file "
+                        "(nothing was changed)"
                     )
 
     def cipher(self, encryption: str | None) -> str | None:
@@ -73,19 +77,30 @@ class Sealer:
         return cipher
 
     @staticmethod
-    def verify(queue: str, row: MessageRow) -> None:
+    def damaged(queue: str, row: MessageRow) -> IntegrityError:
+        """The error for ``row`` of ``queue``, which failed its check and was quarantined."""
+        return IntegrityError(
+            f"message {row.origin}.{row.stamp} on queue {queue!r}: the store is damaged (the message's "
+            "checksum does not match: a flipped bit on the medium); it was moved to the quarantine "
+            "(qm.quarantined(), its rules see it removed as 'quarantined'). Run `edgeq check --db PATH` "
+            "to look for more damage"
+        )
+
+    @classmethod
+    def verify(cls, queue: str, row: MessageRow) -> None:
         """Raise :class:`IntegrityError` if ``row``, read for ``queue``, is not what was
         written there (its checksum, ``edgeq.integrity``, does not match)."""
         if not is_intact(queue, row):
-            raise IntegrityError(
-                f"message {row.origin}.{row.stamp} on queue {queue!r} is damaged in the store (its checksum "
-                "does not match: a flipped bit on the medium, or a damaged index); it is moved to the "
-                "quarantine. Run `edgeq check --db PATH` to look for more"
-            )
+            raise cls.damaged(queue, row)
 
     def unseal(self, queue: str, row: MessageRow) -> MessageRow:
         """The row, checked against its checksum, with its data and fields in clear."""
         self.verify(queue, row)
+        return self.unseal_checked(queue, row)
+
+    def unseal_checked(self, queue: str, row: MessageRow) -> MessageRow:
+        """The row, already checked against its checksum, with its data and fields in clear
+        (decrypted if sealed: :class:`IntegrityError` if that fails)."""
         if row.key_id is None:
             return row
         if self.keys is None:
@@ -99,12 +114,18 @@ class Sealer:
         return row._replace(data=data, fields=fields, key_id=None)
 
     def unseal_for_rules(self, queue: str, row: MessageRow) -> MessageRow:
-        """For a rule's copy: unsealed if possible, else the row without its data and fields."""
+        """For a rule's copy: unsealed if possible, else the row without its data and fields
+        (and, if it fails its checksum, without anything but its uid). A quarantined
+        message's copy (no checksum, no data: see ``edgeq.verify.stripped``) is passed on."""
+        if row.crc is None and not row.data and row.fields is None:
+            return row
         try:
             return self.unseal(queue, row)
         except StoreError as exc:
             log.warning("a rule gets message %s.%s of queue %s without its data: %s", row.origin, row.stamp, queue, exc)
-            return row._replace(data=b"", fields=None, key_id=None)
+            if is_intact(queue, row):
+                return row._replace(data=b"", fields=None, key_id=None)
+            return stripped(row) or row._replace(data=b"", fields=None, key_id=None, priority=0)
 
     def seal(self, q: QueueRow, row: NewMessage) -> NewMessage:
         """The row to insert on queue ``q``: sealed if the queue is encrypted."""
@@ -150,9 +171,13 @@ class Sealer:
                     rows = tx.stale_sealed(q.id, keys.current, batch) if q.encryption else []
                     resealed, events = [], []
                     for row in rows:
+                        if not is_intact(name, row):
+                            # (or raises, if it is the index that is damaged)
+                            events += sink.quarantine(tx, q, row, now, through_index=True)
+                            continue
                         try:
-                            opened = self.unseal(name, row)
-                        except IntegrityError:
+                            opened = self.unseal_checked(name, row)
+                        except IntegrityError:  # intact, yet it does not open: tampered, quarantined whole
                             events += sink.quarantine(tx, q, row, now)
                             continue
                         key_id, data, fields = self.seal_parts(name, row.origin, row.stamp, opened.data, opened.fields)
@@ -175,3 +200,13 @@ class Sealer:
         with sink.db.read() as conn:
             return [q for q in Tx(conn).queues() if q.encryption]
 
+
+
+def _check_value(stored: object, key_id: str, path: Path) -> bytes:
+    """A key's check value as stored (base64), or the damaged-store error."""
+    try:
+        if not isinstance(stored, str):
+            raise ValueError(f"a {type(stored).__name__}, not text")
+        return base64.b64decode(stored, validate=True)
+    except (ValueError, binascii.Error) as exc:
+        raise damaged(f"the check value of store key {key_id!r} is unreadable ({exc})", path=str(path)) from exc

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import sqlite3
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from edgeq.damage import advance, checked_queue, missing_queue
 from edgeq.integrity import CRC_SQL, row_crc
+from edgeq.syncstore import forget_refusals, prune_refusals
 from edgeq.types import MessageState
 
 __all__ = ["MessageRow", "NewMessage", "QueueRow", "Tx", "as_stored", "is_intact", "new_crc", "stored_size"]
@@ -167,6 +169,7 @@ class Tx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self._kinds: dict[int, str] = {}  # queues looked up here: a local one keeps no refusal counts
 
     # -- the stamp clock -----------------------------------------------------------
 
@@ -186,14 +189,20 @@ class Tx:
     # -- queues --------------------------------------------------------------------
 
     def queue(self, name: str) -> QueueRow | None:
-        """The row of the queue named ``name``, or None."""
-        row = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues WHERE name = ?", (name,)).fetchone()
-        return None if row is None else QueueRow(*row)
+        """The row of the queue named ``name``, or None (read by the id its index gives: damage.missing_queue)."""
+        sql = f"SELECT {_QUEUE_COLS} FROM queues WHERE id = (SELECT id FROM queues WHERE name = ?)"
+        row = self.conn.execute(sql, (name,)).fetchone()
+        if row is None or row[1] != name:
+            missing_queue(self.conn, name, row)
+            return None
+        found = checked_queue(QueueRow(*row), self.conn)
+        self._kinds[found.id] = found.kind
+        return found
 
     def queues(self) -> list[QueueRow]:
         """Every queue row, by name."""
-        rows = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues ORDER BY name").fetchall()
-        return [QueueRow(*row) for row in rows]
+        rows = self.conn.execute(f"SELECT {_QUEUE_COLS} FROM queues NOT INDEXED ORDER BY name").fetchall()
+        return [checked_queue(QueueRow(*row), self.conn) for row in rows]
 
     def insert_queue(self, name: str, attrs: dict[str, object], now_ms: int) -> None:
         """Insert a new, empty queue with the attribute columns ``attrs``."""
@@ -214,6 +223,7 @@ class Tx:
         defined with the same name starts afresh."""
         self.conn.execute("DELETE FROM rule_bindings WHERE queue_id = ?", (queue_id,))
         self.conn.execute("DELETE FROM confirmed_uids WHERE queue_id = ?", (queue_id,))
+        self.conn.execute("DELETE FROM refusals WHERE queue_id = ?", (queue_id,))
         self.conn.execute(
             "DELETE FROM queue_stats WHERE queue = (SELECT name FROM queues WHERE id = ?)", (queue_id,)
         )
@@ -259,17 +269,20 @@ class Tx:
         self._move_depth(queue_id, len(rows), size)
 
     def delete(self, queue_id: int, ids: Sequence[int]) -> list[MessageRow]:
-        """Delete rows by id and return them (for rules and for ``get``)."""
+        """Delete rows by id, only the table's rows of this queue, and return them."""
         out: list[MessageRow] = []
         for chunk in _chunks(ids):
             marks = ", ".join("?" for _ in chunk)
             out.extend(
                 MessageRow(*row)
-                for row in self.conn.execute(
-                    f"DELETE FROM messages WHERE id IN ({marks}) RETURNING {_MSG_COLS}", chunk
+                for row in self.conn.execute(  # +queue_id: a filter, so the rowids are looked up
+                    f"DELETE FROM messages WHERE id IN ({marks}) AND +queue_id = {int(queue_id)} "
+                    f"RETURNING {_MSG_COLS}", chunk,
                 )
             )
         self._move_depth(queue_id, -len(out), -sum(map(stored_size, out)))
+        if out and self._kinds.get(queue_id, "remote") == "remote":  # their refusal counts go too
+            forget_refusals(self.conn, queue_id, [(row.origin, row.stamp) for row in out])
         return out
 
     def delete_expired(self, queue_id: int, now_ms: int) -> int:
@@ -280,12 +293,15 @@ class Tx:
             (queue_id, now_ms),
         ).fetchall()
         self._move_depth(queue_id, -len(sizes), -sum(size for (size,) in sizes))
+        if sizes and self._kinds.get(queue_id, "remote") == "remote":
+            prune_refusals(self.conn, queue_id)
         return len(sizes)
 
     def delete_all(self, queue_id: int) -> int:
         """Delete every message of a queue, in any state; return how many."""
         cur = self.conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
         self.conn.execute("UPDATE queues SET depth = 0, bytes = 0 WHERE id = ?", (queue_id,))
+        self.conn.execute("DELETE FROM refusals WHERE queue_id = ?", (queue_id,))
         return cur.rowcount
 
     def _move_depth(self, queue_id: int, delta: int, size: int) -> None:
@@ -298,6 +314,38 @@ class Tx:
         """Data plus fields of every message of every queue (a sum over the queue rows)."""
         (total,) = self.conn.execute("SELECT ifnull(sum(bytes), 0) FROM queues").fetchone()
         return int(total)
+
+    # -- overflow: what a full queue may discard (edgeq.budget) ---------------------------
+
+    def overflow_candidates(
+        self, queue_id: int, *, ranked: bool, lowest_first: bool
+    ) -> Generator[MessageRow, None, None]:
+        """A queue's ready messages in the order its ``on_full`` discards them: oldest
+        (by ``seq``) first, or with ``lowest_first`` the lowest priority first, then the
+        oldest. Locked messages are never among them.
+
+        One statement, stepped lazily: the caller reads only as many rows as it needs
+        and closes the iterator. On a priority-ordered (``ranked``) queue, ``rank`` is
+        the priority, so each priority is one range of the ready index and SQLite
+        merges the ten ranges in order, never sorting the queue; a FIFO queue is one
+        range by age (by priority it must be sorted: no index orders it so).
+        """
+        cols = f"{_MSG_COLS}, rank, seq"
+        if ranked:
+            arms = " UNION ALL ".join(
+                f"SELECT {cols} FROM messages WHERE queue_id = ?1 AND state = {_READY} AND rank = {rank}"
+                for rank in range(10)
+            )
+            sql = f"{arms} ORDER BY {'rank, seq' if lowest_first else 'seq'}"
+        else:
+            order = "priority, seq" if lowest_first else "rank DESC, seq"
+            sql = f"SELECT {cols} FROM messages WHERE queue_id = ?1 AND state = {_READY} ORDER BY {order}"
+        cursor = self.conn.execute(sql, (queue_id,))
+        try:
+            for row in cursor:
+                yield MessageRow(*row[:-2])
+        finally:
+            cursor.close()
 
     # -- messages: find ----------------------------------------------------------------
 
@@ -373,7 +421,7 @@ class Tx:
                 ).fetchall()
             if not rows:
                 return
-            after = (rows[-1][-2], rows[-1][-1])
+            after = advance(self.conn, queue_id, after, (rows[-1][-2], rows[-1][-1]))  # never loops on damage
             yield [MessageRow(*row[:-2]) for row in rows]
             if len(rows) < page:
                 return

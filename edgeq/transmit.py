@@ -5,20 +5,67 @@ settling of remembered uids that makes exactly-once independent of time
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 from edgeq.args import check_count, check_stamp, check_uid
 from edgeq.checkpoints import ExpiryPolicy
-from edgeq.errors import InvalidType, RemoteUnavailable
+from edgeq.errors import InvalidArgument, InvalidType, RemoteUnavailable
 from edgeq.events import EventSink
 from edgeq.gets import Gets
 from edgeq.message import Message
 from edgeq.names import check_origin
 from edgeq.queues import require_queue
 from edgeq.store import Tx
+from edgeq.syncstore import SyncTx
 from edgeq.uid import MessageUID
 
-__all__ = ["Transmitter"]
+__all__ = ["DEFAULT_REFUSAL_LIMIT", "Refusal", "SyncOverview", "SyncQueue", "Transmitter"]
+
+#: How many refusals by its target a remote queue's message may meet before it is given
+#: up (removed, rules told with reason ``refused``), on a queue whose ``refusal_limit`` is
+#: None. With the agent's default backoff (1 s doubling up to 300 s per failing queue)
+#: that is about 8.5 minutes of a queue refused as a whole.
+DEFAULT_REFUSAL_LIMIT: Final = 10
+_STATE_KEY = "sync"  # edgeq_meta: "sync" holds the agent's state, "sync.<queue>" each queue's
+_MAX_REASON = 500  # characters of a refusal reason kept
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What ``QueueManager.refused`` did with one message."""
+
+    uid: MessageUID
+    count: int  #: how often its target has refused it, this time included
+    given_up: bool  #: it reached the limit: removed from the queue, rules told (reason ``refused``)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncQueue:
+    """A remote or home-server queue as the sync status needs it (``QueueManager.sync_overview``)."""
+
+    name: str
+    kind: str  #: ``"remote"`` (pushed) or ``"home"`` (pulled)
+    peer: str  #: the target queue manager (remote) or the home server (home)
+    target_queue: str | None  #: a remote queue's queue on its target (None for a home-server queue)
+    depth: int
+    oldest_arrived_ms: int | None  #: when the longest-waiting ready message arrived
+    refused_messages: int  #: messages held here that their target has refused
+    refusals: int  #: how often, all of them together
+    last_refusal: str | None
+    last_refusal_ms: int | None
+    refusal_limit: int | None  #: refusals before a message is given up (None for a home-server queue)
+    state: dict[str, Any]  #: what the sync agent last recorded for the queue
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOverview:
+    """The sync agent's recorded state and every remote and home-server queue, read at once."""
+
+    agent: dict[str, Any]
+    queues: list[SyncQueue]
 
 
 class Transmitter:
@@ -113,3 +160,79 @@ class Transmitter:
             check_origin(origin, "origin")
         with self.sink.db.read() as conn:
             return Tx(conn).remembered_count(origin)
+
+    # -- refusals and sync state -------------------------------------------------------------
+
+    def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
+        """Count one refusal of each ``(uid, reason)`` of remote queue ``queue`` and give up
+        (remove, reason ``refused``) those that reached the queue's ``refusal_limit``, in
+        one transaction; uids no longer held are skipped."""
+        checked = [(check_uid(uid), _reason(why)) for uid, why in refusals]
+        self.expiry.touch(queue)
+        now = self.clock()
+        with self.sink.write() as tx:
+            q = require_queue(tx, self.qm_name, queue)
+            if q.kind != "remote":
+                raise InvalidArgument(
+                    f"{queue!r} is not a remote queue: only a remote queue's messages are refused by their target"
+                )
+            held = tx.find_many(q.id, [(uid.origin, uid.stamp) for uid, _ in checked])
+            counted = [(uid, why) for uid, why in checked if (uid.origin, uid.stamp) in held]
+            counts: dict[tuple[str, int], int] = {}
+            if counted:
+                counts = SyncTx(tx.conn).refuse(q.id, [(u.origin, u.stamp, why) for u, why in counted], now)
+            limit = DEFAULT_REFUSAL_LIMIT if q.refusal_limit is None else q.refusal_limit
+            over = {key for key, count in counts.items() if 0 < limit <= count}
+            # Their refusal rows go with them (Tx.delete), in this transaction.
+            removed = tx.delete(q.id, [held[key].id for key in over])
+            events = self.sink.events(queue, "removed", removed, now, reason="refused")
+            self.sink.record(tx, events)
+        self.sink.dispatch(events)
+        return [Refusal(u, counts[(u.origin, u.stamp)], (u.origin, u.stamp) in over) for u, _ in counted]
+
+    def sync_overview(self) -> SyncOverview:
+        """Every remote and home-server queue with its backlog, refusals and recorded sync
+        state, and the agent's, in one read."""
+        with self.sink.db.read() as conn:
+            tx, sync = Tx(conn), SyncTx(conn)
+            stored = {key: json.loads(value) for key, value in sync.meta_items(_STATE_KEY).items()}
+            totals = sync.refusal_totals()
+            queues = []
+            for q in tx.queues():
+                if q.kind not in ("remote", "home"):
+                    continue
+                messages, refusals, last_ms, last = totals.get(q.id, (0, 0, None, None))
+                remote = q.kind == "remote"
+                queues.append(SyncQueue(
+                    q.name, q.kind, (q.target_qmgr if remote else q.server) or "",
+                    (q.target_queue or q.name) if remote else None, q.depth,
+                    sync.oldest_arrival(q.id) if remote else None, messages, refusals, last, last_ms,
+                    (DEFAULT_REFUSAL_LIMIT if q.refusal_limit is None else q.refusal_limit) if remote else None,
+                    stored.get(f"{_STATE_KEY}.{q.name}", {}),
+                ))
+        return SyncOverview(stored.get(_STATE_KEY, {}), queues)
+
+    def record_sync_state(self, states: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Keep what the sync agent knows of each queue (``""``: of itself) in the store, as
+        JSON, for ``edgeq sync status`` in another process; None forgets one. States of
+        queues that are not (or no longer) remote or home-server queues are dropped."""
+        if not isinstance(states, Mapping):
+            raise InvalidType("states must map queue names ('' for the agent) to dicts")
+        with self.sink.write(durable=False) as tx:  # lost in a power cut: only a status is older
+            syncing = {q.name for q in tx.queues() if q.kind in ("remote", "home")}
+            sync = SyncTx(tx.conn)
+            items: dict[str, str | None] = {
+                key: None for key in sync.meta_items(_STATE_KEY + ".") if key[len(_STATE_KEY) + 1:] not in syncing
+            }
+            for name, state in states.items():
+                if name and name not in syncing:
+                    continue
+                key = f"{_STATE_KEY}.{name}" if name else _STATE_KEY
+                items[key] = None if state is None else json.dumps(dict(state), separators=(",", ":"))
+            sync.set_meta(items)
+
+
+def _reason(why: object) -> str:
+    if not isinstance(why, str):
+        raise InvalidType(f"a refusal's reason must be a str, not {type(why).__name__}")
+    return why[:_MAX_REASON]

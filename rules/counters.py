@@ -11,8 +11,10 @@ class CountersRule(QueueRule):
     """Counts what happens on a queue, durably, for ``qm.queue_stats``.
 
     Counters: ``added``, ``got`` (plain and confirmed gets), ``deleted``,
-    ``purged``, ``expired`` and ``expired.<where>`` for each check point, and
-    ``duplicates``. The ``dead-letter`` rule adds
+    ``purged``, ``overflow`` (discarded to make room by the queue's ``on_full``),
+    and any other removal reason under its name (``transmitted``, ...), ``expired``
+    and ``expired.<where>`` for each check point, and ``duplicates``. The
+    ``dead-letter`` rule adds
     ``dead_lettered``. Read them with ``qm.queue_stats("Q")`` or
     ``edgeq queue stats Q``.
 
@@ -30,7 +32,7 @@ class CountersRule(QueueRule):
         self._bump(event, "added")
 
     def on_removed(self, event: RuleEvent) -> None:
-        """Count ``got`` for a get (plain or confirmed), else the reason (``deleted``, ``purged``)."""
+        """Count ``got`` for a get (plain or confirmed), else the reason (``deleted``, ``purged``, ``overflow``)."""
         self._bump(event, "got" if event.reason in ("got", "confirmed") else str(event.reason))
 
     def on_expired(self, event: RuleEvent) -> None:

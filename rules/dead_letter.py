@@ -16,15 +16,18 @@ if TYPE_CHECKING:
 
 __all__ = ["DeadLetterRule"]
 
-_REASONS = ("expired", "got", "confirmed", "deleted", "purged")
+_REASONS = ("expired", "got", "confirmed", "deleted", "purged", "overflow", "refused")
 
 
 class DeadLetterRule(QueueRule):
     """Copies expired (or otherwise deleted) messages to a dead-letter queue, as MQe's rule does.
 
     Config: ``queue`` (the dead-letter queue, required, on the same queue
-    manager); ``reasons`` (default ``["expired"]``; also ``got``, ``confirmed``,
-    ``deleted``, ``purged``); ``keep_expiry`` (default false: the copy never
+    manager); ``reasons`` (default ``["expired", "refused"]``: the messages that could
+    not be delivered, expired or, on a remote queue, refused by its target
+    ``refusal_limit`` times; also ``got``, ``confirmed``,
+    ``deleted``, ``purged``, and ``overflow``: discarded to make room by the queue's
+    ``on_full``); ``keep_expiry`` (default false: the copy never
     expires; true: it keeps the remaining expiry, as IBM MQ's DLQ handling does).
 
     The copy keeps the message's uid (so a redelivered event never makes a second
@@ -43,7 +46,9 @@ class DeadLetterRule(QueueRule):
     >>> qm.close()
     """
 
-    def __init__(self, queue: str, reasons: Sequence[str] = ("expired",), keep_expiry: bool = False) -> None:
+    def __init__(
+        self, queue: str, reasons: Sequence[str] = ("expired", "refused"), keep_expiry: bool = False
+    ) -> None:
         self.target = check_name(queue, "dead-letter queue name")
         if isinstance(reasons, str) or not all(r in _REASONS for r in reasons):
             raise InvalidArgument(f"reasons must be a list drawn from {list(_REASONS)}, not {reasons!r}")

@@ -2,7 +2,9 @@
 
     agent = SyncAgent(qm, "http://home:8470")
     report = agent.push_once()   # put + confirm batches until the transmission store is empty
+    pushed, pulled = agent.sync_once()  # push, then pull (what `edgeq sync --once` does)
     agent.run(interval_s=5)      # or a daemon: APScheduler ticks, backoff, wake on put
+    agent.status()               # per queue: backlog, oldest age, last success/error, refusals
 
 Each batch is MQe's two-stage transmission: **put** (the server stores it
 locked), **confirm** (it becomes visible), then the local copies are deleted in
@@ -21,7 +23,12 @@ neither wall clock (nor a step of one) matters.
 :class:`~edgeq.sync.link.ServerLink` (requests, hello, the bounds on the server's
 clock), the :class:`~edgeq.sync.push.Pusher`, the :class:`~edgeq.sync.pull.Puller`,
 the :class:`~edgeq.sync.expiries.ExpiryReporter` (after each push) and the
-:class:`~edgeq.sync.daemon.Daemon` (the background loop).
+:class:`~edgeq.sync.daemon.Daemon` (the background loop); how each queue is doing is the
+link's :class:`~edgeq.sync.health.Health`, shown by :mod:`edgeq.sync.status`.
+
+Queues and directions fail independently: a queue the server refuses or does not have
+waits on its own backoff while the others, and the pull, go on; only a server that
+cannot be reached (or refuses the device) makes the daemon back off as a whole.
 """
 
 from __future__ import annotations
@@ -38,14 +45,15 @@ from edgeq.sync.expiries import ExpiryReporter
 from edgeq.sync.link import ServerLink
 from edgeq.sync.pull import Puller
 from edgeq.sync.push import Pusher
-from edgeq.sync.reports import HelloInfo, Progress, PullReport, PushReport
+from edgeq.sync.reports import HelloInfo, Progress, PullReport, PushReport, QueueReport
+from edgeq.sync.status import SyncStatus, render_metrics, sync_status
 from edgeq.sync.transport import SyncError, Transport
 
 from edgeq.clock import system_clock
 from edgeq.manager import QueueManager
 from edgeq.types import Clock
 
-__all__ = ["HelloInfo", "Progress", "PullReport", "PushReport", "SyncAgent", "SyncError"]
+__all__ = ["HelloInfo", "Progress", "PullReport", "PushReport", "QueueReport", "SyncAgent", "SyncError"]
 
 
 class SyncAgent:
@@ -89,10 +97,13 @@ class SyncAgent:
                                 batch_size=batch_size)
         #: bounds on the server's clock from this agent's exchanges (reset by each hello)
         self.server_clock: ServerClockBounds = self._link.server_clock
+        # A failing queue waits as the daemon does after a failure, on its own schedule.
+        self._link.health.backoff_base_s, self._link.health.backoff_max_s = backoff_base_s, backoff_max_s
         self._pusher = Pusher(self._link, ExpiryReporter(self._link))
         self._puller = Puller(self._link)
         self._daemon = Daemon(qm, self._cycle, online=lambda: self._link.online, backoff_base_s=backoff_base_s,
-                              backoff_max_s=backoff_max_s, server_url=self.transport.server_url)
+                              backoff_max_s=backoff_max_s, server_url=self.transport.server_url,
+                              on_backoff=self._backing_off)
         #: whether the daemon's cycles also pull home-server queues
         self.pull_enabled = True
         self.progress: Callable[[Progress], None] | None = None
@@ -159,15 +170,45 @@ class SyncAgent:
         this exchange."""
         return self._link.hello()
 
-    def push_once(self, *, progress: Callable[[Progress], None] | None = None) -> PushReport:
+    def push_once(self, *, progress: Callable[[Progress], None] | None = None, due_only: bool = False) -> PushReport:
         """Transmit every remote queue addressed to this server until none is left,
-        or until a failure (``report.error``); never raises for network problems."""
-        return self._pusher.push_once(progress or self.progress)
+        or until a failure (``report.error``); never raises for network problems.
+        ``report.queues`` says how each queue went; ``report.complete`` whether all went.
+        With ``due_only`` a queue still in its own backoff after a failure is skipped."""
+        return self._pusher.push_once(progress or self.progress, due_only=due_only)
 
-    def pull_once(self) -> PullReport:
+    def pull_once(self, *, due_only: bool = False) -> PullReport:
         """Fetch every home-server queue's messages from the server (assured get, then
         a local assured put, then a confirm to the server). Never raises for network problems."""
-        return self._puller.pull_once()
+        return self._puller.pull_once(due_only=due_only)
+
+    def sync_once(self, *, due_only: bool = False) -> tuple[PushReport, PullReport | None]:
+        """Push, then pull (if :attr:`pull_enabled`): one round, as ``edgeq sync --once`` and
+        each daemon cycle do. A queue that fails does not stop the others nor the pull; the
+        pull is not tried only when the push could not reach the server (``pushed.stopped``).
+
+        For example (``edgeq sync --once`` exits 1 unless this holds)::
+
+            pushed, pulled = agent.sync_once()
+            everything_moved = pushed.complete and (pulled is None or pulled.complete)
+        """
+        pushed = self.push_once(due_only=due_only)
+        if pushed.stopped or not self.pull_enabled:
+            return pushed, None
+        return pushed, self.pull_once(due_only=due_only)
+
+    # -- status ------------------------------------------------------------------------
+
+    def status(self) -> SyncStatus:
+        """Per remote and home-server queue: backlog, oldest message's age, last success,
+        last error with its code, refused messages, next retry (what ``edgeq sync status``
+        shows, with what this agent has not written to the store yet)."""
+        queues, agent = self._link.health.snapshot()
+        return sync_status(self.qm, queues, agent)
+
+    def metrics(self) -> str:
+        """:meth:`status` in Prometheus' text format (``edgeq_agent_queue_*{queue,direction}``)."""
+        return render_metrics(self.status())
 
     # -- daemon ------------------------------------------------------------------------
 
@@ -190,7 +231,12 @@ class SyncAgent:
         self._daemon.stop()
 
     def _cycle(self) -> bool:
-        """One daemon cycle: push, then pull (if enabled); whether both succeeded."""
-        if not self.push_once().ok:
-            return False
-        return not self.pull_enabled or self.pull_once().ok
+        """One daemon cycle (:meth:`sync_once`, queues in their own backoff skipped): whether
+        the server could be reached. A queue that failed alone waits on its own backoff."""
+        pushed, pulled = self.sync_once(due_only=True)
+        return not pushed.stopped and (pulled is None or not pulled.stopped)
+
+    def _backing_off(self, delay_s: float) -> None:
+        """The daemon waits ``delay_s`` after a failed cycle: keep when it retries, for the status."""
+        self._link.health.agent(next_retry_ms=self._link.clock() + round(delay_s * 1000))
+        self._link.health.flush()

@@ -2,7 +2,8 @@
 
 :class:`SignatureAuthenticator` is an ``authenticate=`` for
 :func:`edgeq.sync.server.create_app`. For every request it checks, in order
-(cheap checks first, nothing stored on any refusal):
+(cheap checks first, nothing stored on any refusal), steps 1-5 on the raw body
+**before it is decoded** (the signature covers the body's hash), 6 after:
 
 1. the four signature headers are present and well formed (401);
 2. the timestamp is within ``skew_ms`` of the server clock (401);
@@ -14,15 +15,22 @@
    only the device's own messages (uid origin) and a queue it may push to
    (403); pulls are confined to ``<device>.<queue>`` by the server, and
    device names with a ``.`` are refused so that prefix is unambiguous.
+
+:class:`AuthGate` decides, request by request, whether a request must be
+authenticated at all: always (``--auth``), never (``--no-auth``), or — ``edgeq
+serve``'s default — as soon as any device is registered in the store, read live, so
+registering a device on a running server turns authentication on at once.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -32,27 +40,38 @@ from edgeq.sync.signing import H_DEVICE, H_NONCE, H_SIGNATURE, H_TIMESTAMP, NONC
 
 from edgeq.clock import system_clock
 from edgeq.devices import DeviceRecord
-from edgeq.errors import EdgeqError
+from edgeq.errors import EdgeqError, InvalidArgument
 from edgeq.manager import QueueManager
 from edgeq.names import check_name, origin_qmgr
 from edgeq.types import Clock
 
 __all__ = [
     "DEFAULT_SKEW_MS",
+    "AuthGate",
+    "AuthMode",
     "AuthRequest",
     "Authenticator",
     "Forbidden",
     "SignatureAuthenticator",
+    "TwoStageAuthenticator",
     "Unauthorized",
 ]
 
+# The server's log: these events are the server's.
+log = logging.getLogger("edgeq.sync.server")
+
 DEFAULT_SKEW_MS = 300_000
+
+#: When requests must be authenticated: ``required`` always, ``off`` never (plain mode),
+#: ``auto`` once any device is registered in the store (and from then on).
+AuthMode: TypeAlias = Literal["required", "auto", "off"]
 
 
 @dataclass(frozen=True, slots=True)
 class AuthRequest:
     """What an authenticator sees: the claimed device (the body's ``qmgr``), the
-    method and path, headers, the raw body and the decoded one."""
+    method and path, headers, the raw body and the decoded one (None before decoding:
+    :meth:`TwoStageAuthenticator.authenticate` sees the raw body only)."""
 
     device: str | None
     path: str
@@ -76,6 +95,81 @@ class Forbidden(EdgeqError):
     """The device is known but may not do this (403)."""
 
 
+@runtime_checkable
+class TwoStageAuthenticator(Protocol):
+    """An authenticator that establishes who sent a request from its headers and raw
+    body, before the body is decoded (:meth:`authenticate`), and decides what the
+    device may do once it is (:meth:`authorize`): an unauthenticated body, however
+    hostile, is never decoded. :class:`SignatureAuthenticator` is one."""
+
+    def authenticate(self, request: AuthRequest) -> DeviceRecord:
+        """The verified device of ``request`` (whose ``message`` is None); raise to refuse."""
+        ...
+
+    def authorize(self, device: DeviceRecord, request: AuthRequest) -> None:
+        """Raise :class:`Forbidden` unless ``device`` may send the decoded ``request``."""
+        ...
+
+
+class AuthGate:
+    """Whether each request must be authenticated, decided as it arrives, and by whom.
+
+    ``mode`` (:data:`AuthMode`): ``required``, ``off``, or ``auto``: required as soon
+    as ``qm`` holds a registered device (revoked ones count: revoking every device
+    does not open the server). Until then every request reads the device registry
+    (one small SELECT); once on, it stays on with no further reads.
+
+    >>> import tempfile, os
+    >>> from edgeq import QueueManager
+    >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
+    >>> gate = AuthGate(lambda request: None, mode="auto", qm=qm)
+    >>> gate.required()
+    False
+    >>> qm.register_device("DEV1", bytes(32)); gate.required()
+    True
+    >>> qm.close()
+    """
+
+    def __init__(self, authenticate: Authenticator | None, *, mode: AuthMode = "required",
+                 qm: QueueManager | None = None) -> None:
+        if mode != "off" and authenticate is None:
+            raise InvalidArgument(f"auth mode {mode!r} needs an authenticator (authenticate=...)")
+        if mode == "auto" and qm is None:
+            raise InvalidArgument("auth mode 'auto' needs the queue manager whose devices turn it on (qm=...)")
+        self.authenticate = authenticate
+        self.mode: AuthMode = mode
+        self.qm = qm
+        self._on = mode == "required"
+        self._lock = threading.Lock()
+
+    def required(self) -> bool:
+        """Whether requests must be authenticated now. May read the store: call it from a
+        worker thread. Turning on is logged once (``"event": "auth-on"``)."""
+        if self._on or self.mode != "auto" or self.qm is None:
+            return self._on
+        if not any(d.public_key is not None for d in self.qm.devices()):
+            return False
+        with self._lock:
+            turned, self._on = not self._on, True
+        if turned:
+            log.warning("a device is registered: authentication is on, every request must now be signed",
+                        extra={"event": "auth-on", "auth": "required"})
+        return True
+
+    def admit(self, request: AuthRequest) -> Callable[[AuthRequest], None] | None:
+        """Stage one, before the body is decoded (in a worker thread): refuse by raising,
+        or return stage two, to call with the decoded request (None: nothing to check).
+        A :class:`TwoStageAuthenticator` authenticates here; any other authenticator
+        is shown the decoded request only."""
+        authenticate = self.authenticate
+        if authenticate is None or not self.required():
+            return None
+        if isinstance(authenticate, TwoStageAuthenticator):
+            device = authenticate.authenticate(request)
+            return lambda decoded: authenticate.authorize(device, decoded)
+        return authenticate
+
+
 class SignatureAuthenticator:
     """Verify Ed25519-signed requests from the devices registered in ``qm``.
 
@@ -96,7 +190,11 @@ class SignatureAuthenticator:
         self._keys: dict[bytes, Ed25519PublicKey] = {}
 
     def __call__(self, request: AuthRequest) -> None:
-        device = self.authenticate(request)
+        self.authorize(self.authenticate(request), request)
+
+    def authorize(self, device: DeviceRecord, request: AuthRequest) -> None:
+        """Raise :class:`Forbidden` unless ``device`` may send ``request``'s decoded body
+        (:func:`authorize`); nothing to check before the body is decoded."""
         if request.message is not None:
             authorize(device.name, request.path, request.message, device.queues)
 
@@ -132,7 +230,7 @@ class SignatureAuthenticator:
         if record is None or record.public_key is None:
             raise Unauthorized(f"unknown device {device}: register it with edgeq server devices add {device}")
         if record.revoked_ms is not None:
-            raise Unauthorized(f"device {device} is revoked (since {record.revoked_ms} ms)")
+            raise Unauthorized(f"device {device} is revoked (since {record.revoked_at})")
         signature = _signature(headers[H_SIGNATURE])
         payload = canonical(request.method, request.path, device, timestamp, nonce, request.body)
         try:

@@ -38,21 +38,26 @@ class _WakeRule(QueueRule):
 class Daemon:
     """Run ``cycle`` (it returns whether it succeeded) in a background thread.
 
-    ``online`` tells whether the server was reachable at the last exchange: only
-    then does a put wake the loop at once (the wake rule on ``qm``'s remote queues);
-    after a failure the loop waits ``backoff_base_s`` doubled per failure, at most
-    ``backoff_max_s``, jittered. ``server_url`` is for the log.
+    ``cycle`` fails (returns False) only when the server cannot be reached or refuses the
+    device: a queue that fails alone waits on its own backoff inside the cycle, and the
+    loop goes on. ``online`` tells whether the server was reachable at the last exchange:
+    only then does a put wake the loop at once (the wake rule on ``qm``'s remote queues);
+    after a failed cycle the loop waits ``backoff_base_s`` doubled per failure, at most
+    ``backoff_max_s``, jittered, and tells ``on_backoff`` the delay (seconds).
+    ``server_url`` is for the log.
     """
 
     def __init__(
         self, qm: QueueManager, cycle: Callable[[], bool], *, online: Callable[[], bool],
         backoff_base_s: float, backoff_max_s: float, server_url: str,
+        on_backoff: Callable[[float], None] | None = None,
     ) -> None:
         self.qm = qm
         self._cycle = cycle
         self._online = online
         self._backoff = (backoff_base_s, backoff_max_s)
         self._server_url = server_url
+        self._on_backoff = on_backoff
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._scheduler: BackgroundScheduler | None = None
@@ -130,6 +135,11 @@ class Daemon:
                 delay = random.uniform(delay / 2, delay)  # jitter: devices do not retry in step
                 log.info("retry in %.1fs", delay, extra={"event": "backoff", "failures": failures,
                                                           "delay_s": round(delay, 3)})
+                if self._on_backoff is not None:
+                    try:
+                        self._on_backoff(delay)
+                    except Exception:  # the record of a retry must never stop the retries
+                        log.exception("could not record the backoff", extra={"event": "cycle-error"})
                 self._stop.wait(delay)
 
     def _run_cycle(self) -> bool:

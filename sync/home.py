@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeq.sync import protocol as p
+from edgeq.sync.holds import HoldGate, HoldPolicy
 from edgeq.sync.metrics import Metrics
 from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
 from edgeq.sync.sessions import DeviceSessions, DeviceState
@@ -54,7 +55,9 @@ class HomeService:
     """Serve hello, put, confirm, pull and pull-confirm bodies over ``qm``.
 
     ``sessions`` holds what the service knows of each device (clock offsets, settled
-    marks: :class:`~edgeq.sync.sessions.DeviceSessions`); ``metrics`` counts outcomes.
+    marks: :class:`~edgeq.sync.sessions.DeviceSessions`); ``metrics`` counts outcomes;
+    ``holds`` says how long a device's unconfirmed puts are kept and how many it may
+    have (:class:`~edgeq.sync.holds.HoldPolicy`: an hour, and a quota, by default).
     """
 
     def __init__(
@@ -65,12 +68,14 @@ class HomeService:
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         sessions: DeviceSessions | None = None,
+        holds: HoldPolicy | None = None,
     ) -> None:
         self.qm = qm
         self.limits = limits or ServerLimits()
         self.clock: Clock = clock or system_clock
         self.metrics = metrics or Metrics()
         self.sessions = sessions or DeviceSessions()
+        self.holds = HoldGate(qm, holds or HoldPolicy())
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -154,7 +159,10 @@ class HomeService:
         started = time.perf_counter()
         results: list[dict[str, Any]]
         try:
-            outcome = self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id()) if messages else []
+            # Expired holds undone and the device's quota checked first (over it: the
+            # put is refused whole, 429 ``over-quota``, and nothing is stored).
+            with self.holds.admit(state, queue, messages):
+                outcome = self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id()) if messages else []
             results = [p.result(r.uid, r.status, r.detail if r.status == "refused" else None) for r in outcome]
         except QueueNotFound as exc:
             results = [p.result(m.uid, "refused", f"no-queue: {exc}") for m in wire]
@@ -186,6 +194,8 @@ class HomeService:
         except QueueNotFound as exc:
             results = [p.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
         tally = Counter(r["s"] for r in results)
+        if tally["confirmed"] or tally["expired"]:
+            self.holds.changed(state.name)  # it holds less: its next put is measured afresh
         self.metrics.count("confirmed", tally["confirmed"])
         self.metrics.count("expired_locked", tally["expired"])
         log.info(

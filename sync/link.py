@@ -1,8 +1,9 @@
 """The agent's conversation with its home server, shared by its parts (push, pull,
 expiry reports): each request with the store's identity and settled mark, the hello
 (asked again whenever the server wants one), and what every exchange teaches: the
-bounds on the server's clock (:class:`~edgeq.sync.clockbounds.ServerClockBounds`)
-and whether the server is reachable.
+bounds on the server's clock (:class:`~edgeq.sync.clockbounds.ServerClockBounds`),
+whether the server is reachable, and how each queue's sync is going
+(:class:`~edgeq.sync.health.Health`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from edgeq.sync import protocol as p
 from edgeq.sync.clockbounds import ServerClockBounds
+from edgeq.sync.health import Health
 from edgeq.sync.reports import HelloInfo
 from edgeq.sync.transport import ServerRefused, SyncError, Transport, Unreachable
 
@@ -22,7 +24,7 @@ from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.types import Clock
 
-__all__ = ["Results", "ServerLink", "decode_results"]
+__all__ = ["Results", "ServerLink", "decode_results", "failure_code"]
 
 log = logging.getLogger("edgeq.sync.agent")
 
@@ -40,6 +42,12 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str], sent: Sequen
     if sent is not None and [u for u, _, _ in results] != [str(m.uid) for m in sent]:
         raise Unreachable("the server's answer does not match the messages sent")
     return results
+
+
+def failure_code(exc: SyncError) -> str:
+    """A failed exchange's code: the server's, if it refused (``forbidden``, ...), else
+    ``unreachable`` (no answer, a 5xx, a bad answer)."""
+    return exc.code if isinstance(exc, ServerRefused) else "unreachable"
 
 
 class ServerLink:
@@ -64,8 +72,10 @@ class ServerLink:
         #: bounds on the server's clock from this agent's exchanges (reset by each hello)
         self.server_clock = ServerClockBounds()
         self.lock = threading.RLock()
-        #: whether the last exchange with the server succeeded
+        #: whether the server answered the last exchange (a refusal is an answer)
         self.online = False
+        #: each queue's sync: last success, last error, its own backoff
+        self.health = Health(qm, clock=clock, monotonic=monotonic)
         self._hello: HelloInfo | None = None
         self._hello_due = True
 
@@ -77,7 +87,8 @@ class ServerLink:
 
     def call(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
         """One request and its answer of type ``expect``, saying hello first again if the
-        server asks for one; a failure marks the server offline and due a new hello."""
+        server asks for one; a failure makes a new hello due and, unless the server answered
+        with a refusal, marks it offline."""
         # Every request says which store is calling and what it has settled: the server
         # forgets this store's confirmed uids below the mark (exactly once, no time window).
         body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(), **body}
@@ -90,6 +101,9 @@ class ServerLink:
                 log.info("server asks for a new hello", extra={"event": "rehello", "path": path})
                 self.hello()
                 return self._exchange(path, body, expect)
+        except ServerRefused:
+            self._hello_due = True  # it answered: still online (puts still wake the daemon)
+            raise
         except SyncError:
             self.online = False
             self._hello_due = True

@@ -17,13 +17,28 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from typing import Any, TextIO
 
 __all__ = ["JsonFormatter", "setup_json_logging"]
 
-# Attributes every LogRecord has: anything else was passed in ``extra``.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+# Attributes every LogRecord has: anything else was passed in ``extra``. uvicorn also
+# passes ``color_message``, a copy of its message coloured for a terminal: never logged.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "color_message"}
+# Terminal escape sequences (CSI ones like colours, and the two-byte ones): a log line is data, not a screen.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every terminal escape sequence taken out of its strings (keys too)."""
+    if isinstance(value, str):
+        return _ESCAPES.sub("", value).replace("\x1b", "")
+    if isinstance(value, dict):
+        return {_plain(str(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,7 +58,7 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+        return json.dumps(_plain(out), default=lambda v: _plain(str(v)), ensure_ascii=False)
 
 
 def setup_json_logging(level: int | str = logging.INFO, stream: TextIO | None = None) -> None:

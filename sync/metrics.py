@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgeq.sync.sessions import DeviceSessions
 
+    from edgeq.queues import StoreUsage
+
 __all__ = ["Metrics"]
 
 # name -> help; each is exported as edgeq_sync_<name>_total
@@ -58,7 +60,7 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counters = dict.fromkeys(_COUNTERS, 0)
-        self._requests: dict[tuple[str, int], int] = {}
+        self._requests: dict[tuple[str, str], int] = {}
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to a counter (short names such as ``received`` are accepted)."""
@@ -67,19 +69,22 @@ class Metrics:
             with self._lock:
                 self._counters[key] += n
 
-    def request(self, endpoint: str, status: int) -> None:
-        """Count one request to ``endpoint`` answered with HTTP ``status``."""
+    def request(self, endpoint: str, status: int | str) -> None:
+        """Count one request to ``endpoint`` answered with HTTP ``status``, or ``"disconnected"``:
+        the client hung up before it could be answered."""
+        key = (endpoint, str(status))
         with self._lock:
-            self._requests[(endpoint, status)] = self._requests.get((endpoint, status), 0) + 1
+            self._requests[key] = self._requests.get(key, 0) + 1
 
     def value(self, name: str) -> int:
         """The current value of a counter (short names such as ``received`` are accepted)."""
         with self._lock:
             return self._counters[_ALIASES.get(name, name)]
 
-    def render(self, sessions: DeviceSessions | None = None) -> str:
+    def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None) -> str:
         """The Prometheus text exposition format (version 0.0.4), with the per-device
-        gauges of ``sessions`` (none without)."""
+        gauges of ``sessions`` and the store's and queues' of ``usage``
+        (``qm.store_usage()``; none without either)."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)
@@ -89,7 +94,8 @@ class Metrics:
             metric = f"edgeq_sync_{name}_total"
             lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter", f"{metric} {counters[name]}"]
         metric = "edgeq_sync_requests_total"
-        lines += [f"# HELP {metric} HTTP requests handled, by endpoint and status.", f"# TYPE {metric} counter"]
+        lines += [f"# HELP {metric} HTTP requests handled, by endpoint and status ('disconnected': the client "
+                  "hung up first).", f"# TYPE {metric} counter"]
         lines += [f'{metric}{{endpoint="{_escape(e)}",status="{s}"}} {n}' for (e, s), n in requests]
         metric = "edgeq_sync_devices"
         lines += [f"# HELP {metric} Devices that said hello since the server started.", f"# TYPE {metric} gauge"]
@@ -109,4 +115,40 @@ class Metrics:
             f'{metric}{{device="{_escape(d.name)}"}} {d.clock_offset_ms / 1000}'
             for d in devices if d.clock_offset_ms is not None
         ]
+        if usage is not None:
+            lines += _usage_lines(usage)
         return "\n".join(lines) + "\n"
+
+
+def _usage_lines(usage: StoreUsage) -> list[str]:
+    """The flash budget as metrics: bytes held by the store and by each queue, their
+    limits, depths, and the messages each queue's ``on_full`` discarded since the
+    queue manager opened (a counter that restarts with the process, as Prometheus
+    counters do).
+
+    >>> from edgeq.queues import QueueUsage, StoreUsage
+    >>> q = QueueUsage("ORDERS", 2, 10, None, 64, "discard-oldest", 3)
+    >>> text = "\\n".join(_usage_lines(StoreUsage(10, None, (q,))))
+    >>> 'edgeq_queue_bytes{queue="ORDERS"} 10' in text, 'edgeq_queue_overflow_discards_total{queue="ORDERS"} 3' in text
+    (True, True)
+    """
+    lines: list[str] = []
+
+    def family(metric: str, kind: str, text: str, samples: list[tuple[str, int]]) -> None:
+        lines.extend([f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"])
+        lines.extend(f"{metric}{labels} {value}" for labels, value in samples)
+
+    family("edgeq_store_bytes", "gauge", "Data plus fields of every message held, as stored.", [("", usage.bytes)])
+    if usage.max_bytes is not None:
+        family("edgeq_store_max_bytes", "gauge", "The store's flash budget (max_store_bytes).", [("", usage.max_bytes)])
+    queues = [(f'{{queue="{_escape(q.name)}"}}', q) for q in usage.queues]
+    family("edgeq_queue_depth", "gauge", "Messages held by each queue, locked ones included.",
+           [(label, q.depth) for label, q in queues])
+    family("edgeq_queue_bytes", "gauge", "Data plus fields held by each queue, as stored.",
+           [(label, q.bytes) for label, q in queues])
+    family("edgeq_queue_max_bytes", "gauge", "Each bounded queue's max_bytes.",
+           [(label, q.max_bytes) for label, q in queues if q.max_bytes is not None])
+    family("edgeq_queue_overflow_discards_total", "counter",
+           "Messages each queue's on_full discarded to make room, since the server started.",
+           [(label, q.overflowed) for label, q in queues])
+    return lines

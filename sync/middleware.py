@@ -4,7 +4,9 @@ buffers a response), wrapped around every protocol route (``POST /v1/...``).
 Outermost first, as :func:`protocol_middleware` lists them:
 
 1. :class:`RequestLog` counts every answer in :class:`~edgeq.sync.metrics.Metrics`
-   by endpoint and status, and logs an error answer (event ``request-error``);
+   by endpoint and status, and logs an error answer (event ``request-error``); a
+   client that hung up before it was answered is counted as ``disconnected`` and
+   logged at info (event ``client-disconnect``): nothing went wrong here;
 2. :class:`ErrorBodies` answers whatever went wrong inside as the protocol's CBOR
    error body: a :class:`~edgeq.sync.protocol.ProtocolError` with its own code, a busy
    store ``busy`` (503), anything else ``internal`` (500; each stage is one
@@ -13,12 +15,16 @@ Outermost first, as :func:`protocol_middleware` lists them:
 4. :class:`BodyLimit` refuses a body beyond the limit (413) from its
    ``Content-Length`` before reading it, and while it streams in (chunked), always
    before it is decoded;
-5. :class:`Authentication` (only with an ``authenticate=``) decodes the body and asks
-   the authenticator in the thread pool before any route runs (401, 403).
+5. :class:`Authentication` (only with an :class:`~edgeq.sync.auth.AuthGate`) asks the
+   gate whether the request must be authenticated and, if so, checks its signature
+   over the raw body **before decoding it**, then decodes it and authorises what it
+   asks (401, 403), before any route runs.
 
 The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :class:`ErrorBodies`
-is the one place that turns an exception into an answer. A route reads its body with
-:func:`read_cbor`, which decodes it once per request (the authenticator's copy is reused).
+is the one place that turns an exception into an answer. Bodies are decoded by a
+:class:`BodyDecoder`: in a worker thread (never on the event loop: one request must not
+stall the others), within :class:`~edgeq.sync.wire.DecodeLimits`, once per request (a
+route reuses the authenticator's copy).
 """
 
 from __future__ import annotations
@@ -27,15 +33,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from edgeq.sync import protocol as p
-from edgeq.sync.auth import Authenticator, AuthRequest, Forbidden
+from edgeq.sync.auth import AuthGate, AuthRequest, Forbidden
 from edgeq.sync.metrics import Metrics
+from edgeq.sync.signing import H_DEVICE
+from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -43,7 +53,9 @@ from edgeq.errors import StoreBusy
 
 __all__ = [
     "BODY_SCOPE_KEY",
+    "DECODE_THREADS",
     "Authentication",
+    "BodyDecoder",
     "BodyLimit",
     "CborBody",
     "ErrorBodies",
@@ -51,14 +63,18 @@ __all__ = [
     "RequestLog",
     "error_response",
     "protocol_middleware",
-    "read_cbor",
 ]
 
 # The server's log: these events are the server's, whichever module raises them.
 log = logging.getLogger("edgeq.sync.server")
 
-#: Where :func:`read_cbor` keeps a request's decoded body in the ASGI scope.
+#: Where :class:`BodyDecoder` keeps a request's decoded body in the ASGI scope.
 BODY_SCOPE_KEY = "edgeq.sync.body"
+#: Bodies decoded at once, by default: decoding holds the GIL, so more threads would
+#: not decode faster, only hold more decoded bodies in memory at a time.
+DECODE_THREADS = 4
+
+_T = TypeVar("_T")
 
 
 def error_response(code: p.ErrorCode, detail: str) -> Response:
@@ -79,15 +95,27 @@ class CborBody:
     message: dict[str, Any]
 
 
-async def read_cbor(request: Request) -> CborBody:
-    """The request's body, read (within :class:`BodyLimit`) and decoded once per request;
-    raises :class:`~edgeq.sync.protocol.ProtocolError` (``malformed``, ``too-large``, ...)."""
-    cached = request.scope.get(BODY_SCOPE_KEY)
-    if isinstance(cached, CborBody):
-        return cached
-    raw = await request.body()
-    body = request.scope[BODY_SCOPE_KEY] = CborBody(raw, p.decode_body(raw))
-    return body
+class BodyDecoder:
+    """Decode request bodies off the event loop: at most ``threads`` at a time, each
+    within ``limits`` (so in time and memory linear in its size, and bounded)."""
+
+    def __init__(self, limits: DecodeLimits = DEFAULT_LIMITS, *, threads: int = DECODE_THREADS) -> None:
+        self.limits = limits
+        self._threads = CapacityLimiter(threads)
+
+    async def decode(self, raw: bytes) -> dict[str, Any]:
+        """``raw`` decoded and checked in a worker thread (:func:`~edgeq.sync.protocol.decode_body`)."""
+        return await anyio.to_thread.run_sync(p.decode_body, raw, self.limits, limiter=self._threads)
+
+    async def read(self, request: Request) -> CborBody:
+        """The request's body, read (within :class:`BodyLimit`) and decoded once per request;
+        raises :class:`~edgeq.sync.protocol.ProtocolError` (``malformed``, ``too-large``, ...)."""
+        cached = request.scope.get(BODY_SCOPE_KEY)
+        if isinstance(cached, CborBody):
+            return cached
+        raw = await request.body()
+        body = request.scope[BODY_SCOPE_KEY] = CborBody(raw, await self.decode(raw))
+        return body
 
 
 class RequestLog:
@@ -111,9 +139,18 @@ class RequestLog:
                 status = message["status"]
             await send(message)
 
-        # Only what was answered is counted: an error raised here (inside ErrorBodies, so
-        # only once an answer had begun) or a cancelled request is the ASGI server's to log.
-        await self.app(scope, receive, send_status)
+        # Only what was answered is counted (and a client that hung up first): an error
+        # raised here (inside ErrorBodies, so only once an answer had begun) or a
+        # cancelled request is the ASGI server's to log.
+        try:
+            await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            # Nobody is left to answer: the client's doing (a dropped link, a timeout), not ours.
+            self.metrics.request(self.endpoint, "disconnected")
+            log.info("%s: the client hung up before it was answered", self.endpoint,
+                     extra={"event": "client-disconnect", "path": self.endpoint, "client": _client(scope),
+                            "ms": round((time.perf_counter() - started) * 1000, 2)})
+            return
         self.metrics.request(self.endpoint, status)
         if status >= 400:
             log.warning(
@@ -142,6 +179,8 @@ class ErrorBodies:
 
         try:
             await self.app(scope, receive, send_tracked)
+        except ClientDisconnect:
+            raise  # no one to answer: RequestLog counts it
         except Exception as exc:
             if started:
                 raise  # half an answer went out: nothing can be said any more
@@ -190,8 +229,8 @@ class BodyLimit:
             return
         length = Headers(scope=scope).get("content-length")
         if length is not None:
-            if not length.isdigit():
-                raise p.ProtocolError("malformed", f"bad Content-Length {length!r}")
+            if not (length.isascii() and length.isdigit()) or len(length) > 19:  # int() of 4,301 digits raises
+                raise p.ProtocolError("malformed", f"bad Content-Length {length[:20]!r}")
             if int(length) > self.max_bytes:
                 raise p.ProtocolError(
                     "too-large", f"body of {length} bytes exceeds this server's limit of {self.max_bytes}"
@@ -213,39 +252,49 @@ class BodyLimit:
 
 
 class Authentication:
-    """Ask ``authenticate`` about each request before its route runs: it sees the
-    claimed device (the body's ``qmgr``), method, path, headers, raw and decoded body
-    (:class:`~edgeq.sync.auth.AuthRequest`), in the thread pool (it may read the
-    store: device keys, nonces). It refuses by raising: :class:`~edgeq.sync.auth.Forbidden`
-    is 403 ``forbidden``, a :class:`~edgeq.sync.protocol.ProtocolError` keeps its code,
-    anything else is 401 ``unauthorized``."""
+    """Authenticate each request before its route runs, as ``gate``
+    (:class:`~edgeq.sync.auth.AuthGate`) says, in the thread pool (it may read the
+    store: device keys, nonces): first from the headers and the **raw** body, before it
+    is decoded (an unsigned or badly signed body is refused without being decoded,
+    whatever it holds); then the decoded body (what the device asks for). It refuses
+    by raising: :class:`~edgeq.sync.auth.Forbidden` is 403 ``forbidden``, a
+    :class:`~edgeq.sync.protocol.ProtocolError` keeps its code, anything else is 401
+    ``unauthorized``."""
 
-    def __init__(self, app: ASGIApp, *, authenticate: Authenticator) -> None:
+    def __init__(self, app: ASGIApp, *, gate: AuthGate, decoder: BodyDecoder) -> None:
         self.app = app
-        self.authenticate = authenticate
+        self.gate = gate
+        self.decoder = decoder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
-        body = await read_cbor(request)
-        device = body.message.get("qmgr")
-        auth = AuthRequest(device if isinstance(device, str) else None, request.url.path, request.headers,
-                           body.raw, body.message, request.method)
+        raw = await request.body()
+        path, headers = request.url.path, request.headers
+        then = await self._ask(self.gate.admit, AuthRequest(None, path, headers, raw, None, request.method), scope)
+        body = await self.decoder.read(request)
+        if then is not None:
+            device = body.message.get("qmgr")
+            await self._ask(then, AuthRequest(device if isinstance(device, str) else None, path, headers, raw,
+                                              body.message, request.method), scope)
+        await self.app(scope, _replay(raw, receive), send)
+
+    @staticmethod
+    async def _ask(stage: Callable[[AuthRequest], _T], auth: AuthRequest, scope: Scope) -> _T:
+        """Run one stage in the thread pool; its refusal as a ProtocolError (logged)."""
         try:
-            await run_in_threadpool(self.authenticate, auth)
+            return await run_in_threadpool(stage, auth)
         except p.ProtocolError:
             raise
         except Exception as exc:
             code: p.ErrorCode = "forbidden" if isinstance(exc, Forbidden) else "unauthorized"
             detail = str(exc) or "refused by the authenticator"
-            log.warning("%s %s: %s", code, request.url.path, detail,
-                        extra={"event": "auth-refused", "path": request.url.path, "code": code,
-                               "device": request.headers.get("x-edgeq-device"), "detail": detail,
-                               "client": _client(scope)})
+            log.warning("%s %s: %s", code, auth.path, detail,
+                        extra={"event": "auth-refused", "path": auth.path, "code": code,
+                               "device": auth.headers.get(H_DEVICE), "detail": detail, "client": _client(scope)})
             raise p.ProtocolError(code, detail) from exc
-        await self.app(scope, _replay(body.raw, receive), send)
 
 
 def _replay(raw: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
@@ -264,15 +313,16 @@ def _replay(raw: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
 
 
 def protocol_middleware(
-    *, endpoint: str, metrics: Metrics, max_body_bytes: int, authenticate: Authenticator | None
+    *, endpoint: str, metrics: Metrics, max_body_bytes: int, gate: AuthGate | None, decoder: BodyDecoder
 ) -> list[Middleware]:
-    """The middleware of one protocol route at ``endpoint``, outermost first."""
+    """The middleware of one protocol route at ``endpoint``, outermost first (no
+    authentication if there is no ``gate``, or it is ``off``)."""
     stack = [
         Middleware(RequestLog, metrics=metrics, endpoint=endpoint),
         Middleware(ErrorBodies),
         Middleware(MediaType),
         Middleware(BodyLimit, max_bytes=max_body_bytes),
     ]
-    if authenticate is not None:
-        stack.append(Middleware(Authentication, authenticate=authenticate))
+    if gate is not None and gate.mode != "off":
+        stack.append(Middleware(Authentication, gate=gate, decoder=decoder))
     return stack

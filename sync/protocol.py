@@ -22,12 +22,12 @@ servers or clients, so both ends (and tests) share it.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import cbor2
+from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 
 from edgeq.errors import EdgeqError
 from edgeq.journal import JournalEntry, RemoteExpiryStatus
@@ -115,6 +115,7 @@ ErrorCode: TypeAlias = Literal[
     "hello-required",
     "unauthorized",
     "forbidden",
+    "over-quota",
     "busy",
     "internal",
     "not-found",
@@ -131,6 +132,7 @@ HTTP_STATUS: Final[Mapping[str, int]] = {
     "hello-required": 428,
     "unauthorized": 401,
     "forbidden": 403,
+    "over-quota": 429,  # a device's unconfirmed puts at its quota: the agent retries later
     "busy": 503,
     "internal": 500,
     "not-found": 404,
@@ -164,11 +166,12 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     return cbor2.dumps({"v": PROTOCOL_VERSION, **body})
 
 
-def decode_body(raw: bytes) -> dict[str, Any]:
-    """Decode and check one body: exactly one CBOR map of a supported version.
+def decode_body(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Decode and check one body: exactly one CBOR map of a supported version, decoded
+    within ``limits`` (:mod:`edgeq.sync.wire`: no tags, bounded depth and items).
 
     Raises :class:`ProtocolError` ``malformed`` (not CBOR, truncated, trailing
-    bytes, not a map) or ``unsupported-version``.
+    bytes, a tag, too deep, not a map) or ``unsupported-version``.
 
     >>> decode_body(b"\\xa1\\x61v\\x01")
     {'v': 1}
@@ -178,14 +181,10 @@ def decode_body(raw: bytes) -> dict[str, Any]:
     ...     print(exc.code)
     malformed
     """
-    stream = io.BytesIO(raw)
     try:
-        value = cbor2.CBORDecoder(stream).decode()
-    except Exception as exc:  # any decoder failure is the sender's fault: never a 500
-        text = str(exc).split("(expected")[0].strip()
-        raise ProtocolError("malformed", f"body is not valid CBOR ({text} ...)") from exc
-    if stream.tell() != len(raw):
-        raise ProtocolError("malformed", f"{len(raw) - stream.tell()} trailing bytes after the CBOR body")
+        value = loads(raw, limits)
+    except MalformedBody as exc:
+        raise ProtocolError("malformed", str(exc)) from exc
     if not isinstance(value, dict):
         raise ProtocolError("malformed", f"body must be a CBOR map, not {type(value).__name__}")
     version = value.get("v")
@@ -212,7 +211,7 @@ def expect(body: Mapping[str, Any], kind: str) -> None:
     """Check the body's ``type``."""
     got = body.get("type")
     if got != kind:
-        raise _invalid(f"expected a {kind!r} body, got type {got!r}")
+        raise _invalid(f"expected a {kind!r} body, got type {describe(got)}")
 
 
 def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = MAX_INT64) -> int:
@@ -221,7 +220,7 @@ def req_int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = MAX_
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid(f"{key!r} must be an integer, not {type(value).__name__}")
     if not low <= value <= high:
-        raise _invalid(f"{key!r} = {value} is out of range {low} .. {high}")
+        raise _invalid(f"{key!r} = {describe(value)} is out of range {low} .. {high}")
     return value
 
 
@@ -271,6 +270,8 @@ def req_uids(body: Mapping[str, Any], key: str, *, max_len: int) -> list[Message
 def _uid(value: object) -> MessageUID:
     if not isinstance(value, str):
         raise _invalid(f"a uid must be a string ORIGIN.STAMP, not {type(value).__name__}")
+    if len(value) > 85:  # origin (48 + ':' + 16) '.' stamp (19 digits): parsing more could not succeed
+        raise _invalid(f"uid {describe(value)} is not a message uid: {len(value)} characters, at most 85")
     try:
         return MessageUID.parse(value)
     except EdgeqError as exc:
@@ -313,11 +314,11 @@ def decode_fields(raw: object) -> dict[str, FieldValue]:
     out: dict[str, FieldValue] = {}
     for name, item in raw.items():
         if not isinstance(name, str) or not isinstance(item, list) or len(item) != 2:
-            raise _invalid(f"field {name!r} must be [type code, value]")
+            raise _invalid(f"field {describe(name)} must be [type code, value]")
         code, value = item
         kind = FIELD_CODES.get(code) if isinstance(code, str) else None
         if kind is None:
-            raise _invalid(f"field {name!r} has unknown type code {code!r} (use one of {''.join(FIELD_CODES)})")
+            raise _invalid(f"field {describe(name)} has unknown type code {describe(code)} (use one of {''.join(FIELD_CODES)})")
         if kind is float:
             ok = isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
         elif kind in (Int32, Int64):
@@ -325,11 +326,13 @@ def decode_fields(raw: object) -> dict[str, FieldValue]:
         else:
             ok = isinstance(value, kind)
         if not ok:
-            raise _invalid(f"field {name!r} of type {code!r} has a {type(value).__name__} value")
+            raise _invalid(f"field {describe(name)} of type {code} has a {type(value).__name__} value")
         try:
             out[name] = float(value) if kind is float else kind(value)
         except EdgeqError as exc:
-            raise _invalid(f"field {name!r}: {exc}") from exc
+            raise _invalid(f"field {describe(name)}: {exc}") from exc
+        except (ValueError, OverflowError):  # beyond any float, or too long to print
+            raise _invalid(f"field {describe(name)}: {describe(value)} is out of range for type {code}") from None
     return out
 
 
@@ -508,7 +511,7 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str]) -> list[tupl
     out: list[tuple[str, str, str | None]] = []
     for item in req_list(body, "results", max_len=2**20):
         if not isinstance(item, dict) or not isinstance(item.get("u"), str) or item.get("s") not in allowed:
-            raise _invalid(f"bad result {item!r}: expected {{'u': uid, 's': one of {', '.join(allowed)}}}")
+            raise _invalid(f"bad result {describe(item)}: expected {{'u': uid, 's': one of {', '.join(allowed)}}}")
         why = item.get("why")
         out.append((item["u"], item["s"], why if isinstance(why, str) else None))
     return out
@@ -552,7 +555,7 @@ def _expiry_entry(raw: object) -> JournalEntry:
     uid = _uid(raw.get("u"))
     where = raw.get("w")
     if where not in CHECK_POINTS:
-        raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {where!r}")
+        raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {describe(where)}")
     return JournalEntry(
         0, "expired", "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,
         check_point=where, size=opt_int(raw, "n", high=2**62), created_ms=opt_int(raw, "c", high=2**62),

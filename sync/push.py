@@ -8,6 +8,12 @@ into chunks under the server's body limit; a put carries the lower bound of the
 server's clock at the instant its batch was read (``server_ms``), and is made again,
 as resends, if those bounds restart while it is under way. Every step is safe to
 repeat.
+
+Queues fail independently: a queue the server refuses as a whole (forbidden, too large,
+invalid) is recorded as that queue's failure and the others go on; only a server that
+cannot be reached (or refuses this device) stops the push. Each message the server
+refuses is counted in the store (``QueueManager.refused``); one refused as often as its
+queue's ``refusal_limit`` is given up there (reason ``refused``: dead-letter handling).
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from edgeq.sync import protocol as p
 from edgeq.sync.clockbounds import STALE_AFTER_S
 from edgeq.sync.expiries import ExpiryReporter
-from edgeq.sync.link import Results, ServerLink, decode_results
-from edgeq.sync.reports import Progress, PushReport
-from edgeq.sync.transport import ServerRefused, SyncError
+from edgeq.sync.health import QUEUE_CODES, forbidden_hint, plain_refusal, refusal_code, refusal_hint
+from edgeq.sync.link import Results, ServerLink, decode_results, failure_code
+from edgeq.sync.reports import Progress, PushReport, QueueReport
+from edgeq.sync.transport import SyncError
 
 from edgeq.errors import EdgeqError
 from edgeq.message import Message
 from edgeq.queues import QueueAttributes
+from edgeq.transmit import DEFAULT_REFUSAL_LIMIT
 from edgeq.types import CONFIRM_STATUSES, PUT_STATUSES
 from edgeq.uid import MessageUID
 
@@ -37,6 +45,7 @@ log = logging.getLogger("edgeq.sync.agent")
 
 _PER_MESSAGE_OVERHEAD = 96  # bytes of CBOR keys, uid, numbers per message (generous)
 _MAX_REFUSALS_KEPT = 100
+_MAX_SKIPPED = 50_000  # messages refused in one push, not offered again until the next: past this, stop
 
 
 class Pusher:
@@ -65,74 +74,136 @@ class Pusher:
         # The server discarded these as expired: never put them again (they
         # expire here too, within the clocks' disagreement).
         self._server_expired: set[MessageUID] = set()
+        # Refused since they were last counted: (uid, why), counted after each stage.
+        self._pending: list[tuple[str, str]] = []
+        self._target = ""  # the server's queue of the remote queue being pushed (for refusal reasons)
         self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgeq-sync-confirm")
 
     def close(self) -> None:
         """Wait for a confirm in flight, then stop the confirmer thread."""
         self._confirmer.shutdown(wait=True)
 
-    def push_once(self, progress: Callable[[Progress], None] | None = None) -> PushReport:
+    def push_once(
+        self, progress: Callable[[Progress], None] | None = None, *, due_only: bool = False
+    ) -> PushReport:
         """Transmit every remote queue addressed to this server until none is left,
-        or until a failure (``report.error``); never raises for network problems."""
+        or until a failure (``report.error``); never raises for network problems. With
+        ``due_only`` (the daemon's cycles) a queue still in its own backoff after a
+        failure is left for a later round."""
         report = PushReport()
         started = time.monotonic()
-        forbidden: list[str] = []
+        health = self.link.health
         with self.link.lock:
             try:
                 server = self.link.ensure_hello().server
+                health.agent(server=server, stopped=False, next_retry_ms=None)
+                failed: list[str] = []  # queues whose requests the server refused
+                waiting = False  # a queue was left to its own backoff
                 for attrs in self.qm.remote_queues():
                     if attrs.target_qmgr != server:
                         log.debug("skip %s: it targets %s", attrs.name, attrs.target_qmgr,
                                   extra={"event": "skip", "queue": attrs.name, "target": attrs.target_qmgr})
                         continue
-                    try:
-                        self._push_queue(attrs, report, progress)
-                    except ServerRefused as exc:
-                        if exc.code != "forbidden":
-                            raise
-                        # Not this device's queue to push to: the others still go.
-                        forbidden.append(str(exc))
-                        log.warning("push of %s forbidden: %s", attrs.name, exc.detail,
-                                    extra={"event": "forbidden", "queue": attrs.name, "detail": exc.detail})
-                if forbidden:
-                    report.error = "; ".join(forbidden)
-                if not report.refused and not report.requeued:
+                    if due_only and not health.due(attrs.name, "push"):
+                        waiting = True
+                    elif self._push_one(attrs, server, report, progress):
+                        failed.append(f"{attrs.name}: {report.queues[attrs.name].error}")
+                report.error = "; ".join(failed) or None
+                if not report.refused and not report.requeued and not waiting and not failed:
                     self._recovering = False
                     self._server_expired.clear()
                 report.expiries_reported = self.expiries.report()
             except SyncError as exc:
-                report.error = str(exc)
+                report.error, report.stopped = str(exc), True
+                health.agent(stopped=True, last_error=str(exc), last_error_code=failure_code(exc),
+                             last_error_ms=self.link.clock())
             report.seconds = time.monotonic() - started
             self.last = report
+            health.flush()
         level = logging.WARNING if report.error else logging.INFO if report.sent else logging.DEBUG
         log.log(
             level, "push: %d transmitted%s", report.transmitted, f" ({report.error})" if report.error else "",
             extra={"event": "push", "sent": report.sent, "transmitted": report.transmitted,
                    "duplicates": report.duplicates, "expired": report.expired, "refused": report.refused,
-                   "requeued": report.requeued, "batches": report.batches, "seconds": round(report.seconds, 3),
-                   "error": report.error},
+                   "given_up": report.given_up, "requeued": report.requeued, "batches": report.batches,
+                   "seconds": round(report.seconds, 3), "error": report.error},
         )
         return report
 
+    def _push_one(
+        self, attrs: QueueAttributes, server: str, report: PushReport, progress: Callable[[Progress], None] | None
+    ) -> bool:
+        """Push one queue and record how it went (``report.queues``, the link's health); returns
+        whether the server refused its requests, which fails it alone. A server that cannot
+        be reached (or refuses this device) stops the whole push (raised)."""
+        name, target = attrs.name, attrs.target_queue or attrs.name
+        queue = report.queues[name] = QueueReport(name, "push")
+        before = (report.transmitted, report.refused, report.given_up)
+        last_why, refused_request = None, False
+        try:
+            last_why = self._push_queue(attrs, report, progress)
+        except SyncError as exc:
+            refused_request = True
+            queue.code = failure_code(exc)
+            queue.error = str(exc)
+            if queue.code not in QUEUE_CODES:
+                self._tally(queue, report, before)
+                self.link.health.failed(name, "push", queue.code, queue.error, moved=queue.moved > 0)
+                raise
+            if queue.code == "forbidden":
+                queue.error = forbidden_hint(self.qm.name, server, target, queue.error)
+            log.warning("push of %s refused by the server: %s", name, queue.error,
+                        extra={"event": queue.code, "queue": name, "detail": str(exc)})
+        self._tally(queue, report, before)
+        if queue.error is None and queue.refused and last_why is not None:
+            queue.code = refusal_code(last_why)
+            limit = DEFAULT_REFUSAL_LIMIT if attrs.refusal_limit is None else attrs.refusal_limit
+            queue.error = refusal_hint(server, target, queue.code, last_why, limit)
+            log.warning("%d message(s) of %s refused (%s): %s", queue.refused, name, queue.code, queue.error,
+                        extra={"event": "refused", "queue": name, "target": target, "count": queue.refused,
+                               "given_up": queue.given_up, "code": queue.code, "why": last_why})
+        if queue.given_up:
+            self.link.health.gave_up(name, queue.given_up)
+        if queue.error is None:
+            self.link.health.succeeded(name, "push")
+        else:
+            self.link.health.failed(name, "push", queue.code or "refused", queue.error, moved=queue.moved > 0)
+        return refused_request
+
+    @staticmethod
+    def _tally(queue: QueueReport, report: PushReport, before: tuple[int, int, int]) -> None:
+        queue.moved = report.transmitted - before[0]
+        queue.refused = report.refused - before[1]
+        queue.given_up = report.given_up - before[2]
+
     def _push_queue(
-        self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None
-    ) -> None:
+        self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None,
+        *, count_refusals: bool = True,
+    ) -> str | None:
         """Push one remote queue as a two-deep pipeline: batch N+1's put overlaps batch
-        N's confirm and local delete (each still one transaction per stage)."""
+        N's confirm and local delete (each still one transaction per stage). Each refused
+        message is counted (``count_refusals``) and not offered again in this push;
+        returns the reason of the last refusal, if any."""
         name, target = attrs.name, attrs.target_queue or attrs.name
         last_shown = time.monotonic()
         started, done_at_start = last_shown, report.transmitted
         inflight: Future[Results] | None = None
         inflight_uids: set[MessageUID] = set()
+        skipped: set[MessageUID] = set()  # refused in this push: offered again at the next
+        self._target = target
+        last_why: str | None = None
+        self._pending.clear()
         self._fresh_clock_bounds()
         try:
             while True:
                 read_ms = self.link.clock()  # remaining expiry is measured from (about) now
                 read_mono = self.link.monotonic()  # and no earlier than this instant
-                want = self.link.batch_size + len(inflight_uids)  # the store still holds the batch in flight
+                # The store still holds the batch in flight and what was refused: read past them.
+                want = self.link.batch_size + len(inflight_uids) + len(skipped)
                 batch = self.qm.next_for_transmission(name, want)
                 drained = len(batch) < want
-                batch = [m for m in batch if m.uid not in inflight_uids and m.uid not in self._server_expired]
+                batch = [m for m in batch if m.uid not in inflight_uids and m.uid not in self._server_expired
+                         and m.uid not in skipped]
                 batch = batch[: self.link.batch_size]
                 to_confirm: list[str] = []
                 for chunk in self._chunks(batch, report):
@@ -142,24 +213,47 @@ class Pusher:
                 if inflight is not None:
                     moved = self._settle(inflight.result(), report) > 0
                     inflight, inflight_uids = None, set()
+                last_why = self._count_refusals(name, skipped, report, count_refusals) or last_why
                 if to_confirm:
                     inflight = self._confirmer.submit(self._confirm_stage, name, target, to_confirm)
                     inflight_uids = {MessageUID.parse(u) for u in to_confirm}
                 if progress is not None and time.monotonic() - last_shown >= self.progress_interval_s:
                     last_shown = time.monotonic()
                     self._show(progress, name, report.transmitted - done_at_start, started)
-                if drained or not to_confirm or not moved:
+                if drained or not to_confirm or not moved or len(skipped) >= _MAX_SKIPPED:
                     break  # empty, or nothing moves (all refused or unknown): try again next round
             if inflight is not None:
                 self._settle(inflight.result(), report)
                 inflight = None
+            last_why = self._count_refusals(name, skipped, report, count_refusals) or last_why
         except BaseException:
             if inflight is not None:  # never leave a confirm running; the first error is what counts
                 with contextlib.suppress(SyncError):
                     self._settle(inflight.result(), report)
+            with contextlib.suppress(EdgeqError):  # what was refused so far still counts
+                self._count_refusals(name, skipped, report, count_refusals)
             raise
         if progress is not None and report.transmitted > done_at_start:
             self._show(progress, name, report.transmitted - done_at_start, started)
+        return last_why
+
+    def _count_refusals(self, name: str, skipped: set[MessageUID], report: PushReport, count: bool) -> str | None:
+        """Count the refusals since the last call in the store (one transaction) and give
+        up those at their limit; returns the last reason, if any were refused."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return None
+        skipped.update(MessageUID.parse(uid) for uid, _ in pending)
+        if count:
+            why = dict(pending)
+            for outcome in self.qm.refused(name, pending):
+                if outcome.given_up:
+                    report.given_up += 1
+                    self._attempted.discard(outcome.uid)
+                    log.warning("gave up %s of %s: refused %d times", outcome.uid, name, outcome.count,
+                                extra={"event": "gave-up", "queue": name, "uid": str(outcome.uid),
+                                       "refusals": outcome.count, "why": why.get(str(outcome.uid))})
+        return pending[-1][1]
 
     def _show(self, progress: Callable[[Progress], None], queue: str, done: int, started: float) -> None:
         try:
@@ -190,9 +284,12 @@ class Pusher:
             yield chunk
 
     def _refusal(self, report: PushReport, uid: str, why: str) -> None:
+        why = plain_refusal(why, self.link.info.server, self._target)
         if len(report.refusals) < _MAX_REFUSALS_KEPT:
             report.refusals.append((uid, why))
-        log.warning("refused %s: %s", uid, why, extra={"event": "refused", "uid": uid, "why": why})
+        self._pending.append((uid, why))
+        # One warning per queue and push says what to do (Pusher._push_one); each here is detail.
+        log.debug("refused %s: %s", uid, why, extra={"event": "refused-message", "uid": uid, "why": why})
 
     def _put_stage(
         self, target: str, chunk: list[Message], read_ms: int, read_mono: float, report: PushReport
@@ -266,9 +363,13 @@ class Pusher:
 
     def _confirm_stage(self, name: str, target: str, uids: list[str]) -> Results:
         """Stage two (in the confirmer thread): confirm, then delete the local copies the
-        server confirmed, in one local transaction."""
-        body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target, "uids": uids}
-        results = decode_results(self.link.call(p.PATH_CONFIRM, body, "confirm"), CONFIRM_STATUSES)
+        server confirmed, in one local transaction. A stage's uids may come from several
+        put chunks, so the confirm is cut to the server's ``max_batch`` as the puts were."""
+        limit = self.link.info.max_batch
+        results: Results = []
+        for start in range(0, len(uids), limit):
+            body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target, "uids": uids[start : start + limit]}
+            results += decode_results(self.link.call(p.PATH_CONFIRM, body, "confirm"), CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
         if done:
             self.qm.transmitted(name, done)
@@ -300,7 +401,8 @@ class Pusher:
             if attrs.target_qmgr != server:
                 raise SyncError(f"queue {queue!r} targets {attrs.target_qmgr}, but this agent's server is {server}")
             report = PushReport()
-            self._push_queue(attrs, report, None)
+            # Not counted: a sync-mode put that is not taken is taken back from the queue at once.
+            self._push_queue(attrs, report, None, count_refusals=False)
             if report.refused or report.expired or report.requeued:
                 why = "; ".join(w for _, w in report.refusals) or "not every message was accepted"
                 raise SyncError(f"{server} did not take the message: {why}")

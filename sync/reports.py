@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["HelloInfo", "Progress", "PullReport", "PushReport"]
+__all__ = ["HelloInfo", "Progress", "PullReport", "PushReport", "QueueReport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,29 @@ class HelloInfo:
 
 
 @dataclass(slots=True)
+class QueueReport:
+    """What one push or pull did with one queue."""
+
+    queue: str
+    direction: str  #: ``"push"`` (a remote queue) or ``"pull"`` (a home-server queue)
+    moved: int = 0  #: transmitted (push) or received (pull)
+    refused: int = 0  #: refused by the server (push) or by the local queue (pull): kept where they were
+    given_up: int = 0  #: refused ``refusal_limit`` times: removed, rules told (reason ``refused``)
+    error: str | None = None  #: what went wrong, and what to do about it
+    code: str | None = None  #: ``no-queue``, ``forbidden``, ``queue-full``, ``too-large``, ``unreachable``, ...
+
+    @property
+    def ok(self) -> bool:
+        """Whether everything offered moved (no error, nothing refused)."""
+        return self.error is None
+
+    def as_dict(self) -> dict[str, object]:
+        """For a JSON summary."""
+        return {"direction": self.direction, "moved": self.moved, "refused": self.refused,
+                "given_up": self.given_up, "error": self.error, "code": self.code}
+
+
+@dataclass(slots=True)
 class PushReport:
     """What one :meth:`SyncAgent.push_once` did."""
 
@@ -30,17 +53,25 @@ class PushReport:
     duplicates: int = 0  #: the server already had them confirmed
     expired: int = 0  #: the server discarded them as expired (on arrival or while locked)
     refused: int = 0  #: the server refused them (queue full, too large, no such queue): kept here
+    given_up: int = 0  #: refused ``refusal_limit`` times: removed here, rules told (reason ``refused``)
     requeued: int = 0  #: the server did not know them at confirm: they will be put again
     batches: int = 0
     expiries_reported: int = 0  #: this device's journaled expiries sent to the server
     seconds: float = 0.0
-    error: str | None = None  #: why the push stopped early (server unreachable, refused request)
+    error: str | None = None  #: why the push stopped early, or which queues failed
     refusals: list[tuple[str, str]] = field(default_factory=list)  #: (uid, why), the first 100
+    queues: dict[str, QueueReport] = field(default_factory=dict)  #: per remote queue tried
+    stopped: bool = False  #: the server could not be reached (or refused this device): no queue was finished
 
     @property
     def ok(self) -> bool:
         """Whether the push ran to the end (no ``error``)."""
         return self.error is None
+
+    @property
+    def complete(self) -> bool:
+        """Whether everything went: no error, nothing refused or given up."""
+        return self.ok and not self.refused and not self.given_up
 
     @property
     def rate(self) -> float:
@@ -58,12 +89,19 @@ class PullReport:
     refused: int = 0  #: could not be stored here (queue full, too large): left on the server
     acknowledged: int = 0  #: deleted on the server after being stored here
     batches: int = 0
-    error: str | None = None
+    error: str | None = None  #: why the pull stopped early, or which queues failed
+    queues: dict[str, QueueReport] = field(default_factory=dict)  #: per home-server queue tried
+    stopped: bool = False  #: the server could not be reached (or refused this device)
 
     @property
     def ok(self) -> bool:
         """Whether the pull ran to the end (no ``error``)."""
         return self.error is None
+
+    @property
+    def complete(self) -> bool:
+        """Whether everything came: no error, nothing refused here."""
+        return self.ok and not self.refused
 
 
 @dataclass(frozen=True, slots=True)

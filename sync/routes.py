@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edgeq.sync import protocol as p
-from edgeq.sync.auth import Authenticator
+from edgeq.sync.auth import AuthGate
 from edgeq.sync.home import HomeService
-from edgeq.sync.middleware import error_response, protocol_middleware, read_cbor
+from edgeq.sync.middleware import BodyDecoder, error_response, protocol_middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -26,13 +26,15 @@ __all__ = ["HomeRoutes", "http_error", "protocol_route"]
 Handler = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
-def protocol_route(path: str, handler: Handler, *, middleware: Sequence[Middleware] | None = None) -> Route:
-    """``POST path``: decode the CBOR body, run ``handler`` on it in the thread pool
-    (SQLite work blocks), encode its answer."""
+def protocol_route(path: str, handler: Handler, *, middleware: Sequence[Middleware] | None = None,
+                   decoder: BodyDecoder | None = None) -> Route:
+    """``POST path``: decode the CBOR body (``decoder``'s, off the event loop), run
+    ``handler`` on it in the thread pool (SQLite work blocks), encode its answer."""
+    bodies = decoder or BodyDecoder()
 
     async def serve(request: Request) -> Response:
         """Serve one request through ``handler``."""
-        body = await read_cbor(request)
+        body = await bodies.read(request)
         out = await run_in_threadpool(handler, body.message)
         return Response(p.encode_body(out), media_type=p.CONTENT_TYPE)
 
@@ -42,14 +44,18 @@ def protocol_route(path: str, handler: Handler, *, middleware: Sequence[Middlewa
 class HomeRoutes:
     """The home server's routes over ``service``: the protocol's endpoints under
     ``/v1`` (each wrapped in :func:`~edgeq.sync.middleware.protocol_middleware`),
-    ``/healthz`` and ``/metrics``."""
+    ``/healthz`` and ``/metrics``. ``gate`` says when requests must be authenticated
+    (None: never); ``decoder`` decodes their bodies."""
 
-    def __init__(self, service: HomeService, *, authenticate: Authenticator | None = None) -> None:
+    def __init__(self, service: HomeService, *, gate: AuthGate | None = None,
+                 decoder: BodyDecoder | None = None) -> None:
         self.service = service
+        self.gate = gate
+        self.decoder = decoder or BodyDecoder()
         #: every route, for :class:`~starlette.applications.Starlette`
-        self.routes = self._build(authenticate)
+        self.routes = self._build()
 
-    def _build(self, authenticate: Authenticator | None) -> list[BaseRoute]:
+    def _build(self) -> list[BaseRoute]:
         s = self.service
         endpoints: dict[str, Handler] = {
             p.PATH_HELLO: s.hello,
@@ -60,9 +66,9 @@ class HomeRoutes:
             p.PATH_EXPIRIES: s.expiries,
         }
         routes: list[BaseRoute] = [
-            protocol_route(path, handler, middleware=protocol_middleware(
-                endpoint=path, metrics=s.metrics, max_body_bytes=s.limits.max_body_bytes,
-                authenticate=authenticate))
+            protocol_route(path, handler, decoder=self.decoder, middleware=protocol_middleware(
+                endpoint=path, metrics=s.metrics, max_body_bytes=s.limits.max_body_bytes, gate=self.gate,
+                decoder=self.decoder))
             for path, handler in endpoints.items()
         ]
         routes += [Route("/healthz", self.healthz, methods=["GET"]),
@@ -70,18 +76,24 @@ class HomeRoutes:
         return routes
 
     async def healthz(self, request: Request) -> Response:
-        """``GET /healthz``: ok with the queue count as JSON, or 503 if the store cannot be read."""
-        qm = self.service.qm
+        """``GET /healthz``: ok with the queue count and whether requests must be signed
+        (``auth``: ``required`` or ``open``) as JSON, or 503 if the store cannot be read."""
+        qm, gate = self.service.qm, self.gate
+
+        def check() -> tuple[int, bool]:
+            return len(qm.queue_names()), gate is not None and gate.required()
+
         try:
-            queues = await run_in_threadpool(qm.queue_names)
+            queues, required = await run_in_threadpool(check)
         except Exception as exc:
             return JSONResponse({"status": "error", "detail": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ok", "qmgr": qm.name, "queues": len(queues),
-                             "protocol": p.PROTOCOL_VERSION})
+        return JSONResponse({"status": "ok", "qmgr": qm.name, "queues": queues, "protocol": p.PROTOCOL_VERSION,
+                             "auth": "required" if required else "open"})
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: the counters and per-device gauges in the Prometheus text format."""
-        text = self.service.metrics.render(self.service.sessions)
+        usage = await run_in_threadpool(self.service.qm.store_usage)
+        text = self.service.metrics.render(self.service.sessions, usage)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

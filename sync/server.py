@@ -11,9 +11,11 @@
 Run it with ``edgeq serve --db home.db --name HOME`` (uvicorn), or mount
 ``create_app(qm)`` in any ASGI server. Every endpoint under ``/v1`` takes and
 returns ``application/cbor`` (see ``docs/protocol.md``); the request body is
-size-checked before it is decoded, decoded and validated before anything is
-stored, and each stage is one transaction, so a bad or failed request stores
-nothing. SQLite work runs in Starlette's thread pool.
+size-checked before it is decoded, authenticated (where requests must be signed)
+before it is decoded, decoded in a worker thread within bounds
+(:mod:`edgeq.sync.wire`) and validated before anything is stored, and each stage
+is one transaction, so a bad or failed request stores nothing. SQLite work runs in
+Starlette's thread pool.
 
 The app is a facade over three parts it builds once: the
 :class:`~edgeq.sync.home.HomeService` (the protocol's logic and the device
@@ -23,17 +25,20 @@ route, the HTTP concerns as middleware (:mod:`edgeq.sync.middleware`).
 
 from __future__ import annotations
 
-from edgeq.sync.auth import Authenticator, AuthRequest
+from edgeq.sync.auth import Authenticator, AuthGate, AuthMode, AuthRequest
+from edgeq.sync.holds import HoldPolicy
 from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES, HomeService, ServerLimits
 from edgeq.sync.metrics import Metrics
+from edgeq.sync.middleware import BodyDecoder
 from edgeq.sync.routes import HomeRoutes, http_error
+from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
 from edgeq.manager import QueueManager
 from edgeq.types import Clock
 
-__all__ = ["AuthRequest", "Authenticator", "create_app"]
+__all__ = ["AuthMode", "AuthRequest", "Authenticator", "create_app"]
 
 
 def create_app(
@@ -43,7 +48,10 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_batch: int = DEFAULT_MAX_BATCH,
     authenticate: Authenticator | None = None,
+    auth: AuthMode | None = None,
     metrics: Metrics | None = None,
+    holds: HoldPolicy | None = None,
+    decode_limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> Starlette:
     """The ASGI app serving ``qm`` as a home server.
 
@@ -51,13 +59,22 @@ def create_app(
     into both). ``max_body_bytes`` bounds a request body (413 beyond it, before
     decoding); ``max_batch`` bounds messages or uids per request (422).
     ``authenticate`` is asked about every ``/v1`` request before it is served
-    (:class:`~edgeq.sync.auth.SignatureAuthenticator`); ``metrics`` counts.
+    (:class:`~edgeq.sync.auth.SignatureAuthenticator`) when ``auth``
+    (:data:`~edgeq.sync.auth.AuthMode`) says: ``required`` (the default with an
+    ``authenticate``), ``off`` (without), or ``auto``, as soon as ``qm`` has a
+    registered device (:class:`~edgeq.sync.auth.AuthGate`, ``app.state.gate``).
+    ``decode_limits`` bound what decoding a body may cost; ``metrics`` counts;
+    ``holds`` bounds unconfirmed puts (:class:`~edgeq.sync.holds.HoldPolicy`, whose
+    timer is :class:`~edgeq.sync.holds.HoldKeeper`).
     The service is ``app.state.service``.
     """
     service = HomeService(
-        qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics()
+        qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics(), holds=holds
     )
-    app = Starlette(routes=HomeRoutes(service, authenticate=authenticate).routes,
-                    exception_handlers={HTTPException: http_error})
+    gate = AuthGate(authenticate, mode=auth or ("off" if authenticate is None else "required"), qm=qm)
+    routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits))
+    app = Starlette(routes=routes.routes, exception_handlers={HTTPException: http_error})
+    app.router.redirect_slashes = False  # "/v1/put/" is no endpoint: 404, not a redirect to re-sign
     app.state.service = service
+    app.state.gate = gate
     return app

@@ -28,7 +28,7 @@ False
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["DeviceSessions", "DeviceState"]
 
@@ -49,6 +49,9 @@ class DeviceState:
     device_offset_ms: int | None = None
     hellos: int = 0
     agent: str = ""
+    #: held by each of the device's puts while its quota is checked and the batch stored
+    #: (:class:`~edgeq.sync.holds.HoldGate`), so concurrent puts cannot overshoot it
+    put_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def seen(self, now_ms: int) -> None:
         """Note that the device was heard from at ``now_ms``."""

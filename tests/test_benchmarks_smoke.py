@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CASES = {"import", "put_single", "put_batch", "get_confirm", "drain", "depth", "expiry", "memory", "sync"}
+CASES = {"import", "put_single", "put_batch", "get_confirm", "drain", "depth", "expiry", "check", "memory", "sync"}
 HEADLINE = {
     "import": "import_ms",
     "put_single": "ops_per_s",
@@ -33,6 +33,7 @@ HEADLINE = {
     "drain": "msgs_per_s",
     "depth": "median_ms",
     "expiry": "seconds",
+    "check": "msgs_per_s",
     "memory": "peak_rss_mb",
     "sync": "msgs_per_s",
 }

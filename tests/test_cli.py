@@ -200,8 +200,13 @@ def test_queue_define_bad_values_are_usage_errors(store: Run, args: list[str], n
     assert "Traceback" not in result.output
 
 
-def test_queue_define_bad_name(store: Run) -> None:
-    fail(store("queue", "define", "bad name!"), 1, "queue name 'bad name!' is not valid")
+@pytest.mark.parametrize("verb", ["define", "alter", "show", "stats", "delete"])
+def test_a_bad_queue_name_is_a_usage_error(store: Run, verb: str) -> None:
+    fail(store("queue", verb, "bad name!"), 2, "queue name 'bad name!' is not valid")
+
+
+def test_purge_of_a_bad_queue_name_is_a_usage_error(store: Run) -> None:
+    fail(store("purge", "bad name!"), 2, "queue name 'bad name!' is not valid")
 
 
 def test_queue_alter_changes_only_what_is_given(store: Run, db: Path) -> None:
@@ -229,11 +234,12 @@ def test_queue_list(run: Run, store: Run) -> None:
     ok(store("queue", "define", "ALERTS", "--expiry-ms", "30s", "--cap-expiry-ms", "1h", "--max-depth", "9"))
     ok(store("put", "ORDERS", "x"))
     lines = ok(store("queue", "list")).splitlines()
-    assert lines[0].split() == ["QUEUE", "DEPTH", "EXPIRY", "CAP", "MAX-DEPTH", "PRIO", "ORDERING"]
-    assert lines[1].split() == ["ALERTS", "0", "30s", "1h", "9", "4", "priority"]
-    assert lines[2].split() == ["ORDERS", "1", "-", "-", "-", "4", "priority"]
+    assert lines[0].split() == [
+        "QUEUE", "DEPTH", "BYTES", "EXPIRY", "CAP", "MAX-DEPTH", "MAX-BYTES", "PRIO", "ORDERING", "KIND"]
+    assert lines[1].split() == ["ALERTS", "0", "0", "30s", "1h", "9", "-", "4", "priority", "local"]
+    assert lines[2].split() == ["ORDERS", "1", "1", "-", "-", "-", "-", "4", "priority", "local"]
     data = json.loads(ok(store("queue", "list", "--json")))
-    assert [(q["name"], q["depth"]) for q in data] == [("ALERTS", 0), ("ORDERS", 1)]
+    assert [(q["name"], q["depth"], q["bytes"]) for q in data] == [("ALERTS", 0, 0), ("ORDERS", 1, 1)]
 
 
 def test_queue_list_empty(run: Run, db: Path) -> None:
@@ -372,7 +378,8 @@ def test_put_bad_options_are_usage_errors(store: Run, args: list[str], needle: s
 
 def test_put_errors_from_the_queue_manager(store: Run) -> None:
     fail(store("put", "NOPE", "x"), 1, "no queue 'NOPE'", "edgeq queue define NOPE")
-    fail(store("put", "ORDERS", "x", "--reply-to", "bad name!"), 1, "reply_to queue name 'bad name!' is not valid")
+    # A name that is no queue name is a bad value: a usage error (exit 2), before the store is opened.
+    fail(store("put", "ORDERS", "x", "--reply-to", "bad name!"), 2, "queue name 'bad name!' is not valid")
     ok(store("queue", "alter", "ORDERS", "--max-depth", "1", "--max-message-bytes", "10"))
     fail(store("put", "ORDERS", "far too long a message"), 1, "max_message_bytes", "edgeq queue alter ORDERS")
     ok(store("put", "ORDERS", "x"))

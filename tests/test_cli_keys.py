@@ -105,14 +105,14 @@ def test_devices_errors_are_clear(tmp_path: Path, home: Path) -> None:
     run("keys", "new", "--out", str(tmp_path / "d.key"))
     pub = str(tmp_path / "d.pub")
     dotted = run("server", "devices", "add", "DEV.1", "--public-key", pub, "--db", str(home))
-    assert dotted.exit_code == 1 and "has a '.'" in dotted.output
+    assert dotted.exit_code == 2 and "has a '.'" in dotted.output  # a bad value: a usage error
     unknown = run("server", "devices", "revoke", "NOPE", "--db", str(home))
     assert unknown.exit_code == 1 and "no device 'NOPE'" in unknown.output
     missing = run("server", "devices", "list", "--db", str(tmp_path / "absent.db"))
     assert missing.exit_code == 1 and "does not exist" in missing.output
     assert not (tmp_path / "absent.db").exists()
     bad_name = run("server", "devices", "add", "no spaces", "--public-key", pub, "--db", str(home))
-    assert bad_name.exit_code == 1 and "not valid" in bad_name.output
+    assert bad_name.exit_code == 2 and "not valid" in bad_name.output
     assert run("server", "devices", "list", "--db", str(home)).output.strip() == "No devices."
 
 
@@ -138,3 +138,24 @@ def test_store_key_commands_make_and_rotate_keys(tmp_path: Path) -> None:
     assert StoreKeys.load(key).current == "k2"
     with QueueManager(db, keys=key) as qm:
         assert [m.data for m in qm.browse("PAY")] == [b"%d" % i for i in range(7)]
+
+
+def test_the_public_key_file_takes_the_private_keys_name_with_pub_for_its_suffix(tmp_path: Path) -> None:
+    """As docs/cli.md says: dev1.key -> dev1.pub (not dev1.key.pub); no suffix: .pub added."""
+    assert run("keys", "new", "--out", str(tmp_path / "dev1.key")).exit_code == 0
+    assert run("keys", "new", "--out", str(tmp_path / "plain")).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev1.key", "dev1.pub", "plain", "plain.pub"]
+
+
+def test_a_bad_key_file_or_queue_name_is_a_usage_error(tmp_path: Path, home: Path) -> None:
+    junk = tmp_path / "junk.key"
+    junk.write_text("hello")
+    junk.chmod(0o600)
+    printed = run("keys", "fingerprint", str(junk))
+    assert printed.exit_code == 2 and "Invalid value for 'PATH'" in printed.output
+    rotated = CliRunner().invoke(cli, ["keys", "rotate", "--db", str(home), "--key-file", str(junk)])
+    assert rotated.exit_code == 2 and "is not an edgeq store key file" in rotated.output
+    run("keys", "new-store-key", "--out", str(tmp_path / "store.key"))
+    queue = CliRunner().invoke(cli, ["keys", "rotate", "--db", str(home), "--key-file", str(tmp_path / "store.key"),
+                                     "--queue", "no spaces"])
+    assert queue.exit_code == 2 and "queue name 'no spaces' is not valid" in queue.output

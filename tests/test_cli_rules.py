@@ -268,6 +268,7 @@ def test_show_marks_a_binding_whose_plugin_fails_to_load(
 def test_queue_stats(store: Run) -> None:
     ok(store("queue", "define", "Q", "--rule", "counters", "--rule", 'dead-letter:{"queue":"DLQ"}'))
     assert ok(store("queue", "stats", "Q")) == (
+        "Q holds 0 message(s), 0 byte(s).\n"
         "No counters on Q yet: nothing has happened since the counters rule was bound.\n"
     )
     ok(store("put", "Q", "a"))
@@ -275,6 +276,7 @@ def test_queue_stats(store: Run) -> None:
     ok(store("put", "Q", "late", "--expire-at", "2020-01-01T00:00:00Z"))
     ok(store("get", "Q"))
     assert ok(store("queue", "stats", "Q")) == (
+        "Q holds 1 message(s), 1 byte(s).\n"
         "added          2\n"
         "dead_lettered  1\n"
         "expired        1\n"
@@ -283,14 +285,18 @@ def test_queue_stats(store: Run) -> None:
     )
     assert json.loads(ok(store("--json", "queue", "stats", "Q"))) == {
         "queue": "Q",
+        "depth": 1,
+        "bytes": 1,
         "counters": {"added": 2, "dead_lettered": 1, "expired": 1, "expired.add": 1, "got": 1},
     }
 
 
 def test_queue_stats_without_counters_and_errors(store: Run, run: Run, tmp_path: Path) -> None:
     out = ok(store("queue", "stats", "DLQ"))
-    assert out.startswith("No counters on DLQ: bind the counters rule") and "--rule counters" in out
-    assert json.loads(ok(store("queue", "stats", "DLQ", "--json"))) == {"queue": "DLQ", "counters": {}}
+    assert out.startswith("DLQ holds 0 message(s), 0 byte(s).\nNo counters on DLQ: bind the counters rule")
+    assert "--rule counters" in out
+    assert json.loads(ok(store("queue", "stats", "DLQ", "--json"))) == {
+        "queue": "DLQ", "depth": 0, "bytes": 0, "counters": {}}
     fail(store("queue", "stats", "NOPE"), 1, "no queue 'NOPE' on queue manager DEV1")
     fail(run("queue", "stats", "Q", db_opt=False), 1, "no store given")
     missing = CliRunner().invoke(cli, ["--db", str(tmp_path / "missing.db"), "queue", "stats", "Q"])

@@ -20,10 +20,19 @@ points), not from its code:
   queue (confirmed uids are remembered, a day by default); confirming a put
   never made (or undone, or discarded before its confirm) raises
   MessageNotFound; sweep_expired counts the discards of the activation that a
-  queue's first use triggers (rules still see ``activate`` for those).
+  queue's first use triggers (rules still see ``activate`` for those);
+* the flash budget (docs/storage.md): a put that would take the queue past
+  ``max_depth`` messages or ``max_bytes`` bytes (data plus fields, in any state)
+  first discards every expired message (``add``), then by ``on_full``: reject
+  (QueueFull), or discard ready messages oldest first, or lowest priority then
+  oldest (only those of the new message's priority or lower); if that cannot make
+  room, or the message alone exceeds ``max_bytes`` (MessageTooLarge), the put
+  is refused and nothing at all changes. Rules see each discard as ``removed``
+  with reason ``overflow``.
 
 After every step the store's rows (uid, state, backout count) must equal the
-model's, and the rule must have seen exactly the model's expiries.
+model's, the queue's kept depth and bytes must equal its rows', and the rule must
+have seen exactly the model's expiries and overflow discards.
 """
 
 from __future__ import annotations
@@ -41,8 +50,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from edgeq import Int32, Int64, ManualClock, Message, MessageUID, QueueManager, rules
-from edgeq.errors import ConfirmIdNotFound, MessageExpired, MessageNotFound
-from edgeq.types import Where
+from edgeq.errors import ConfirmIdNotFound, MessageExpired, MessageNotFound, MessageTooLarge, QueueFull
+from edgeq.types import ON_FULL, OnFull, Where
 from tests.conftest import T0
 
 READY, PUT_LOCKED, GET_LOCKED = "ready", "put-locked", "get-locked"
@@ -59,10 +68,15 @@ DEFAULT_PRIORITY = 4
 
 
 class ExpiryLog(rules.QueueRule):
-    """Records which messages were discarded as expired, and where."""
+    """Records which messages were discarded as expired, and where; and which overflowed."""
 
     def __init__(self) -> None:
         self.seen: Counter[tuple[str, str]] = Counter()
+        self.overflowed: Counter[str] = Counter()
+
+    def on_removed(self, event: Any) -> None:
+        if event.reason == "overflow":
+            self.overflowed[str(event.message.uid)] += 1
 
     def on_expired(self, event: Any, where: Where | None = None) -> None:
         # Either hook signature: on_expired(event) with event.message and
@@ -87,6 +101,10 @@ class Msg:
     confirm_id: int | None = None
     backout: int = 0
 
+    @property
+    def size(self) -> int:
+        return len(self.data)  # no fields: data plus fields is the data
+
 
 class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
@@ -99,6 +117,7 @@ class QueueMachine(RuleBasedStateMachine):
         # the model
         self.msgs: dict[str, Msg] = {}
         self.expected: Counter[tuple[str, str]] = Counter()
+        self.expected_overflow: Counter[str] = Counter()
         self.active = False
         self.seq = 0
         self.counter = 0
@@ -108,6 +127,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.expiry_ms: int | None = None
         self.cap_ms: int | None = None
         self.fifo = False
+        self.max_depth: int | None = None
+        self.max_bytes: int | None = None
+        self.on_full: OnFull = "reject"
 
     # -- set-up and tear-down ---------------------------------------------------------
 
@@ -115,12 +137,20 @@ class QueueMachine(RuleBasedStateMachine):
         expiry_ms=st.none() | st.integers(1, 60),
         cap_ms=st.none() | st.integers(1, 90),
         fifo=st.booleans(),
+        max_depth=st.none() | st.integers(1, 6),
+        max_bytes=st.none() | st.integers(3, 14),
+        on_full=st.sampled_from(ON_FULL),
     )
-    def open_store(self, expiry_ms: int | None, cap_ms: int | None, fifo: bool) -> None:
+    def open_store(
+        self, expiry_ms: int | None, cap_ms: int | None, fifo: bool, max_depth: int | None, max_bytes: int | None,
+        on_full: OnFull,
+    ) -> None:
         self.expiry_ms, self.cap_ms, self.fifo = expiry_ms, cap_ms, fifo
+        self.max_depth, self.max_bytes, self.on_full = max_depth, max_bytes, on_full
         self.qm = QueueManager(self.path, name="DEV1", clock=self.clock, durability="normal")
         self.qm.define_queue(
-            "Q", expiry_ms=expiry_ms, cap_expiry_ms=cap_ms, ordering="fifo" if fifo else "priority"
+            "Q", expiry_ms=expiry_ms, cap_expiry_ms=cap_ms, ordering="fifo" if fifo else "priority",
+            max_depth=max_depth, max_bytes=max_bytes, on_full=on_full,
         )
         self.qm.add_rule("Q", self.log)
 
@@ -214,21 +244,64 @@ class QueueMachine(RuleBasedStateMachine):
         if self.cap_ms is not None:
             deadline = now + self.cap_ms if deadline is None else min(deadline, now + self.cap_ms)
 
-        uid = self.live.put("Q", Message(data, priority=priority, expiry=own_expiry), confirm_id=confirm_id)
-
+        try:
+            uid = self.live.put("Q", Message(data, priority=priority, expiry=own_expiry), confirm_id=confirm_id)
+            raised: type[Exception] | None = None
+        except (QueueFull, MessageTooLarge) as exc:
+            raised = type(exc)
+        self._touch()
+        m = Msg("", data, DEFAULT_PRIORITY if priority is None else priority, now, deadline, self._next_seq())
+        if not self._expired(m):
+            refusal = self._make_room(m)
+            assert raised is refusal, f"put of {m} raised {raised}, the model says {refusal}"
+            if refusal is not None:
+                return
+        assert raised is None, f"put of expired {m} raised {raised}"
         assert isinstance(uid, MessageUID) and uid.qmgr == "DEV1" and uid.origin == self.qm.origin
         assert uid.stamp > self.last_stamp, "uid stamps must strictly increase"
         self.last_stamp = uid.stamp
-        self._touch()
-        key = str(uid)
+        key = m.uid = str(uid)
         self.uids.append(key)
-        m = Msg(key, data, DEFAULT_PRIORITY if priority is None else priority, now, deadline, self._next_seq())
         if self._expired(m):
             self.expected[(key, "add")] += 1  # never stored
             return
         if confirm_id is not None:
             m.state, m.confirm_id = PUT_LOCKED, confirm_id
         self.msgs[key] = m
+
+    def _fits(self, m: Msg, held: list[Msg]) -> bool:
+        return (self.max_depth is None or len(held) + 1 <= self.max_depth) and (
+            self.max_bytes is None or sum(x.size for x in held) + m.size <= self.max_bytes)
+
+    def _make_room(self, m: Msg) -> type[Exception] | None:
+        """Make room for ``m`` as the budget documents; the error its put raises (and then
+        nothing changed), or None."""
+        held = list(self.msgs.values())
+        if self._fits(m, held):
+            return None
+        if self.max_bytes is not None and m.size > self.max_bytes:
+            return MessageTooLarge
+        expired = [x for x in held if self._expired(x)]
+        held = [x for x in held if not self._expired(x)]
+        gone: list[Msg] = []
+        if not self._fits(m, held):
+            if self.on_full == "reject":
+                return QueueFull
+            ready = sorted((x for x in held if x.state == READY), key=lambda x: (
+                x.priority if self.on_full == "discard-lowest-priority" else 0, x.seq))
+            for x in ready:
+                if self.on_full == "discard-lowest-priority" and x.priority > m.priority:
+                    break
+                gone.append(x)
+                if self._fits(m, [y for y in held if y not in gone]):
+                    break
+            if not self._fits(m, [y for y in held if y not in gone]):
+                return QueueFull  # the put is refused whole: nothing was discarded
+        self._discard(expired, "add")
+        for x in gone:
+            del self.msgs[x.uid]
+            self.expected_overflow[x.uid] += 1
+        return None
 
     @rule()
     def get(self) -> None:
@@ -377,17 +450,25 @@ class QueueMachine(RuleBasedStateMachine):
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             rows = conn.execute("SELECT origin, stamp, state, backout_count FROM messages").fetchall()
-            (depth,) = conn.execute("SELECT depth FROM queues WHERE name = 'Q'").fetchone()
+            (depth, held) = conn.execute("SELECT depth, bytes FROM queues WHERE name = 'Q'").fetchone()
+            (size,) = conn.execute(
+                "SELECT ifnull(sum(length(data) + ifnull(length(fields), 0)), 0) FROM messages").fetchone()
         finally:
             conn.close()
         stored = {f"{o}.{s}": (_DB_STATES[state], backout) for o, s, state, backout in rows}
         model = {u: (m.state, m.backout) for u, m in self.msgs.items()}
         assert stored == model, f"store {stored} != model {model}"
         assert depth == len(rows)
+        assert held == size, f"the queue keeps {held} bytes, its rows hold {size}"
 
     @invariant()
     def rule_saw_exactly_the_expected_expiries(self) -> None:
         assert self.log.seen == self.expected, f"rule saw {dict(self.log.seen)}, model {dict(self.expected)}"
+
+    @invariant()
+    def rule_saw_exactly_the_expected_overflow(self) -> None:
+        assert self.log.overflowed == self.expected_overflow, (
+            f"rule saw overflow of {dict(self.log.overflowed)}, model {dict(self.expected_overflow)}")
 
 
 QueueMachine.TestCase.settings = settings(

@@ -23,6 +23,7 @@ CASES: dict[str, str] = {
     "drain": "benchmarks.cases.drain",
     "depth": "benchmarks.cases.depth",
     "expiry": "benchmarks.cases.expiry",
+    "check": "benchmarks.cases.check",
     "memory": "benchmarks.cases.memory",
     "sync": "benchmarks.cases.sync",
 }

@@ -13,7 +13,8 @@ Layout, one module per command group (see docs/cli.md):
 - ``server``: ``server devices add|list|revoke`` (the home server's registry);
 - ``sync``: ``serve`` (the home server) and ``sync`` (the device agent);
 - ``pipeline``: ``export`` and ``pipeline run`` (the home server's journal);
-- ``demo``: ``demo`` and the tour it runs.
+- ``demo``: ``demo`` and the tour it runs;
+- ``check``: ``check [--repair]`` (damage in a store).
 
 Shared by them: ``options`` (the option sets, one decorator each, and
 ``open_store``, the one way a command opens its store), ``base`` (the group that
@@ -31,6 +32,7 @@ import click
 
 from edgeq import __version__
 from edgeq.cli.base import EdgeqGroup, log_to_stderr
+from edgeq.cli.check import check as check_command
 from edgeq.cli.demo import demo as demo_command
 from edgeq.cli.keys import keys as keys_group
 from edgeq.cli.messages import browse, depth, get, put, sweep
@@ -88,6 +90,7 @@ cli.add_command(sync_command)
 cli.add_command(export)  # edgeq export / edgeq pipeline run: pyarrow and pyspark too
 cli.add_command(pipeline_group)
 cli.add_command(demo_command)
+cli.add_command(check_command)
 
 
 def main() -> None:

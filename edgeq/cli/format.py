@@ -22,16 +22,23 @@ import click
 
 from edgeq.errors import EdgeqError
 from edgeq.expiry import MAX_RELATIVE_MS
+from edgeq.names import check_name
 from edgeq.types import FieldValue
 from edgeq.values import Int32, Int64
 
 __all__ = [
+    "BYTES_LIMIT",
+    "DEVICE_NAME",
     "DURATION",
     "DURATION_LIMIT",
     "EXPIRE_AT",
     "FIELD",
     "FIELD_TYPES",
+    "HOLD",
     "LIMIT",
+    "QM_NAME",
+    "QUEUE_NAME",
+    "QUEUE_NAMES",
     "RELATIVE_EXPIRY",
     "RULE",
     "Limit",
@@ -40,16 +47,23 @@ __all__ = [
     "format_duration",
     "format_field",
     "format_rule_spec",
+    "format_size",
     "format_time",
+    "parse_device_name",
     "parse_duration",
     "parse_field",
+    "parse_queue_names",
     "parse_rule_spec",
+    "parse_size",
     "parse_time",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
+               "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
 
 #: Field type names accepted by ``--field NAME:TYPE=VALUE`` and shown in output.
 FIELD_TYPES = ("str", "int32", "int64", "int", "float", "bool", "bytes")
@@ -84,8 +98,12 @@ def parse_duration(text: str) -> int:
         pos = match.end()
     if pos == 0:
         raise ValueError(f"{text!r} is not a duration: give e.g. 30s")
+    return _whole(total, text, "milliseconds")
+
+
+def _whole(total: Decimal, text: str, unit: str) -> int:
     if total != total.to_integral_value():
-        raise ValueError(f"{text!r} is not a whole number of milliseconds")
+        raise ValueError(f"{text!r} is not a whole number of {unit}")
     return int(total)
 
 
@@ -128,6 +146,33 @@ def approx_duration(ms: int) -> str:
         if ms >= size:
             next_name, next_size = units[i + 1]
             return f"{ms // size}{name} {ms % size // next_size}{next_name}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1500"``, ``"64KiB"``, ``"256MiB"``, ``"1GB"`` (KB = 1000, KiB = 1024).
+
+    >>> parse_size("1500"), parse_size("64KiB"), parse_size("1.5 MB"), parse_size("256MiB")
+    (1500, 65536, 1500000, 268435456)
+    """
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: give bytes (1500) or a number with a unit (64KiB, 256MiB, 1GB)")
+    unit = (match.group(2) or "").lower().removesuffix("b")
+    return _whole(Decimal(match.group(1)) * _SIZE_UNITS[unit], text, "bytes")
+
+
+def format_size(size: int) -> str:
+    """A byte count for reading at a glance (binary units, one decimal).
+
+    >>> format_size(512), format_size(65_536), format_size(268_435_456), format_size(1_500_000)
+    ('512 B', '64.0 KiB', '256.0 MiB', '1.4 MiB')
+    """
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -376,6 +421,45 @@ def _limit(parse: Callable[[str], int]) -> Callable[[str], Limit]:
     return convert
 
 
+def _hold(text: str) -> Limit:
+    """A hold: a duration, or ``0``/``none``/``off``/``never`` for "keep for ever"."""
+    if text.strip().lower() in ("none", "off", "never", "0"):
+        return Limit(None)
+    return _limit(parse_duration)(text)
+
+
+def parse_device_name(text: str) -> str:
+    """A device's name: its queue manager name, without a dot (a home server holds a
+    device's messages on queues named ``DEVICE.QUEUE``).
+
+    >>> parse_device_name("DEV1")
+    'DEV1'
+    """
+    name = _name(text, "device name")
+    if "." in name:
+        raise ValueError(
+            f"device name {name!r} has a '.': not allowed with signed sync (the server keeps a device's "
+            "queues as DEVICE.QUEUE, so the name must not contain the separator)"
+        )
+    return name
+
+
+def parse_queue_names(text: str) -> list[str]:
+    """Comma-separated queue names (blanks around them ignored; empty: none).
+
+    >>> parse_queue_names("ORDERS, TELEMETRY"), parse_queue_names("")
+    (['ORDERS', 'TELEMETRY'], [])
+    """
+    return [_name(q.strip(), "queue name") for q in text.split(",") if q.strip()]
+
+
+def _name(text: str, what: str) -> str:
+    try:
+        return check_name(text, what)
+    except EdgeqError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -389,4 +473,10 @@ EXPIRE_AT = _Parsed("time", parse_time)
 FIELD = _Parsed("name=value", parse_field)
 LIMIT = _Parsed("count|none", _limit(_int))
 DURATION_LIMIT = _Parsed("duration|none", _limit(parse_duration))
+BYTES_LIMIT = _Parsed("bytes|none", _limit(parse_size))
+HOLD = _Parsed("duration|none", _hold)
+QUEUE_NAME = _Parsed("queue", lambda text: _name(text, "queue name"))
+QM_NAME = _Parsed("name", lambda text: _name(text, "queue manager name"))
+DEVICE_NAME = _Parsed("device", parse_device_name)
+QUEUE_NAMES = _Parsed("q1,q2", parse_queue_names)
 RULE = _Parsed("name[:json]", parse_rule_spec)

@@ -12,8 +12,10 @@ from pathlib import Path
 import click
 
 from edgeq.cli.base import emit_json
+from edgeq.cli.format import QUEUE_NAME
 from edgeq.cli.options import ADMIN, db_option, open_store, output_options, wants_json
 from edgeq.crypto import StoreKeys
+from edgeq.errors import EdgeqError
 
 __all__ = ["keys"]
 
@@ -25,16 +27,21 @@ def keys() -> None:
 
 @keys.command("new")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The private key file to write (mode 0600); the public key goes next to it as .pub.")
+              help="The private key file to write (mode 0600); the public key goes next to it, its suffix "
+                   "replaced by .pub (dev1.key: dev1.pub).")
 @click.option("--force", is_flag=True, help="Replace existing key files.")
 @output_options
 @click.pass_context
 def keys_new(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
     """Make a key pair for a device and print its public key's fingerprint.
 
+    OUT gets the private key; the public key goes beside it with the suffix
+    .pub in place of OUT's (dev1.key: dev1.pub; a name without a suffix gets
+    .pub added).
+
     \b
     Examples:
-      edgeq keys new --out /etc/edgeq/device.key
+      edgeq keys new --out /etc/edgeq/device.key     # device.key and device.pub
       edgeq sync --db device.db --server https://home:8470 --key /etc/edgeq/device.key
     """
     from edgeq.sync.keys import new_key_pair
@@ -50,12 +57,16 @@ def keys_new(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
 
 @keys.command("fingerprint")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def keys_fingerprint(path: Path) -> None:
+@click.pass_context
+def keys_fingerprint(ctx: click.Context, path: Path) -> None:
     """Print the fingerprint of a public (.pub) or private key file."""
-    from edgeq.sync.keys import fingerprint, load_private_key, load_public_key, public_bytes
+    from edgeq.sync.keys import KeyFileError, fingerprint, load_private_key, load_public_key, public_bytes
 
     data = path.read_bytes()
-    raw = public_bytes(load_private_key(path)) if b"PRIVATE KEY" in data else load_public_key(path)
+    try:
+        raw = public_bytes(load_private_key(path)) if b"PRIVATE KEY" in data else load_public_key(path)
+    except KeyFileError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="'PATH'") from None
     click.echo(fingerprint(raw))
 
 
@@ -79,16 +90,24 @@ def keys_new_store_key(out: Path, force: bool) -> None:
     click.echo(f"Wrote store key file {out} (key k1, mode 0600).")
 
 
+def _key_ring(ctx: click.Context, param: click.Parameter, path: Path) -> tuple[Path, StoreKeys]:
+    """``--key-file`` and the key ring it holds (a file that holds none is a bad value)."""
+    try:
+        return path, StoreKeys.load(path)
+    except EdgeqError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @keys.command("rotate")
 @db_option("The store (default: the group's --db).")
 @click.option("--key-file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The store key file.")
+              callback=_key_ring, help="The store key file.")
 @click.option("--new-key", is_flag=True, help="First add a fresh key to the file and make it current.")
-@click.option("--queue", "queue_name", help="Only this queue (default: every encrypted queue).")
+@click.option("--queue", "queue_name", type=QUEUE_NAME, help="Only this queue (default: every encrypted queue).")
 @click.option("--batch", default=500, show_default=True, type=click.IntRange(1), help="Rows per transaction.")
 @click.pass_context
-def keys_rotate(ctx: click.Context, db: Path | None, key_file: Path, new_key: bool, queue_name: str | None,
-                batch: int) -> None:
+def keys_rotate(ctx: click.Context, db: Path | None, key_file: tuple[Path, StoreKeys], new_key: bool,
+                queue_name: str | None, batch: int) -> None:
     """Re-seal encrypted queues under the current store key, in bounded batches.
 
     Queues stay in use meanwhile; after a crash, run it again to finish. Keep
@@ -99,10 +118,11 @@ def keys_rotate(ctx: click.Context, db: Path | None, key_file: Path, new_key: bo
       edgeq keys rotate --db device.db --key-file store.key --new-key
       edgeq keys rotate --db device.db --key-file store.key            # resume
     """
-    ring = StoreKeys.load(key_file)
+    key_file_path, ring = key_file
     if new_key:
         ring = ring.with_new_key()
-        ring.save(key_file)  # saved first: a crash after this leaves a file that opens every row
-        click.echo(f"Added key {ring.current} to {key_file}; it is now current.")
+        ring.save(key_file_path)  # saved first: a crash after this leaves a file that opens every row
+        click.echo(f"Added key {ring.current} to {key_file_path}; it is now current.")
     done = open_store(ctx, ADMIN, db=db, keys=ring).rotate_keys(queue_name, batch=batch)
     click.echo(f"Re-sealed {done} message(s) under key {ring.current}.")
+

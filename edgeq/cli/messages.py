@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import click
 
 from edgeq.cli.base import emit_json
-from edgeq.cli.format import EXPIRE_AT, FIELD, RELATIVE_EXPIRY, format_time
+from edgeq.cli.format import EXPIRE_AT, FIELD, QUEUE_NAME, RELATIVE_EXPIRY, format_time
 from edgeq.cli.options import F, open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_message, message_json
 from edgeq.errors import MessageTooLarge, QueueFull
@@ -64,7 +64,7 @@ def _correlation_id(text: str | None) -> bytes | None:
 
 
 @click.command()
-@click.argument("queue_name", metavar="QUEUE")
+@click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @click.argument("data", required=False)
 @click.option("--expire-after", type=RELATIVE_EXPIRY,
               help="Relative expiry (MQe Int32): ms or 250ms/30s/5m/2h/1d after creation.")
@@ -74,7 +74,7 @@ def _correlation_id(text: str | None) -> bytes | None:
 @_field_option("A field NAME=VALUE (str) or NAME:TYPE=VALUE, TYPE one of str, int32, int64, "
                "float, bool, bytes (hex). Repeatable.")
 @click.option("--correlation-id", help="Correlation id: UTF-8 text, or hex:ABCD for bytes.")
-@click.option("--reply-to", help="Name of the queue a reply should go to.")
+@click.option("--reply-to", type=QUEUE_NAME, help="Name of the queue a reply should go to.")
 @output_options
 @click.pass_context
 def put(
@@ -154,7 +154,7 @@ def _print_messages(messages: list[Message], as_json: bool, empty: str) -> None:
 
 
 @click.command()
-@click.argument("queue_name", metavar="QUEUE")
+@click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Take up to this many.")
 @_field_option("Take only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--raw", is_flag=True, help="Write only the data bytes to stdout (nothing if the queue is empty).")
@@ -197,7 +197,7 @@ def get(
 
 
 @click.command()
-@click.argument("queue_name", metavar="QUEUE")
+@click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @_field_option("Show only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
 @output_options
@@ -225,7 +225,7 @@ def browse(
 
 
 @click.command()
-@click.argument("queue_name", metavar="QUEUE")
+@click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @output_options
 @click.pass_context
 def depth(ctx: click.Context, queue_name: str, as_json: bool) -> None:
@@ -247,7 +247,7 @@ def depth(ctx: click.Context, queue_name: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("queue_name", metavar="[QUEUE]", required=False)
+@click.argument("queue_name", metavar="[QUEUE]", required=False, type=QUEUE_NAME)
 @output_options
 @click.pass_context
 def sweep(ctx: click.Context, queue_name: str | None, as_json: bool) -> None:

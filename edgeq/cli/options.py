@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import click
 
+from edgeq.cli.format import QM_NAME
 from edgeq.manager import QueueManager
 
 __all__ = [
@@ -82,11 +83,11 @@ def db_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
 
 
 def name_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
-    """Add ``--name`` (a queue manager name) with this help text."""
+    """Add ``--name`` (a queue manager name: a bad one is a usage error) with this help text."""
 
     def decorate(f: F) -> F:
         """Apply the option to a command."""
-        return click.option("--name", envvar=envvar, show_envvar=envvar is not None, help=help)(f)
+        return click.option("--name", type=QM_NAME, envvar=envvar, show_envvar=envvar is not None, help=help)(f)
 
     return decorate
 

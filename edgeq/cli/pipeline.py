@@ -7,27 +7,42 @@ CLI never needs them (``pip install 'edgeq[pipeline]'`` brings them).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from edgeq.cli.base import EdgeqGroup
 from edgeq.cli.options import db_option, store_path
 
+if TYPE_CHECKING:
+    from edgeq.sync.pipeline.export import Since
+
 __all__ = ["export", "pipeline"]
+
+
+def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Since:
+    """``--since`` read (a value that is neither a journal id nor a date/time is a usage error)."""
+    from edgeq.sync.pipeline.errors import MalformedJournal
+    from edgeq.sync.pipeline.export import parse_since
+
+    try:
+        return parse_since(value)
+    except MalformedJournal as exc:
+        raise click.BadParameter(str(exc).removeprefix("--since "), ctx, param) from None
 
 
 @click.command("export")
 @db_option("The home server's store (default: the global --db, or EDGEQ_DB).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="The Parquet dataset directory (created if missing; appended to on every run).")
-@click.option("--since", metavar="ID|DATETIME",
+@click.option("--since", metavar="ID|DATETIME", callback=_since,
               help="Start at this journal id, or at this date/time (ISO 8601, UTC unless a zone is given). "
                    "Never re-exports what the directory holds already.")
 @click.option("--batch", "batch_rows", type=click.IntRange(min=1), default=100_000, show_default=True,
               help="Journal entries read per batch (one part file per date per batch).")
 @click.option("--quiet", is_flag=True, help="Print only the one-line result.")
 @click.pass_context
-def export(ctx: click.Context, db: Path | None, out: Path, since: str | None, batch_rows: int, quiet: bool) -> None:
+def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_rows: int, quiet: bool) -> None:
     """Export a home server's journal as Parquet, partitioned by date, incrementally.
 
     Each run appends only the entries added since the last one (the directory's
@@ -40,11 +55,11 @@ def export(ctx: click.Context, db: Path | None, out: Path, since: str | None, ba
       edgeq export --db home.db --out journal/ --since 2025-11-21
       edgeq export --db home.db --out journal/ --since 120000
     """
-    from edgeq.sync.pipeline.export import export_journal, parse_since
+    from edgeq.sync.pipeline.export import export_journal
 
     store = store_path(ctx, db)
     say = None if quiet else (lambda text: click.echo(text, err=True))
-    result = export_journal(store, out, since=parse_since(since), batch_rows=batch_rows, progress=say)
+    result = export_journal(store, out, since=since, batch_rows=batch_rows, progress=say)
     if result.rows == 0 and result.skipped == 0:
         click.echo(f"Nothing new: {out} is up to date (journal id {result.watermark}).")
     else:

@@ -1,18 +1,31 @@
-"""``edgeq queue define|alter|list|show|stats|delete`` and ``edgeq purge``: queue administration."""
+"""``edgeq queue define|alter|list|show|stats|delete`` and ``edgeq purge``: queue administration,
+for every kind of queue (local, remote, home-server) and its flash budget."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.format import DURATION_LIMIT, LIMIT, RULE, Limit, format_duration
+from edgeq.cli.format import (
+    BYTES_LIMIT,
+    DURATION_LIMIT,
+    LIMIT,
+    QM_NAME,
+    QUEUE_NAME,
+    RULE,
+    Limit,
+    format_duration,
+    format_size,
+)
 from edgeq.cli.options import CREATE, F, open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
 from edgeq.errors import QueueNotEmpty
 from edgeq.manager import QueueManager
+from edgeq.queues import QueueAttributes, QueueUsage
+from edgeq.types import ON_FULL
 
 __all__ = ["purge", "queue"]
 
@@ -28,6 +41,13 @@ def _queue_options(f: F) -> F:
         click.option("--max-depth", type=LIMIT, help="Most messages the queue holds ('none' for no limit)."),
         click.option("--max-message-bytes", type=LIMIT,
                      help="Largest message (data plus fields) in bytes ('none' for no limit)."),
+        click.option("--max-bytes", type=BYTES_LIMIT,
+                     help="Flash budget: most data plus fields the queue holds, as stored "
+                          "(1500, 64KiB, 256MiB; 'none' for no limit)."),
+        click.option("--on-full", type=click.Choice(ON_FULL),
+                     help="When max-depth, max-bytes or the store's budget is reached: 'reject' the put "
+                          "(the default), or make room by discarding ready messages, the oldest first or the "
+                          "lowest priority first."),
         click.option("--depth-threshold", type=LIMIT,
                      help="Rules' on_threshold fires when a put takes the depth up to this ('none': never)."),
         click.option("--default-priority", type=click.IntRange(0, 9),
@@ -70,10 +90,63 @@ def _attributes(**given: Any) -> dict[str, Any]:
 
 def _value_text(key: str, value: object) -> str:
     if value is None:
-        return "none"
+        return "default" if key == "refusal_limit" else "none"
     if key in ("expiry_ms", "cap_expiry_ms") and isinstance(value, int):
         return f"{value} ({format_duration(value)})"
+    if key == "max_bytes" and isinstance(value, int) and value >= 1024:
+        return f"{value} ({format_size(value)})"
     return str(value)
+
+
+def _refusal_option(f: F) -> F:
+    return click.option(
+        "--refusal-limit", type=LIMIT,
+        help="Remote queues: how many times the target may refuse a message before it is given up "
+             "('none': the sync agent's default).",
+    )(f)
+
+
+def _kind_options(f: F) -> F:
+    options = [
+        click.option("--remote", is_flag=True,
+                     help="A remote queue: puts wait here until the sync agent transmits them to --target-qmgr."),
+        click.option("--target-qmgr", type=QM_NAME, help="Remote queues: the queue manager the messages go to."),
+        click.option("--target-queue", type=QUEUE_NAME,
+                     help="Remote queues: the queue they go to there (default: the same name)."),
+        click.option("--mode", type=click.Choice(["async", "sync"]),
+                     help="Remote queues: 'async' stores and forwards later (the default); 'sync' transmits "
+                          "inside each put, or fails it."),
+        click.option("--home-server", type=QM_NAME,
+                     help="A home-server queue: the sync agent fills it by pulling from this home server."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _check_kind(
+    remote: bool, home_server: str | None, remote_only: Mapping[str, object], ordering: str | None
+) -> None:
+    """Refuse kind options that define nothing sensible together (a usage mistake: exit 2)."""
+    if remote and home_server is not None:
+        raise click.UsageError("a queue is --remote or a --home-server queue, not both")
+    if not remote:
+        given = [option for option, value in remote_only.items() if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only for remote queues (add --remote)")
+    elif remote_only["--target-qmgr"] is None:
+        raise click.UsageError("--remote needs --target-qmgr QM: the queue manager its messages go to")
+    elif ordering is not None:
+        raise click.UsageError("a remote queue is always priority-ordered: leave out --ordering")
+
+
+def _defined_text(attrs: QueueAttributes, qm_name: str) -> str:
+    if attrs.kind == "remote":
+        return (f"Defined remote queue {attrs.name} on {qm_name}, transmitted to "
+                f"{attrs.target_qmgr}/{attrs.target_queue} ({attrs.mode})")
+    if attrs.kind == "home":
+        return f"Defined home-server queue {attrs.name} on {qm_name}, filled from {attrs.server}"
+    return f"Defined queue {attrs.name} on {qm_name}"
 
 
 @click.group(cls=EdgeqGroup)
@@ -89,8 +162,10 @@ def queue() -> None:
 
 
 @queue.command("define")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @_queue_options
+@_kind_options
+@_refusal_option
 @_rule_option
 @click.option("--encryption", type=click.Choice(["aes-256-gcm"]), default=None,
               help="Seal message data and fields in the store (needs the store key: $EDGEQ_STORE_KEY_FILE).")
@@ -98,9 +173,15 @@ def queue() -> None:
 @click.pass_context
 def queue_define(
     ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], encryption: str | None,
-    as_json: bool, **options: Any,
+    remote: bool, target_qmgr: str | None, target_queue: str | None, mode: str | None, home_server: str | None,
+    refusal_limit: Limit | None, as_json: bool, **options: Any,
 ) -> None:
     """Define queue NAME (creating the store if --db does not exist yet, which needs --name).
+
+    A local queue by default. With --remote, a remote queue: puts wait here until
+    the sync agent transmits them to queue manager --target-qmgr (queue
+    --target-queue there, by default the same name). With --home-server, a local
+    queue the sync agent fills by pulling from that home server.
 
     Each --rule binds a rule to the queue; the bindings are stored with it and
     come back whenever the store is opened. A rule checks its config now: if any
@@ -113,26 +194,45 @@ def queue_define(
       edgeq --db dev.db queue define DLQ
       edgeq --db dev.db queue define SENSORS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
       edgeq --db dev.db queue define SENSORS2 --depth-threshold 500 --rule 'log:{"events":["threshold"]}'
+      edgeq --db dev.db queue define TELEMETRY --max-bytes 64MiB --on-full discard-oldest
+      edgeq --db dev.db queue define OUT --remote --target-qmgr HOME --target-queue ORDERS --refusal-limit 5
+      edgeq --db dev.db queue define INBOX --home-server HOME
       EDGEQ_STORE_KEY_FILE=store.key edgeq --db dev.db queue define PAYMENTS --encryption aes-256-gcm
     """
+    remote_only = {"--target-qmgr": target_qmgr, "--target-queue": target_queue, "--mode": mode,
+                   "--refusal-limit": refusal_limit}
+    _check_kind(remote, home_server, remote_only, options["ordering"])
     _check_rules(rule_specs)
     qm = open_store(ctx, CREATE)
     if name in qm.queue_names():
         raise click.ClickException(
             f"queue {name!r} is already defined on {qm.name}: change it with `edgeq queue alter {name} ...`"
         )
-    qm.define_queue(name, **_attributes(**options), rules=list(rule_specs), encryption=encryption)
-    if wants_json(ctx, as_json):
-        emit_json(queue_json(qm.queue_attributes(name), 0, qm.queue_bindings(name)))
-    elif rule_specs:
-        _echo_bindings(qm, name, f"Defined queue {name} on {qm.name}, with rules (run in this order):")
+    attrs, rules = _attributes(**options), list(rule_specs)
+    if target_qmgr is not None:  # --remote (checked above)
+        qm.define_remote_queue(
+            name, target_qmgr=target_qmgr, target_queue=target_queue, mode="sync" if mode == "sync" else "async",
+            rules=rules, encryption=encryption, refusal_limit=None if refusal_limit is None else refusal_limit.value,
+            **attrs,
+        )
+    elif home_server is not None:
+        qm.define_home_server_queue(name, server=home_server, rules=rules, encryption=encryption, **attrs)
     else:
-        click.echo(f"Defined queue {name} on {qm.name}.")
+        qm.define_queue(name, **attrs, rules=rules, encryption=encryption)
+    if wants_json(ctx, as_json):
+        emit_json(queue_json(qm.queue_attributes(name), qm.queue_usage(name), qm.queue_bindings(name)))
+        return
+    defined = _defined_text(qm.queue_attributes(name), qm.name)
+    if rule_specs:
+        _echo_bindings(qm, name, f"{defined}, with rules (run in this order):")
+    else:
+        click.echo(f"{defined}.")
 
 
 @queue.command("alter")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @_queue_options
+@_refusal_option
 @_rule_option
 @click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue.")
 @output_options
@@ -144,14 +244,18 @@ def queue_alter(
     """Change some attributes of queue NAME; those not given stay as they are.
 
     A new --expiry-ms applies at once to messages already there without their own
-    expiry; a new --cap-expiry-ms applies to later puts only. --rule options
-    replace all the queue's rule bindings (give every rule it should keep);
-    --no-rules removes them.
+    expiry; a new --cap-expiry-ms applies to later puts only; a lower --max-depth
+    or --max-bytes applies from the next put (which makes room by --on-full, or is
+    refused). --refusal-limit is for remote queues only. --rule options replace
+    all the queue's rule bindings (give every rule it should keep); --no-rules
+    removes them.
 
     \b
     Examples:
       edgeq --db dev.db queue alter ORDERS --max-depth 1000
       edgeq --db dev.db queue alter ORDERS --expiry-ms none
+      edgeq --db dev.db queue alter TELEMETRY --max-bytes 16MiB --on-full discard-lowest-priority
+      edgeq --db dev.db queue alter OUT --refusal-limit 10
       edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
       edgeq --db dev.db queue alter ORDERS --no-rules
     """
@@ -167,7 +271,7 @@ def queue_alter(
     rules = list(rule_specs) if rule_specs or no_rules else None
     attrs = qm.alter_queue(name, **changes, **({} if rules is None else {"rules": rules}))
     if wants_json(ctx, as_json):
-        emit_json(queue_json(attrs, qm.depth(name), qm.queue_bindings(name)))
+        emit_json(queue_json(attrs, qm.queue_usage(name), qm.queue_bindings(name)))
         return
     if changes:
         changed = ", ".join(f"{k} {_value_text(k, v)}" for k, v in changes.items())
@@ -182,7 +286,7 @@ def queue_alter(
 @output_options
 @click.pass_context
 def queue_list(ctx: click.Context, as_json: bool) -> None:
-    """List the queues with their depth and main attributes.
+    """List the queues with their depth, bytes held, main attributes and kind.
 
     Counting the depth discards expired messages first (MQe's "size" check).
 
@@ -191,9 +295,9 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
       edgeq --db dev.db queue list
     """
     qm = open_store(ctx)
-    queues = [(qm.queue_attributes(n), qm.depth(n)) for n in qm.queue_names()]
+    queues = [(qm.queue_attributes(n), qm.queue_usage(n)) for n in qm.queue_names()]
     if wants_json(ctx, as_json):
-        emit_json([queue_json(a, d, qm.queue_bindings(a.name)) for a, d in queues])
+        emit_json([queue_json(a, u, qm.queue_bindings(a.name)) for a, u in queues])
     elif not queues:
         click.echo(f"No queues are defined on {qm.name}.")
     else:
@@ -201,11 +305,12 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
 
 
 @queue.command("show")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @output_options
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show every attribute of queue NAME, its depth, and its rule bindings in the order they run.
+    """Show every attribute of queue NAME, its depth and bytes held, and its rule
+    bindings in the order they run.
 
     A binding whose plugin failed to load is marked BROKEN, with the reason; its
     events wait (see `edgeq rules failures`) until it loads again.
@@ -216,22 +321,31 @@ def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """
     qm = open_store(ctx)
     require_queue(qm, name)
-    attrs, depth, bindings = qm.queue_attributes(name), qm.depth(name), qm.queue_bindings(name)
+    attrs, usage, bindings = qm.queue_attributes(name), qm.queue_usage(name), qm.queue_bindings(name)
     if wants_json(ctx, as_json):
-        emit_json(queue_json(attrs, depth, bindings))
+        emit_json(queue_json(attrs, usage, bindings))
     else:
-        click.echo(format_queue(attrs, depth, bindings))
+        click.echo(format_queue(attrs, usage, bindings))
+
+
+def _holds_text(usage: QueueUsage) -> str:
+    limits = [f"max_depth {usage.max_depth}"] if usage.max_depth is not None else []
+    limits += [f"max_bytes {usage.max_bytes}"] if usage.max_bytes is not None else []
+    bound = f" (of {', '.join(limits)}; on_full {usage.on_full})" if limits else ""
+    return f"{usage.name} holds {usage.depth} message(s), {usage.bytes} byte(s){bound}."
 
 
 @queue.command("stats")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @output_options
 @click.pass_context
 def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show the counters of queue NAME, kept by the counters and dead-letter rules.
+    """Show what queue NAME holds (messages, bytes) and its counters, kept by the
+    counters and dead-letter rules.
 
-    Counters: added, got, deleted, purged, expired and expired.<check point>,
-    duplicates (counters rule), dead_lettered (dead-letter rule).
+    Counters: added, got, deleted, purged, overflow (discarded to make room by
+    --on-full), expired and expired.<check point>, duplicates (counters rule),
+    dead_lettered (dead-letter rule).
 
     \b
     Examples:
@@ -240,10 +354,12 @@ def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """
     qm = open_store(ctx)
     require_queue(qm, name)
-    stats = qm.queue_stats(name)
+    usage, stats = qm.queue_usage(name), qm.queue_stats(name)
     if wants_json(ctx, as_json):
-        emit_json({"queue": name, "counters": stats})
-    elif stats:
+        emit_json({"queue": name, "depth": usage.depth, "bytes": usage.bytes, "counters": stats})
+        return
+    click.echo(_holds_text(usage))
+    if stats:
         click.echo(format_stats(stats))
     elif any(b.name == "counters" for b in qm.queue_bindings(name)):
         click.echo(f"No counters on {name} yet: nothing has happened since the counters rule was bound.")
@@ -255,7 +371,7 @@ def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 @queue.command("delete")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @click.option("--purge", is_flag=True, help="Remove the messages still on the queue first.")
 @output_options
 @click.pass_context
@@ -285,7 +401,7 @@ def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> N
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @output_options
 @click.pass_context
 def purge(ctx: click.Context, name: str, as_json: bool) -> None:

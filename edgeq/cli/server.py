@@ -1,10 +1,14 @@
-"""``edgeq server devices add|list|revoke``: the home server's registry of devices.
+"""``edgeq server``: administer a home server's store.
 
-    edgeq server devices add DEV1 --public-key device.pub --queues ORDERS --db home.db
+    edgeq server devices add DEV1 --public-key dev1.pub --queues ORDERS --db home.db
     edgeq server devices list --db home.db
     edgeq server devices revoke DEV1 --db home.db
+    edgeq server held list --db home.db
+    edgeq server held clear --device DEV1 --older-than 30m --db home.db
 
-The home server itself runs with ``edgeq serve`` (:mod:`edgeq.cli.sync`).
+``devices`` is the registry of devices allowed to sync (signed requests); ``held``
+shows and undoes the puts devices left unconfirmed. The home server itself runs
+with ``edgeq serve`` (:mod:`edgeq.cli.sync`), which may keep running meanwhile.
 """
 
 from __future__ import annotations
@@ -15,18 +19,34 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import emit_json
-from edgeq.cli.format import format_time
-from edgeq.cli.options import ADMIN, db_option, open_store, output_options, wants_json
+from edgeq.cli.format import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES, format_duration, format_time
+from edgeq.cli.options import (
+    ADMIN,
+    StoreUse,
+    check_store,
+    db_option,
+    group_options,
+    open_store,
+    output_options,
+    store_path,
+    wants_json,
+)
+from edgeq.cli.views import device_json, format_devices, format_held, held_json
 
 if TYPE_CHECKING:
     from edgeq.devices import DeviceRecord
+    from edgeq.manager import QueueManager
 
 __all__ = ["server"]
+
+#: ``devices add --create``: a new home server store (named with --name, or as asked).
+NEW_SERVER = StoreUse(create=True, unnamed="name the server's queue manager with --name, e.g. --name HOME",
+                      announce=True)
 
 
 @click.group("server")
 def server() -> None:
-    """Administer a home server's store."""
+    """Administer a home server's store: its devices, and the puts they left unconfirmed."""
 
 
 @server.group("devices")
@@ -37,33 +57,84 @@ def devices() -> None:
 _server_db = db_option("The server's store (default: the group's --db).")
 
 
+def _public_key(ctx: click.Context, param: click.Parameter, value: Path) -> tuple[Path, bytes]:
+    """The ``--public-key`` file and its raw key (a file that holds none is a bad value)."""
+    from edgeq.sync.keys import KeyFileError, load_public_key
+
+    try:
+        return value, load_public_key(value)
+    except KeyFileError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @devices.command("add")
-@click.argument("name")
-@click.option("--public-key", "public_key", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The device's public key file (device.pub from `edgeq keys new`).")
-@click.option("--queues", help="Comma-separated queues the device may push to (default: any).")
+@click.argument("name", type=DEVICE_NAME)
+@click.option("--public-key", "public_key", required=True, callback=_public_key,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The device's public key file (dev1.pub, written by `edgeq keys new --out dev1.key`).")
+@click.option("--queues", type=QUEUE_NAMES, help="Comma-separated queues the device may push to (default: any).")
+@click.option("--force", is_flag=True, help="Register the key even if another device already has it.")
+@click.option("--create", "--yes", "create", is_flag=True,
+              help="Create the server's store if it does not exist, without asking (give --name too).")
+@click.option("--name", "server_name", type=QM_NAME,
+              help="The server's queue manager name, e.g. HOME: needed only to create its store.")
 @_server_db
 @click.pass_context
-def devices_add(ctx: click.Context, name: str, public_key: Path, queues: str | None, db: Path | None) -> None:
+def devices_add(ctx: click.Context, name: str, public_key: tuple[Path, bytes], queues: list[str] | None,
+                force: bool, create: bool, server_name: str | None, db: Path | None) -> None:
     """Register (or re-key, lifting a revocation) device NAME, its queue manager name.
 
-    \b
-    Example:
-      edgeq server devices add DEV1 --public-key device.pub --queues ORDERS,TELEMETRY --db home.db
-    """
-    from edgeq.sync.keys import fingerprint, load_public_key
+    The server's store must exist (edgeq serve --name HOME creates it); if it does
+    not, this offers to create it (--create does so without asking).
 
-    if "." in name:
-        raise click.ClickException(
-            f"device name {name!r} has a '.': not allowed with signed sync (the server keeps a device's "
-            "queues as DEVICE.QUEUE, so the name must not contain the separator)"
-        )
-    raw = load_public_key(public_key)
-    allowed = None if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
-    qm = open_store(ctx, ADMIN, db=db)
-    qm.register_device(name, raw, queues=allowed)
+    \b
+    Examples:
+      edgeq keys new --out dev1.key        # on the device: dev1.key and dev1.pub
+      edgeq server devices add DEV1 --public-key dev1.pub --queues ORDERS,TELEMETRY --db home.db
+      edgeq server devices add DEV1 --public-key dev1.pub --db home.db --create --name HOME
+    """
+    from edgeq.sync.keys import fingerprint
+
+    path, raw = public_key
+    qm = _open_or_create(ctx, db, create, server_name)
+    _check_key_unshared(qm.devices(), name, raw, path, force)
+    qm.register_device(name, raw, queues=queues)
     click.echo(f"Registered {name} ({fingerprint(raw)}), may push to "
-               f"{'any queue' if allowed is None else ', '.join(allowed) or 'no queue'}.")
+               f"{'any queue' if queues is None else ', '.join(queues) or 'no queue'}.")
+
+
+def _open_or_create(ctx: click.Context, db: Path | None, create: bool, name: str | None) -> QueueManager:
+    """The server's store; a missing one is created if ``create``, or if the user says so."""
+    path = store_path(ctx, db)
+    if path.exists() and path.stat().st_size > 0:
+        return open_store(ctx, ADMIN, db=db, name=name)  # a --name must be the store's
+    name = name or group_options(ctx).name
+    if not create:
+        if not click.confirm(f"{path} does not exist. Create a new home server store there?", err=True):
+            raise click.ClickException(
+                f"{path} does not exist, and nothing was created: give the server's store (edgeq serve --db), "
+                "or create it with --create --name HOME"
+            )
+        if name is None:
+            name = click.prompt("The server's queue manager name", default="HOME", type=QM_NAME, err=True)
+    return check_store(ctx, NEW_SERVER, db=db, name=name).open(ctx)
+
+
+def _check_key_unshared(known: list[DeviceRecord], name: str, raw: bytes, path: Path, force: bool) -> None:
+    """Refuse (warn, with ``force``) a key another device is registered with: a signature
+    would no longer say which device made it."""
+    others = [d for d in known if d.public_key == raw and d.name != name]
+    if not others:
+        return
+    named = ", ".join(d.name + (f" (revoked {format_time(d.revoked_ms)})" if d.revoked_ms is not None else "")
+                      for d in others)
+    if not force:
+        raise click.ClickException(
+            f"the key in {path} is already registered to {named}: one key pair per device, so a signature says "
+            f"which device sent it; make {name} its own with `edgeq keys new`, or give --force to share it"
+        )
+    click.echo(f"Warning: the key in {path} is also registered to {named}; requests signed with it may come "
+               "from any of them.", err=True)
 
 
 @devices.command("list")
@@ -72,37 +143,91 @@ def devices_add(ctx: click.Context, name: str, public_key: Path, queues: str | N
 @click.pass_context
 def devices_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
     """List the devices this server knows: registered, revoked, or only heard from."""
-    from edgeq.sync.keys import fingerprint
-
     found = open_store(ctx, ADMIN, db=db).devices()
     if wants_json(ctx, as_json):
-        emit_json([_device_json(d) for d in found])
-        return
-    if not found:
-        click.echo("No devices.")
-        return
-    for d in found:
-        state = "revoked" if d.revoked_ms is not None else "registered" if d.public_key else "unregistered"
-        key = fingerprint(d.public_key) if d.public_key else "-"
-        queues = "any" if d.queues is None else ",".join(d.queues) or "none"
-        seen = format_time(d.last_seen_ms) if d.last_seen_ms is not None else "never"
-        click.echo(f"{d.name:<16} {state:<12} {key}  queues={queues}  last seen {seen}")
-
-
-def _device_json(d: DeviceRecord) -> dict[str, object]:
-    from edgeq.sync.keys import fingerprint
-
-    return {"name": d.name, "registered": d.registered, "revoked_ms": d.revoked_ms,
-            "fingerprint": fingerprint(d.public_key) if d.public_key else None,
-            "queues": None if d.queues is None else list(d.queues), "last_seen_ms": d.last_seen_ms,
-            "clock_offset_ms": d.clock_offset_ms}
+        emit_json([device_json(d) for d in found])
+    else:
+        click.echo(format_devices(found))
 
 
 @devices.command("revoke")
-@click.argument("name")
+@click.argument("name", type=DEVICE_NAME)
 @_server_db
 @click.pass_context
 def devices_revoke(ctx: click.Context, name: str, db: Path | None) -> None:
-    """Revoke device NAME: the server refuses its requests from now on (re-add to restore)."""
-    open_store(ctx, ADMIN, db=db).revoke_device(name)
-    click.echo(f"Revoked {name}.")
+    """Revoke device NAME: the server refuses its requests from now on (re-add to restore).
+
+    \b
+    Example:
+      edgeq server devices revoke DEV1 --db home.db
+    """
+    qm = open_store(ctx, ADMIN, db=db)
+    before = qm.device(name)
+    if before is not None and before.revoked_ms is not None:
+        click.echo(f"{name} was already revoked at {format_time(before.revoked_ms)}; nothing changed.")
+        return
+    qm.revoke_device(name)
+    after = qm.device(name)
+    when = "" if after is None or after.revoked_ms is None else f" at {format_time(after.revoked_ms)}"
+    click.echo(f"Revoked {name}{when}.")
+
+
+@server.group("held")
+def held() -> None:
+    """Puts devices left unconfirmed: stored locked and invisible, awaiting a confirm.
+
+    The server undoes them itself after its hold (edgeq serve --hold, 1h by
+    default); a device's resend of an undone put is stored afresh.
+    """
+
+
+_device_option = click.option("--device", type=DEVICE_NAME, help="Only this device's (default: every device's).")
+
+
+@held.command("list")
+@_device_option
+@click.option("--older-than", type=DURATION, help="Only those held at least this long (30m, 2h...).")
+@_server_db
+@output_options
+@click.pass_context
+def held_list(ctx: click.Context, device: str | None, older_than: int | None, db: Path | None,
+              as_json: bool) -> None:
+    """Show the unconfirmed puts the server holds, by device and queue.
+
+    \b
+    Examples:
+      edgeq server held list --db home.db
+      edgeq server held list --device DEV1 --older-than 30m --json --db home.db
+    """
+    qm = open_store(ctx, ADMIN, db=db)
+    groups = qm.held_puts(device, older_than_ms=older_than)
+    now = qm.now_ms()
+    if wants_json(ctx, as_json):
+        emit_json([held_json(g, now) for g in groups])
+    else:
+        click.echo(format_held(groups, now))
+
+
+@held.command("clear")
+@_device_option
+@click.option("--older-than", type=DURATION, default="0", show_default=True,
+              help="Only those held at least this long (30m, 2h...).")
+@_server_db
+@output_options
+@click.pass_context
+def held_clear(ctx: click.Context, device: str | None, older_than: int, db: Path | None, as_json: bool) -> None:
+    """Undo unconfirmed puts now, as the server's hold would: as if they never arrived
+    (rules see them deleted); each device's resend is stored afresh.
+
+    \b
+    Examples:
+      edgeq server held clear --device DEV1 --db home.db
+      edgeq server held clear --older-than 30m --db home.db
+    """
+    undone = open_store(ctx, ADMIN, db=db).undo_held_puts(device, older_than_ms=older_than)
+    if wants_json(ctx, as_json):
+        emit_json({"undone": undone, "device": device, "older_than_ms": older_than})
+        return
+    whose = f"of {device}" if device is not None else "of every device"
+    age = f", held {format_duration(older_than)} or longer" if older_than else ""
+    click.echo(f"Undid {undone} unconfirmed put(s) {whose}{age}; a device's resend is stored afresh.")

@@ -1,4 +1,5 @@
-"""``edgeq serve`` (the home server) and ``edgeq sync`` (the device agent).
+"""``edgeq serve`` (the home server), ``edgeq sync`` (the device agent) and ``edgeq sync
+status`` (how each queue of a device syncs, read from its store).
 
 Both import their network stacks lazily (starlette/uvicorn for ``serve``, httpx
 for ``sync``), so the rest of the command line works on a device without them.
@@ -16,12 +17,26 @@ from typing import TYPE_CHECKING
 
 import click
 
-from edgeq.cli.options import SERVICE, check_store, db_option, log_level_option, name_option
+from edgeq.cli.base import EdgeqGroup, emit_json
+from edgeq.cli.format import BYTES_LIMIT, HOLD, LIMIT, Limit
+from edgeq.cli.options import (
+    EXISTING,
+    SERVICE,
+    check_store,
+    db_option,
+    log_level_option,
+    name_option,
+    open_store,
+    output_options,
+    wants_json,
+)
+from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
     from edgeq.sync.agent import Progress
+    from edgeq.sync.status import SyncStatus
 
-__all__ = ["serve", "sync"]
+__all__ = ["format_sync_status", "serve", "status", "sync"]
 
 
 def _need(module: str, extra: str) -> None:
@@ -33,10 +48,22 @@ def _need(module: str, extra: str) -> None:
         ) from exc
 
 
+
+def _listen_address(ctx: click.Context, param: click.Parameter, host: str) -> str:
+    """An address the server can bind: a usage mistake (exit 2) otherwise, not uvicorn's exit 3."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise click.BadParameter(f"{host!r} is not an address or host name this machine can listen on ({exc})",
+                                 ctx, param) from exc
+    return host
+
 @click.command("serve")
 @db_option("The server's store (default: the group's --db).")
 @name_option("The server's queue manager name (needed to create the store), e.g. HOME.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True, callback=_listen_address, help="Address to listen on.")
 @click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
 @click.option("--max-body-bytes", default=16 * 1024 * 1024, show_default=True, type=click.IntRange(1024),
               help="Largest request body accepted (413 beyond it).")
@@ -61,13 +88,22 @@ def _need(module: str, extra: str) -> None:
               help="Serve HTTPS with this certificate (PEM, with its chain).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The certificate's private key (PEM).")
+@click.option("--hold", type=HOLD, default="1h", show_default=True,
+              help="How long a device's unconfirmed puts are kept before they are undone (its resend still "
+                   "works): 30m, 2h...; 0 or none keeps them for ever.")
+@click.option("--held-quota-messages", type=LIMIT, default="100000", show_default=True,
+              help="Most unconfirmed messages one device may hold here, all queues together; a put beyond "
+                   "it is refused (429 over-quota: the device retries later). At least 2 x --max-batch; none: no limit.")
+@click.option("--held-quota-bytes", type=BYTES_LIMIT, default="256MiB", show_default=True,
+              help="Most bytes (data plus fields) of unconfirmed messages one device may hold here "
+                   "(64MiB, 1GB...). At least 2 x --max-body-bytes; none: no limit.")
 @log_level_option
 @click.pass_context
 def serve(
     ctx: click.Context, db: Path | None, name: str | None, host: str, port: int, max_body_bytes: int,
     max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
     auth: bool | None, auth_skew: float, nonce_db: Path | None, tls_cert: Path | None, tls_key: Path | None,
-    log_level: str,
+    hold: Limit, held_quota_messages: Limit, held_quota_bytes: Limit, log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
 
@@ -75,6 +111,7 @@ def serve(
     Examples:
       edgeq serve --db home.db --name HOME --host 127.0.0.1 --port 8470
       edgeq serve --db home.db --host 0.0.0.0 --auth --tls-cert home.crt --tls-key home.key
+      edgeq serve --db home.db --hold 30m --held-quota-messages 20000 --held-quota-bytes 64MiB
       curl http://127.0.0.1:8470/metrics
     """
     _need("uvicorn", "server")
@@ -83,52 +120,75 @@ def serve(
 
     import uvicorn
 
+    from edgeq.sync.holds import HoldKeeper, HoldPolicy
     from edgeq.sync.logs import setup_json_logging
     from edgeq.sync.server import create_app
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    # A healthy agent holds up to two batches at once (one put while the last is confirmed).
+    if held_quota_messages.value is not None and held_quota_messages.value < 2 * max_batch:
+        raise click.BadParameter(f"{held_quota_messages.value} is less than 2 x --max-batch ({2 * max_batch}): "
+                                 "a device pushing full batches would be refused", param_hint="'--held-quota-messages'")
+    if held_quota_bytes.value is not None and held_quota_bytes.value < 2 * max_body_bytes:
+        raise click.BadParameter(f"{held_quota_bytes.value} is less than 2 x --max-body-bytes ({2 * max_body_bytes}): "
+                                 "a device pushing full requests would be refused", param_hint="'--held-quota-bytes'")
+    holds = HoldPolicy(hold.value, held_quota_messages.value, held_quota_bytes.value)
     store = check_store(ctx, SERVICE, db=db, name=name)
     setup_json_logging(log_level.upper())
     log = logging.getLogger("edgeq.sync.server")
     qm = store.open(ctx, durability="full" if durability == "full" else "normal",
                     remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
     nonces = None
+    keeper = None if holds.hold_ms is None else HoldKeeper(qm, holds)
     try:
-        if auth is None:
-            auth = any(d.public_key is not None for d in qm.devices())
+        from edgeq.sync.auth import AuthMode, SignatureAuthenticator
+
+        # By default auth is on as soon as any device is registered: the app decides that
+        # at every request (AuthGate), so registering one on a running server counts too.
+        mode: AuthMode = "auto" if auth is None else "required" if auth else "off"
         authenticate = None
-        if auth:
-            from edgeq.sync.auth import SignatureAuthenticator
+        if mode != "off":
             from edgeq.sync.nonces import SqliteNonces
 
             nonces = SqliteNonces(nonce_db or store.path.with_name(store.path.name + ".nonces"),
                                   synchronous="FULL" if durability == "full" else "NORMAL")
             authenticate = SignatureAuthenticator(qm, nonces, skew_ms=round(auth_skew * 1000))
-            if not any(d.registered for d in qm.devices()):
+            if mode == "required" and not any(d.registered for d in qm.devices()):
                 log.warning("authentication is on but no device is registered: every request will be refused",
                             extra={"event": "no-devices"})
-        else:
+        required = mode == "required" or (mode == "auto" and any(d.public_key is not None for d in qm.devices()))
+        if not required:
             log.warning(
-                "AUTHENTICATION IS OFF: anyone who can reach %s:%d can push and pull as any device. "
-                "Use only for tests and trusted networks; register devices and serve with --auth.", host, port,
-                extra={"event": "insecure", "auth": False})
+                "AUTHENTICATION IS OFF: anyone who can reach %s:%d can push and pull as any device. %s", host, port,
+                "It turns on by itself once a device is registered (edgeq server devices add); serve with --auth "
+                "to refuse everyone until then." if mode == "auto" else
+                "--no-auth: use only for tests and trusted networks.",
+                extra={"event": "insecure", "auth": "open"})
         if tls_cert is None and not _loopback(host):
             log.warning("serving plain HTTP on %s: requests and messages cross the network unencrypted; "
                         "use --tls-cert/--tls-key", host, extra={"event": "insecure", "tls": False})
         if sweep_interval:
             qm.start_expiry_sweeper(sweep_interval)
-        app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch, authenticate=authenticate)
+        app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch, authenticate=authenticate,
+                         auth=mode, holds=holds)
+        if keeper is not None:
+            keeper.start()
         log.info(
             "serving %s on %s:%d", qm.name, host, port,
             extra={"event": "serve", "qmgr": qm.name, "db": str(store.path), "host": host, "port": port,
-                   "pid": __import__("os").getpid(), "auth": bool(auth), "tls": tls_cert is not None},
+                   "pid": __import__("os").getpid(), "auth": "required" if required else "open",
+                   "tls": tls_cert is not None,
+                   "hold_ms": holds.hold_ms, "held_quota_messages": holds.max_messages,
+                   "held_quota_bytes": holds.max_bytes},
         )
         uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
                     log_level=log_level.lower(),
                     ssl_certfile=None if tls_cert is None else str(tls_cert),
                     ssl_keyfile=None if tls_key is None else str(tls_key))
     finally:
+        if keeper is not None:
+            keeper.stop()
         if nonces is not None:
             nonces.close()
 
@@ -139,14 +199,15 @@ def _loopback(host: str) -> bool:
     return is_loopback(host)
 
 
-@click.command("sync")
+@click.group("sync", cls=EdgeqGroup, invoke_without_command=True)
 @db_option("The device's store (default: the group's --db).")
 @name_option("The device's queue manager name (needed only to create the store).")
-@click.option("--server", "server_url", required=True, envvar="EDGEQ_SERVER", show_envvar=True,
-              help="The home server's URL, e.g. http://home:8470.")
+@click.option("--server", "server_url", envvar="EDGEQ_SERVER", show_envvar=True,
+              help="The home server's URL, e.g. http://home:8470 (required to run the agent).")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.01),
               help="Seconds between sync cycles in daemon mode.")
-@click.option("--once", is_flag=True, help="Push and pull until done, print a JSON summary, and exit (1 on failure).")
+@click.option("--once", is_flag=True,
+              help="Push and pull until done, print a JSON summary, and exit: 0 if everything moved, 1 if not.")
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1))
 @click.option("--pull/--no-pull", default=True, show_default=True, help="Also fill home-server queues.")
 @click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1), help="HTTP timeout, seconds.")
@@ -162,18 +223,33 @@ def _loopback(host: str) -> bool:
 @log_level_option
 @click.pass_context
 def sync(
-    ctx: click.Context, db: Path | None, name: str | None, server_url: str, interval: float, once: bool,
+    ctx: click.Context, db: Path | None, name: str | None, server_url: str | None, interval: float, once: bool,
     batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool,
     key_file: Path | None, ca_file: Path | None, allow_insecure_http: bool, log_level: str,
 ) -> None:
     """Run the device's sync agent: push remote queues to the home server, pull home-server queues.
+
+    A queue the server refuses or does not have fails alone (it waits on its own
+    backoff; the other queues and the pull go on). `edgeq sync status` shows how
+    each queue is doing.
 
     \b
     Examples:
       edgeq sync --db device.db --server http://home:8470            # daemon
       edgeq sync --db device.db --server http://home:8470 --once     # drain and exit
       edgeq sync --db device.db --server https://home:8470 --key device.key --ca-file ca.crt
+      edgeq sync status --db device.db                               # per queue: backlog, errors, refusals
+
+    \b
+    Exit status of --once: 0 every message moved; 1 something did not (a queue
+    failed, messages were refused or given up, or the server could not be reached);
+    2 a usage mistake.
     """
+    if ctx.invoked_subcommand is not None:
+        return  # `edgeq sync status`: the agent's options are not needed
+    if server_url is None:
+        raise click.UsageError("Missing option '--server' (env var: 'EDGEQ_SERVER'): the home server's URL, "
+                               "e.g. --server http://home:8470 (or `edgeq sync status` to see how the queues sync)", ctx)
     _need("httpx", "sync")
     from edgeq.sync.agent import SyncAgent
     from edgeq.sync.logs import setup_json_logging
@@ -181,14 +257,25 @@ def sync(
     store = check_store(ctx, SERVICE, db=db, name=name)
     setup_json_logging(log_level.upper())
     show = sys.stderr.isatty() if progress is None else progress
-    from edgeq.sync.tls import check_server_url
+    from edgeq.sync.keys import load_private_key
+    from edgeq.sync.tls import check_server_url, client_ssl_context
 
-    check_server_url(server_url, allow_insecure_http=allow_insecure_http)
+    # Bad values of these options are usage mistakes (exit 2), found before anything runs.
+    try:
+        check_server_url(server_url, allow_insecure_http=allow_insecure_http)
+    except EdgeqError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="'--server'") from exc
     signing_key = None
     if key_file is not None:
-        from edgeq.sync.keys import load_private_key
-
-        signing_key = load_private_key(key_file)
+        try:
+            signing_key = load_private_key(key_file)
+        except EdgeqError as exc:
+            raise click.BadParameter(str(exc), ctx, param_hint="'--key'") from exc
+    if ca_file is not None:
+        try:
+            client_ssl_context(ca_file)
+        except EdgeqError as exc:
+            raise click.BadParameter(str(exc), ctx, param_hint="'--ca-file'") from exc
     qm = store.open(ctx, journal="device" if report_expiries else "off")
     signer = None
     if signing_key is not None:
@@ -202,19 +289,20 @@ def sync(
     agent.pull_enabled = pull
     try:
         if once:
-            pushed = agent.push_once()
-            pulled = agent.pull_once() if pushed.ok and pull else None
+            pushed, pulled = agent.sync_once()
             summary = {
                 "pushed": {k: getattr(pushed, k) for k in ("sent", "transmitted", "duplicates", "expired",
-                                                            "refused", "requeued", "batches",
+                                                            "refused", "given_up", "requeued", "batches",
                                                             "expiries_reported", "error")},
                 "rate": round(pushed.rate, 1),
                 "pulled": None if pulled is None else {
                     k: getattr(pulled, k) for k in ("received", "duplicates", "expired", "refused",
                                                     "acknowledged", "error")},
+                "queues": {q.queue: q.as_dict() for report in (pushed, pulled) if report is not None
+                           for q in report.queues.values()},
             }
             click.echo(json.dumps(summary))
-            if not pushed.ok or (pulled is not None and not pulled.ok):
+            if not pushed.complete or (pull and (pulled is None or not pulled.complete)):
                 ctx.exit(1)
             return
 
@@ -225,6 +313,82 @@ def sync(
         agent.run(interval)
     finally:
         agent.close()
+
+
+@sync.command("status")
+@db_option("The device's store (default: the --db given before `status`).")
+@output_options
+@click.option("--prometheus", is_flag=True,
+              help="Print the figures as Prometheus metrics (text format), e.g. for node_exporter's textfile collector.")
+@click.pass_context
+def status(ctx: click.Context, db: Path | None, as_json: bool, prometheus: bool) -> None:
+    """Show how each remote and home-server queue syncs: backlog, oldest message's age,
+    last success, last error with its code, refused messages, next retry.
+
+    It reads the device's store, so it works while `edgeq sync` runs, or after.
+
+    \b
+    Examples:
+      edgeq sync status --db device.db
+      edgeq sync status --db device.db --json
+      edgeq sync status --db device.db --prometheus > /var/lib/node_exporter/edgeq.prom
+
+    \b
+    Exit status: 0 all is well; 1 a queue is failing or holds refused messages, or the
+    agent could not reach its server; 2 a usage mistake.
+    """
+    from edgeq.sync.status import render_metrics, sync_status
+
+    parent = ctx.parent.params.get("db") if ctx.parent is not None else None
+    qm = open_store(ctx, EXISTING, db=db or parent)
+    state = sync_status(qm)
+    if prometheus:
+        click.echo(render_metrics(state), nl=False)
+    elif wants_json(ctx, as_json):
+        emit_json(state.as_dict())
+    else:
+        click.echo(format_sync_status(state))
+    if state.failing:
+        ctx.exit(1)
+
+
+def format_sync_status(state: SyncStatus) -> str:
+    """The status as a table, one row per queue, then what is wrong and what to do.
+
+    >>> from edgeq.sync.status import QueueStatus, SyncStatus
+    >>> q = QueueStatus("ORDERS", "push", "HOME/ORDERS", 2, 65_000, None, "HOME has no queue ORDERS: ...",
+    ...                 "no-queue", 5_000, 2, 2, 10, 0, 12_000, True)
+    >>> print(format_sync_status(SyncStatus(10_000, "HOME", False, None, None, None, [q])))
+    QUEUE   DIRECTION  BACKLOG  OLDEST  LAST-SUCCESS  LAST-ERROR         REFUSED  GIVEN-UP  NEXT-RETRY  TARGET
+    ORDERS  push       2        1m 5s   never         no-queue (5s ago)  2        0         in 2s       HOME/ORDERS
+    ORDERS: HOME has no queue ORDERS: ...
+    """
+    from edgeq.cli.format import approx_duration
+    from edgeq.cli.views import format_table
+
+    now = state.now_ms
+
+    def ago(ms: int | None, never: str = "-") -> str:
+        return never if ms is None else f"{approx_duration(max(0, now - ms))} ago"
+
+    rows = [
+        (q.queue, q.direction, "-" if q.backlog is None else str(q.backlog),
+         "-" if q.oldest_age_ms is None else approx_duration(q.oldest_age_ms), ago(q.last_success_ms, "never"),
+         "-" if q.last_error_code is None else f"{q.last_error_code} ({ago(q.last_error_ms)})",
+         str(q.refused), str(q.given_up),
+         "-" if q.next_retry_ms is None else ("now" if q.next_retry_ms <= now else
+                                             f"in {approx_duration(q.next_retry_ms - now)}"),
+         q.target)
+        for q in state.queues
+    ]
+    header = ("QUEUE", "DIRECTION", "BACKLOG", "OLDEST", "LAST-SUCCESS", "LAST-ERROR", "REFUSED", "GIVEN-UP",
+              "NEXT-RETRY", "TARGET")
+    lines = [format_table(header, rows) if rows else "No remote or home-server queues."]
+    if state.stopped:
+        retry = "" if state.next_retry_ms is None else f"; next try in {approx_duration(max(0, state.next_retry_ms - now))}"
+        lines.append(f"agent: {state.error_code}: {state.error}{retry}")
+    lines += [f"{q.queue}: {q.last_error}" for q in state.queues if q.failing and q.last_error]
+    return "\n".join(lines)
 
 
 def _show_progress(progress: Progress) -> None:

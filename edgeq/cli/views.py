@@ -1,4 +1,5 @@
-"""How records are shown: messages, queues and their rule bindings, rule failures, counters.
+"""How records are shown: messages, queues and their rule bindings, rule failures, counters,
+a home server's devices and held puts.
 
 Each record has a text form for people (``format_*``) and a JSON form for scripts
 (``*_json``); values inside them are written as :mod:`edgeq.cli.format` writes them.
@@ -18,10 +19,13 @@ from edgeq.cli.format import (
     format_duration,
     format_field,
     format_rule_spec,
+    format_size,
     format_time,
 )
+from edgeq.devices import DeviceRecord
+from edgeq.holds import HeldGroup
 from edgeq.message import Message
-from edgeq.queues import QueueAttributes
+from edgeq.queues import QueueAttributes, QueueUsage
 from edgeq.rules.registry import RuleInfo
 from edgeq.rulestore import FailureRow
 from edgeq.types import FieldValue
@@ -29,15 +33,19 @@ from edgeq.values import Int32, Int64
 
 __all__ = [
     "binding_json",
+    "device_json",
     "failure_json",
     "format_bindings",
+    "format_devices",
     "format_failures",
+    "format_held",
     "format_message",
     "format_queue",
     "format_queue_table",
     "format_rules_table",
     "format_stats",
     "format_table",
+    "held_json",
     "message_json",
     "queue_json",
 ]
@@ -132,9 +140,11 @@ def binding_json(binding: BindingInfo) -> dict[str, Any]:
     return {"name": binding.name, "config": binding.config, "persisted": binding.persisted, "error": binding.error}
 
 
-def queue_json(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo] | None = None) -> dict[str, Any]:
-    """A queue's attributes and depth (and rule bindings, in order, when given) as JSON."""
-    out = {**attrs.as_dict(), "depth": depth}
+def queue_json(
+    attrs: QueueAttributes, usage: QueueUsage, bindings: list[BindingInfo] | None = None
+) -> dict[str, Any]:
+    """A queue's attributes, depth and bytes held (and rule bindings, in order, when given) as JSON."""
+    out = {**attrs.as_dict(), "depth": usage.depth, "bytes": usage.bytes}
     if bindings is not None:
         out["rules"] = [binding_json(b) for b in bindings]
     return out
@@ -146,14 +156,24 @@ def _limit_text(value: int | None, duration: bool) -> str:
     return f"{value} ({format_duration(value)})" if duration else str(value)
 
 
-def format_queue(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo] | None = None) -> str:
-    """A queue's attributes and depth, one per line, for people; then its rule bindings, if given."""
+def _bytes_text(size: int | None) -> str:
+    if size is None:
+        return "none"
+    return str(size) if size < 1024 else f"{size} ({format_size(size)})"
+
+
+def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[BindingInfo] | None = None) -> str:
+    """A queue's attributes, depth and bytes held, one per line, for people; then its rule
+    bindings, if given."""
     rows: Mapping[str, str] = {
         "queue": attrs.name,
-        "depth": str(depth),
+        "depth": str(usage.depth),
+        "bytes": _bytes_text(usage.bytes),
         "expiry_ms": _limit_text(attrs.expiry_ms, True),
         "cap_expiry_ms": _limit_text(attrs.cap_expiry_ms, True),
         "max_depth": _limit_text(attrs.max_depth, False),
+        "max_bytes": _bytes_text(attrs.max_bytes),
+        "on_full": attrs.on_full,
         "max_message_bytes": _limit_text(attrs.max_message_bytes, False),
         "depth_threshold": _limit_text(attrs.depth_threshold, False),
         "default_priority": str(attrs.default_priority),
@@ -161,8 +181,9 @@ def format_queue(attrs: QueueAttributes, depth: int, bindings: list[BindingInfo]
         "created": format_time(attrs.created_ms),
     }
     if attrs.kind != "local":
-        target = f"{attrs.target_qmgr}/{attrs.target_queue} ({attrs.mode})" if attrs.kind == "remote" else attrs.server
-        rows = {**rows, "kind": f"{attrs.kind}: {target}"}
+        rows = {**rows, "kind": _kind_text(attrs, ": ")}
+    if attrs.kind == "remote":
+        rows = {**rows, "refusal_limit": "default" if attrs.refusal_limit is None else str(attrs.refusal_limit)}
     if attrs.encryption:
         rows = {**rows, "encryption": attrs.encryption}
     width = max(len(key) for key in rows)
@@ -198,20 +219,30 @@ def format_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> st
     )
 
 
-def format_queue_table(queues: list[tuple[QueueAttributes, int]]) -> str:
-    """Queues as a table: name, depth and the main attributes."""
-    header = ("QUEUE", "DEPTH", "EXPIRY", "CAP", "MAX-DEPTH", "PRIO", "ORDERING")
+def _kind_text(attrs: QueueAttributes, sep: str) -> str:
+    """``local``; ``remote`` and where to (target queue manager/queue, mode); ``home`` and its server."""
+    if attrs.kind == "remote":
+        return f"remote{sep}{attrs.target_qmgr}/{attrs.target_queue} ({attrs.mode})"
+    return f"home{sep}{attrs.server}" if attrs.kind == "home" else attrs.kind
+
+
+def format_queue_table(queues: list[tuple[QueueAttributes, QueueUsage]]) -> str:
+    """Queues as a table: name, depth, bytes held, the main attributes and the kind."""
+    header = ("QUEUE", "DEPTH", "BYTES", "EXPIRY", "CAP", "MAX-DEPTH", "MAX-BYTES", "PRIO", "ORDERING", "KIND")
     rows = [
         (
             a.name,
-            str(depth),
+            str(usage.depth),
+            str(usage.bytes),
             "-" if a.expiry_ms is None else format_duration(a.expiry_ms).replace(" ", ""),
             "-" if a.cap_expiry_ms is None else format_duration(a.cap_expiry_ms).replace(" ", ""),
             "-" if a.max_depth is None else str(a.max_depth),
+            "-" if a.max_bytes is None else str(a.max_bytes),
             str(a.default_priority),
             a.ordering,
+            _kind_text(a, " "),
         )
-        for a, depth in queues
+        for a, usage in queues
     ]
     return format_table(header, rows)
 
@@ -267,3 +298,57 @@ def format_stats(stats: Mapping[str, int]) -> str:
     """A queue's counters, one per line, sorted by name."""
     width = max(len(name) for name in stats)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in sorted(stats.items()))
+
+
+# -- a home server's devices and held puts ------------------------------------------------
+
+
+def _fingerprint(key: bytes | None) -> str | None:
+    from edgeq.sync.keys import fingerprint
+
+    return None if key is None else fingerprint(key)
+
+
+def device_json(d: DeviceRecord) -> dict[str, Any]:
+    """A device as JSON: epoch ms (``*_ms``) with ISO-8601 UTC beside them."""
+    return {"name": d.name, "registered": d.registered,
+            "revoked_ms": d.revoked_ms, "revoked": None if d.revoked_ms is None else format_time(d.revoked_ms),
+            "fingerprint": _fingerprint(d.public_key), "queues": None if d.queues is None else list(d.queues),
+            "last_seen_ms": d.last_seen_ms,
+            "last_seen": None if d.last_seen_ms is None else format_time(d.last_seen_ms),
+            "clock_offset_ms": d.clock_offset_ms}
+
+
+def format_devices(devices: Sequence[DeviceRecord]) -> str:
+    """Devices as a table: name, state (with when it was revoked), key, queues, last seen."""
+    if not devices:
+        return "No devices."
+    rows = [
+        (d.name,
+         f"revoked {format_time(d.revoked_ms)}" if d.revoked_ms is not None
+         else "registered" if d.public_key is not None else "unregistered",
+         _fingerprint(d.public_key) or "-",
+         "any" if d.queues is None else ",".join(d.queues) or "none",
+         "never" if d.last_seen_ms is None else format_time(d.last_seen_ms))
+        for d in devices
+    ]
+    return format_table(("DEVICE", "STATE", "KEY", "QUEUES", "LAST-SEEN"), rows)
+
+
+def held_json(group: HeldGroup, now_ms: int) -> dict[str, Any]:
+    """One device's held puts on one queue as JSON (``age_ms``: of the oldest, at ``now_ms``)."""
+    return {"device": group.sender, "queue": group.queue, "messages": group.messages, "bytes": group.bytes,
+            "oldest_ms": group.oldest_ms, "oldest": format_time(group.oldest_ms),
+            "age_ms": max(0, now_ms - group.oldest_ms)}
+
+
+def format_held(groups: Sequence[HeldGroup], now_ms: int) -> str:
+    """Held puts as a table: device, queue, how many, their size, the oldest and its age."""
+    if not groups:
+        return "No unconfirmed puts are held."
+    rows = [
+        (g.sender, g.queue, str(g.messages), format_size(g.bytes),
+         f"{format_time(g.oldest_ms)} ({approx_duration(max(0, now_ms - g.oldest_ms))} ago)")
+        for g in groups
+    ]
+    return format_table(("DEVICE", "QUEUE", "MESSAGES", "BYTES", "OLDEST"), rows)

@@ -11,19 +11,27 @@ from click.testing import CliRunner
 
 from edgeq import Int32, Int64
 from edgeq.cli.format import (
+    BYTES_LIMIT,
+    DEVICE_NAME,
     DURATION,
     DURATION_LIMIT,
     EXPIRE_AT,
     FIELD,
     FIELD_TYPES,
+    HOLD,
     LIMIT,
+    QM_NAME,
+    QUEUE_NAME,
+    QUEUE_NAMES,
     RELATIVE_EXPIRY,
     RULE,
     Limit,
     field_type,
     format_rule_spec,
+    format_size,
     parse_field,
     parse_rule_spec,
+    parse_size,
 )
 
 
@@ -64,11 +72,31 @@ def test_limits_take_none_for_no_limit() -> None:
     (EXPIRE_AT, "2025-11-21T09:00:00", "has no timezone"),
     (FIELD, "n:int32=99999999999", "field 'n' (int32)"),
     (RULE, "dead-letter:{queue}", "is not a valid JSON object"),
+    (BYTES_LIMIT, "10 apples", "'10 apples' is not a size"),
+    (BYTES_LIMIT, "0", "'0' must be positive"),
+    (BYTES_LIMIT, "1.5", "not a whole number of bytes"),
+    (HOLD, "-1h", "is not a duration"),
+    (QUEUE_NAME, "A B", "queue name 'A B' is not valid"),
+    (QM_NAME, "x" * 49, "queue manager name"),
+    (DEVICE_NAME, "DEV.1", "has a '.'"),
+    (DEVICE_NAME, "DEV 1", "device name 'DEV 1' is not valid"),
+    (QUEUE_NAMES, "A,B C", "queue name 'B C' is not valid"),
 ])
 def test_a_bad_value_is_a_usage_error_naming_the_option(param_type: click.ParamType, value: str, needle: str) -> None:
     code, stderr = convert(param_type, value)
     assert code == 2
     assert "Invalid value for '--value'" in stderr and needle in stderr
+
+
+def test_sizes_holds_and_names_are_read() -> None:
+    assert convert(BYTES_LIMIT, "1500", "64KiB", "1.5MB", "256mib", "1 GB", "none") == (0, [
+        Limit(1500), Limit(65_536), Limit(1_500_000), Limit(268_435_456), Limit(10**9), Limit(None)])
+    assert convert(HOLD, "1h", "90s", "0", "none", "never") == (0, [Limit(3_600_000), Limit(90_000)] + [Limit(None)] * 3)
+    assert convert(QUEUE_NAME, "DEV1.INBOX") == (0, ["DEV1.INBOX"])
+    assert convert(DEVICE_NAME, "DEV-1_a") == (0, ["DEV-1_a"])
+    assert convert(QUEUE_NAMES, " A , B,,", "") == (0, [["A", "B"], []])
+    assert [format_size(parse_size(s)) for s in ("512", "64KiB", "256MiB", "2GiB")] == [
+        "512 B", "64.0 KiB", "256.0 MiB", "2.0 GiB"]
 
 
 def test_a_value_already_parsed_passes_through() -> None:

@@ -146,6 +146,17 @@ def test_another_name_is_refused_before_anything_is_written(
         assert qm.journal_mode is None  # journal="server" was never written to the store
 
 
+def test_a_name_that_is_no_queue_manager_name_is_a_usage_error(run: Callable[..., Result], tmp_path: Path) -> None:
+    db = str(tmp_path / "new.db")
+    for result in (
+        run("--db", db, "--name", "DEV 1", "open", "create"),  # the group's --name
+        run("--db", db, "open", "create", env={"EDGEQ_NAME": "DEV/1"}),  # or its variable
+        run("open", "create", "--db", db, "--name", "D!"),  # a command's own
+    ):
+        assert result.exit_code == 2 and "is not valid" in result.stderr, result.output
+    assert not (tmp_path / "new.db").exists()
+
+
 def test_edgeq_name_is_checked_like_name(run: Callable[..., Result], dev: Path) -> None:
     assert "not 'OTHER'" in error(run("--db", str(dev), "open", "existing", env={"EDGEQ_NAME": "OTHER"}))
     assert run("--db", str(dev), "open", "existing", env={"EDGEQ_NAME": "DEV1"}).exit_code == 0

@@ -25,6 +25,7 @@ from edgeq.cli.views import (
     message_json,
     queue_json,
 )
+from edgeq.queues import QueueUsage
 from edgeq.rulestore import FailureRow
 
 T0 = 1_763_715_600_000  # 2025-11-21T09:00:00Z
@@ -90,25 +91,42 @@ def test_a_message_as_json(qm: QueueManager) -> None:
 
 def test_a_queue_with_its_bindings_in_order(qm: QueueManager) -> None:
     attrs, bindings = qm.queue_attributes("ORDERS"), qm.queue_bindings("ORDERS")
-    text = format_queue(attrs, 3, bindings).splitlines()
-    assert text[:4] == ["queue              ORDERS", "depth              3",
+    usage = QueueUsage("ORDERS", 3, 2_500, 10, None, "reject")
+    text = format_queue(attrs, usage, bindings).splitlines()
+    assert text[:5] == ["queue              ORDERS", "depth              3", "bytes              2500 (2.4 KiB)",
                         "expiry_ms          90000 (1m 30s)", "cap_expiry_ms      none"]
+    assert text[5:8] == ["max_depth          10", "max_bytes          none", "on_full            reject"]
     assert text[-2:] == ['rules              1. dead-letter:{"queue": "DLQ"}', "                   2. counters"]
-    out = queue_json(attrs, 3, bindings)
-    assert (out["name"], out["depth"], out["max_depth"]) == ("ORDERS", 3, 10)
+    out = queue_json(attrs, usage, bindings)
+    assert (out["name"], out["depth"], out["bytes"], out["max_depth"]) == ("ORDERS", 3, 2_500, 10)
+    assert (out["max_bytes"], out["on_full"], out["refusal_limit"]) == (None, "reject", None)
     assert out["rules"] == [binding_json(b) for b in bindings]
     assert out["rules"][0] == {"name": "dead-letter", "config": {"queue": "DLQ"}, "persisted": True, "error": None}
-    assert "rules" not in queue_json(attrs, 3)
+    assert "rules" not in queue_json(attrs, usage)
     assert format_bindings([]) == "none"
 
 
 def test_a_queue_table(qm: QueueManager) -> None:
-    table = format_queue_table([(qm.queue_attributes(n), qm.depth(n)) for n in qm.queue_names()])
+    qm.define_remote_queue("OUT", target_qmgr="HOME", target_queue="ORDERS", max_bytes=4096)
+    qm.define_home_server_queue("INBOX", server="HOME")
+    qm.put("ORDERS", Message(b"12345"))
+    table = format_queue_table([(qm.queue_attributes(n), qm.queue_usage(n)) for n in qm.queue_names()])
     assert table.splitlines() == [
-        "QUEUE   DEPTH  EXPIRY  CAP  MAX-DEPTH  PRIO  ORDERING",
-        "DLQ     0      -       -    -          4     priority",
-        "ORDERS  0      1m30s   -    10         4     priority",
+        "QUEUE   DEPTH  BYTES  EXPIRY  CAP  MAX-DEPTH  MAX-BYTES  PRIO  ORDERING  KIND",
+        "DLQ     0      0      -       -    -          -          4     priority  local",
+        "INBOX   0      0      -       -    -          -          4     priority  home HOME",
+        "ORDERS  1      5      1m30s   -    10         -          4     priority  local",
+        "OUT     0      0      -       -    -          4096       4     priority  remote HOME/ORDERS (async)",
     ]
+
+
+def test_a_remote_queue_shows_where_it_goes_and_its_refusal_limit(qm: QueueManager) -> None:
+    qm.define_remote_queue("OUT", target_qmgr="HOME", mode="sync", refusal_limit=5)
+    text = format_queue(qm.queue_attributes("OUT"), qm.queue_usage("OUT"))
+    assert "kind               remote: HOME/OUT (sync)\nrefusal_limit      5" in text
+    qm.alter_queue("OUT", refusal_limit=None)
+    assert "refusal_limit      default" in format_queue(qm.queue_attributes("OUT"), qm.queue_usage("OUT"))
+    assert "refusal_limit" not in format_queue(qm.queue_attributes("ORDERS"), qm.queue_usage("ORDERS"))
 
 
 def test_tables_have_aligned_columns_and_no_trailing_blanks() -> None:

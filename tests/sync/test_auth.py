@@ -22,7 +22,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
-from edgeq.sync.auth import SignatureAuthenticator
+from edgeq.sync.auth import AuthGate, AuthRequest, SignatureAuthenticator, Unauthorized
 from edgeq.sync.keys import load_private_key, new_key_pair, public_bytes
 from edgeq.sync.nonces import MemoryNonces, SqliteNonces
 from edgeq.sync.signer import DeviceSigner
@@ -430,7 +430,7 @@ def test_edgeq_serve_refuses_attacks_and_replays_across_a_restart(tmp_path: Path
         response = http.post(url + p.PATH_HELLO, content=captured[0], headers={**CBOR, **captured[1]})
         assert response.status_code == 200
     events = [json.loads(line) for line in lines if line.startswith("{")]
-    assert any(e["event"] == "serve" and e["auth"] is True for e in events)
+    assert any(e["event"] == "serve" and e["auth"] == "required" for e in events)
     assert any(e["event"] == "auth-refused" and e["code"] == "forbidden" for e in events)
 
     with edgeq_serve(home, port), httpx.Client(timeout=10) as http:
@@ -450,3 +450,19 @@ def test_edgeq_serve_without_devices_warns_loudly(tmp_path: Path) -> None:
     events = [json.loads(line) for line in lines if line.startswith("{")]
     insecure = [e for e in events if e["event"] == "insecure"]
     assert insecure and "AUTHENTICATION IS OFF" in insecure[0]["msg"]
+
+
+# -- the gate: when requests must be signed -------------------------------------------------------
+
+
+def test_the_gate_needs_an_authenticator_unless_it_is_off(home: QueueManager, nonces: MemoryNonces) -> None:
+    authenticator = SignatureAuthenticator(home, nonces)
+    with pytest.raises(InvalidArgument, match="needs an authenticator"):
+        AuthGate(None, mode="required")
+    with pytest.raises(InvalidArgument, match="needs the queue manager"):
+        AuthGate(authenticator, mode="auto")
+    assert AuthGate(None, mode="off").admit(AuthRequest(None, p.PATH_HELLO, {}, b"")) is None
+    # devices are registered in `home`: auto is on, and asks for signatures before decoding
+    gate = AuthGate(authenticator, mode="auto", qm=home)
+    with pytest.raises(Unauthorized, match="missing X-Edgeq-Device"):
+        gate.admit(AuthRequest(None, p.PATH_HELLO, {}, b"\xff not even CBOR"))

@@ -9,16 +9,22 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
+from edgeq.sync.agent import SyncAgent
 from edgeq.sync.daemon import Daemon
 from edgeq.sync.expiries import ExpiryReporter
 from edgeq.sync.link import ServerLink
+from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.pull import Puller
 from edgeq.sync.push import Pusher
 from edgeq.sync.reports import Progress
+from edgeq.sync.signer import DeviceSigner
 
-from edgeq import Message, QueueManager
+from edgeq import ManualClock, Message, QueueManager
 
-from .conftest import Network
+from .conftest import LiveServer, Network, free_port
+from .test_refusals import forbidding
 
 
 class Cycles:
@@ -91,6 +97,7 @@ def test_a_put_while_offline_waits_for_the_next_tick(
     device_qm: QueueManager, home_qm: QueueManager,
 ) -> None:
     device_qm.define_home_server_queue("INBOX", server="HOME")
+    home_qm.define_queue("DEV1.INBOX")
     make_daemon().start(interval_s=3600)
     assert cycles.wait_for(1)
     network.down = True
@@ -162,3 +169,76 @@ def test_run_returns_once_a_stop_is_requested(make_daemon: Callable[[], Daemon],
     daemon.request_stop()
     runner.join(10)
     assert not runner.is_alive()
+
+
+def test_a_forbidden_queue_neither_stops_the_pulls_nor_backs_off_the_daemon(
+    device_qm: QueueManager, home_qm: QueueManager, server_clock: ManualClock, device_clock: ManualClock,
+    make_server: Callable[..., LiveServer], make_agent: Callable[..., SyncAgent], caplog: pytest.LogCaptureFixture,
+) -> None:
+    nonces = MemoryNonces()
+    server, key = forbidding(home_qm, device_qm, make_server, server_clock, nonces)  # AUDIT is forbidden
+    arrived, sent = Seen(), Seen()
+    device_qm.add_rule("INBOX", arrived)
+    device_qm.add_rule("ORDERS", sent)
+    agent = make_agent(device_qm, server.url, auth=DeviceSigner("DEV1", key, clock=device_clock),
+                       backoff_base_s=60, backoff_max_s=300)
+
+    with caplog.at_level(logging.INFO, logger="edgeq.sync.agent"):
+        agent.start(interval_s=3600)
+        assert arrived.wait_for("added", 1)  # the first cycle pulled, although AUDIT was forbidden
+        device_qm.put("ORDERS", Message(b"woken"))  # still online: a put wakes the loop at once
+        assert sent.wait_for("removed", 1)  # transmitted
+        agent.stop()
+
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert "backoff" not in events and "forbidden" in events
+    assert device_qm.depth("AUDIT") == 1 and [m.data for m in home_qm.browse("ORDERS")] == [b"woken"]
+    nonces.close()
+
+
+class Seen(QueueRule):
+    """Counts the messages added to and removed from the queue it is bound to, for a test to wait on."""
+
+    def __init__(self) -> None:
+        self.counts = {"added": 0, "removed": 0}
+        self._changed = threading.Condition()
+
+    def _count(self, event: RuleEvent) -> None:
+        with self._changed:
+            self.counts[event.kind] += 1
+            self._changed.notify_all()
+
+    on_added = on_removed = _count
+
+    def wait_for(self, kind: str, n: int, timeout: float = 10) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self.counts[kind] >= n, timeout)
+
+
+def test_a_failed_cycle_records_when_the_agent_tries_again(
+    device_qm: QueueManager, make_agent: Callable[..., SyncAgent], device_clock: ManualClock,
+) -> None:
+    backed_off = threading.Event()
+
+    class Told(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "backoff":
+                backed_off.set()
+
+    handler = Told(logging.INFO)
+    logger = logging.getLogger("edgeq.sync.agent")
+    logger.addHandler(handler)
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        agent = make_agent(device_qm, f"http://127.0.0.1:{free_port()}", timeout=5, backoff_base_s=60)
+        agent.start(interval_s=3600)
+        assert backed_off.wait(10)
+        agent.stop()  # returns once the loop has recorded its retry and waits for it
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+    status = agent.status()
+    assert status.stopped and status.error_code == "unreachable" and status.failing
+    assert status.next_retry_ms is not None and device_clock() + 30_000 <= status.next_retry_ms <= device_clock() + 60_000

@@ -2,13 +2,15 @@
 a real HomeService over a real store: each is driven as plain ASGI (so a test sees exactly
 which request chunks were read) or as the whole app (``create_app``, in-process). Whether
 the route ran is read from the service's sessions; authentication is the real
-SignatureAuthenticator over registered device keys, watched (never replaced)."""
+SignatureAuthenticator over registered device keys, watched (never replaced); decoding is
+the real decoder, watched."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,10 +20,10 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from edgeq.sync import protocol as p
-from edgeq.sync.auth import AuthRequest, SignatureAuthenticator
+from edgeq.sync.auth import AuthGate, AuthRequest, SignatureAuthenticator
 from edgeq.sync.home import HomeService
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.middleware import Authentication, BodyLimit, ErrorBodies, MediaType
+from edgeq.sync.middleware import Authentication, BodyDecoder, BodyLimit, ErrorBodies, MediaType, RequestLog
 from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.routes import protocol_route
 from edgeq.sync.server import create_app
@@ -31,6 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Scope
 
 from edgeq import ManualClock, QueueManager
+from edgeq.devices import DeviceRecord
 
 from .conftest import T0
 
@@ -42,7 +45,9 @@ HELLO = {"type": "hello", "qmgr": "DEV1", "now_ms": T0}
 class Call:
     """One POST through a bare ASGI app: which request chunks it read, what it answered."""
 
-    def __init__(self, app: ASGIApp, chunks: list[bytes], headers: Mapping[str, str]) -> None:
+    def __init__(self, app: ASGIApp, chunks: list[bytes], headers: Mapping[str, str], *,
+                 hang_up: bool = False) -> None:
+        """``hang_up``: the client goes away after the chunks, before the body is complete."""
         self.read = 0
         self.sent: list[Message] = []
         scope: Scope = {
@@ -55,7 +60,8 @@ class Call:
         async def receive() -> Message:
             if self.read < len(chunks):
                 self.read += 1
-                return {"type": "http.request", "body": chunks[self.read - 1], "more_body": self.read < len(chunks)}
+                more = hang_up or self.read < len(chunks)
+                return {"type": "http.request", "body": chunks[self.read - 1], "more_body": more}
             return {"type": "http.disconnect"}
 
         async def send(message: Message) -> None:
@@ -99,14 +105,21 @@ def hellos(service: HomeService) -> int:
 
 
 @pytest.fixture
-def decoded(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+def decode_threads() -> list[threading.Thread]:
+    """The threads the bodies of :func:`decoded` were decoded in, in order."""
+    return []
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch, decode_threads: list[threading.Thread]) -> list[bytes]:
     """Every body :func:`edgeq.sync.protocol.decode_body` is asked to decode (the real one decodes it)."""
     seen: list[bytes] = []
     real = p.decode_body
 
-    def spy(raw: bytes) -> dict[str, Any]:
+    def spy(raw: bytes, *args: Any) -> dict[str, Any]:
         seen.append(raw)
-        return real(raw)
+        decode_threads.append(threading.current_thread())
+        return real(raw, *args)
 
     monkeypatch.setattr(p, "decode_body", spy)
     return seen
@@ -142,8 +155,10 @@ def test_a_body_within_the_limit_goes_through_whole(route: Route, service: HomeS
     assert hellos(service) == 1
 
 
-def test_a_bad_content_length_is_malformed(route: Route, service: HomeService) -> None:
-    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [b""], {**CBOR, "content-length": "-1"})
+@pytest.mark.parametrize("length", ["-1", "1e3", "\u0663", "9" * 5_000])
+def test_a_bad_content_length_is_malformed(route: Route, service: HomeService, length: str) -> None:
+    """(uvicorn refuses these itself; another ASGI server might pass them on.)"""
+    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [b""], {**CBOR, "content-length": length})
     assert (call.status, call.body["code"]) == (400, "malformed") and hellos(service) == 0
 
 
@@ -177,15 +192,24 @@ def keys(home: QueueManager) -> dict[str, Ed25519PrivateKey]:
 
 
 class Watched:
-    """The real authenticator, recording every request it was shown."""
+    """The real authenticator, recording every request each of its stages was shown:
+    ``authenticate`` (before the body is decoded) and ``authorize`` (after)."""
 
     def __init__(self, real: SignatureAuthenticator) -> None:
         self.real = real
-        self.seen: list[AuthRequest] = []
+        self.seen: list[tuple[str, AuthRequest]] = []
 
-    def __call__(self, request: AuthRequest) -> None:
-        self.seen.append(request)
+    def __call__(self, request: AuthRequest) -> None:  # both stages at once, as the seam is called
+        self.seen.append(("call", request))
         self.real(request)
+
+    def authenticate(self, request: AuthRequest) -> DeviceRecord:
+        self.seen.append(("authenticate", request))
+        return self.real.authenticate(request)
+
+    def authorize(self, device: DeviceRecord, request: AuthRequest) -> None:
+        self.seen.append(("authorize", request))
+        self.real.authorize(device, request)
 
 
 @pytest.fixture
@@ -202,18 +226,23 @@ def make_auth(home: QueueManager, keys: dict[str, Ed25519PrivateKey],
         store.close()
 
 
+def authenticating(route: Route, auth: Any) -> Authentication:
+    return Authentication(route, gate=AuthGate(auth, mode="required"), decoder=BodyDecoder())
+
+
 def signed_by(key: Ed25519PrivateKey, device: str, raw: bytes) -> dict[str, str]:
     return {**CBOR, **sign_headers(key, device, "POST", PATH, raw, T0)}
 
 
-@pytest.mark.parametrize(("attempt", "status", "code", "words"), [
-    ("unsigned", 401, "unauthorized", "missing X-Edgeq-Device"),
-    ("signed by another device", 403, "forbidden", "signed by DEV2 but sent as qmgr 'DEV1'"),
-    ("nonce store full", 503, "busy", "too many recent requests"),
+@pytest.mark.parametrize(("attempt", "status", "code", "words", "stages"), [
+    ("unsigned", 401, "unauthorized", "missing X-Edgeq-Device", ["authenticate"]),
+    ("signed by another device", 403, "forbidden", "signed by DEV2 but sent as qmgr 'DEV1'",
+     ["authenticate", "authorize"]),
+    ("nonce store full", 503, "busy", "too many recent requests", ["authenticate"]),
 ])
 def test_a_refusal_answers_before_the_route_runs(
-    attempt: str, status: int, code: str, words: str, route: Route, service: HomeService, make_auth: Any,
-    keys: dict[str, Ed25519PrivateKey], caplog: pytest.LogCaptureFixture,
+    attempt: str, status: int, code: str, words: str, stages: list[str], route: Route, service: HomeService,
+    make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes], caplog: pytest.LogCaptureFixture,
 ) -> None:
     auth = make_auth(max_nonces=0 if attempt == "nonce store full" else 1_000)
     raw = p.encode_body(HELLO)
@@ -221,33 +250,86 @@ def test_a_refusal_answers_before_the_route_runs(
         keys["DEV2"] if attempt == "signed by another device" else keys["DEV1"],
         "DEV2" if attempt == "signed by another device" else "DEV1", raw)
     with caplog.at_level(logging.WARNING, logger="edgeq.sync.server"):
-        call = Call(ErrorBodies(Authentication(route, authenticate=auth)), [raw], headers)
+        call = Call(ErrorBodies(authenticating(route, auth)), [raw], headers)
     assert (call.status, call.body["code"]) == (status, code) and words in call.body["detail"]
-    assert len(auth.seen) == 1 and hellos(service) == 0
+    assert [stage for stage, _ in auth.seen] == stages and hellos(service) == 0
+    assert decoded == ([raw] if "authorize" in stages else [])  # decoded only once authenticated
     logged = [getattr(r, "code", None) for r in caplog.records if getattr(r, "event", None) == "auth-refused"]
     assert logged == ([] if code == "busy" else [code])  # a busy store is no refusal
 
 
-def test_the_authenticator_sees_the_claimed_device_and_both_bodies(
-    route: Route, service: HomeService, make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes]
+def test_the_signature_is_checked_on_the_raw_body_then_the_decoded_one_is_authorised(
+    route: Route, service: HomeService, make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes],
+    decode_threads: list[threading.Thread],
 ) -> None:
     auth = make_auth()
     raw = p.encode_body(HELLO)
-    call = Call(Authentication(route, authenticate=auth), [raw], signed_by(keys["DEV1"], "DEV1", raw))
+    call = Call(authenticating(route, auth), [raw], signed_by(keys["DEV1"], "DEV1", raw))
     assert call.status == 200
-    (seen,) = auth.seen
-    assert (seen.device, seen.path, seen.method, seen.body) == ("DEV1", PATH, "POST", raw)
-    assert seen.message == {"v": 1, **HELLO} and seen.headers["x-edgeq-device"] == "DEV1"
+    (first, before), (second, after) = auth.seen
+    assert (first, before.device, before.path, before.method, before.body, before.message) == (
+        "authenticate", None, PATH, "POST", raw, None)  # nothing decoded yet: only the headers claim a device
+    assert before.headers["x-edgeq-device"] == "DEV1"
+    assert (second, after.device, after.body, after.message) == ("authorize", "DEV1", raw, {"v": 1, **HELLO})
     assert hellos(service) == 1 and decoded == [raw]  # decoded once for both
+    assert decode_threads[0] is not threading.main_thread()  # off the event loop (asyncio.run: main thread)
 
 
-def test_a_malformed_body_is_refused_before_the_authenticator_is_asked(
-    route: Route, service: HomeService, make_auth: Any
+@pytest.mark.parametrize("body", [b"\xff junk", cbor2.dumps({"v": 1, "qmgr": cbor2.CBORTag(30, [1, 3])})])
+def test_an_unauthenticated_body_is_never_decoded(
+    body: bytes, route: Route, service: HomeService, make_auth: Any, decoded: list[bytes]
 ) -> None:
-    """The authenticator is only ever shown a decoded body (the seam's contract)."""
     auth = make_auth()
-    call = Call(ErrorBodies(Authentication(route, authenticate=auth)), [b"\xff junk"], CBOR)
-    assert (call.status, call.body["code"]) == (400, "malformed") and auth.seen == [] and hellos(service) == 0
+    call = Call(ErrorBodies(authenticating(route, auth)), [body], CBOR)
+    assert (call.status, call.body["code"]) == (401, "unauthorized") and decoded == [] and hellos(service) == 0
+
+
+def test_a_plain_authenticator_is_shown_decoded_bodies_only(
+    route: Route, service: HomeService, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes]
+) -> None:
+    """The seam for any callable: it sees the decoded body (a malformed one never reaches it)."""
+    seen: list[AuthRequest] = []
+    authenticating_all = authenticating(route, seen.append)
+    bad = Call(ErrorBodies(authenticating_all), [b"\xff junk"], CBOR)
+    good = Call(ErrorBodies(authenticating_all), [p.encode_body(HELLO)], CBOR)
+    assert (bad.status, bad.body["code"], good.status) == (400, "malformed", 200)
+    assert [(r.device, r.message) for r in seen] == [("DEV1", {"v": 1, **HELLO})] and hellos(service) == 1
+
+
+def test_an_auto_gate_turns_authentication_on_when_a_device_is_registered(
+    route: Route, service: HomeService, home: QueueManager, server_clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``auto``: open while the store has no registered device, which every request reads
+    again; on from the request after one is registered, and for good (revoking it does
+    not open the server again)."""
+    gate = AuthGate(SignatureAuthenticator(home, MemoryNonces(), clock=server_clock), mode="auto", qm=home)
+    stack = ErrorBodies(Authentication(route, gate=gate, decoder=BodyDecoder()))
+    raw, key = p.encode_body(HELLO), Ed25519PrivateKey.generate()
+    assert Call(stack, [raw], CBOR).status == 200 and hellos(service) == 1  # open
+    home.register_device("DEV1", public_bytes(key))
+    with caplog.at_level(logging.WARNING, logger="edgeq.sync.server"):
+        refused = Call(stack, [raw], CBOR)
+        assert Call(stack, [raw], signed_by(key, "DEV1", raw)).status == 200
+    assert (refused.status, refused.body["code"], hellos(service)) == (401, "unauthorized", 2)
+    assert [getattr(r, "event", None) for r in caplog.records] == ["auth-on", "auth-refused"]
+    home.revoke_device("DEV1")
+    assert Call(stack, [raw], CBOR).status == 401 and gate.required()
+
+
+# -- client disconnects ------------------------------------------------------------------------------
+
+
+def test_a_client_hanging_up_mid_body_is_counted_and_logged_as_a_disconnect(
+    route: Route, service: HomeService, decoded: list[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = p.encode_body(HELLO)
+    stack = RequestLog(ErrorBodies(BodyLimit(route, max_bytes=4096)), metrics=service.metrics, endpoint=PATH)
+    with caplog.at_level(logging.DEBUG, logger="edgeq.sync.server"):
+        call = Call(stack, [raw[:10]], CBOR, hang_up=True)
+    assert call.sent == [] and decoded == [] and hellos(service) == 0  # nobody to answer
+    assert f'edgeq_sync_requests_total{{endpoint="{PATH}",status="disconnected"}} 1' in service.metrics.render()
+    assert [(r.levelname, getattr(r, "event", None)) for r in caplog.records] == [("INFO", "client-disconnect")]
 
 
 # -- the whole stack: the real app, in-process -----------------------------------------------------

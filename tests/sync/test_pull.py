@@ -88,9 +88,11 @@ def test_pulled_expiry_is_rebased_and_expired_ones_fire_where_they_are_discarded
 
 
 @pytest.mark.usefixtures("inbox")
-def test_a_device_queue_missing_on_the_server_pulls_nothing(
-    device_qm: QueueManager, agent: SyncAgent
+def test_a_device_queue_missing_on_the_server_pulls_nothing_and_says_so(
+    device_qm: QueueManager, home_qm: QueueManager, agent: SyncAgent
 ) -> None:
     device_qm.define_home_server_queue("OTHER", server="HOME")
+    home_qm.put("DEV1.INBOX", Message(b"still pulled"))
     report = agent.pull_once()
-    assert report.ok and report.received == 0
+    assert report.received == 1 and report.queues["OTHER"].code == "no-queue" and not report.ok
+    assert datas(device_qm, "INBOX") == [b"still pulled"]

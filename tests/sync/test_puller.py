@@ -77,12 +77,36 @@ def test_a_batch_offered_again_after_a_failed_confirm_is_acknowledged_not_stored
     assert home_qm.depth("DEV1.INBOX") == 0
 
 
-def test_a_queue_the_server_does_not_hold_pulls_nothing(
-    make_link: Callable[..., ServerLink], network: Network, inbox: QueueManager
+def test_a_queue_the_server_does_not_hold_fails_alone_with_a_hint_for_the_server(
+    make_link: Callable[..., ServerLink], network: Network, home_qm: QueueManager, inbox: QueueManager
 ) -> None:
+    inbox.define_home_server_queue("ALERTS", server="HOME")
+    home_qm.define_queue("DEV1.ALERTS")
+    home_qm.put("DEV1.ALERTS", Message(b"alert"))
+
     report = Puller(make_link()).pull_once()  # the server has no DEV1.INBOX: it answers "missing"
-    assert report.ok and report.batches == 0
-    assert network.calls == [p.PATH_HELLO, p.PATH_PULL]  # no pull-confirm
+
+    assert not report.ok and report.received == 1 and not report.stopped
+    missing, alerts = report.queues["INBOX"], report.queues["ALERTS"]
+    assert (missing.direction, missing.code, missing.moved) == ("pull", "no-queue", 0)
+    assert missing.error is not None and "HOME has no queue DEV1.INBOX" in missing.error
+    assert "edgeq queue define DEV1.INBOX" in missing.error and "on the server" in missing.error
+    assert report.error is not None and "DEV1.INBOX" in report.error
+    assert (alerts.moved, alerts.error) == (1, None)
+    assert network.calls.count(p.PATH_PULL_CONFIRM) == 1  # only ALERTS had anything to acknowledge
+
+
+def test_a_queue_whose_pull_is_refused_fails_alone(
+    make_link: Callable[..., ServerLink], home_qm: QueueManager, inbox: QueueManager
+) -> None:
+    inbox.define_home_server_queue("A" * 44, server="HOME")  # DEV1.AAAA... is longer than a name may be
+    home_qm.define_queue("DEV1.INBOX")
+    home_qm.put("DEV1.INBOX", Message(b"for DEV1"))
+
+    report = Puller(make_link()).pull_once()
+
+    assert report.queues["A" * 44].code == "invalid" and report.queues["INBOX"].moved == 1
+    assert inbox.depth("INBOX") == 1 and not report.stopped
 
 
 @pytest.mark.parametrize("held", [["HOME", 1], {"HOME": "one"}])

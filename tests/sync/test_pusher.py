@@ -64,6 +64,24 @@ def test_a_batch_is_cut_under_the_body_limit_and_a_message_too_large_stays(
     assert server.metrics.value("received") == 6
 
 
+def test_a_confirm_is_cut_to_the_servers_batch_limit_too(
+    make_pusher: Callable[..., Pusher], network: Network, device_qm: QueueManager, home_qm: QueueManager,
+    make_server: Callable[..., LiveServer],
+) -> None:
+    """The agent's batch (10) is larger than the server's (3): every put *and* every confirm
+    stays within the server's limit, so nothing is refused as too many uids."""
+    server = make_server(home_qm, max_batch=3)
+    sent = device_qm.put_many("ORDERS", [Message(b"m%d" % n) for n in range(7)])
+
+    report = make_pusher(to=server, batch_size=10).push_once()
+
+    assert (report.ok, report.transmitted, report.refused) == (True, 7, 0), report
+    assert all(len(body["uids"]) <= 3 for body in network.bodies(p.PATH_CONFIRM))
+    assert sorted(u for body in network.bodies(p.PATH_CONFIRM) for u in body["uids"]) == sorted(map(str, sent))
+    assert [m.uid for m in home_qm.browse("ORDERS")] == sent
+    assert device_qm.next_for_transmission("ORDERS", 10) == []
+
+
 def test_what_the_server_expired_is_never_put_again_and_unknown_is_requeued(
     make_pusher: Callable[..., Pusher], network: Network, device_qm: QueueManager, home_qm: QueueManager,
     server_clock: ManualClock,
@@ -142,3 +160,39 @@ def test_transmit_pushes_at_once_or_raises(
     with pytest.raises(SyncError, match=r"did not take the message: .*max_message_bytes"):
         pusher.transmit("ORDERS")
     assert device_qm.depth("ORDERS") == 1 and home_qm.depth("ORDERS") == 1
+
+
+def test_a_failing_queue_waits_for_its_own_retry_while_the_others_go_on(
+    make_pusher: Callable[..., Pusher], device_qm: QueueManager, home_qm: QueueManager, network: Network,
+    device_clock: ManualClock, server_clock: ManualClock,
+) -> None:
+    device_qm.define_remote_queue("METRICS", target_qmgr="HOME")  # the server has none: every put refused
+    device_qm.put("METRICS", Message(b"a"))
+    pusher = make_pusher()
+
+    def wait(ms: int) -> None:  # time passes for both (on the device's monotonic clock too)
+        device_clock.advance(ms)
+        server_clock.advance(ms)
+
+    def pushed_to(**options: Any) -> list[str]:
+        before = len(network.bodies(p.PATH_PUT))
+        pusher.push_once(**options)
+        return [body["queue"] for body in network.bodies(p.PATH_PUT)[before:]]
+
+    assert pushed_to(due_only=True) == ["METRICS"]  # refused: retried in 1 s, then 2 s, 4 s ...
+    device_qm.put("ORDERS", Message(b"o"))
+    assert pushed_to(due_only=True) == ["ORDERS"]
+    wait(1000)
+    assert pushed_to(due_only=True) == ["METRICS"]
+    wait(1999)
+    assert pushed_to(due_only=True) == []
+    wait(1)
+    assert pushed_to(due_only=True) == ["METRICS"]
+    assert pushed_to() == ["METRICS"]  # a push asked for by hand tries every queue
+    assert [m.data for m in home_qm.browse("ORDERS")] == [b"o"]
+    home_qm.define_queue("METRICS")
+    wait(16_000)
+    assert pushed_to(due_only=True) == ["METRICS"]
+    assert pushed_to(due_only=True) == []  # nothing left; no longer failing, so tried at every round
+    device_qm.put("METRICS", Message(b"b"))
+    assert pushed_to(due_only=True) == ["METRICS"]

@@ -87,7 +87,8 @@ def test_the_home_routes_serve_the_service(service: HomeService) -> None:
 
 def test_healthz_reports_the_store_or_503(service: HomeService) -> None:
     (ok,) = requests(app_of(service), ("GET", "/healthz", None))
-    assert (ok.status_code, ok.json()) == (200, {"status": "ok", "qmgr": "HOME", "queues": 1, "protocol": 1})
+    assert (ok.status_code, ok.json()) == (200, {"status": "ok", "qmgr": "HOME", "queues": 1, "protocol": 1,
+                                                 "auth": "open"})
 
     service.qm.close()  # the store can no longer be read
     (down,) = requests(app_of(service), ("GET", "/healthz", None))

@@ -179,7 +179,7 @@ def test_authenticator_seam_refuses_with_401(
 def test_healthz(http: httpx.Client, server: LiveServer) -> None:
     response = http.get(server.url + "/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "qmgr": "HOME", "queues": 1, "protocol": 1}
+    assert response.json() == {"status": "ok", "qmgr": "HOME", "queues": 1, "protocol": 1, "auth": "open"}
 
 
 def test_metrics_are_prometheus_text(http: httpx.Client, server: LiveServer, server_clock: ManualClock) -> None:
@@ -197,3 +197,6 @@ def test_metrics_are_prometheus_text(http: httpx.Client, server: LiveServer, ser
     assert f'edgeq_sync_device_last_seen_timestamp_seconds{{device="DEV1"}} {T0 / 1000}' in text
     assert 'edgeq_sync_device_clock_offset_seconds{device="DEV1"} 0.25' in text
     assert 'edgeq_sync_requests_total{endpoint="/v1/put",status="400"} 1' in text
+    # the store's flash budget: two 9-byte messages held (locked, awaiting their confirm)
+    assert 'edgeq_queue_depth{queue="ORDERS"} 2' in text and 'edgeq_queue_bytes{queue="ORDERS"} 18' in text
+    assert "edgeq_store_bytes 18" in text

@@ -87,3 +87,15 @@ def test_metrics_render_the_per_device_gauges_from_the_sessions() -> None:
     assert "odd" not in text.split("edgeq_sync_device_clock_offset_seconds")[-1]
     alone = metrics.render()  # counters only
     assert "edgeq_sync_devices 0" in alone and "DEV1" not in alone
+
+
+def test_each_device_has_its_own_put_lock() -> None:
+    """HoldGate serialises one device's puts (its quota) without holding up another's."""
+    sessions = DeviceSessions()
+    one, two = sessions.device("DEV1"), sessions.device("DEV2")
+    with one.put_lock:
+        assert not one.put_lock.acquire(blocking=False)
+        assert two.put_lock.acquire(blocking=False)
+        two.put_lock.release()
+    assert sessions.device("DEV1").put_lock is one.put_lock
+    assert "put_lock" not in repr(one)

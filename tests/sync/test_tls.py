@@ -204,6 +204,6 @@ def test_edgeq_serve_tls_and_signed_sync_end_to_end(tmp_path: Path, pki: Pki, ot
         assert json.loads(done.stdout)["pushed"]["transmitted"] == 200
         plain = subprocess.run([*EDGEQ, "sync", "--db", str(device), "--server", "http://192.0.2.10:8470", "--once"],
                                capture_output=True, text=True, timeout=60)
-        assert plain.returncode == 1 and "refusing plain HTTP" in plain.stderr
+        assert plain.returncode == 2 and "refusing plain HTTP" in plain.stderr  # a usage mistake
     with QueueManager(home) as qm:
         assert qm.depth("ORDERS") == 200

@@ -1,138 +1,35 @@
-"""``edgeq demo``: a guided tour of MQe's expiry semantics, step by step.
+"""Act one of ``edgeq demo``: MQe's message expiry, step by step, on one store.
 
-:func:`run_demo` drives a real queue manager on a real SQLite file, with a
-:class:`~edgeq.clock.ManualClock` so that time moves instantly and the output
-is the same on every run. The built-in ``dead-letter`` and ``counters`` rules are
-bound to the queues by name (persisted with them): the first copies each expired
-message to a dead-letter queue, as an MQe expiry rule may, the second counts what
-happens; an in-process rule narrates every discard. The ``demo`` command runs it
-on a new store (see :func:`prepare_path`), never on the user's ``--db``.
+A real queue manager on a real SQLite file, with a :class:`~edgeq.clock.ManualClock`
+so that time moves instantly and the output is the same on every run. The built-in
+``dead-letter`` and ``counters`` rules are bound to the queues by name (persisted
+with them): the first copies each expired message to a dead-letter queue, as an MQe
+expiry rule may, the second counts what happens; an in-process rule narrates every
+discard.
 """
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
-
 from edgeq.bindings import RuleSpec
+from edgeq.cli.demo.base import DemoResult, Echo, Narration, brief, clock_time, text
 from edgeq.cli.format import format_duration, format_time
-from edgeq.cli.options import stored_name
 from edgeq.clock import ManualClock
-from edgeq.connection import check_foreign
-from edgeq.errors import EdgeqError, StoreError
 from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
-from edgeq.types import Where
-from edgeq.values import Int32, Int64
 
-__all__ = ["DEMO_QM", "RULES", "START_MS", "DemoPathInUse", "DemoResult", "demo", "prepare_path", "run_demo"]
+__all__ = ["DEMO_QM", "RULES", "START_MS", "run_expiry_act"]
 
-#: The queue manager name of every demo store (what ``--replace`` checks for).
+#: The queue manager name of act one's store (what ``--replace`` checks for).
 DEMO_QM = "EDGEQ.DEMO"
-#: The demo clock's start: 2025-11-21T09:00:00Z.
+#: Act one's clock starts at 2025-11-21T09:00:00Z.
 START_MS = 1_763_715_600_000
 ORDERS, ALERTS, DLQ = "ORDERS", "ALERTS", "DEAD.LETTER"
 #: The rules bound by name to ORDERS and ALERTS, stored with the queue definitions.
 RULES: list[RuleSpec] = [("dead-letter", {"queue": DLQ}), "counters"]
-
-Echo = Callable[[str], None]
-
-
-@click.command()
-@click.option("--db", "path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the demo store (must not exist). Default: a new temporary directory.")
-@click.option("--replace", is_flag=True,
-              help="Overwrite --db if it holds an earlier demo's store (never any other file).")
-def demo(path: Path | None, replace: bool) -> None:
-    """Run a guided tour of MQe expiry, rules and assured delivery.
-
-    On a real SQLite file, with a simulated clock, it defines queues, puts
-    messages with relative and absolute expiry, moves the clock through MQe's
-    five expiry check points (add, get, depth, delete, activate) and a sweep,
-    with a rule narrating each discard, then does an assured put and get.
-    The global --db is ignored: the demo never touches your store.
-
-    \b
-    Examples:
-      edgeq demo
-      edgeq demo --db /tmp/tour.db --replace
-    """
-    if path is None:
-        path = Path(tempfile.mkdtemp(prefix="edgeq-demo-")) / "demo.db"
-    prepare_path(path, replace=replace)
-    run_demo(path, click.echo)
-
-
-class DemoPathInUse(EdgeqError):
-    """The demo was asked to write over a file it must not touch."""
-
-
-@dataclass
-class DemoResult:
-    """What a demo run did: every discard seen by its rules, and the queues it left."""
-
-    path: Path
-    #: (queue, check point, message data) for every expired message, in order.
-    expirations: list[tuple[str, Where, str]] = field(default_factory=list)
-    #: The depth of each queue left in the store.
-    depths: dict[str, int] = field(default_factory=dict)
-    #: The counters of ORDERS at the end (``queue_stats``).
-    stats: dict[str, int] = field(default_factory=dict)
-
-
-def prepare_path(path: Path, *, replace: bool = False) -> None:
-    """Make ``path`` ready for a new demo store, or raise :class:`DemoPathInUse`.
-
-    A missing or empty file is fine. With ``replace``, an earlier demo's store
-    (queue manager ``EDGEQ.DEMO``) is deleted; any other file is left alone.
-    """
-    if not path.parent.is_dir():
-        raise DemoPathInUse(f"cannot write the demo store {path}: directory {path.parent} does not exist")
-    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
-        return
-    if not replace:
-        raise DemoPathInUse(
-            f"{path} already exists and the demo writes a new store: choose another --db, "
-            "or add --replace if it holds an earlier demo"
-        )
-    try:
-        fresh = check_foreign(path)
-        name = None if fresh else stored_name(path)
-    except StoreError:
-        name = None
-    if name != DEMO_QM:
-        raise DemoPathInUse(
-            f"{path} is not an earlier demo's store (queue manager {DEMO_QM}), so --replace "
-            "leaves it alone: choose another --db"
-        )
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def _text(message: Message) -> str:
-    return message.data.decode("utf-8", errors="replace")
-
-
-def _expiry(message: Message) -> str:
-    if isinstance(message.expiry, Int32):
-        own = f"Int32({int(message.expiry)}) relative"
-    elif isinstance(message.expiry, Int64):
-        own = f"Int64 absolute {format_time(int(message.expiry))}"
-    else:
-        own = "no expiry of its own" if message.remaining_expiry_ms is None else "the queue's expiry"
-    left = message.remaining_expiry_ms
-    return own if left is None else f"{own}, {format_duration(left)} left"
-
-
-def _brief(message: Message, pad: int = 0) -> str:
-    extra = f", backouts {message.backout_count}" if message.backout_count else ""
-    return f"{_text(message)!r:<{pad}} priority {message.priority}, {_expiry(message)}{extra}"
 
 
 class _Narrator(QueueRule):
@@ -147,16 +44,16 @@ class _Narrator(QueueRule):
 
     def on_expired(self, event: RuleEvent) -> None:
         """Record the expiry and print the check point it happened at."""
-        assert event.message is not None and event.where is not None
-        data = _text(event.message)
+        assert event.message is not None and event.where is not None  # set on every expired event
+        data = text(event.message)
         self.result.expirations.append((event.queue, event.where, data))
         self.echo(f"      rule> {event.queue}: {data!r} EXPIRED at check point '{event.where}'"
                   f" (copied to {DLQ})")
 
     def on_removed(self, event: RuleEvent) -> None:
         """Print which message was removed, and why."""
-        assert event.message is not None
-        self.echo(f"      rule> {event.queue}: {_text(event.message)!r} removed ({event.reason})")
+        assert event.message is not None  # set on every removed event
+        self.echo(f"      rule> {event.queue}: {text(event.message)!r} removed ({event.reason})")
 
     def on_queue_deleted(self, event: RuleEvent) -> None:
         """Print that the queue was deleted."""
@@ -164,13 +61,12 @@ class _Narrator(QueueRule):
 
 
 class _Tour:
-    """The demo's state and its printing helpers."""
+    """Act one's state and its printing helpers."""
 
-    def __init__(self, path: Path, echo: Echo) -> None:
-        self.path, self.echo = path, echo
+    def __init__(self, path: Path, out: Narration, result: DemoResult) -> None:
+        self.path, self.out, self.result = path, out, result
+        self.echo, self.say = out.echo, out.say
         self.clock = ManualClock(START_MS)
-        self.result = DemoResult(path)
-        self.step_no = 0
         self.qm = self.open()
 
     def open(self) -> QueueManager:
@@ -184,18 +80,12 @@ class _Tour:
 
     def step(self, title: str) -> None:
         """Print the heading of the next numbered step, with the clock's time."""
-        self.step_no += 1
-        self.echo("")
-        self.echo(f"[{self.step_no}] {format_time(self.clock())[11:19]}  {title}")
-
-    def say(self, text: str) -> None:
-        """Print one indented line of narration."""
-        self.echo(f"    {text}")
+        self.out.step(title, self.clock())
 
     def advance(self, ms: int) -> None:
         """Move the manual clock on by ``ms``, and say so."""
         self.clock.advance(ms)
-        self.say(f"... the clock moves on {format_duration(ms)}, to {format_time(self.clock())[11:19]}")
+        self.say(f"... the clock moves on {format_duration(ms)}, to {clock_time(self.clock())}")
 
     def show(self, queue: str) -> None:
         """Say what a browse of ``queue`` shows."""
@@ -203,34 +93,23 @@ class _Tour:
         if not messages:
             self.say(f"  browse {queue}: nothing visible")
         for message in messages:
-            self.say(f"  browse {queue}: {_brief(message, pad=10)}")
+            self.say(f"  browse {queue}: {brief(message, pad=10)}")
 
 
-def run_demo(path: Path, echo: Echo) -> DemoResult:
-    """Run the tour on a new store at ``path``, printing through ``echo``; return what it did.
-
-    ``path`` must not hold a store yet (see :func:`prepare_path`).
-    """
-    tour = _Tour(Path(path), echo)
+def run_expiry_act(path: Path, out: Narration, result: DemoResult) -> None:
+    """Run act one on a new store at ``path``, narrating through ``out`` into ``result``."""
+    tour = _Tour(path, out, result)
+    steps = (_setup, _expiry_kinds, _check_add, _cap, _check_get, _check_depth, _check_delete, _check_activate,
+             _sweep, _assured, _summary)
     try:
-        _setup(tour)
-        _expiry_kinds(tour)
-        _check_add(tour)
-        _cap(tour)
-        _check_get(tour)
-        _check_depth(tour)
-        _check_delete(tour)
-        _check_activate(tour)
-        _sweep(tour)
-        _assured(tour)
-        _summary(tour)
+        for step in steps:
+            step(tour)
     finally:
         tour.qm.close()
-    return tour.result
 
 
 def _setup(t: _Tour) -> None:
-    t.echo("edgeq demo: MQe's message expiry, step by step, on a real SQLite store.")
+    t.echo("Act one: MQe's message expiry, step by step, on a real SQLite store.")
     t.echo(f"Store: {t.path} (queue manager {DEMO_QM}).")
     t.echo(f"The clock is a ManualClock set to {format_time(START_MS)}: the demo moves it by hand,")
     t.echo("so nothing waits and every run prints the same.")
@@ -286,7 +165,7 @@ def _check_get(t: _Tour) -> None:
     got = t.qm.get(ORDERS)
     assert got is not None  # order-B is alive: its own expiry runs to 09:05:00
     t.say(f"get({ORDERS}) discarded order-C, first in line, and returned:")
-    t.say(f"  {_brief(got)}")
+    t.say(f"  {brief(got)}")
     t.say("order-B's own 5m expiry overrides the queue's 60s; a got message reports the time left.")
     t.say("order-A, behind it, was not reached: it is expired but still stored.")
 
@@ -349,7 +228,7 @@ def _assured(t: _Tour) -> None:
     t.qm.undo(ORDERS, 202)
     t.show(ORDERS)
     got = t.qm.get(ORDERS, confirm_id=203)
-    assert got is not None and got.uid == uid
+    assert got is not None and got.uid == uid  # the only visible message, undone above
     t.say("get(confirm_id=203) locked it again; this time the consumer confirms:")
     t.qm.confirm_get(ORDERS, uid)
     t.say(f"confirm_get() deleted it: depth of {ORDERS} is {t.qm.depth(ORDERS)}.")

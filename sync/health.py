@@ -1,0 +1,234 @@
+"""How each queue's sync is going, as the agent sees it: when it last succeeded, its last
+error and that error's code, how many of its messages were given up, and its own retry
+schedule, so that one failing queue (refused, forbidden, missing on the server) waits on
+its own backoff while the other queues and the other direction go on.
+
+The agent keeps this in the device's store (``QueueManager.record_sync_state``), where
+``edgeq sync status`` reads it from another process. To spare flash storage an idle
+agent does not write every cycle: a state is written when something other than its
+timestamps changed, else at most every :data:`REFRESH_MS`.
+
+The hints say what to do, and where: a queue missing on the server is defined *there*
+(``edgeq queue define X --db <its store>``), a forbidden queue is allowed there.
+
+>>> refusal_code("no-queue: no queue 'METRICS' on queue manager HOME")
+'no-queue'
+>>> refusal_code("queue 'ORDERS' is full (1000 messages, its max_depth): ...")
+'queue-full'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from edgeq.manager import QueueManager
+from edgeq.types import Clock
+
+__all__ = ["QUEUE_CODES", "REFRESH_MS", "Direction", "Health", "QueueHealth", "forbidden_hint", "missing_hint",
+           "plain_refusal", "refusal_code", "refusal_hint"]
+
+Direction = Literal["push", "pull"]
+#: Refusals of a whole request that concern its queue, not the device: that queue fails
+#: alone (any other refusal, e.g. ``unauthorized``, and an unreachable server stop a push or pull).
+QUEUE_CODES = frozenset({"forbidden", "invalid", "too-large", "not-found"})
+#: At most this long (ms) between two writes of a state whose only change is its timestamps.
+REFRESH_MS = 60_000
+_TIMESTAMPS = ("last_attempt_ms", "last_success_ms", "last_cycle_ms", "updated_ms")
+#: Refusal reasons the server gives, by what they say (its per-message results carry no code).
+_CODES = (("no-queue", "no-queue"), ("is full", "queue-full"), ("max_bytes", "queue-full"),
+          ("max_message_bytes", "too-large"), ("larger than", "too-large"), ("too large", "too-large"))
+
+
+def refusal_code(why: str) -> str:
+    """A short code for a refusal reason: ``no-queue``, ``queue-full``, ``too-large`` or ``refused``."""
+    for needle, code in _CODES:
+        if needle in why:
+            return code
+    return "refused"
+
+
+def plain_refusal(why: str, server: str, target: str) -> str:
+    """A refusal reason as the device keeps and shows it: the server's own advice for a
+    missing queue is for a Python caller on the server (``define_queue(...)``), so that
+    reason is said anew; any other stays as the server gave it.
+
+    >>> plain_refusal("no-queue: no queue 'M' on queue manager HOME: define it with define_queue('M')", "HOME", "M")
+    'no-queue: HOME has no queue M'
+    """
+    return f"no-queue: {server} has no queue {target}" if refusal_code(why) == "no-queue" else why
+
+
+def missing_hint(server: str, queue: str, purpose: str = "") -> str:
+    """What to do about a queue ``server`` does not have (``purpose``: what it is for), said
+    for the server's operator.
+
+    >>> missing_hint("HOME", "METRICS")
+    "HOME has no queue METRICS: define it on the server (edgeq queue define METRICS --db <the server's store>)"
+    """
+    return (f"{server} has no queue {queue}{purpose}: define it on the server "
+            f"(edgeq queue define {queue} --db <the server's store>)")
+
+
+def refusal_hint(server: str, target: str, code: str, why: str, limit: int) -> str:
+    """One line about messages of a remote queue refused with reason ``why``: what happened,
+    what to do, and what happens to them meanwhile."""
+    what = missing_hint(server, target) if code == "no-queue" else f"{server} refused them: {why}"
+    return (f"{what}; they stay here and are offered again, each at most {limit} times before it is "
+            "given up to this queue's dead-letter handling (rules see reason 'refused')")
+
+
+def forbidden_hint(device: str, server: str, target: str, detail: str) -> str:
+    """A forbidden push: the server's reason, and where to change it."""
+    return (f"{detail}: allow it on the server (edgeq server devices add {device} --public-key <its key> "
+            f"--queues <its queues>,{target} --db <the server's store>), or stop putting to this queue")
+
+
+@dataclass(slots=True)
+class QueueHealth:
+    """What the agent knows of one queue's sync (times are device epoch ms)."""
+
+    direction: Direction
+    last_attempt_ms: int | None = None
+    last_success_ms: int | None = None  #: the last attempt that moved everything it was offered
+    last_error: str | None = None  #: what went wrong last time (kept after a later success)
+    last_error_code: str | None = None
+    last_error_ms: int | None = None
+    failures: int = 0  #: attempts in a row that moved nothing and failed
+    next_retry_ms: int | None = None  #: the queue waits for its backoff until then (None: every round)
+    given_up: int = 0  #: messages given up after their refusal limit, in all
+    retry_at: float | None = field(default=None, compare=False)  #: monotonic seconds (this process only)
+
+    def state(self) -> dict[str, Any]:
+        """As stored (JSON)."""
+        out = asdict(self)
+        del out["retry_at"]
+        return out
+
+    @classmethod
+    def from_state(cls, direction: Direction, state: dict[str, Any]) -> QueueHealth:
+        """From a stored state (keys it does not know are ignored; a bad one starts afresh)."""
+        known = {k: v for k, v in state.items() if k in cls.__dataclass_fields__ and k not in ("direction", "retry_at")}
+        try:
+            return cls(direction, **known)
+        except TypeError:
+            return cls(direction)
+
+    @property
+    def failing(self) -> bool:
+        """Whether its last error is newer than its last success."""
+        return self.last_error_ms is not None and (self.last_success_ms is None or self.last_error_ms > self.last_success_ms)
+
+
+class Health:
+    """Every queue's :class:`QueueHealth` for one agent over ``qm``; ``clock`` is the device's
+    wall clock (ms, for the record), ``monotonic`` (seconds) times the backoff. A queue
+    that failed without moving anything waits ``backoff_base_s`` doubled per failure in a
+    row, at most ``backoff_max_s``. Thread-safe."""
+
+    def __init__(self, qm: QueueManager, *, clock: Clock, monotonic: Callable[[], float],
+                 backoff_base_s: float = 1.0, backoff_max_s: float = 300.0) -> None:
+        self.qm = qm
+        self.clock = clock
+        self.monotonic = monotonic
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._queues: dict[str, QueueHealth] | None = None  # loaded from the store when first needed
+        self._agent: dict[str, Any] = {}
+        self._written: dict[str, tuple[dict[str, Any], int]] = {}  # name -> (state written, when)
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, QueueHealth]:
+        if self._queues is None:
+            overview = self.qm.sync_overview()
+            self._agent = dict(overview.agent)
+            self._queues = {}
+            for q in overview.queues:
+                direction: Direction = "push" if q.kind == "remote" else "pull"
+                self._queues[q.name] = QueueHealth.from_state(direction, q.state)
+                self._written[q.name] = (q.state, self.clock())
+        return self._queues
+
+    def _of(self, queue: str, direction: Direction) -> QueueHealth:
+        queues = self._load()
+        found = queues.get(queue)
+        if found is None or found.direction != direction:
+            found = queues[queue] = QueueHealth(direction)
+        return found
+
+    def due(self, queue: str, direction: Direction) -> bool:
+        """Whether the queue's backoff (if any) has run out."""
+        with self._lock:
+            retry_at = self._of(queue, direction).retry_at
+            return retry_at is None or self.monotonic() >= retry_at
+
+    def succeeded(self, queue: str, direction: Direction) -> None:
+        """An attempt moved everything it was offered (or had nothing to do)."""
+        now = self.clock()
+        with self._lock:
+            h = self._of(queue, direction)
+            h.last_attempt_ms = h.last_success_ms = now
+            h.failures, h.retry_at, h.next_retry_ms = 0, None, None
+
+    def failed(self, queue: str, direction: Direction, code: str, error: str, *, moved: bool = False) -> None:
+        """An attempt failed with ``code`` (``error`` says what to do). If it ``moved`` some
+        messages the queue is retried at the next round, else it waits for its backoff."""
+        now, mono = self.clock(), self.monotonic()
+        with self._lock:
+            h = self._of(queue, direction)
+            h.last_attempt_ms = h.last_error_ms = now
+            h.last_error, h.last_error_code = error, code
+            if moved:
+                h.failures, h.retry_at, h.next_retry_ms = 0, None, None
+                return
+            h.failures += 1
+            delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** min(h.failures - 1, 30))
+            h.retry_at = mono + delay
+            h.next_retry_ms = now + round(delay * 1000)
+
+    def gave_up(self, queue: str, count: int) -> None:
+        """``count`` messages of the remote queue reached their refusal limit."""
+        with self._lock:
+            self._of(queue, "push").given_up += count
+
+    def agent(self, **fields: Any) -> None:
+        """Update the agent's own record (``server``, ``last_error``, ``next_retry_ms``, ...)."""
+        with self._lock:
+            self._load()
+            self._agent.update(fields)
+            self._agent["updated_ms"] = self.clock()
+
+    def snapshot(self) -> tuple[dict[str, QueueHealth], dict[str, Any]]:
+        """Copies of every queue's record and of the agent's, as they are now."""
+        with self._lock:
+            queues = self._load()
+            return ({name: QueueHealth(**{**h.state(), "retry_at": h.retry_at}) for name, h in queues.items()},
+                    dict(self._agent))
+
+    def flush(self) -> None:
+        """Write the states that changed to the store (one transaction), timestamps alone
+        at most every :data:`REFRESH_MS`."""
+        now = self.clock()
+        with self._lock:
+            queues = self._load()
+            changed: dict[str, dict[str, Any]] = {}
+            for name, h in queues.items():
+                state = h.state()
+                before, when = self._written.get(name, ({}, 0))
+                if _significant(state) != _significant(before) or (state != before and now - when >= REFRESH_MS):
+                    changed[name] = state
+            agent_before, agent_when = self._written.get("", ({}, 0))
+            if _significant(self._agent) != _significant(agent_before) or (
+                    self._agent != agent_before and now - agent_when >= REFRESH_MS):
+                changed[""] = dict(self._agent)
+            if not changed:
+                return
+            self.qm.record_sync_state(changed)
+            for name, written in changed.items():
+                self._written[name] = (written, now)
+
+
+def _significant(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k not in _TIMESTAMPS}
