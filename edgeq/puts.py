@@ -285,9 +285,9 @@ class Puts:
             # A damaged locked row is neither published nor discarded as expired (its
             # deadline may be what is damaged): quarantined, it answers "unknown" so the
             # sender keeps its copy and puts it again.
-            for row in [r for r in held.values() if r.state == MessageState.PUT_LOCKED and not is_intact(q.name, r)]:
-                events += self.sink.quarantine(tx, q, row, now, through_index=True)
-                del held[(row.origin, row.stamp)]
+            for bad in [r for r in held.values() if r.state == MessageState.PUT_LOCKED and not is_intact(q.name, r)]:
+                events += self.sink.quarantine(tx, q, bad, now, through_index=True)
+                del held[(bad.origin, bad.stamp)]
             for uid, key in zip(checked, keys, strict=True):
                 row = held.get(key)
                 if row is None:

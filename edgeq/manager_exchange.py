@@ -1,0 +1,246 @@
+"""The queue manager's verbs for exchanging messages with other queue managers: transmission
+and settling (the sync agent's), refusals and sync state, the journal, and a home server's
+held puts and devices. Part of :class:`~edgeq.manager.QueueManager`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from edgeq.devices import DeviceRecord, DeviceRegistry
+from edgeq.events import EventSink
+from edgeq.holds import HeldGroup, HeldUsage, Holds
+from edgeq.journal import JournalEntry, RemoteExpiryResult
+from edgeq.message import Message
+from edgeq.transmit import Refusal, SyncOverview, Transmitter
+from edgeq.uid import MessageUID
+
+__all__ = ["ExchangeVerbs"]
+
+
+class ExchangeVerbs:
+    """What the sync agent and the home server call (a mixin of ``QueueManager``: it uses
+    the parts the queue manager builds)."""
+
+    _transmitter: Transmitter
+    _sink: EventSink
+    _holds: Holds
+    _devices: DeviceRegistry
+
+    # -- transmission and settling -----------------------------------------------------------
+    def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:
+        """Register what pushes a sync-mode remote queue inside ``put`` (the sync agent
+        does this): ``transmitter(queue_name)`` must deliver the queue now or raise."""
+        self._transmitter.set_transmitter(transmitter)
+
+    def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
+        """The next ``limit`` messages to transmit from a remote queue, in get order,
+        without removing or locking them. Expired ones met first are discarded
+        (rules see ``where="get"``): an expired message is never transmitted."""
+        return self._transmitter.next_for_transmission(queue, limit)
+
+    def transmitted(self, queue: str, uids: Sequence[MessageUID | str]) -> int:
+        """Delete local copies the target has confirmed, in one transaction (rules see
+        reason ``transmitted``); uids no longer here are skipped. Returns how many."""
+        return self._transmitter.transmitted(queue, uids)
+
+    def settled_below(self) -> int:
+        """This store's low-water mark: no uid of its :attr:`origin` with a stamp below it
+        is held on a remote queue, so none will ever be transmitted again. The sync agent
+        sends it on every request; the receiver then forgets those uids (:meth:`settle`).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> uid = qm.put("ORDERS", Message(b"x"))
+        >>> qm.settled_below() == uid.stamp
+        True
+        >>> _ = qm.transmitted("ORDERS", [uid]); qm.settled_below() == uid.stamp + 1
+        True
+        >>> qm.close()
+        """
+        return self._transmitter.settled_below()
+
+    def settle(self, origin: str, below: int) -> int:
+        """The sender of ``origin``'s messages says it holds none with a stamp below
+        ``below`` any more (its :meth:`settled_below`): forget those remembered
+        confirmed uids on every queue. From then on ``origin``'s uids are forgotten only
+        this way, never by age (``remember_confirmed_ms`` no longer applies to them).
+        Returns how many were forgotten.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, MessageUID, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.define_queue("Q"); uid = MessageUID("DEV1:abc", 5)
+        >>> _ = qm.put("Q", Message(b"x", uid=uid), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> qm.remembered_count("DEV1:abc"), qm.settle("DEV1:abc", 6), qm.remembered_count("DEV1:abc")
+        (1, 1, 0)
+        >>> qm.close()
+        """
+        return self._transmitter.settle(origin, below)
+
+    def settle_queue(self, queue: str, held: Mapping[str, int]) -> int:
+        """The sender of ``queue``'s messages (a home server, for a home-server queue)
+        still holds, per origin, nothing below ``held[origin]``, and nothing of an origin
+        it does not name (its :meth:`held_low_water`): forget the rest of the confirmed
+        uids this queue remembers; those origins are no longer forgotten by age.
+        Returns how many were forgotten."""
+        return self._transmitter.settle_queue(queue, held)
+
+    def held_low_water(self, queue: str) -> dict[str, int]:
+        """Per origin, the lowest stamp ``queue`` holds in any state: a puller may be
+        offered again only what is at or above it (sent with every pull).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, MessageUID, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.define_queue("Q"); _ = qm.put_many("Q", [Message(b"a", uid=MessageUID("X", 9)),
+        ...                                            Message(b"b", uid=MessageUID("X", 7))])
+        >>> qm.held_low_water("Q")
+        {'X': 7}
+        >>> qm.close()
+        """
+        return self._transmitter.held_low_water(queue)
+
+    def remembered_count(self, origin: str | None = None) -> int:
+        """How many confirmed uids this queue manager remembers to recognise late
+        duplicates (of ``origin`` only, if given): bounded by what senders still hold."""
+        return self._transmitter.remembered_count(origin)
+
+    def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
+        """The target of remote queue ``queue`` refused these ``(uid, reason)``: count one
+        refusal each and give up those refused ``refusal_limit`` times (default
+        ``edgeq.transmit.DEFAULT_REFUSAL_LIMIT``), removed with reason ``refused``
+        (a bound ``dead-letter`` rule keeps a copy). The sync agent calls it.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        >>> uid = qm.put("ORDERS", Message(b"x"))
+        >>> [(r.count, r.given_up) for r in qm.refused("ORDERS", [(uid, "no-queue")])]
+        [(1, False)]
+        >>> qm.close()
+        """
+        return self._transmitter.refused(queue, refusals)
+
+    def sync_overview(self) -> SyncOverview:
+        """Every remote and home-server queue with its backlog and refusals, and the state
+        the sync agent recorded (what ``edgeq sync status`` shows)."""
+        return self._transmitter.sync_overview()
+
+    def record_sync_state(self, states: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Keep the sync agent's state per queue (``""``: its own) in the store, as JSON."""
+        self._transmitter.record_sync_state(states)
+
+
+    # -- the journal -------------------------------------------------------------------------
+    def journal_since(self, after_id: int = 0, limit: int = 10_000) -> list[JournalEntry]:
+        """Journal entries with an id above ``after_id``, oldest first (at most ``limit``).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> [(e.kind, e.uid == str(uid)) for e in qm.journal_since()]
+        [('accepted', True)]
+        >>> qm.close()
+        """
+        return self._sink.journal_since(after_id, limit)
+
+    def journal_trim(self, up_to_id: int) -> int:
+        """Delete journal entries up to ``up_to_id`` (a device, once the server has them)."""
+        return self._sink.journal_trim(up_to_id)
+
+    def journal_remote_expiries(
+        self, device: str, entries: Sequence[JournalEntry], *, clock_offset_ms: int = 0
+    ) -> int:
+        """Record expiries a device reports (from its own journal): side ``device``,
+        times rebased to this clock by ``clock_offset_ms`` (device minus server). A
+        report received twice is kept once. Returns how many entries were new
+        (:meth:`journal_remote_expiries_each` answers each entry, and refuses
+        foreign ones)."""
+        return self._sink.remote_expiries(device, entries, clock_offset_ms)
+
+    def journal_remote_expiries_each(
+        self, device: str, entries: Sequence[JournalEntry], *, clock_offset_ms: int = 0
+    ) -> list[RemoteExpiryResult]:
+        """Record expiries a device reports, answering each entry (in order) instead of
+        counting: ``recorded`` (new), ``already`` (kept before: a report received twice
+        is kept once) or ``refused`` with the reason (not an expiry, or **foreign**: not
+        the device's own message, nor one it pulled from a queue this server holds for
+        it, ``<device>.<queue>``). Refusals never stop the rest. Times are rebased as in
+        :meth:`journal_remote_expiries`.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> from edgeq.journal import JournalEntry
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> own = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV1.42", "DEV1", check_point="get")
+        >>> pulled = JournalEntry(0, "expired", "device", 5, "DEV1.INBOX", "HOME.7", "HOME", check_point="get")
+        >>> foreign = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV2.9", "DEV2", check_point="get")
+        >>> [r.status for r in qm.journal_remote_expiries_each("DEV1", [own, pulled, foreign, own])]
+        ['recorded', 'recorded', 'refused', 'already']
+        >>> qm.close()
+        """
+        return self._sink.remote_expiries_each(device, entries, clock_offset_ms)
+
+    # -- held puts (a home server's) ---------------------------------------------------------
+    def held_puts(self, sender: str | None = None, *, older_than_ms: int | None = None) -> list[HeldGroup]:
+        """Assured puts stored locked and not confirmed (of queue manager ``sender``, any
+        incarnation; held at least ``older_than_ms``), summed by sender and queue."""
+        return self._holds.held(sender, older_than_ms=older_than_ms)
+
+    def held_usage(
+        self, sender: str, *, queue: str | None = None, uids: Sequence[MessageUID | str] | None = None
+    ) -> HeldUsage:
+        """What ``sender`` holds put-locked here (with ``queue`` and ``uids``: only those uids there)."""
+        return self._holds.usage(sender, queue=queue, uids=uids)
+
+    def undo_held_puts(self, sender: str | None = None, *, older_than_ms: int = 0) -> int:
+        """Undo the held puts (of ``sender``) held ``older_than_ms`` or longer, as
+        :meth:`undo` does (rules see reason ``deleted``; a resend is stored afresh)."""
+        return self._holds.undo(sender, older_than_ms=older_than_ms)
+
+    # -- devices (a home server's) -----------------------------------------------------------
+    def record_device(
+        self, name: str, *, clock_offset_ms: int | None = None, agent: str | None = None
+    ) -> None:
+        """Note that device ``name`` was heard from now (and, at a hello, its clock
+        offset: device clock minus ours, and its agent string)."""
+        self._devices.record_device(name, clock_offset_ms=clock_offset_ms, agent=agent)
+
+    def devices(self) -> list[DeviceRecord]:
+        """The devices this queue manager has heard from, by name.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.record_device("DEV1", clock_offset_ms=-12); [(d.name, d.clock_offset_ms) for d in qm.devices()]
+        [('DEV1', -12)]
+        >>> qm.close()
+        """
+        return self._devices.devices()
+
+    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
+        """Register a device for authenticated sync: its raw 32-byte Ed25519 public key,
+        and the queues it may push to (None: any). Registering again re-keys it and
+        lifts a revocation.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.register_device("DEV1", bytes(32), queues=["ORDERS"]); qm.device("DEV1").queues
+        ('ORDERS',)
+        >>> qm.close()
+        """
+        self._devices.register_device(name, public_key, queues=queues)
+
+    def revoke_device(self, name: str) -> None:
+        """Revoke a device: the server refuses its requests from now on."""
+        self._devices.revoke_device(name)
+
+    def device(self, name: str) -> DeviceRecord | None:
+        """What this queue manager knows of device ``name`` (None: nothing)."""
+        return self._devices.device(name)
