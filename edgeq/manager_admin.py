@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from edgeq.bindings import BindingInfo, RuleBook
-from edgeq.check import StoreCheck
-from edgeq.checkreport import CheckReport
 from edgeq.connection import ConnectionFactory
 from edgeq.events import EventSink
 from edgeq.results import QuarantineEntry
@@ -16,6 +14,7 @@ from edgeq.rulestore import FailureRow
 from edgeq.sealer import Sealer
 
 if TYPE_CHECKING:
+    from edgeq.checkreport import CheckReport
     from edgeq.rules import QueueRule
 
 __all__ = ["AdminVerbs"]
@@ -133,5 +132,7 @@ class AdminVerbs:
         (True, 1)
         >>> qm.close()
         """
+        from edgeq.check import StoreCheck  # an operator's tool: not paid for by every `import edgeq`
+
         checker = StoreCheck(self._db)
         return checker.repair(self._sink) if repair else checker.run()
