@@ -135,6 +135,11 @@ class DeviceRegistry:
         with self.db.read() as conn:
             return DeviceTx(conn).all()
 
+    def has_registered(self) -> bool:
+        """Whether any device was ever registered with a key (revoked ones count)."""
+        with self.db.read() as conn:
+            return conn.execute("SELECT 1 FROM devices WHERE public_key IS NOT NULL LIMIT 1").fetchone() is not None
+
     def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
         """Register a device for authenticated sync (see ``QueueManager.register_device``)."""
         check_name(name, "device name")

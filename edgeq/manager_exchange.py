@@ -237,6 +237,21 @@ class ExchangeVerbs:
         """
         self._devices.register_device(name, public_key, queues=queues)
 
+    def has_registered_device(self) -> bool:
+        """Whether a device was ever registered here (revoked ones count): what turns a home
+        server's authentication on. One SELECT that stops at the first such device.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.record_device("DEV1"); qm.has_registered_device()
+        False
+        >>> qm.register_device("DEV1", bytes(32)); qm.has_registered_device()
+        True
+        >>> qm.close()
+        """
+        return self._devices.has_registered()
+
     def revoke_device(self, name: str) -> None:
         """Revoke a device: the server refuses its requests from now on."""
         self._devices.revoke_device(name)

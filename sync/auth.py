@@ -147,7 +147,7 @@ class AuthGate:
         worker thread. Turning on is logged once (``"event": "auth-on"``)."""
         if self._on or self.mode != "auto" or self.qm is None:
             return self._on
-        if not any(d.public_key is not None for d in self.qm.devices()):
+        if not self.qm.has_registered_device():
             return False
         with self._lock:
             turned, self._on = not self._on, True
