@@ -185,8 +185,8 @@ def checked_queue(q: Q, conn: sqlite3.Connection) -> Q:
         q.id, q.name, q.ordering, q.kind, q.default_priority, q.depth, q.bytes, q.mode, q.encryption, q.on_full,
         q.created_ms,
         (q.expiry_ms, q.cap_expiry_ms, q.max_depth, q.max_message_bytes, q.depth_threshold, q.max_bytes,
-         q.refusal_limit),
-        (q.target_qmgr, q.target_queue, q.server),
+         q.refusal_limit, q.backout_threshold),
+        (q.target_qmgr, q.target_queue, q.server, q.backout_queue),
     )
     if problem is not None:
         raise damaged(f"the row of queue {q.name!r} holds a value no edgeq writes: {problem}", conn)

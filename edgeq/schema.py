@@ -42,6 +42,14 @@ Tables:
     per message of a remote queue, how often its target refused it and why; a
     message refused ``queues.refusal_limit`` times is given up (rules see
     reason ``refused``).
+``admin_replies`` (v9)
+    on a device: the reply to every admin request it executed, by request id, so a
+    request delivered twice is answered from here and never executed twice.
+``admin_keys`` (v9)
+    on a device: the operator keys whose signed admin requests it executes, and
+    which actions each may run.
+``admin_requests`` (v9)
+    on a home server: the admin requests sent to devices and the replies received.
 ``devices`` (v5)
     the devices a home server has heard from: last contact, clock offset.
 ``queue_stats`` / ``stats_applied`` (v2)
@@ -52,6 +60,9 @@ Tables:
     arrival (or put-confirm) stamp: ``ORDER BY rank DESC, seq`` is get order.
     ``deadline`` is the effective expiry in epoch ms (NULL: never). ``crc`` (v8)
     is the row's checksum (``edgeq.integrity``).
+
+Queues carry (v9) ``backout_threshold`` and ``backout_queue`` (IBM MQ's BOTHRESH and
+BOQNAME): a message backed out that many times is moved, not redelivered.
 """
 
 from __future__ import annotations
@@ -297,7 +308,44 @@ def _v8(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(db: Database) -> None:
+    """Waiting consumers and remote administration: backout thresholds, the replies a
+    device remembers (exactly-once execution of admin requests), the operator keys it
+    trusts, and a home server's record of the requests it sent."""
+    db.execute("ALTER TABLE queues ADD COLUMN backout_threshold INTEGER")
+    db.execute("ALTER TABLE queues ADD COLUMN backout_queue TEXT")
+    db.execute(
+        """CREATE TABLE admin_replies (
+               request_id TEXT PRIMARY KEY,
+               executed_ms INTEGER NOT NULL,
+               reply BLOB NOT NULL) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX admin_replies_age ON admin_replies (executed_ms)")
+    db.execute(
+        """CREATE TABLE admin_keys (
+               key_id TEXT PRIMARY KEY,
+               public_key BLOB NOT NULL,
+               actions TEXT NOT NULL,
+               added_ms INTEGER NOT NULL) WITHOUT ROWID"""
+    )
+    db.execute(
+        """CREATE TABLE admin_requests (
+               request_id TEXT PRIMARY KEY,
+               device TEXT NOT NULL,
+               action TEXT NOT NULL,
+               target TEXT,
+               request BLOB NOT NULL,
+               created_ms INTEGER NOT NULL,
+               expires_ms INTEGER,
+               replied_ms INTEGER,
+               rc TEXT,
+               reply BLOB) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX admin_requests_device ON admin_requests (device, created_ms)")
+    db.execute("CREATE INDEX admin_requests_pending ON admin_requests (created_ms) WHERE replied_ms IS NULL")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

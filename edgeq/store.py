@@ -11,13 +11,11 @@ module only knows rows.
 from __future__ import annotations
 
 import sqlite3
-import struct
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from edgeq.damage import advance, checked_queue, missing_queue
-from edgeq.integrity import CRC_SQL, row_crc
+from edgeq.integrity import CRC_SQL
+from edgeq.records import MessageRow, NewMessage, QueueRow, as_stored, is_intact, new_crc, stored_size
 from edgeq.syncstore import forget_refusals, prune_refusals
 from edgeq.types import MessageState
 
@@ -33,120 +31,9 @@ _MSG_COLS = (
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
     "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server, encryption, "
-    "bytes, max_bytes, on_full, refusal_limit"
+    "bytes, max_bytes, on_full, refusal_limit, backout_threshold, backout_queue"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
-
-
-class MessageRow(NamedTuple):
-    """A message row as stored (``data`` and ``fields`` are sealed if ``key_id`` is set)."""
-    id: int
-    origin: str
-    stamp: int
-    state: int
-    confirm_id: int | None
-    priority: int
-    created_ms: int
-    arrived_ms: int
-    expiry_kind: int
-    expiry_value: int | None
-    cap_at: int | None
-    deadline: int | None
-    backout_count: int
-    correlation_id: bytes | None
-    reply_to: str | None
-    report: str | None
-    fields: bytes | None
-    data: bytes
-    key_id: str | None = None  # the store key ``data`` and ``fields`` are sealed with (None: clear)
-    crc: int | None = None  # edgeq.integrity.row_crc of the row as written
-
-
-def stored_size(row: MessageRow | NewMessage) -> int:
-    """The bytes a message takes against ``max_bytes`` budgets: data plus fields, as stored."""
-    return len(row.data) + (len(row.fields) if row.fields is not None else 0)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRow:
-    """A queue row as stored, with its current ``depth``."""
-    id: int
-    name: str
-    expiry_ms: int | None
-    cap_expiry_ms: int | None
-    max_depth: int | None
-    max_message_bytes: int | None
-    default_priority: int
-    ordering: str
-    created_ms: int
-    depth: int
-    depth_threshold: int | None
-    kind: str
-    target_qmgr: str | None
-    target_queue: str | None
-    mode: str | None
-    server: str | None
-    encryption: str | None
-    bytes: int = 0  # data plus fields of every message held, as stored (kept in step like depth)
-    max_bytes: int | None = None
-    on_full: str = "reject"
-    refusal_limit: int | None = None
-
-
-class NewMessage(NamedTuple):
-    """The values of a row to insert (``id`` is assigned by SQLite)."""
-
-    origin: str
-    stamp: int
-    state: int
-    confirm_id: int | None
-    rank: int
-    seq: int
-    priority: int
-    created_ms: int
-    arrived_ms: int
-    expiry_kind: int
-    expiry_value: int | None
-    cap_at: int | None
-    deadline: int | None
-    correlation_id: bytes | None
-    reply_to: str | None
-    report: str | None
-    fields: bytes | None
-    data: bytes
-    key_id: str | None = None
-
-
-def new_crc(queue: str, r: NewMessage) -> int:
-    """The checksum (``edgeq.integrity``) a new row of queue ``queue`` is stored with."""
-    return row_crc(
-        queue, r.origin, r.stamp, r.priority, r.created_ms, r.arrived_ms, r.expiry_kind, r.expiry_value,
-        r.cap_at, r.deadline, r.correlation_id, r.reply_to, r.report, r.key_id, r.fields, r.data,
-    )
-
-
-def is_intact(queue: str, row: MessageRow) -> bool:
-    """Whether ``row``, read for queue ``queue``, is what was written there (its checksum matches)."""
-    if row.crc is None:
-        return False
-    try:
-        crc = row_crc(
-            queue, row.origin, row.stamp, row.priority, row.created_ms, row.arrived_ms, row.expiry_kind,
-            row.expiry_value, row.cap_at, row.deadline, row.correlation_id, row.reply_to, row.report,
-            row.key_id, row.fields, row.data,
-        )
-    except (TypeError, ValueError, struct.error):  # a value of the wrong type: SQLite's typing let a flip through
-        return False
-    return crc == row.crc
-
-
-def as_stored(queue: str, r: NewMessage) -> MessageRow:
-    """The row a new message of queue ``queue`` is (for events made before it is inserted)."""
-    return MessageRow(
-        0, r.origin, r.stamp, r.state, r.confirm_id, r.priority, r.created_ms, r.arrived_ms, r.expiry_kind,
-        r.expiry_value, r.cap_at, r.deadline, 0, r.correlation_id, r.reply_to, r.report, r.fields, r.data,
-        r.key_id, new_crc(queue, r),
-    )
 
 
 def _by_origin(uids: Sequence[tuple[str, int]]) -> Iterator[tuple[str, list[int]]]:
