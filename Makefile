@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo-server
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test typecheck lint clean bench bench-smoke
+.PHONY: demo test typecheck lint clean bench bench-smoke browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,14 @@ typecheck: $(TEST_STAMP)
 	cp -r edgeq build/typecheck/edgeq && cp -r rules build/typecheck/edgeq/rules && cp -r sync build/typecheck/edgeq/sync
 	cd build/typecheck && ../../$(BIN)/mypy --strict --config-file ../../pyproject.toml -p edgeq
 
-test: $(TEST_STAMP) lint typecheck
+# The browser tests (the pipeline's HTML report) drive Debian's chromium through its
+# chromedriver: installed here when missing (CI runs as root; elsewhere sudo is used).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; }
+
+test: $(TEST_STAMP) browser lint typecheck
 	$(BIN)/python -m pytest
 
 # The benchmarks run in their own environment: edgeq plus the peers it is

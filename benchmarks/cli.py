@@ -65,12 +65,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="backlog sizes, e.g. 1k,40k,100k,1M (the largest also sizes depth and memory)")
     p.add_argument("--libs", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
                    help=f"libraries to measure (default all): {', '.join(ALL_LIBS)}")
-    p.add_argument("--ops", type=int, help="operations per timed loop (puts, get+confirms)")
+    p.add_argument("--ops", type=int, help="operations per timed loop (puts, get+confirms; thread cases: in all)")
+    p.add_argument("--threads", type=parse_sizes,
+                   help="thread counts of the thread-scaling cases, e.g. 1,8 (default 1,2,4,8,16; smoke 1,4)")
     p.add_argument("--expiry", type=parse_sizes, help="expired messages to discard, e.g. 1M")
     p.add_argument("--budget", type=float, help="seconds a timed loop may run before stopping early")
     p.add_argument("--rounds", type=int, help="rounds per case, median reported (default 3; smoke 1)")
     p.add_argument("--sync-messages", type=parse_sizes,
                    help="messages the sync case pushes (edgeq) and publishes (MQTT), e.g. 20k (default 20k; smoke 500)")
+    p.add_argument("--fleet-workers", type=parse_sizes, help="fleet case: edgeq serve --workers values, e.g. 1,2")
     p.add_argument("--no-install", action="store_true",
                    help="never apt-get install mosquitto (the sync case's MQTT baseline) when it is missing")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report (default %(default)s)")
@@ -88,7 +91,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if s.target_backlog not in args.sizes:
             s = s.replace(target_backlog=args.sizes[0] if len(args.sizes) == 1 else sorted(args.sizes)[1])
     if args.ops:
-        s = s.replace(put_ops=args.ops, get_ops=args.ops)
+        s = s.replace(put_ops=args.ops, get_ops=args.ops, thread_ops=args.ops)
+    if args.threads:
+        s = s.replace(thread_counts=args.threads)
     if args.expiry:
         s = s.replace(expiry_messages=args.expiry[0])
     if args.budget:
@@ -99,6 +104,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         s = s.replace(sync_messages=args.sync_messages[0])
     if args.no_install:
         s = s.replace(install_mosquitto=False)
+    if args.fleet_workers:
+        s = s.replace(fleet_workers=tuple(args.fleet_workers))
     return s
 
 

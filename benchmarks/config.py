@@ -20,6 +20,10 @@ class Settings:
     put_ops: int = 10_000
     #: get+confirm operations measured on top of each backlog.
     get_ops: int = 10_000
+    #: Thread-scaling cases: the thread counts, and the operations of one measurement
+    #: (shared out among its threads).
+    thread_counts: tuple[int, ...] = (1, 2, 4, 8, 16)
+    thread_ops: int = 8_000
     #: Messages per batch put, and how many batches (the median batch is reported).
     batch_size: int = 10_000
     batch_repeats: int = 5
@@ -47,6 +51,23 @@ class Settings:
     sync_messages: int = 20_000
     sync_batch: int = 500
     mqtt_inflight: int = 1_000
+    #: Bytes on the wire: edgeq's batch sizes, and the readings each row sends (a quarter
+    #: at batch 1; MQTT publishes this many).
+    wire_batches: tuple[int, ...] = (1, 10, 100, 500)
+    wire_messages: int = 5_000
+    #: Many devices at once: the fleet sizes, each device's backlog and batch size, and
+    #: the processes that drive the devices (each device a thread with its own store).
+    fleet_devices: tuple[int, ...] = (10, 50, 200)
+    fleet_messages: int = 500
+    fleet_batch: int = 100
+    fleet_processes: int = 2
+    #: ``edgeq serve --workers``: each fleet size is run with each of these
+    fleet_workers: tuple[int, ...] = (1,)
+    #: Waiting gets: wake-ups timed per measurement, the pause before each put (between
+    #: this and twice this, in ms), and how long the idle get waits (its CPU is measured).
+    wakeups: int = 100
+    wakeup_gap_ms: float = 50.0
+    idle_s: float = 10.0
     #: Install mosquitto from Debian packages (apt-get) when it is missing.
     install_mosquitto: bool = True
     smoke: bool = False
@@ -78,6 +99,8 @@ SMOKE = Settings(
     sizes=(200, 1_000),
     put_ops=100,
     get_ops=100,
+    thread_counts=(1, 4),
+    thread_ops=100,
     batch_size=200,
     batch_repeats=2,
     drain_messages=200,
@@ -92,5 +115,13 @@ SMOKE = Settings(
     sync_messages=500,
     sync_batch=100,
     mqtt_inflight=100,
+    wire_batches=(10, 100),
+    wire_messages=200,
+    fleet_devices=(2, 4),
+    fleet_messages=40,
+    fleet_batch=20,
+    wakeups=10,
+    wakeup_gap_ms=10.0,
+    idle_s=0.5,
     smoke=True,
 )

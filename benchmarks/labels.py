@@ -24,14 +24,53 @@ _RAW_BY_CASE = {
     "check": "raw sqlite3 PRAGMA integrity_check",
 }
 
+#: How each library is shared by the threads of the thread-scaling cases.
+_THREADED = {
+    "pq-ack": "persist-queue SQLiteAckQueue (multithreading=True)",
+    "litequeue": "litequeue (a LiteQueue per thread)",
+    "raw-sqlite": "raw sqlite3 (a connection per thread, 1 row/txn)",
+}
+_THREADED_RAW = {"get_confirm_threads": "raw sqlite3 (a connection per thread, lock txn + delete txn)"}
+
 _PQ_QUEUE_BY_CASE = {
+    "wakeup_same": "persist-queue SQLiteQueue get(block=True)",
+    "wakeup_other": "persist-queue SQLiteQueue get(block=True)",
+    "idle_wait": "persist-queue SQLiteQueue get(block=True)",
     "drain": "persist-queue SQLiteQueue (get deletes, no confirm)",
     "memory": "persist-queue SQLiteQueue (get deletes, no confirm)",
 }
 
 
+#: The variants of edgeq (and MQTT) the wire, TLS and fleet cases measure.
+_VARIANTS_BY_CASE = {
+    "wire_bytes": {
+        "edgeq": "edgeq, no compression (signed)",
+        "edgeq-zlib": "edgeq, zlib (signed)",
+        "edgeq-zstd": "edgeq, zstd (signed)",
+        "mqtt": "MQTT QoS 2 (paho-mqtt → mosquitto)",
+    },
+    "sync_secure": {
+        "edgeq": "edgeq, unsigned, plain HTTP",
+        "edgeq-signed": "edgeq, signed, plain HTTP",
+        "edgeq-tls": "edgeq, unsigned, HTTPS",
+        "edgeq-signed-tls": "edgeq, signed, HTTPS",
+    },
+    "fleet": {"edgeq": "edgeq serve, signed devices"},
+    "aio_puts": {
+        "edgeq": "edgeq AsyncQueueManager (32 worker threads)",
+        "edgeq-1-worker": "edgeq AsyncQueueManager, 1 worker thread (no flush to share)",
+    },
+}
+
+
 def lib_label(lib: str, case: str) -> str:
     """The label of ``lib`` in the row of ``case``."""
+    if lib in _VARIANTS_BY_CASE.get(case, {}):
+        return _VARIANTS_BY_CASE[case][lib]
+    if case in ("put_threads", "get_confirm_threads"):
+        if lib == "raw-sqlite" and case in _THREADED_RAW:
+            return _THREADED_RAW[case]
+        return _THREADED.get(lib, LIB_LABELS.get(lib, lib))
     if lib == "raw-sqlite" and case in _RAW_BY_CASE:
         return _RAW_BY_CASE[case]
     if lib == "pq-queue" and case in _PQ_QUEUE_BY_CASE:
@@ -62,6 +101,9 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "put_single": "single durable put",
         "put_batch": f"batch put ({human(extra.get('batch_size'))} msgs/txn)",
         "get_confirm": f"get+confirm @ {human(size)} backlog",
+        "put_threads": f"durable single puts, {size} thread{'s' if size != 1 else ''}",
+        "aio_puts": f"asyncio durable puts, {size} coroutine{'s' if size != 1 else ''}",
+        "get_confirm_threads": f"get+confirm, {size} consumer thread{'s' if size != 1 else ''}",
         "drain": f"drain: {int(extra.get('per_consumer', 4))} processes, {human(size)} msgs",
         "depth": f"depth inquiry @ {human(size)}",
         "expiry": f"discard {human(size)} expired",
@@ -69,5 +111,12 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "memory": f"peak RSS holding {human(size)}",
         "sync": (f"sync device → server, {human(size)} msgs, loopback"
                  + (f" (batches of {human(extra['batch_size'])})" if extra.get("batch_size") else "")),
+        "wakeup_same": "waiting get woken by a put, same process",
+        "wakeup_other": "waiting get woken by a put, other process",
+        "idle_wait": f"CPU of a get waiting {extra.get('wall_s', 0):.0f} s on an empty queue",
+        "sync_secure": f"sync device → server, {human(size)} msgs: signed and TLS beside plain",
+        "wire_bytes": (f"bytes on the wire per message, batches of {size}" if size is not None else
+                       "bytes on the wire per message (MQTT: a PUBLISH each)"),
+        "fleet": f"{size} devices pushing at once, loopback",
     }
     return titles.get(case, case)

@@ -28,6 +28,33 @@ def _lat(m: dict[str, float]) -> str:
     return text + (" (time budget hit)" if m.get("budget_hit") else "")
 
 
+def _threads(m: dict[str, float]) -> str:
+    """A thread-scaling row: its ratio to the library's own 1-thread rate first."""
+    text = f"**{m['vs_1_thread']:.2f}x its 1-thread rate**; " if "vs_1_thread" in m else ""
+    text += _lat(m) + f"; fsync p50 {m.get('fsync_p50_us', 0):,.0f} µs"
+    if m.get("flushes"):
+        text += f"; {m.get('commits_per_flush', 0):.1f} durable commits per WAL flush"
+    if m.get("duplicates"):
+        text += f"; **{m['duplicates']:.0f} taken twice**"
+    return text
+
+
+def _coroutines(m: dict[str, float]) -> str:
+    """An asyncio row: its ratio to the 1-coroutine rate first, then the pool and the flushes."""
+    text = f"**{m['vs_1_coroutine']:.2f}x the 1-coroutine rate**; " if "vs_1_coroutine" in m else ""
+    text += _lat(m) + f"; {m.get('workers', 0):.0f} worker thread(s); fsync p50 {m.get('fsync_p50_us', 0):,.0f} µs"
+    if m.get("flushes"):
+        text += f"; {m.get('commits_per_flush', 0):.1f} durable commits per WAL flush"
+    return text
+
+
+def _wakeup(m: dict[str, float]) -> str:
+    """A wake-up row: put returned → get returned, median first (the headline)."""
+    text = (f"p50 {m.get('p50_ms', 0):.2f} ms, p90 {m.get('p90_ms', 0):.2f} ms, p99 {m.get('p99_ms', 0):.2f} ms, "
+            f"max {m.get('max_ms', 0):.2f} ms, n={m.get('wakeups', 0):.0f}")
+    return text + (f"; **{m['timeouts']:.0f} never woken**" if m.get("timeouts") else "")
+
+
 def _sync(m: dict[str, float]) -> str:
     """The sync row's detail: exactly-once counts, then how each side was driven."""
     once = f"**{m.get('duplicates', 0):.0f} dup, {m.get('losses', 0):.0f} lost**"
@@ -41,6 +68,32 @@ def _sync(m: dict[str, float]) -> str:
             f"{m.get('batches', 0):.0f} batches of {m.get('batch_size', 0):.0f}; server --durability full")
 
 
+def _secure(m: dict[str, float]) -> str:
+    """A signed/TLS sync row: exactly once, then where the CPU went."""
+    return (f"**{m.get('duplicates', 0):.0f} dup, {m.get('losses', 0):.0f} lost**; push_once, "
+            f"{m.get('batches', 0):.0f} batches of {m.get('batch_size', 0):.0f}; CPU: agent "
+            f"{m.get('client_cpu_s', 0):.2f} s, server {m.get('server_cpu_s', 0):.2f} s")
+
+
+def _wire(m: dict[str, float]) -> str:
+    """A bytes-on-the-wire row: up and down per message, against MQTT QoS 2."""
+    text = f"{m.get('up_per_msg', 0):,.1f} up + {m.get('down_per_msg', 0):,.1f} down per message"
+    if "vs_mqtt" in m:
+        text += f"; **{m['vs_mqtt']:.2f}x MQTT QoS 2's bytes**"
+    if m.get("requests"):
+        text += (f"; {m['requests']:.0f} requests, {(m['bytes_up'] + m['bytes_down']) / m['requests']:,.0f} B each"
+                 f"; readings of {m.get('payload_bytes', 0):.0f} B")
+    return text
+
+
+def _fleet(m: dict[str, float]) -> str:
+    """A fleet row: request latency, errors, exactly once by uid, CPU."""
+    return (f"per request ({m.get('batch_size', 0):.0f} msgs) p50 {m.get('p50_ms', 0):,.1f} ms, "
+            f"p99 {m.get('p99_ms', 0):,.1f} ms, n={m.get('requests', 0):,.0f}; {m.get('errors', 0):.0f} errors; "
+            f"**{m.get('lost', 0):.0f} lost, {m.get('duplicated', 0):.0f} duplicated** (by uid); CPU: server "
+            f"{m.get('server_cpu_s', 0):.1f} s, devices {m.get('client_cpu_s', 0):.1f} s")
+
+
 #: Per case: the metric (see ``benchmarks.results.HEADLINE_METRIC``), its unit, how to detail a row.
 HEADLINES: dict[str, Headline] = {
     "import": Headline("import_ms", "ms", False,
@@ -49,6 +102,9 @@ HEADLINES: dict[str, Headline] = {
     "put_batch": Headline("msgs_per_s", "msg/s", True,
                           lambda m: f"median of {m.get('batches', 0):.0f} batches"),
     "get_confirm": Headline("ops_per_s", "ops/s", True, _lat),
+    "put_threads": Headline("ops_per_s", "msg/s", True, _threads),
+    "aio_puts": Headline("ops_per_s", "msg/s", True, _coroutines),
+    "get_confirm_threads": Headline("ops_per_s", "ops/s", True, _threads),
     "drain": Headline("msgs_per_s", "msg/s", True,
                       lambda m: (f"**{m.get('duplicates', 0):.0f} dup, {m.get('losses', 0):.0f} lost**, "
                                  f"{m.get('left_on_queue', 0):.0f} left, {m.get('errors', 0):.0f} errors")),
@@ -62,6 +118,14 @@ HEADLINES: dict[str, Headline] = {
     "memory": Headline("peak_rss_mb", "MB", False,
                        lambda m: f"{m.get('baseline_rss_mb', 0):.1f} MB before opening the queue"),
     "sync": Headline("msgs_per_s", "msg/s", True, _sync),
+    "sync_secure": Headline("msgs_per_s", "msg/s", True, _secure),
+    "wire_bytes": Headline("bytes_per_msg", "B/msg", False, _wire),
+    "fleet": Headline("msgs_per_s", "msg/s", True, _fleet),
+    "wakeup_same": Headline("p50_ms", "ms", False, lambda m: _wakeup(m)),
+    "wakeup_other": Headline("p50_ms", "ms", False, lambda m: _wakeup(m)),
+    "idle_wait": Headline("cpu_percent", "% of a core", False,
+                          lambda m: f"{m.get('cpu_ms', 0):.0f} ms CPU (user {m.get('user_ms', 0):.0f}, "
+                                    f"sys {m.get('sys_ms', 0):.0f}) in {m.get('wall_s', 0):.1f} s"),
 }
 
 
@@ -110,6 +174,8 @@ def _results_table(results: list[Result]) -> list[str]:
             value = r.metrics.get(head.metric, 0.0)
             if r.lib == "edgeq":
                 ratio = "—"
+            elif r.lib.startswith("edgeq-"):  # a variant of edgeq (compressed, signed...): no peer
+                ratio = ""
             elif base is not None:
                 adv = advantage(base.metrics.get(head.metric, 0.0), value, head.higher_is_better)
                 ratio = f"{adv:.2f}x" if adv is not None else ""

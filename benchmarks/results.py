@@ -14,18 +14,29 @@ HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
     "put_single": ("ops_per_s", True),
     "put_batch": ("msgs_per_s", True),
     "get_confirm": ("ops_per_s", True),
+    "put_threads": ("ops_per_s", True),
+    "aio_puts": ("ops_per_s", True),
+    "get_confirm_threads": ("ops_per_s", True),
     "drain": ("msgs_per_s", True),
     "depth": ("median_ms", False),
     "expiry": ("seconds", False),
     "check": ("msgs_per_s", True),
     "memory": ("peak_rss_mb", False),
     "sync": ("msgs_per_s", True),
+    "sync_secure": ("msgs_per_s", True),
+    "wire_bytes": ("bytes_per_msg", False),
+    "fleet": ("msgs_per_s", True),
+    "wakeup_same": ("p50_ms", False),
+    "wakeup_other": ("p50_ms", False),
+    "idle_wait": ("cpu_percent", False),
 }
 
 #: Per case: figures summed over every round (so no round's problem is hidden by the median).
 SUMMED: dict[str, tuple[str, ...]] = {
     "drain": ("messages", "received", "duplicates", "losses", "left_on_queue", "errors"),
     "sync": ("duplicates", "losses"),
+    "sync_secure": ("duplicates", "losses"),
+    "fleet": ("lost", "duplicated", "errors"),
 }
 
 #: ok: measured; n/a: the library has no such feature; not installed: peer missing;

@@ -100,7 +100,83 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
         f"{large:.1f} MB vs {small:.1f} MB ({large - small:+.1f} MB)" if small and large else "",
     ))
     out += _sync_targets(results, s)
+    out += _fleet_targets(results, s)
+    out.append(_aio_target(results))
+    out += _waiting_targets(results)
+    out += _thread_targets(results)
     return out
+
+
+def _fleet_targets(results: list[Result], s: Settings) -> list[Target]:
+    """The fleet issue: signed + TLS sync ≥ 80% of plain; compressed bytes per message at
+    batches ≥ 100 ≤ 0.5x MQTT QoS 2's; many devices at once without a collapse."""
+    plain = _metric(results, "sync_secure", "edgeq", "msgs_per_s")
+    secure = _metric(results, "sync_secure", "edgeq-signed-tls", "msgs_per_s")
+    out = [_judge(
+        "signed + TLS sync vs unsigned plain HTTP", "≥ 80% of plain, in one run",
+        None if not plain or secure is None else secure >= 0.8 * plain,
+        f"{secure / plain:.0%} ({secure:,.0f} vs {plain:,.0f} msg/s)" if plain and secure else "",
+    )]
+    for lib, codec in (("edgeq-zstd", "zstd"), ("edgeq-zlib", "zlib")):
+        ratios = {b: _metric(results, "wire_bytes", lib, "vs_mqtt", b) for b in s.wire_batches if b >= 100}
+        known = {b: r for b, r in ratios.items() if r is not None}
+        out.append(_judge(
+            f"bytes per message, batches ≥ 100, {codec} vs MQTT QoS 2", "≤ 0.5x MQTT QoS 2's bytes",
+            None if not known or len(known) < len(ratios) else max(known.values()) <= 0.5,
+            ", ".join(f"batch {b}: {r:.2f}x" for b, r in known.items()),
+        ))
+    rates = {n: _metric(results, "fleet", "edgeq", "msgs_per_s", n) for n in s.fleet_devices}
+    best = max((r for r in rates.values() if r), default=None)
+    top = max(s.fleet_devices)
+    last = rates.get(top)
+    lost = [_metric(results, "fleet", "edgeq", key, top) for key in ("lost", "duplicated")]
+    out.append(_judge(
+        f"{top} devices at once vs the best fleet size", "≥ 80% of the best msg/s at any size; 0 lost, 0 duplicated",
+        None if best is None or last is None or None in lost else last >= 0.8 * best and not any(lost),
+        f"{last / best:.0%} ({last:,.0f} vs best {best:,.0f} msg/s)" if best and last else "",
+    ))
+    return out
+
+
+def _waiting_targets(results: list[Result]) -> list[Target]:
+    """Waiting gets: wake-up p50 ≤ 5 ms in one process, ≤ 50 ms across processes; a
+    process whose get waits idle uses ≤ 1% of a core."""
+    out = []
+    for case, where, floor in (("wakeup_same", "same process", 5.0), ("wakeup_other", "other process", 50.0)):
+        p50 = _metric(results, case, "edgeq", "p50_ms")
+        p99 = _metric(results, case, "edgeq", "p99_ms")
+        out.append(_judge(
+            f"wake-up after a put, {where} (edgeq)", f"p50 ≤ {floor:g} ms",
+            None if p50 is None else p50 <= floor,
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms" if p50 is not None and p99 is not None else "",
+        ))
+    cpu = _metric(results, "idle_wait", "edgeq", "cpu_percent")
+    wall = _metric(results, "idle_wait", "edgeq", "wall_s")
+    out.append(_judge(
+        "CPU of a process waiting idle (edgeq)", "≤ 1% of one core",
+        None if cpu is None else cpu <= 1.0,
+        f"{cpu:.2f}% over {wall:.0f} s" if cpu is not None and wall is not None else "",
+    ))
+    return out
+
+
+def _thread_targets(results: list[Result]) -> list[Target]:
+    """Group commit: 8 threads at least 4x edgeq's own 1-thread rate, puts and get+confirm."""
+    out = []
+    for case, what in (("put_threads", "durable single puts"), ("get_confirm_threads", "get+confirm")):
+        one = _metric(results, case, "edgeq", "ops_per_s", 1)
+        eight = _metric(results, case, "edgeq", "ops_per_s", 8)
+        out.append(_ratio(f"{what}, 8 threads vs 1 (edgeq)", "≥ 4x edgeq's own 1-thread rate", eight, one, 4,
+                          "ops/s"))
+    return out
+
+
+def _aio_target(results: list[Result]) -> Target:
+    """asyncio: 100 coroutines each putting at least 4x the single-coroutine rate."""
+    one = _metric(results, "aio_puts", "edgeq", "ops_per_s", 1)
+    hundred = _metric(results, "aio_puts", "edgeq", "ops_per_s", 100)
+    return _ratio("asyncio puts, 100 coroutines vs 1 (edgeq)", "≥ 4x the single-coroutine rate", hundred, one, 4,
+                  "msg/s")
 
 
 def _sync_targets(results: list[Result], s: Settings) -> list[Target]:

@@ -11,7 +11,7 @@ from edgeq.bindings import RuleSpec, build_bindings, check_specs
 from edgeq.budget import OverflowTally
 from edgeq.checkpoints import ExpiryPolicy
 from edgeq.dispatch import Binding, Pending
-from edgeq.errors import InvalidArgument, QueueExists, QueueNotEmpty
+from edgeq.errors import InvalidArgument, QueueExists, QueueNotEmpty, QueueNotFound
 from edgeq.events import EventSink
 from edgeq.meta import journal_is_explicit
 from edgeq.names import check_name
@@ -65,6 +65,8 @@ class QueueCatalog:
                 raise QueueExists(
                     f"queue {name!r} is already defined on {self.qm_name}: use alter_queue to change it"
                 )
+            _check_backout(tx, name, attrs.get("backout_threshold"), attrs.get("backout_queue"),
+                           (kind or {}).get("kind"), (kind or {}).get("encryption"))
             tx.insert_queue(name, {**attrs, **(kind or {})}, self.clock())
             bound = self._bind(tx, require_queue(tx, self.qm_name, name), specs, built) if specs else []
         if bound:
@@ -91,6 +93,11 @@ class QueueCatalog:
         with self.sink.write() as tx:
             queue = require_queue(tx, self.qm_name, name)
             _remote_only(attributes, queue.kind)
+            if "backout_threshold" in attributes or "backout_queue" in attributes:
+                _check_backout(
+                    tx, name, attributes.get("backout_threshold", queue.backout_threshold),
+                    attributes.get("backout_queue", queue.backout_queue), queue.kind, queue.encryption,
+                )
             if attributes:
                 tx.update_queue(queue.id, attributes)
             if "expiry_ms" in attributes and attributes["expiry_ms"] != queue.expiry_ms:
@@ -135,6 +142,13 @@ class QueueCatalog:
         self.expiry.discard_expired(name, "delete")
         with self.sink.write() as tx:
             queue = require_queue(tx, self.qm_name, name)
+            users = [q.name for q in tx.queues() if q.backout_queue == name and q.name != name]
+            if users:
+                raise InvalidArgument(
+                    f"queue {name!r} is the backout queue of {', '.join(map(repr, users))}: give "
+                    f"{'them' if len(users) > 1 else 'it'} another one, or none, first, e.g. "
+                    f"alter_queue({users[0]!r}, backout_threshold=None, backout_queue=None)"
+                )
             if queue.depth:
                 raise QueueNotEmpty(
                     f"queue {name!r} still holds {queue.depth} unexpired message(s): get them, "
@@ -186,10 +200,51 @@ class QueueCatalog:
             self.sink.journal = "device"
 
 
+def _check_backout(
+    tx: Tx, name: str, threshold: int | None, backout_queue: str | None, kind: str | None, encryption: str | None,
+) -> None:
+    """A queue's backout settings (as they will be once defined or altered) make sense
+    together: both or neither; not on a remote queue (nothing gets from it here); a
+    backout queue that exists, is not the queue itself, and keeps sealed data sealed."""
+    if threshold is None and backout_queue is None:
+        return
+    if kind == "remote":
+        raise InvalidArgument(
+            f"{name!r} is a remote queue: nothing gets from it here, so nothing is backed out; "
+            "give the backout threshold to the queue the messages are got from"
+        )
+    if backout_queue is None:
+        raise InvalidArgument(
+            "backout_threshold needs a backout_queue to move poison messages to (e.g. "
+            "backout_threshold=5, backout_queue='BOQ'); give both, or neither"
+        )
+    if threshold is None:
+        raise InvalidArgument(
+            "backout_queue needs a backout_threshold: how many undone gets move a message there "
+            "(e.g. backout_threshold=5); give both, or neither"
+        )
+    if backout_queue == name:
+        raise InvalidArgument(f"queue {name!r} cannot be its own backout queue: name another queue")
+    target = tx.queue(backout_queue)
+    if target is None:
+        raise QueueNotFound(f"backout queue {backout_queue!r} is not defined: define it first, then {name!r}")
+    if encryption is not None and target.encryption is None:
+        raise InvalidArgument(
+            f"queue {name!r} is encrypted and backout queue {backout_queue!r} is not: a moved message "
+            "would be stored in clear; give it an encrypted backout queue"
+        )
+
+
 def _remote_only(attributes: Mapping[str, Any], kind: str | None) -> None:
-    """``refusal_limit`` means something on a remote queue only: refuse it elsewhere."""
+    """``refusal_limit`` means something on a remote queue only, ``compression`` on a remote
+    or home-server queue only (what crosses the wire): refuse them elsewhere."""
     if "refusal_limit" in attributes and kind != "remote":
         raise InvalidArgument(
             "refusal_limit applies to remote queues only (how often their target may refuse a message "
             "before it is given up): leave it out here"
+        )
+    if attributes.get("compression") is not None and kind not in ("remote", "home"):
+        raise InvalidArgument(
+            "compression applies to remote and home-server queues only (how their batches cross the "
+            "wire to and from the home server): leave it out here"
         )

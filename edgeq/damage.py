@@ -12,6 +12,7 @@ import re
 import sqlite3
 from typing import Protocol, TypeVar
 
+from edgeq.compression import CODECS
 from edgeq.crypto import CIPHERS
 from edgeq.errors import StoreError
 from edgeq.types import ON_FULL
@@ -32,6 +33,7 @@ _ORDERINGS = frozenset({"priority", "fifo"})
 _MODES = frozenset({None, "async", "sync"})
 _CIPHERS = frozenset({None, *CIPHERS})
 _ON_FULL = frozenset(ON_FULL)
+_COMPRESSIONS = frozenset({None, *CODECS})
 _PRIORITIES = frozenset(range(10))
 
 
@@ -76,11 +78,12 @@ def _limit_ok(value: object) -> bool:
 def queue_problem(
     id: object, name: object, ordering: object, kind: object, default_priority: object, depth: object,
     size: object, mode: object, encryption: object, on_full: object, created_ms: object,
-    limits: tuple[object, ...], names: tuple[object, ...],
+    limits: tuple[object, ...], names: tuple[object, ...], *, compression: object = None,
 ) -> str | None:
     """What is out of range in a queue row as read back (None: nothing): ``size`` is its
     ``bytes``, ``limits`` its positive-or-None attributes, ``names`` its optional queue and
-    queue manager names. Cheap: it runs whenever a queue row is read.
+    queue manager names, ``compression`` its codec (None or one edgeq knows). Cheap: it
+    runs whenever a queue row is read.
 
     >>> queue_problem(1, "Q", "fifo", "local", 4, 0, 0, None, None, "reject", 5, (None, 10), (None,))
     >>> queue_problem(1, "Q", "fifo", "local", 68, 0, 0, None, None, "reject", 5, (), ())
@@ -93,6 +96,7 @@ def queue_problem(
         and ordering in _ORDERINGS and kind in _KINDS and default_priority in _PRIORITIES
         and type(default_priority) is int and type(depth) is int and depth >= 0 and type(size) is int
         and mode in _MODES and encryption in _CIPHERS and on_full in _ON_FULL and type(created_ms) is int
+        and compression in _COMPRESSIONS
     )
     for v in limits:
         if v is not None and (type(v) is not int or v <= 0):
@@ -118,11 +122,13 @@ def queue_problem(
         "created_ms": type(created_ms) is int,
         "a limit": all(map(_limit_ok, limits)),
         "a target or server name": all(v is None or _name_ok(v) for v in names),
+        "compression": compression in _COMPRESSIONS,
     }
     values = {
         "id": id, "name": name, "ordering": ordering, "kind": kind, "default_priority": default_priority,
         "depth": depth, "bytes": size, "mode": mode, "encryption": encryption, "on_full": on_full,
         "created_ms": created_ms, "a limit": limits, "a target or server name": names,
+        "compression": compression,
     }
     label = next((label for label, ok in checks.items() if not ok), "a value")
     return f"{label} {values.get(label)!r} is out of range"
@@ -173,6 +179,12 @@ class StoredQueue(Protocol):
     def target_queue(self) -> str | None: ...
     @property
     def server(self) -> str | None: ...
+    @property
+    def backout_threshold(self) -> int | None: ...
+    @property
+    def backout_queue(self) -> str | None: ...
+    @property
+    def compression(self) -> str | None: ...
 
 
 Q = TypeVar("Q", bound=StoredQueue)
@@ -186,7 +198,7 @@ def checked_queue(q: Q, conn: sqlite3.Connection) -> Q:
         q.created_ms,
         (q.expiry_ms, q.cap_expiry_ms, q.max_depth, q.max_message_bytes, q.depth_threshold, q.max_bytes,
          q.refusal_limit, q.backout_threshold),
-        (q.target_qmgr, q.target_queue, q.server, q.backout_queue),
+        (q.target_qmgr, q.target_queue, q.server, q.backout_queue), compression=q.compression,
     )
     if problem is not None:
         raise damaged(f"the row of queue {q.name!r} holds a value no edgeq writes: {problem}", conn)

@@ -10,6 +10,7 @@ that already catches the built-in families keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "AdminError",
     "ConfirmIdNotFound",
     "DeviceNotFound",
     "DuplicateMessage",
@@ -153,3 +154,11 @@ class RuleLoadError(RuleError):
 
 class RuleConfigError(RuleError, InvalidArgument):
     """A rule binding's config was refused by the rule."""
+
+
+# -- remote administration -----------------------------------------------------------------
+
+
+class AdminError(EdgeqError):
+    """An admin request or reply that cannot be used: not CBOR, oversize, of an unknown schema
+    version, or a field of the wrong type or value (see :mod:`edgeq.adminwire`)."""

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from edgeq.args import check_confirm_id, check_count, check_uid
+from edgeq.backout import Backout, Undone
+from edgeq.budget import OverflowTally
 from edgeq.checkpoints import DISCARD_BATCH, ExpiryPolicy
 from edgeq.crypto import IntegrityError
 from edgeq.damage import index_damaged
@@ -51,12 +53,17 @@ class Gets:
     nor a row that is not ready, whatever the index says.
     """
 
-    def __init__(self, qm_name: str, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy) -> None:
+    def __init__(
+        self, qm_name: str, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy,
+        overflowed: OverflowTally | None = None,
+    ) -> None:
         self.qm_name = qm_name
         self.sink = sink
         self.clock = sink.clock
         self.sealer = sealer
         self.expiry = expiry
+        # Undone gets: backed out, or moved to a backout queue (whose on_full discards are counted).
+        self.backout = Backout(sink, sealer, overflowed if overflowed is not None else OverflowTally())
 
     def get_many(
         self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None
@@ -294,17 +301,35 @@ class Gets:
             raise error
         return results
 
-    def undo(self, queue: str, confirm_id: int) -> int:
-        """Undo whatever ``confirm_id`` locked (see ``QueueManager.undo``). If a locked
-        row fails its check, only the damaged rows are quarantined and
-        :class:`IntegrityError` is raised: undoing again undoes the rest."""
+    def undo(
+        self, queue: str, confirm_id: int, *, count_backout: bool = True,
+        uids: Sequence[MessageUID | str] | None = None,
+    ) -> int:
+        """Undo whatever ``confirm_id`` locked, or only the messages ``uids`` of it (see
+        ``QueueManager.undo``). If a locked row fails its check, only the damaged rows
+        are quarantined and :class:`IntegrityError` is raised: undoing again undoes the rest."""
         confirm_id = check_confirm_id(confirm_id)
+        if not isinstance(count_backout, bool):
+            raise InvalidType(f"count_backout must be True or False, not {count_backout!r}")
+        only: set[tuple[str, int]] | None = None
+        if uids is not None:
+            if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
+                raise InvalidType("undo's uids takes a sequence of uids (or None: all under the confirm id)")
+            only = {(uid.origin, uid.stamp) for uid in map(check_uid, uids)}
         self.expiry.touch(queue)
         now = self.clock()
         error: IntegrityError | None = None
+        undone = Undone()
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
             rows = tolerant(tx.conn, lambda: tx.find_by_confirm_id(q.id, confirm_id))
+            if only is not None:
+                rows = [r for r in rows if (r.origin, r.stamp) in only]
+                if not rows:
+                    raise ConfirmIdNotFound(
+                        f"none of the {len(only)} uid(s) given is locked on queue {queue!r} under confirm id "
+                        f"{confirm_id}: already confirmed, undone, or expired"
+                    )
             if not rows:
                 raise ConfirmIdNotFound(
                     f"nothing on queue {queue!r} is locked under confirm id {confirm_id}: it was already "
@@ -314,10 +339,12 @@ class Gets:
             if bad:
                 events, error = self._set_aside(tx, q, bad, now)
             else:
-                tx.back_out([r.id for r in rows if r.state == _GET_LOCKED])
+                got = [r for r in rows if r.state == _GET_LOCKED]
+                undone = self.backout.undo_gets(tx, q, got, now, count=count_backout)
                 removed = tx.delete(q.id, [r.id for r in rows if r.state == _PUT_LOCKED])
-                events = self.sink.events(queue, "removed", removed, now, reason="deleted")
+                events = undone.events + self.sink.events(queue, "removed", removed, now, reason="deleted")
                 self.sink.record(tx, events)
+        self.backout.settle(undone)
         self.sink.dispatch(events)
         if error is not None:
             raise error
@@ -352,10 +379,19 @@ class Gets:
         return self.expiry.remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, DISCARD_BATCH), "removed", reason="purged")
 
     def release_locks(self, queue: str) -> int:
-        """Undo every assured-get lock on a queue (its getter is gone); return how many."""
+        """Undo every assured-get lock on a queue (its getter is gone), each counting a
+        backout (so its threshold applies); return how many."""
         self.expiry.touch(queue)
+        now = self.clock()
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
             ids = tx.get_locked(q.id)
-            tx.back_out(ids)
+            if q.backout_threshold is None:  # nothing can move: no need to read the rows
+                tx.back_out(ids)
+                undone = Undone()
+            else:
+                undone = self.backout.undo_gets(tx, q, tolerant(tx.conn, lambda: tx.rows(ids)), now, count=True)
+                self.sink.record(tx, undone.events)
+        self.backout.settle(undone)
+        self.sink.dispatch(undone.events)
         return len(ids)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self
@@ -27,8 +28,10 @@ from edgeq.gets import Gets
 from edgeq.holds import Holds
 from edgeq.journal import JournalSide
 from edgeq.manager_admin import AdminVerbs
+from edgeq.manager_consumers import ConsumerVerbs
 from edgeq.manager_exchange import ExchangeVerbs
 from edgeq.manager_queues import QueueVerbs
+from edgeq.manager_remote_admin import RemoteAdminVerbs
 from edgeq.message import Message
 from edgeq.meta import create_store, journal_setting, name_needed, open_identity
 from edgeq.names import check_name
@@ -40,6 +43,7 @@ from edgeq.sealer import Sealer
 from edgeq.transmit import Transmitter
 from edgeq.types import Clock, Durability, Filter
 from edgeq.uid import MessageUID
+from edgeq.waiting import Waker
 
 if TYPE_CHECKING:
     pass
@@ -49,7 +53,7 @@ __all__ = ["QueueManager"]
 log = logging.getLogger("edgeq")
 
 
-class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
+class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, ConsumerVerbs):
     """A queue manager: named local queues, durable in one SQLite file.
 
     >>> import tempfile, os
@@ -100,7 +104,8 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
     Its verbs are grouped by concern: messaging here; queues and their expiry check
     points in :class:`~edgeq.manager_queues.QueueVerbs`; transmission, settling, the
     journal, held puts and devices in :class:`~edgeq.manager_exchange.ExchangeVerbs`;
-    rules, keys and damage in :class:`~edgeq.manager_admin.AdminVerbs`.
+    rules, keys and damage in :class:`~edgeq.manager_admin.AdminVerbs`; operator keys and
+    admin requests (remote administration) in :class:`~edgeq.manager_remote_admin.RemoteAdminVerbs`.
     """
 
 
@@ -148,6 +153,9 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
         self._clock: Clock = clock or system_clock
         keys = keys if keys is not None else StoreKeys.from_env()
         self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
+        # Waiting gets sleep here; every commit that changed a row wakes them (edgeq.waiting).
+        self._waker = Waker(self._db, close_timeout_s=timeout)
+        self._db.on_commit = self._waker.notify
         # Nothing is written before the file is recognised, and a new store is made
         # whole or not at all: a failed open leaves no file behind (edgeq.meta).
         if check_foreign(self.path, newest=SCHEMA_VERSION):
@@ -166,9 +174,9 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
             # The parts, each built once; every public method delegates to one of them.
             self._sink = EventSink(self.name, self._db, self._clock, rules, journal_setting(self._db, journal))
             self._expiry = ExpiryPolicy(self.name, self._sink)
-            self._gets = Gets(self.name, self._sink, self._sealer, self._expiry)
-            self._transmitter = Transmitter(self.name, self._origin, self._sink, self._expiry, self._gets)
             overflowed = OverflowTally()
+            self._gets = Gets(self.name, self._sink, self._sealer, self._expiry, overflowed)
+            self._transmitter = Transmitter(self.name, self._origin, self._sink, self._expiry, self._gets)
             self._puts = Puts(self.name, self._origin, self._sink, self._sealer, self._expiry, self._transmitter,
                               remember_confirmed_ms, max_store_bytes=self._max_store_bytes, overflowed=overflowed)
             self._catalog = QueueCatalog(self.name, self, self._sink, self._sealer, self._expiry,
@@ -215,7 +223,12 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
         return self._clock()
 
     def close(self) -> None:
-        """Tell rules (``on_closed``), stop the expiry sweeper and close the store. Safe to call twice."""
+        """Tell rules (``on_closed``), stop the expiry sweeper and close the store. Safe to call twice.
+
+        Waiting gets raise :class:`~edgeq.errors.QueueManagerClosed` at once; consumer
+        loops end and listeners stop, a listener's callback in progress finishing
+        first (for up to ``timeout`` seconds)."""
+        self._waker.close()
         self._expiry.stop_sweeper()
         if self._db.closed:
             return
@@ -343,7 +356,8 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
         return self._puts.confirm_put_each(queue, uids, device=device, clock_offset_ms=clock_offset_ms)
 
     def get(
-        self, queue: str, *, confirm_id: int | None = None, filter: Filter | None = None
+        self, queue: str, *, confirm_id: int | None = None, filter: Filter | None = None,
+        wait: float | timedelta | None = None,
     ) -> Message | None:
         """Take the next message (priority, then arrival); None when none is available.
 
@@ -351,6 +365,13 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
         never returned. With ``confirm_id`` the message is only locked, until
         :meth:`confirm_get` deletes it or :meth:`undo` restores it. ``filter``
         takes only a message whose fields equal every given value.
+
+        ``wait`` (seconds or a timedelta; ``math.inf``: until a message comes) waits
+        for a message when none is available: it returns as soon as one is put (by
+        this process or another), or None when the wait ends. It sleeps in between,
+        and every retry is an ordinary get: expired messages are discarded, never
+        returned. Closing the queue manager ends the wait with
+        :class:`~edgeq.errors.QueueManagerClosed` (docs/consumers.md).
 
         >>> import tempfile, os
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -360,14 +381,18 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
         b'high'
         >>> qm.close()
         """
-        got = self._gets.get_many(queue, 1, confirm_id=confirm_id, filter=filter)
+        got = self.get_many(queue, 1, confirm_id=confirm_id, filter=filter, wait=wait)
         return got[0] if got else None
 
     def get_many(
-        self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None
+        self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None,
+        wait: float | timedelta | None = None,
     ) -> list[Message]:
-        """Take up to ``count`` messages in one transaction (see :meth:`get`)."""
-        return self._gets.get_many(queue, count, confirm_id=confirm_id, filter=filter)
+        """Take up to ``count`` messages in one transaction (see :meth:`get`); with
+        ``wait``, as soon as there is at least one (an empty list when the wait ends)."""
+        return self._waker.until(
+            lambda: self._gets.get_many(queue, count, confirm_id=confirm_id, filter=filter), wait
+        )
 
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
         """The visible messages in get order, without removing them.
@@ -408,11 +433,22 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs):
         """
         return self._gets.confirm_get_each(queue, uids)
 
-    def undo(self, queue: str, confirm_id: int) -> int:
+    def undo(
+        self, queue: str, confirm_id: int, *, count_backout: bool = True,
+        uids: Sequence[MessageUID | str] | None = None,
+    ) -> int:
         """Undo whatever ``confirm_id`` locked: an assured get's messages become visible
         again (``backout_count`` + 1); an assured put's locked copies are removed.
-        Returns how many messages it undid."""
-        return self._gets.undo(queue, confirm_id)
+        Returns how many messages it undid.
+
+        On a queue with a ``backout_threshold``, a message whose count reaches it is
+        moved to the queue's ``backout_queue`` instead (see :meth:`define_queue`).
+        ``count_backout=False`` hands the messages back without counting a backout
+        (nothing is moved): for a getter that stops before it tried to process them.
+        ``uids`` undoes only those messages of ``confirm_id`` (the rest stay locked,
+        to confirm or undo later): a batch partly processed.
+        """
+        return self._gets.undo(queue, confirm_id, count_backout=count_backout, uids=uids)
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
         """Delete one message by uid, whatever its state (rules see reason ``deleted``;

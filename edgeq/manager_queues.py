@@ -40,6 +40,8 @@ class QueueVerbs:
         encryption: str | None = None,
         max_bytes: int | None = None,
         on_full: OnFull = "reject",
+        backout_threshold: int | None = None,
+        backout_queue: str | None = None,
     ) -> None:
         """Define a local queue; raise :class:`QueueExists` if it is defined already.
 
@@ -62,6 +64,13 @@ class QueueVerbs:
         the bindings are stored and re-attached whenever the store is opened. Each
         rule validates its config now: on any error nothing is defined.
 
+        Poison messages (IBM MQ's BOTHRESH/BOQNAME): a message whose assured gets were
+        undone ``backout_threshold`` times is moved to ``backout_queue`` (defined
+        already; encrypted if this queue is) in the undo's own transaction, keeping
+        its uid, fields and deadline, instead of being delivered again; rules see it
+        removed with reason ``"backout"``. Give both, or neither (docs/consumers.md,
+        "Poison messages").
+
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
@@ -74,6 +83,7 @@ class QueueVerbs:
             name, rules, encryption, expiry_ms=expiry_ms, cap_expiry_ms=cap_expiry_ms, max_depth=max_depth,
             max_message_bytes=max_message_bytes, default_priority=default_priority, ordering=ordering,
             depth_threshold=depth_threshold, max_bytes=max_bytes, on_full=on_full,
+            backout_threshold=backout_threshold, backout_queue=backout_queue,
         )
 
     def define_remote_queue(
@@ -94,6 +104,7 @@ class QueueVerbs:
         max_bytes: int | None = None,
         on_full: OnFull = "reject",
         refusal_limit: int | None = None,
+        compression: str | None = None,
     ) -> None:
         """Define a remote queue: puts are kept here (durably, expiry running) and
         transmitted to ``target_queue`` (default: the same name) on queue manager
@@ -105,7 +116,9 @@ class QueueVerbs:
         for the sync agent to report. ``max_bytes`` and ``on_full`` bound what waits
         here as for :meth:`define_queue`; ``refusal_limit``: how many times the target
         may refuse a message before it is given up (reason ``"refused"``; None: the
-        sync agent's default).
+        sync agent's default). ``compression="zstd"`` (needs ``pip install 'edgeq[zstd]'``)
+        or ``"zlib"``: the sync agent sends this queue's batches compressed as a whole,
+        to a server that takes that codec (negotiated at hello; docs/protocol.md).
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
@@ -119,14 +132,15 @@ class QueueVerbs:
             name, target_qmgr=target_qmgr, target_queue=target_queue, mode=mode, expiry_ms=expiry_ms,
             cap_expiry_ms=cap_expiry_ms, max_depth=max_depth, max_message_bytes=max_message_bytes,
             default_priority=default_priority, rules=rules, encryption=encryption, depth_threshold=depth_threshold,
-            max_bytes=max_bytes, on_full=on_full, refusal_limit=refusal_limit,
+            max_bytes=max_bytes, on_full=on_full, refusal_limit=refusal_limit, compression=compression,
         )
 
     def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
         """Define a home-server queue: a local queue that the sync agent fills by pulling,
         from home server ``server``, the messages addressed to this queue manager's
         ``name`` (held there on the queue ``<this qm name>.<name>``). Other keywords
-        are those of :meth:`define_queue`. As with :meth:`define_remote_queue`, a
+        are those of :meth:`define_queue`, and ``compression`` (``"zstd"``, ``"zlib"``):
+        the agent asks the server for this queue's batches compressed. As with :meth:`define_remote_queue`, a
         store never given a ``journal`` setting journals its expiries from now on.
 
         >>> import tempfile, os
@@ -147,8 +161,10 @@ class QueueVerbs:
         ``ordering`` re-orders the messages there; ``rules=[...]`` replaces the
         persisted rule bindings; a lower ``max_depth`` or ``max_bytes`` takes effect at
         the next put (which makes room by ``on_full``, or is refused); ``refusal_limit``
-        (remote queues only) as for :meth:`define_remote_queue`. Returns the new
-        attributes.
+        (remote queues only) and ``compression`` (remote and home-server queues; from the
+        next request) as for :meth:`define_remote_queue`; ``backout_threshold``
+        and ``backout_queue`` as for :meth:`define_queue` (set both to None to stop
+        moving poison messages). Returns the new attributes.
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
@@ -214,7 +230,9 @@ class QueueVerbs:
 
     def delete_queue(self, name: str) -> None:
         """Delete an empty queue. Expired messages are purged first (MQe's "deleted"
-        check point); any other message left raises :class:`QueueNotEmpty`."""
+        check point); any other message left raises :class:`QueueNotEmpty`. The
+        backout queue of another queue is refused (:class:`InvalidArgument`) until
+        that queue names another, or none."""
         self._catalog.delete_queue(name)
 
     # -- expiry check points -----------------------------------------------------------------

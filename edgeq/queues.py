@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from edgeq.compression import check_compression
 from edgeq.errors import InvalidArgument, InvalidType, QueueNotFound
 from edgeq.message import check_priority
+from edgeq.names import check_name
 from edgeq.store import QueueRow, Tx
 from edgeq.types import ON_FULL, OnFull, Ordering, QueueKind
 
@@ -16,8 +18,9 @@ __all__ = ["QueueAttributes", "QueueUsage", "StoreUsage", "check_attributes", "r
 
 _POSITIVE = (
     "expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold", "max_bytes", "refusal_limit",
+    "backout_threshold",
 )
-ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering", "on_full")
+ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering", "on_full", "backout_queue", "compression")
 _MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
 
 
@@ -40,6 +43,15 @@ class QueueAttributes:
     ``docs/storage.md``, "Flash budget"). ``refusal_limit`` (remote queues): how
     many times the target may refuse a message before it is given up (None: the
     sync agent's default).
+
+    ``backout_threshold`` and ``backout_queue`` (local and home-server queues; both
+    or neither): a message whose assured gets were undone ``backout_threshold``
+    times is moved to ``backout_queue`` instead of being delivered again (IBM MQ's
+    BOTHRESH/BOQNAME; ``docs/consumers.md``, "Poison messages").
+
+    ``compression`` (remote and home-server queues): ``"zstd"`` or ``"zlib"`` to send
+    their batches compressed as a whole, where the server takes it (``docs/protocol.md``,
+    "Compression"); None: uncompressed.
     """
 
     name: str
@@ -64,6 +76,9 @@ class QueueAttributes:
     max_bytes: int | None = None
     on_full: OnFull = "reject"
     refusal_limit: int | None = None
+    backout_threshold: int | None = None
+    backout_queue: str | None = None
+    compression: str | None = None
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
@@ -74,7 +89,8 @@ class QueueAttributes:
             row.name, row.expiry_ms, row.cap_expiry_ms, row.max_depth, row.max_message_bytes,
             row.default_priority, ordering, row.created_ms, row.depth_threshold,
             kind, row.target_qmgr, row.target_queue, row.mode, row.server, row.encryption,
-            row.max_bytes, _on_full(row.on_full), row.refusal_limit,
+            row.max_bytes, _on_full(row.on_full), row.refusal_limit, row.backout_threshold, row.backout_queue,
+            row.compression,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -145,6 +161,11 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
         elif key == "on_full":
             if value not in ON_FULL:
                 raise InvalidArgument(f"on_full must be one of {', '.join(map(repr, ON_FULL))}, not {value!r}")
+        elif key == "backout_queue":
+            if value is not None:
+                check_name(value, "backout queue name")
+        elif key == "compression":
+            check_compression(value)
         else:
             raise InvalidArgument(
                 f"unknown queue attribute {key!r}: use one of {', '.join(ATTRIBUTE_NAMES)}"

@@ -62,7 +62,9 @@ Tables:
     is the row's checksum (``edgeq.integrity``).
 
 Queues carry (v9) ``backout_threshold`` and ``backout_queue`` (IBM MQ's BOTHRESH and
-BOQNAME): a message backed out that many times is moved, not redelivered.
+BOQNAME): a message backed out that many times is moved, not redelivered; and (v9)
+``compression``, the codec a remote or home-server queue's batches cross the wire in
+(``edgeq.compression``).
 """
 
 from __future__ import annotations
@@ -314,6 +316,7 @@ def _v9(db: Database) -> None:
     trusts, and a home server's record of the requests it sent."""
     db.execute("ALTER TABLE queues ADD COLUMN backout_threshold INTEGER")
     db.execute("ALTER TABLE queues ADD COLUMN backout_queue TEXT")
+    db.execute("ALTER TABLE queues ADD COLUMN compression TEXT")
     db.execute(
         """CREATE TABLE admin_replies (
                request_id TEXT PRIMARY KEY,

@@ -31,7 +31,7 @@ _MSG_COLS = (
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
     "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server, encryption, "
-    "bytes, max_bytes, on_full, refusal_limit, backout_threshold, backout_queue"
+    "bytes, max_bytes, on_full, refusal_limit, backout_threshold, backout_queue, compression"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -478,9 +478,11 @@ class Tx:
             ).fetchone()
         return int(count)
 
-    def back_out(self, ids: Iterable[int]) -> None:
-        """Undo an assured get: visible again where it was, one more backout."""
+    def back_out(self, ids: Iterable[int], *, count: bool = True) -> None:
+        """Undo an assured get: visible again where it was, with one more backout
+        (``count=False``: handed back, the count unchanged)."""
         self.conn.executemany(
-            f"UPDATE messages SET state = {_READY}, confirm_id = NULL, backout_count = backout_count + 1 WHERE id = ?",
+            f"UPDATE messages SET state = {_READY}, confirm_id = NULL, backout_count = backout_count + {int(count)} "
+            "WHERE id = ?",
             [(i,) for i in ids],
         )

@@ -55,9 +55,11 @@ Durability: TypeAlias = Literal["full", "normal"]
 Where: TypeAlias = Literal["add", "get", "browse", "activate", "delete", "depth", "sweep"]
 #: Why a message left a queue other than by expiring.
 #: overflow: discarded to make room under a queue's ``on_full`` strategy; refused: a
-#: remote queue's message the target kept refusing, given up (``refusal_limit``).
+#: remote queue's message the target kept refusing, given up (``refusal_limit``);
+#: backout: moved to the queue's ``backout_queue``, its assured gets undone
+#: ``backout_threshold`` times (IBM MQ's BOTHRESH/BOQNAME).
 RemovalReason: TypeAlias = Literal[
-    "got", "confirmed", "deleted", "purged", "transmitted", "quarantined", "overflow", "refused"
+    "got", "confirmed", "deleted", "purged", "transmitted", "quarantined", "overflow", "refused", "backout"
 ]
 #: What a put does when a queue (or the store) is full: refuse it (``QueueFull``), or
 #: make room by discarding the oldest ready messages, or the lowest-priority oldest.

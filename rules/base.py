@@ -118,7 +118,9 @@ class QueueRule:
         """A message was stored on the queue (locked, if put with a confirm id)."""
 
     def on_removed(self, event: RuleEvent) -> None:
-        """A message left the queue; ``event.reason``: got, confirmed, deleted or purged."""
+        """A message left the queue; ``event.reason`` says why (``edgeq.types.RemovalReason``):
+        got, confirmed, deleted, purged, transmitted, quarantined, overflow, refused or
+        backout (moved to the queue's backout queue)."""
 
     def on_expired(self, event: RuleEvent) -> None:
         """An expired message was discarded at check point ``event.where``."""

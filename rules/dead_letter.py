@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DeadLetterRule"]
 
-_REASONS = ("expired", "got", "confirmed", "deleted", "purged", "overflow", "refused")
+_REASONS = ("expired", "got", "confirmed", "deleted", "purged", "overflow", "refused", "backout")
 
 
 class DeadLetterRule(QueueRule):
@@ -26,8 +26,9 @@ class DeadLetterRule(QueueRule):
     manager); ``reasons`` (default ``["expired", "refused"]``: the messages that could
     not be delivered, expired or, on a remote queue, refused by its target
     ``refusal_limit`` times; also ``got``, ``confirmed``,
-    ``deleted``, ``purged``, and ``overflow``: discarded to make room by the queue's
-    ``on_full``); ``keep_expiry`` (default false: the copy never
+    ``deleted``, ``purged``, ``overflow``: discarded to make room by the queue's
+    ``on_full``, and ``backout``: moved to the queue's backout queue, a copy kept
+    here too); ``keep_expiry`` (default false: the copy never
     expires; true: it keeps the remaining expiry, as IBM MQ's DLQ handling does).
 
     The copy keeps the message's uid (so a redelivered event never makes a second

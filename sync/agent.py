@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+from edgeq.sync.adminagent import AdminRelay, merged
 from edgeq.sync.clockbounds import ServerClockBounds
 from edgeq.sync.daemon import Daemon
 from edgeq.sync.expiries import ExpiryReporter
@@ -69,7 +70,9 @@ class SyncAgent:
     store); plain ``http://`` to a non-loopback host is refused unless
     ``allow_insecure_http`` (:class:`~edgeq.sync.tls.InsecureTransport`). The agent registers itself as
     ``qm``'s transmitter, so ``put`` on a ``mode="sync"`` remote queue pushes at
-    once. Thread-safe: pushes and pulls are serialised.
+    once. Thread-safe: pushes and pulls are serialised. ``admin``: whether the device
+    takes part in remote administration (:class:`~edgeq.sync.adminagent.AdminRelay`): True,
+    False, or None (the default) once it trusts an operator key (``edgeq keys trust-admin``).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class SyncAgent:
         ca_file: Path | None = None,
         allow_insecure_http: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
+        admin: bool | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
@@ -101,6 +105,8 @@ class SyncAgent:
         self._link.health.backoff_base_s, self._link.health.backoff_max_s = backoff_base_s, backoff_max_s
         self._pusher = Pusher(self._link, ExpiryReporter(self._link))
         self._puller = Puller(self._link)
+        #: the device's part in remote administration (its ``enabled`` is the ``admin`` option)
+        self.admin = AdminRelay(self._link, admin)
         self._daemon = Daemon(qm, self._cycle, online=lambda: self._link.online, backoff_base_s=backoff_base_s,
                               backoff_max_s=backoff_max_s, server_url=self.transport.server_url,
                               on_backoff=self._backing_off)
@@ -186,6 +192,8 @@ class SyncAgent:
         """Push, then pull (if :attr:`pull_enabled`): one round, as ``edgeq sync --once`` and
         each daemon cycle do. A queue that fails does not stop the others nor the pull; the
         pull is not tried only when the push could not reach the server (``pushed.stopped``).
+        Admin requests pulled are executed next (:attr:`admin`), and their replies pushed
+        in the same round (the two pushes make one report).
 
         For example (``edgeq sync --once`` exits 1 unless this holds)::
 
@@ -195,7 +203,12 @@ class SyncAgent:
         pushed = self.push_once(due_only=due_only)
         if pushed.stopped or not self.pull_enabled:
             return pushed, None
-        return pushed, self.pull_once(due_only=due_only)
+        self.admin.prepare()
+        pulled = self.pull_once(due_only=due_only)
+        if self.admin.process():
+            # Replies go back now, whatever backoff a queue is in: the operator is waiting.
+            pushed = merged(pushed, self.push_once())
+        return pushed, pulled
 
     # -- status ------------------------------------------------------------------------
 

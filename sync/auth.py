@@ -13,8 +13,11 @@
    :class:`~edgeq.sync.nonces.NonceStore`;
 6. the body's ``qmgr`` is the signing device (403), a put or confirm names
    only the device's own messages (uid origin) and a queue it may push to
-   (403); pulls are confined to ``<device>.<queue>`` by the server, and
-   device names with a ``.`` are refused so that prefix is unambiguous.
+   (403; ``SYSTEM.ADMIN.REPLY``, where admin replies go, is always allowed: a reply's
+   sender is checked by its uid, see :mod:`edgeq.sync.admin`; a queue holding a device's
+   admin requests, ``<device>.SYSTEM.ADMIN``, never is); pulls are confined to
+   ``<device>.<queue>`` by the server, and device names with a ``.`` are refused so that
+   prefix is unambiguous.
 
 :class:`AuthGate` decides, request by request, whether a request must be
 authenticated at all: always (``--auth``), never (``--no-auth``), or — ``edgeq
@@ -38,6 +41,7 @@ from edgeq.sync import protocol as p
 from edgeq.sync.nonces import NoncesFull, NonceStore
 from edgeq.sync.signing import H_DEVICE, H_NONCE, H_SIGNATURE, H_TIMESTAMP, NONCE_RE, canonical
 
+from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE
 from edgeq.clock import system_clock
 from edgeq.devices import DeviceRecord
 from edgeq.errors import EdgeqError, InvalidArgument
@@ -276,7 +280,10 @@ def authorize(device: str, path: str, body: Mapping[str, Any], queues: tuple[str
     if path not in (p.PATH_PUT, p.PATH_CONFIRM):
         return
     queue = body.get("queue")
-    if queues is not None and isinstance(queue, str) and queue not in queues:
+    if isinstance(queue, str) and queue.endswith("." + ADMIN_QUEUE):
+        raise Forbidden(f"{device} may not push to {queue}: it holds the operator's admin requests for a device")
+    # Admin replies are pushed by every device that takes part: its queue list need not name them.
+    if queues is not None and isinstance(queue, str) and queue not in queues and queue != ADMIN_REPLY_QUEUE:
         raise Forbidden(f"{device} may not push to queue {queue} (allowed: {', '.join(queues) or 'none'})")
     items = body.get("messages" if path == p.PATH_PUT else "uids")
     for item in items if isinstance(items, list) else ():

@@ -2,8 +2,9 @@
 expiry reports): each request with the store's identity and settled mark, the hello
 (asked again whenever the server wants one), and what every exchange teaches: the
 bounds on the server's clock (:class:`~edgeq.sync.clockbounds.ServerClockBounds`),
-whether the server is reachable, and how each queue's sync is going
-(:class:`~edgeq.sync.health.Health`).
+whether the server is reachable, how each queue's sync is going
+(:class:`~edgeq.sync.health.Health`), and which codecs the server takes for compressed
+bodies (:mod:`edgeq.sync.compression`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 
 from edgeq.sync import protocol as p
 from edgeq.sync.clockbounds import ServerClockBounds
+from edgeq.sync.compression import accepted
 from edgeq.sync.health import Health
 from edgeq.sync.reports import HelloInfo
 from edgeq.sync.transport import ServerRefused, SyncError, Transport, Unreachable
 
 from edgeq import __version__
+from edgeq.compression import Codec, available
 from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.types import Clock
@@ -57,7 +60,9 @@ class ServerLink:
     exchange is timed on; ``batch_size`` is the most messages (or entries) the agent
     sends or asks for in one request, within the server's own limit.
     :attr:`lock` serialises the agent's pushes and pulls; a hello never takes it
-    (the push's confirmer thread may need one mid-push).
+    (the push's confirmer thread may need one mid-push). :attr:`codecs` are those the
+    hello offers (every one this process runs; none: the agent behaves as one from before
+    compression), :attr:`server_codecs` those the server's answer took.
     """
 
     def __init__(
@@ -76,6 +81,10 @@ class ServerLink:
         self.online = False
         #: each queue's sync: last success, last error, its own backoff
         self.health = Health(qm, clock=clock, monotonic=monotonic)
+        #: the codecs each hello offers the server, the preferred first
+        self.codecs: tuple[Codec, ...] = available()
+        #: the codecs the server takes, from its last hello answer (none from an older server)
+        self.server_codecs: tuple[Codec, ...] = ()
         self._hello: HelloInfo | None = None
         self._hello_due = True
 
@@ -85,22 +94,28 @@ class ServerLink:
         assert self._hello is not None, "no hello yet"
         return self._hello
 
-    def call(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
+    def codec(self, compression: str | None) -> Codec | None:
+        """The codec a queue's ``compression`` comes to with this server: that codec if
+        the server took it at the last hello, else None (plain bodies)."""
+        return next((c for c in self.server_codecs if c == compression), None)
+
+    def call(self, path: str, body: dict[str, Any], expect: str, *, compression: str | None = None) -> dict[str, Any]:
         """One request and its answer of type ``expect``, saying hello first again if the
         server asks for one; a failure makes a new hello due and, unless the server answered
-        with a refusal, marks it offline."""
+        with a refusal, marks it offline. ``compression``: the queue's attribute; the body
+        goes compressed (and the answer may come so) if the server takes that codec."""
         # Every request says which store is calling and what it has settled: the server
         # forgets this store's confirmed uids below the mark (exactly once, no time window).
         body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(), **body}
         try:
             try:
-                return self._exchange(path, body, expect)
+                return self._exchange(path, body, expect, compression)
             except ServerRefused as exc:
                 if exc.code != "hello-required":
                     raise
                 log.info("server asks for a new hello", extra={"event": "rehello", "path": path})
                 self.hello()
-                return self._exchange(path, body, expect)
+                return self._exchange(path, body, expect, compression)
         except ServerRefused:
             self._hello_due = True  # it answered: still online (puts still wake the daemon)
             raise
@@ -109,11 +124,12 @@ class ServerLink:
             self._hello_due = True
             raise
 
-    def _exchange(self, path: str, body: dict[str, Any], expect: str) -> dict[str, Any]:
+    def _exchange(self, path: str, body: dict[str, Any], expect: str, compression: str | None) -> dict[str, Any]:
         """One request and its answer; the answer's ``now_ms`` (the server's clock, read
-        while the request was there) becomes a sample of :attr:`server_clock`."""
+        while the request was there) becomes a sample of :attr:`server_clock`. The codec is
+        chosen here, so a request repeated after a new hello follows that hello's answer."""
         sent = self.monotonic()
-        answer = self.transport.call(path, body, expect)
+        answer = self.transport.call(path, body, expect, codec=self.codec(compression))
         self._sample(path, sent, answer.get("now_ms"), self.monotonic())
         return answer
 
@@ -132,10 +148,13 @@ class ServerLink:
         clock offset; restarts the bounds on the server's clock from this exchange."""
         sent = self.clock()
         started = self.monotonic()
+        # Offered only if there is something to offer: a server hears from an agent without
+        # codecs exactly what it heard before compression existed.
+        offer = {"compression": list(self.codecs)} if self.codecs else {}
         try:
             body = self.transport.call(
                 p.PATH_HELLO,
-                {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}"},
+                {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}", **offer},
                 "hello",
             )
         except SyncError:
@@ -158,6 +177,7 @@ class ServerLink:
             raise Unreachable(f"bad hello answer from {self.transport.server_url}: {exc.detail}") from exc
         self.server_clock.reset()
         self.server_clock.add(started, server_now, received)
+        self.server_codecs = accepted(body.get("compression"), self.codecs)
         self._hello = info
         self._hello_due = False
         self.online = True

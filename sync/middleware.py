@@ -14,7 +14,8 @@ Outermost first, as :func:`protocol_middleware` lists them:
 3. :class:`MediaType` refuses any ``Content-Type`` but ``application/cbor`` (415);
 4. :class:`BodyLimit` refuses a body beyond the limit (413) from its
    ``Content-Length`` before reading it, and while it streams in (chunked), always
-   before it is decoded;
+   before it is decoded; a compressed body's limit holds for what it decompresses to
+   as well (:mod:`edgeq.sync.compression`);
 5. :class:`Authentication` (only with an :class:`~edgeq.sync.auth.AuthGate`) asks the
    gate whether the request must be authenticated and, if so, checks its signature
    over the raw body **before decoding it**, then decodes it and authorises what it
@@ -24,14 +25,14 @@ The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :class:`ErrorB
 is the one place that turns an exception into an answer. Bodies are decoded by a
 :class:`BodyDecoder`: in a worker thread (never on the event loop: one request must not
 stall the others), within :class:`~edgeq.sync.wire.DecodeLimits`, once per request (a
-route reuses the authenticator's copy).
+route reuses the authenticator's copy), decompressed first if it came compressed.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -39,6 +40,8 @@ import anyio.to_thread
 from anyio import CapacityLimiter
 from edgeq.sync import protocol as p
 from edgeq.sync.auth import AuthGate, AuthRequest, Forbidden
+from edgeq.sync.compression import H_ENCODING, unframe
+from edgeq.sync.home import DEFAULT_MAX_BODY_BYTES
 from edgeq.sync.metrics import Metrics
 from edgeq.sync.signing import H_DEVICE
 from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits
@@ -49,11 +52,13 @@ from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from edgeq.compression import Codec, available
 from edgeq.errors import StoreBusy
 
 __all__ = [
     "BODY_SCOPE_KEY",
     "DECODE_THREADS",
+    "LIMIT_SCOPE_KEY",
     "Authentication",
     "BodyDecoder",
     "BodyLimit",
@@ -70,6 +75,8 @@ log = logging.getLogger("edgeq.sync.server")
 
 #: Where :class:`BodyDecoder` keeps a request's decoded body in the ASGI scope.
 BODY_SCOPE_KEY = "edgeq.sync.body"
+#: Where :class:`BodyLimit` says how large a request's body may be, decompressed too.
+LIMIT_SCOPE_KEY = "edgeq.sync.max_body"
 #: Bodies decoded at once, by default: decoding holds the GIL, so more threads would
 #: not decode faster, only hold more decoded bodies in memory at a time.
 DECODE_THREADS = 4
@@ -89,7 +96,8 @@ def _client(scope: Scope) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class CborBody:
-    """A request body as sent (``raw``, what a signature covers) and decoded (``message``)."""
+    """A request body as sent (``raw``, what a signature covers: compressed, if it came
+    so) and decoded (``message``)."""
 
     raw: bytes
     message: dict[str, Any]
@@ -97,15 +105,25 @@ class CborBody:
 
 class BodyDecoder:
     """Decode request bodies off the event loop: at most ``threads`` at a time, each
-    within ``limits`` (so in time and memory linear in its size, and bounded)."""
+    within ``limits`` (so in time and memory linear in its size, and bounded).
+    ``codecs`` are those a compressed body may come in (default: every one this process
+    runs, :func:`edgeq.compression.available`; none: compressed bodies are refused, and
+    the hello offers none)."""
 
-    def __init__(self, limits: DecodeLimits = DEFAULT_LIMITS, *, threads: int = DECODE_THREADS) -> None:
+    def __init__(self, limits: DecodeLimits = DEFAULT_LIMITS, *, threads: int = DECODE_THREADS,
+                 codecs: Sequence[Codec] | None = None) -> None:
         self.limits = limits
+        self.codecs: tuple[Codec, ...] = available() if codecs is None else tuple(codecs)
         self._threads = CapacityLimiter(threads)
 
-    async def decode(self, raw: bytes) -> dict[str, Any]:
-        """``raw`` decoded and checked in a worker thread (:func:`~edgeq.sync.protocol.decode_body`)."""
-        return await anyio.to_thread.run_sync(p.decode_body, raw, self.limits, limiter=self._threads)
+    async def decode(self, raw: bytes, encoding: str | None = None,
+                     max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
+        """``raw`` decompressed (if ``encoding`` says so, to at most ``max_bytes``) then decoded
+        and checked (:func:`~edgeq.sync.protocol.decode_body`), in a worker thread."""
+        return await anyio.to_thread.run_sync(self._decode, raw, encoding, max_bytes, limiter=self._threads)
+
+    def _decode(self, raw: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
+        return p.decode_body(unframe(encoding, raw, max_bytes=max_bytes, supported=self.codecs), self.limits)
 
     async def read(self, request: Request) -> CborBody:
         """The request's body, read (within :class:`BodyLimit`) and decoded once per request;
@@ -114,7 +132,9 @@ class BodyDecoder:
         if isinstance(cached, CborBody):
             return cached
         raw = await request.body()
-        body = request.scope[BODY_SCOPE_KEY] = CborBody(raw, await self.decode(raw))
+        limit = request.scope.get(LIMIT_SCOPE_KEY, DEFAULT_MAX_BODY_BYTES)
+        message = await self.decode(raw, request.headers.get(H_ENCODING), limit)
+        body = request.scope[BODY_SCOPE_KEY] = CborBody(raw, message)
         return body
 
 
@@ -217,7 +237,8 @@ class MediaType:
 class BodyLimit:
     """Refuse a body beyond ``max_bytes`` (413 ``too-large``): at once from a declared
     ``Content-Length``, and while it streams in: the chunk that passes the limit is the
-    last one read."""
+    last one read. It also tells the :class:`BodyDecoder` (in the scope) the limit of what
+    a compressed body may decompress to: the same."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -227,6 +248,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[LIMIT_SCOPE_KEY] = self.max_bytes
         length = Headers(scope=scope).get("content-length")
         if length is not None:
             if not (length.isascii() and length.isdigit()) or len(length) > 19:  # int() of 4,301 digits raises

@@ -136,11 +136,16 @@ class SqliteNonces:
                 return False
             if row is None and self._count >= self.max_entries:
                 raise NoncesFull(f"{self._count} requests are within the replay window (cap {self.max_entries})")
-            self._conn.execute(
+            # One statement decides: another worker (process) on this file may have remembered
+            # the nonce since the SELECT, and then the guarded upsert changes nothing.
+            changed = self._conn.execute(
                 "INSERT INTO nonces (device, nonce, expires_ms) VALUES (?, ?, ?) "
-                "ON CONFLICT (device, nonce) DO UPDATE SET expires_ms = excluded.expires_ms",
-                (device, nonce, expires_ms),
-            )
+                "ON CONFLICT (device, nonce) DO UPDATE SET expires_ms = excluded.expires_ms "
+                "WHERE nonces.expires_ms < ?",
+                (device, nonce, expires_ms, now_ms),
+            ).rowcount
+            if changed == 0:
+                return False
             self._count += row is None
             self._since_purge += 1
             return True

@@ -4,9 +4,12 @@ Each batch is an assured get on the server (its messages stay locked there), a l
 assured put (``put_each`` then ``confirm_put_each``, with resend: a batch offered
 again is stored once), then a pull-confirm that deletes them on the server. Pulled
 lifetimes are shortened by the most time the bounds on the server's clock allow
-since the server read them (``docs/protocol.md``, "Expiry crosses the wire").
+since the server read them (``docs/protocol.md``, "Expiry crosses the wire"). A queue with
+``compression`` asks for its batches compressed (and sends its pull-confirms so) where the
+server took that codec at hello.
 
-Queues fail independently: one the server does not hold (``missing``) or refuses is that
+Queues fail independently: one the server does not hold (``missing``; except ``SYSTEM.ADMIN``,
+which a server holds once an operator sent the device a request) or refuses is that
 queue's failure, recorded with a hint for the server's operator, and the others go on;
 only a server that cannot be reached (or refuses this device) stops the pull.
 """
@@ -23,6 +26,7 @@ from edgeq.sync.link import ServerLink, decode_results, failure_code
 from edgeq.sync.reports import PullReport, QueueReport
 from edgeq.sync.transport import SyncError, Unreachable
 
+from edgeq.adminwire import ADMIN_QUEUE
 from edgeq.errors import EdgeqError
 from edgeq.types import MAX_CONFIRM_ID
 
@@ -54,7 +58,7 @@ class Puller:
                 failed: list[str] = []  # queues the server refused or does not hold
                 for attrs in self.qm.home_server_queues():
                     if attrs.server == server and (not due_only or health.due(attrs.name, "pull")) and \
-                            self._pull_one(attrs.name, server, report):
+                            self._pull_one(attrs.name, server, report, attrs.compression):
                         failed.append(f"{attrs.name}: {report.queues[attrs.name].error}")
                 report.error = "; ".join(failed) or None
             except SyncError as exc:
@@ -72,14 +76,17 @@ class Puller:
             )
         return report
 
-    def _pull_one(self, name: str, server: str, report: PullReport) -> bool:
+    def _pull_one(self, name: str, server: str, report: PullReport, compression: str | None = None) -> bool:
         """Pull one queue and record how it went (``report.queues``, the link's health);
         returns whether the server refused its requests or does not hold it (it fails alone)."""
         queue = report.queues[name] = QueueReport(name, "pull")
         before = (report.received, report.refused)
         missing, last_why, refused_request = False, None, False
         try:
-            missing, last_why = self._pull_queue(name, report)
+            missing, last_why = self._pull_queue(name, report, compression)
+            # The server makes a device's admin queue with the first request for it: until
+            # then it holds none, and there is nothing to pull (docs/admin.md).
+            missing = missing and name != ADMIN_QUEUE
         except SyncError as exc:
             refused_request = True
             queue.code = failure_code(exc)
@@ -111,14 +118,16 @@ class Puller:
             self.link.health.failed(name, "pull", queue.code or "refused", queue.error, moved=queue.moved > 0)
         return refused_request or missing
 
-    def _pull_queue(self, name: str, report: PullReport) -> tuple[bool, str | None]:
+    def _pull_queue(self, name: str, report: PullReport, compression: str | None = None) -> tuple[bool, str | None]:
         """Pull one queue until the server has no more; returns whether the server holds no
-        such queue, and the reason the last message refused here was refused, if any."""
+        such queue, and the reason the last message refused here was refused, if any.
+        ``compression``: the queue's codec, for its pulls' answers and its pull-confirms."""
         limit = min(self.link.batch_size, self.link.info.max_batch)
         last_why: str | None = None
         while True:
             asked = self.link.monotonic()
-            body = self.link.call(p.PATH_PULL, {"type": "pull", "now_ms": self.link.clock(), "queue": name, "max": limit}, "pull")
+            body = self.link.call(p.PATH_PULL, {"type": "pull", "now_ms": self.link.clock(), "queue": name, "max": limit},
+                                  "pull", compression=compression)
             now = self.link.clock()  # the deadlines count from here: read before ``answered``
             answered = self.link.monotonic()
             try:
@@ -158,6 +167,7 @@ class Puller:
                 answer = self.link.call(
                     p.PATH_PULL_CONFIRM,
                     {"type": "pull-confirm", "now_ms": self.link.clock(), "queue": name, "uids": ack}, "pull-confirm",
+                    compression=compression,
                 )
                 report.acknowledged += sum(s == "confirmed" for _, s, _ in decode_results(answer, p.PULL_CONFIRM_STATUSES))
             if not body.get("more") or not ack:

@@ -7,7 +7,8 @@ visible), then the local copies are deleted in one local transaction
 into chunks under the server's body limit; a put carries the lower bound of the
 server's clock at the instant its batch was read (``server_ms``), and is made again,
 as resends, if those bounds restart while it is under way. Every step is safe to
-repeat.
+repeat. A queue with ``compression`` sends its puts and confirms compressed as a whole
+(and asks for compressed answers) where the server took that codec at hello.
 
 Queues fail independently: a queue the server refuses as a whole (forbidden, too large,
 invalid) is recorded as that queue's failure and the others go on; only a server that
@@ -77,6 +78,7 @@ class Pusher:
         # Refused since they were last counted: (uid, why), counted after each stage.
         self._pending: list[tuple[str, str]] = []
         self._target = ""  # the server's queue of the remote queue being pushed (for refusal reasons)
+        self._compression: str | None = None  # the codec of the remote queue being pushed (its attribute)
         self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgeq-sync-confirm")
 
     def close(self) -> None:
@@ -190,7 +192,7 @@ class Pusher:
         inflight: Future[Results] | None = None
         inflight_uids: set[MessageUID] = set()
         skipped: set[MessageUID] = set()  # refused in this push: offered again at the next
-        self._target = target
+        self._target, self._compression = target, attrs.compression
         last_why: str | None = None
         self._pending.clear()
         self._fresh_clock_bounds()
@@ -215,7 +217,8 @@ class Pusher:
                     inflight, inflight_uids = None, set()
                 last_why = self._count_refusals(name, skipped, report, count_refusals) or last_why
                 if to_confirm:
-                    inflight = self._confirmer.submit(self._confirm_stage, name, target, to_confirm)
+                    inflight = self._confirmer.submit(self._confirm_stage, name, target, to_confirm,
+                                                      attrs.compression)
                     inflight_uids = {MessageUID.parse(u) for u in to_confirm}
                 if progress is not None and time.monotonic() - last_shown >= self.progress_interval_s:
                     last_shown = time.monotonic()
@@ -305,7 +308,8 @@ class Pusher:
         epoch = self.link.server_clock.epoch
         body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire,
                 **self._server_ms(read_mono)}
-        results = decode_results(self.link.call(p.PATH_PUT, body, "put"), PUT_STATUSES, chunk)
+        results = decode_results(self.link.call(p.PATH_PUT, body, "put", compression=self._compression),
+                                 PUT_STATUSES, chunk)
         report.sent += len(chunk)
         if self.link.server_clock.epoch != epoch:
             results = self._put_again(target, chunk, results, read_ms, read_mono, report)
@@ -348,7 +352,7 @@ class Pusher:
         body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire, **self._server_ms(read_mono)}
         log.info("put %d message(s) again, rebased on new bounds of the server's clock", len(again),
                  extra={"event": "put-again", "queue": target, "count": len(again)})
-        answer = self.link.call(p.PATH_PUT, body, "put")
+        answer = self.link.call(p.PATH_PUT, body, "put", compression=self._compression)
         redone = {u: (u, s, w) for u, s, w in decode_results(answer, PUT_STATUSES, again)}
         report.sent += len(again)
         return [redone.get(uid, (uid, status, why)) for uid, status, why in results]
@@ -361,15 +365,17 @@ class Pusher:
         if age is None or age > STALE_AFTER_S:
             self.link.hello()
 
-    def _confirm_stage(self, name: str, target: str, uids: list[str]) -> Results:
+    def _confirm_stage(self, name: str, target: str, uids: list[str], compression: str | None = None) -> Results:
         """Stage two (in the confirmer thread): confirm, then delete the local copies the
         server confirmed, in one local transaction. A stage's uids may come from several
-        put chunks, so the confirm is cut to the server's ``max_batch`` as the puts were."""
+        put chunks, so the confirm is cut to the server's ``max_batch`` as the puts were;
+        ``compression`` is the queue's (its confirms go compressed like its puts)."""
         limit = self.link.info.max_batch
         results: Results = []
         for start in range(0, len(uids), limit):
             body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target, "uids": uids[start : start + limit]}
-            results += decode_results(self.link.call(p.PATH_CONFIRM, body, "confirm"), CONFIRM_STATUSES)
+            answer = self.link.call(p.PATH_CONFIRM, body, "confirm", compression=compression)
+            results += decode_results(answer, CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
         if done:
             self.qm.transmitted(name, done)

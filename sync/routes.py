@@ -2,15 +2,19 @@
 :class:`~edgeq.sync.home.HomeService`, and encode its answer. Every HTTP concern
 (size, media type, authentication, error bodies, counting) is middleware around
 the protocol routes (:mod:`edgeq.sync.middleware`), so a handler is three lines.
+An answer goes compressed where the request asked for it (:mod:`edgeq.sync.compression`),
+and the hello says which codecs this server takes.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edgeq.sync import protocol as p
 from edgeq.sync.auth import AuthGate
+from edgeq.sync.compression import H_ACCEPT, answer_codec, frame, negotiate
 from edgeq.sync.home import HomeService
 from edgeq.sync.middleware import BodyDecoder, error_response, protocol_middleware
 from starlette.concurrency import run_in_threadpool
@@ -19,6 +23,8 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+
+from edgeq.compression import Codec
 
 __all__ = ["HomeRoutes", "http_error", "protocol_route"]
 
@@ -29,14 +35,20 @@ Handler = Callable[[Mapping[str, Any]], dict[str, Any]]
 def protocol_route(path: str, handler: Handler, *, middleware: Sequence[Middleware] | None = None,
                    decoder: BodyDecoder | None = None) -> Route:
     """``POST path``: decode the CBOR body (``decoder``'s, off the event loop), run
-    ``handler`` on it in the thread pool (SQLite work blocks), encode its answer."""
+    ``handler`` on it in the thread pool (SQLite work blocks), encode its answer there,
+    compressed with the codec the request accepts (``X-Edgeq-Accept-Encoding``) if the
+    decoder takes it too."""
     bodies = decoder or BodyDecoder()
+
+    def answer(message: dict[str, Any], codec: Codec | None) -> tuple[bytes, dict[str, str]]:
+        return frame(codec, p.encode_body(handler(message)))
 
     async def serve(request: Request) -> Response:
         """Serve one request through ``handler``."""
         body = await bodies.read(request)
-        out = await run_in_threadpool(handler, body.message)
-        return Response(p.encode_body(out), media_type=p.CONTENT_TYPE)
+        codec = answer_codec(request.headers.get(H_ACCEPT), bodies.codecs)
+        raw, headers = await run_in_threadpool(answer, body.message, codec)
+        return Response(raw, media_type=p.CONTENT_TYPE, headers=headers)
 
     return Route(path, serve, methods=["POST"], middleware=middleware)
 
@@ -58,7 +70,7 @@ class HomeRoutes:
     def _build(self) -> list[BaseRoute]:
         s = self.service
         endpoints: dict[str, Handler] = {
-            p.PATH_HELLO: s.hello,
+            p.PATH_HELLO: self.hello,
             p.PATH_PUT: s.put,
             p.PATH_CONFIRM: s.confirm,
             p.PATH_PULL: s.pull,
@@ -75,9 +87,18 @@ class HomeRoutes:
                    Route("/metrics", self.metrics, methods=["GET"])]
         return routes
 
+    def hello(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The service's hello, with the codecs this server takes of those the agent offers
+        (``compression``; only to an agent that offered some: an older one hears nothing new)."""
+        out = self.service.hello(body)
+        if "compression" in body:
+            out["compression"] = negotiate(body["compression"], self.decoder.codecs)
+        return out
+
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``: ok with the queue count and whether requests must be signed
-        (``auth``: ``required`` or ``open``) as JSON, or 503 if the store cannot be read."""
+        (``auth``: ``required`` or ``open``) as JSON, or 503 if the store cannot be read;
+        header ``X-Edgeq-Worker`` names the process that answered."""
         qm, gate = self.service.qm, self.gate
 
         def check() -> tuple[int, bool]:
@@ -88,7 +109,8 @@ class HomeRoutes:
         except Exception as exc:
             return JSONResponse({"status": "error", "detail": str(exc)}, status_code=503)
         return JSONResponse({"status": "ok", "qmgr": qm.name, "queues": queues, "protocol": p.PROTOCOL_VERSION,
-                             "auth": "required" if required else "open"})
+                             "auth": "required" if required else "open"},
+                            headers={"X-Edgeq-Worker": str(os.getpid())})  # which process (serve --workers)
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: the counters and per-device gauges in the Prometheus text format."""

@@ -34,6 +34,7 @@ from edgeq.sync.routes import HomeRoutes, http_error
 from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute
 
 from edgeq.manager import QueueManager
 from edgeq.types import Clock
@@ -52,6 +53,7 @@ def create_app(
     metrics: Metrics | None = None,
     holds: HoldPolicy | None = None,
     decode_limits: DecodeLimits = DEFAULT_LIMITS,
+    console: bool = False,
 ) -> Starlette:
     """The ASGI app serving ``qm`` as a home server.
 
@@ -66,6 +68,8 @@ def create_app(
     ``decode_limits`` bound what decoding a body may cost; ``metrics`` counts;
     ``holds`` bounds unconfirmed puts (:class:`~edgeq.sync.holds.HoldPolicy`, whose
     timer is :class:`~edgeq.sync.holds.HoldKeeper`).
+    ``console`` adds the operator console under ``/console`` (:mod:`edgeq.sync.console`;
+    it needs jinja2 and a password set with ``edgeq server set-console-password``).
     The service is ``app.state.service``.
     """
     service = HomeService(
@@ -73,7 +77,12 @@ def create_app(
     )
     gate = AuthGate(authenticate, mode=auth or ("off" if authenticate is None else "required"), qm=qm)
     routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits))
-    app = Starlette(routes=routes.routes, exception_handlers={HTTPException: http_error})
+    extra: list[BaseRoute] = []
+    if console:
+        from edgeq.sync.console import console_routes  # jinja2 only where the console is on
+
+        extra = console_routes(qm.path, clock=service.clock, sessions=service.sessions)
+    app = Starlette(routes=routes.routes + extra, exception_handlers={HTTPException: http_error})
     app.router.redirect_slashes = False  # "/v1/put/" is no endpoint: 404, not a redirect to re-sign
     app.state.service = service
     app.state.gate = gate

@@ -1,4 +1,5 @@
-"""The device's HTTP client: CBOR bodies over one keep-alive httpx connection pool."""
+"""The device's HTTP client: CBOR bodies over one keep-alive httpx connection pool,
+compressed where asked (:mod:`edgeq.sync.compression`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 
 import httpx
 from edgeq.sync import protocol as p
+from edgeq.sync.compression import H_ACCEPT, H_ENCODING, MAX_ANSWER_BYTES, frame, unframe
 from edgeq.sync.tls import check_server_url, client_ssl_context
 
+from edgeq.compression import Codec
 from edgeq.errors import EdgeqError
 
 __all__ = ["ServerRefused", "SyncError", "Transport", "Unreachable"]
@@ -63,17 +66,21 @@ class Transport:
         self._auth = auth
         self._headers = {"content-type": p.CONTENT_TYPE, "accept": p.CONTENT_TYPE}
 
-    def call(self, path: str, body: Mapping[str, Any], expect: str) -> dict[str, Any]:
-        """Send one request; return the response body of type ``expect``.
+    def call(self, path: str, body: Mapping[str, Any], expect: str, *, codec: Codec | None = None) -> dict[str, Any]:
+        """Send one request; return the response body of type ``expect``. With a ``codec``
+        (one the server takes: negotiated at hello) the body goes compressed and the
+        answer may come so.
 
         Raises :class:`Unreachable` for network failures and 5xx answers (the
         request may or may not have been applied: the protocol makes a retry
-        safe), :class:`ServerRefused` for 4xx answers.
+        safe), and for an answer that does not decode (a damaged compressed one too),
+        :class:`ServerRefused` for 4xx answers.
         """
-        raw = p.encode_body(body)
+        raw, framing = frame(codec, p.encode_body(body))
+        headers = {**self._headers, **framing, **({H_ACCEPT: codec} if codec is not None else {})}
         try:
             response = self.client.post(
-                self.server_url + path, content=raw, headers=self._headers,
+                self.server_url + path, content=raw, headers=headers,
                 auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as exc:
@@ -88,7 +95,8 @@ class Transport:
         problem = ""
         if media == p.CONTENT_TYPE:
             try:
-                decoded = p.decode_body(response.content)
+                plain = unframe(response.headers.get(H_ENCODING), response.content, max_bytes=MAX_ANSWER_BYTES)
+                decoded = p.decode_body(plain)
             except p.ProtocolError as exc:
                 problem = exc.detail
         else:

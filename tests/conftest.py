@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,20 @@ from edgeq import ManualClock, QueueManager
 from edgeq.crypto import StoreKeys
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
+_LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error", "apscheduler")
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """Whatever a test does to edgeq's loggers (a command run in-process configures them)
+    is undone after it, so no test sees another's log levels or handlers."""
+    saved = {name: (lg.handlers[:], lg.propagate, lg.level, lg.disabled)
+             for name in _LOGGERS for lg in (logging.getLogger(name),)}
+    yield
+    for name, (handlers, propagate, level, disabled) in saved.items():
+        logger = logging.getLogger(name)
+        logger.handlers[:], logger.propagate, logger.disabled = handlers, propagate, disabled
+        logger.setLevel(level)
 
 
 class Recorder(QueueRule):

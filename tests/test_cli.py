@@ -83,7 +83,7 @@ def put_with_clock(db: Path, queue: str, message: Message, now: int = PAST) -> s
 
 COMMANDS = [
     [], ["queue"], ["queue", "define"], ["queue", "alter"], ["queue", "list"], ["queue", "show"],
-    ["queue", "delete"], ["purge"], ["put"], ["get"], ["browse"], ["depth"], ["sweep"], ["demo"],
+    ["queue", "delete"], ["purge"], ["put"], ["get"], ["consume"], ["browse"], ["depth"], ["sweep"], ["demo"],
 ]
 
 

@@ -19,13 +19,22 @@ CASES: dict[str, str] = {
     "import": "benchmarks.cases.import_time",
     "put_single": "benchmarks.cases.put_single",
     "put_batch": "benchmarks.cases.put_batch",
+    "put_threads": "benchmarks.cases.put_threads",
+    "aio_puts": "benchmarks.cases.aio_puts",
     "get_confirm": "benchmarks.cases.get_confirm",
+    "get_confirm_threads": "benchmarks.cases.get_confirm_threads",
     "drain": "benchmarks.cases.drain",
     "depth": "benchmarks.cases.depth",
     "expiry": "benchmarks.cases.expiry",
     "check": "benchmarks.cases.check",
     "memory": "benchmarks.cases.memory",
     "sync": "benchmarks.cases.sync",
+    "sync_secure": "benchmarks.cases.sync_secure",
+    "wire_bytes": "benchmarks.cases.wire_bytes",
+    "fleet": "benchmarks.cases.fleet",
+    "wakeup_same": "benchmarks.cases.wakeup_same",
+    "wakeup_other": "benchmarks.cases.wakeup_other",
+    "idle_wait": "benchmarks.cases.idle_wait",
 }
 
 

@@ -85,14 +85,18 @@ def child_setup(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_push(spec: dict[str, Any]) -> dict[str, Any]:
-    """Time ``SyncAgent.push_once()`` of the whole backlog; check the device's queue is empty after."""
+    """Time ``SyncAgent.push_once()`` of the whole backlog; check the device's queue is empty after.
+    ``key`` (a private key file) signs every request, ``ca`` verifies an HTTPS server (sync_secure)."""
     from edgeq.sync.agent import SyncAgent
+    from edgeq.sync.signer import DeviceSigner
 
     from edgeq import QueueManager
 
     n = int(spec["messages"])
     qm = QueueManager(Path(spec["device_db"]))
-    agent = SyncAgent(qm, spec["url"], batch_size=int(spec["batch_size"]), timeout=60.0)
+    auth = DeviceSigner.from_file(DEVICE_NAME, Path(spec["key"])) if spec.get("key") else None
+    agent = SyncAgent(qm, spec["url"], batch_size=int(spec["batch_size"]), timeout=60.0, auth=auth,
+                      ca_file=Path(spec["ca"]) if spec.get("ca") else None)
     try:
         cpu = time.process_time()
         start = time.perf_counter()

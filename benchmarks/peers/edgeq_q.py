@@ -19,8 +19,11 @@ _CHUNK = 10_000  # messages per put_many while filling
 class EdgeqAdapter(QueueAdapter):
     """One edgeq queue manager (``edgeq.db``) holding one queue.
 
-    Durability needs no forcing: ``durability="full"`` is edgeq's default, and
-    :meth:`pragmas` reads it back from the manager's own connection.
+    Durability needs no forcing: ``durability="full"`` is edgeq's default. Its
+    connections commit at ``synchronous=NORMAL`` and every durable call then waits
+    for an ``fdatasync`` of the WAL begun after its commit (group commit, see
+    ``edgeq.commits``): FULL's guarantee, which :meth:`pragmas` reports as FULL only
+    when SQLite reads back NORMAL *and* the manager is at full durability.
     """
 
     key = "edgeq"
@@ -46,6 +49,12 @@ class EdgeqAdapter(QueueAdapter):
 
     def connections(self) -> Sequence[sqlite3.Connection]:
         return [self.qm._db.connection()]
+
+    def pragmas(self) -> dict[str, str]:
+        found = super().pragmas()
+        if found.get("synchronous") == "NORMAL" and self.qm._db.durability == "full":
+            found["synchronous"] = "FULL"  # NORMAL + a flush of the WAL before each durable call returns
+        return found
 
     def fill(self, payloads: Sequence[bytes]) -> None:
         from edgeq import Message

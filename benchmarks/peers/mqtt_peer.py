@@ -369,7 +369,12 @@ def child_publish(spec: dict[str, Any]) -> dict[str, Any]:
     import paho.mqtt.client as mqtt
 
     n = int(spec["messages"])
-    bodies = [make_payload(i, int(spec["payload_bytes"])) for i in range(n)]
+    if spec.get("telemetry"):  # the wire case's JSON readings (benchmarks.telemetry)
+        from benchmarks.telemetry import telemetry
+
+        bodies = telemetry(n)
+    else:
+        bodies = [make_payload(i, int(spec["payload_bytes"])) for i in range(n)]
     client = _client("edgeq-bench-pub", clean_session=False, inflight=int(spec["inflight"]))
     done = threading.Condition()
     completed: list[float] = []

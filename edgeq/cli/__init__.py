@@ -7,6 +7,7 @@ usage mistakes (unknown option, bad value) exit 2, as in every click program.
 Layout, one module per command group (see docs/cli.md):
 
 - ``messages``: ``put``, ``get``, ``browse``, ``depth``, ``sweep``;
+- ``consume``: ``consume`` (messages as they come, printed or each to a command);
 - ``queue``: ``queue define|alter|list|show|stats|delete`` and ``purge``;
 - ``rules``: ``rules list|failures|retry``;
 - ``keys``: ``keys new|fingerprint|new-store-key|rotate``;
@@ -14,7 +15,9 @@ Layout, one module per command group (see docs/cli.md):
 - ``sync``: ``serve`` (the home server) and ``sync`` (the device agent);
 - ``pipeline``: ``export`` and ``pipeline run`` (the home server's journal);
 - ``demo``: ``demo`` and the tour it runs;
-- ``check``: ``check [--repair]`` (damage in a store).
+- ``check``: ``check [--repair]`` (damage in a store);
+- ``admin``: ``admin keygen|pending|replies|show`` and ``admin DEVICE queue|purge|sweep|rules|sync-status``
+  (remote administration from the home server, adminviews.py shows its records).
 
 Shared by them: ``options`` (the option sets, one decorator each, and
 ``open_store``, the one way a command opens its store), ``base`` (the group that
@@ -31,8 +34,10 @@ from pathlib import Path
 import click
 
 from edgeq import __version__
+from edgeq.cli.admin import admin as admin_group
 from edgeq.cli.base import EdgeqGroup, log_to_stderr
 from edgeq.cli.check import check as check_command
+from edgeq.cli.consume import consume as consume_command
 from edgeq.cli.demo import demo as demo_command
 from edgeq.cli.keys import keys as keys_group
 from edgeq.cli.messages import browse, depth, get, put, sweep
@@ -77,6 +82,7 @@ def cli(ctx: click.Context, db: Path | None, name: str | None, as_json: bool) ->
 # are imported under other names: the package's attributes stay the modules.
 cli.add_command(put)
 cli.add_command(get)
+cli.add_command(consume_command)
 cli.add_command(browse)
 cli.add_command(depth)
 cli.add_command(sweep)
@@ -91,6 +97,7 @@ cli.add_command(export)  # edgeq export / edgeq pipeline run: pyarrow and pyspar
 cli.add_command(pipeline_group)
 cli.add_command(demo_command)
 cli.add_command(check_command)
+cli.add_command(admin_group)
 
 
 def main() -> None:

@@ -3,6 +3,9 @@
     edgeq keys new --out device.key                 # device.key (0600) + device.pub
     edgeq keys new-store-key --out store.key        # a key for encryption at rest
     edgeq keys rotate --db device.db --key-file store.key --new-key
+    edgeq keys trust-admin --db device.db ops ops.pub --inquire-only   # operator keys (docs/admin.md)
+    edgeq keys admin-list --db device.db
+    edgeq keys untrust-admin --db device.db ops
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from pathlib import Path
 
 import click
 
+from edgeq.adminstore import AdminKey
+from edgeq.adminwire import ACTIONS, INQUIRE_ACTIONS, check_key_id, raw_public_key
 from edgeq.cli.base import emit_json
 from edgeq.cli.format import QUEUE_NAME
-from edgeq.cli.options import ADMIN, db_option, open_store, output_options, wants_json
+from edgeq.cli.options import ADMIN, EXISTING, db_option, open_store, output_options, wants_json
 from edgeq.crypto import StoreKeys
 from edgeq.errors import EdgeqError
 
@@ -126,3 +131,105 @@ def keys_rotate(ctx: click.Context, db: Path | None, key_file: tuple[Path, Store
     done = open_store(ctx, ADMIN, db=db, keys=ring).rotate_keys(queue_name, batch=batch)
     click.echo(f"Re-sealed {done} message(s) under key {ring.current}.")
 
+
+# -- operator keys for admin requests (docs/admin.md) ---------------------------------------------
+
+
+def _admin_key_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_key_id(value)
+    except EdgeqError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _public_key_file(ctx: click.Context, param: click.Parameter, path: Path) -> bytes:
+    """The 32 raw bytes of the Ed25519 public key in a ``.pub`` file (or raw 32-byte file)."""
+    try:
+        return raw_public_key(path.read_bytes())
+    except (EdgeqError, OSError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", ctx, param) from None
+
+
+def _action_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    actions = tuple(a.strip() for a in value.split(",") if a.strip())
+    unknown = [a for a in actions if a != "*" and a not in ACTIONS]
+    if not actions or unknown:
+        raise click.BadParameter(f"unknown action(s) {', '.join(unknown) or '(none given)'}: use a comma-separated "
+                                 f"list of {', '.join(ACTIONS)}, or *", ctx, param)
+    return actions
+
+
+def _admin_key_json(key: AdminKey) -> dict[str, object]:
+    from edgeq.cli.format import format_time
+    from edgeq.sync.keys import fingerprint
+
+    return {"key_id": key.key_id, "fingerprint": fingerprint(key.public_key), "actions": list(key.actions),
+            "added_ms": key.added_ms, "added": format_time(key.added_ms)}
+
+
+@keys.command("trust-admin")
+@db_option("The device's store (default: the group's --db).")
+@click.argument("key_id", callback=_admin_key_id)
+@click.argument("public_key_file", metavar="PUBLIC_KEY_FILE", callback=_public_key_file,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--actions", callback=_action_list, metavar="A,B",
+              help=f"The actions its requests may run, comma-separated (default: every one): {', '.join(ACTIONS)}.")
+@click.option("--inquire-only", is_flag=True, help=f"Only the inquiries: {', '.join(INQUIRE_ACTIONS)}.")
+@output_options
+@click.pass_context
+def keys_trust_admin(ctx: click.Context, db: Path | None, key_id: str, public_key_file: bytes,
+                     actions: tuple[str, ...] | None, inquire_only: bool, as_json: bool) -> None:
+    """Trust operator key KEY_ID (its Ed25519 public key in PUBLIC_KEY_FILE) to sign admin
+    requests this device runs. Trusting KEY_ID again replaces its key and actions.
+
+    \b
+    Examples:
+      edgeq keys trust-admin --db device.db ops ops.pub
+      edgeq keys trust-admin --db device.db noc noc.pub --inquire-only
+      edgeq keys trust-admin --db device.db deploy deploy.pub --actions define-queue,alter-queue
+    """
+    if inquire_only and actions is not None:
+        raise click.UsageError("give --actions or --inquire-only, not both", ctx)
+    chosen = INQUIRE_ACTIONS if inquire_only else actions or ("*",)
+    key = open_store(ctx, EXISTING, db=db).trust_admin_key(key_id, public_key_file, actions=chosen)
+    shown = _admin_key_json(key)
+    if wants_json(ctx, as_json):
+        emit_json(shown)
+        return
+    what = "every action" if key.actions == ("*",) else ", ".join(key.actions)
+    click.echo(f"Trusted admin key {key.key_id} ({shown['fingerprint']}) for {what}.")
+
+
+@keys.command("admin-list")
+@db_option("The device's store (default: the group's --db).")
+@output_options
+@click.pass_context
+def keys_admin_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
+    """List the operator keys this device trusts, and the actions each may run."""
+    from edgeq.cli.views import format_table
+
+    trusted = open_store(ctx, EXISTING, db=db).admin_keys()
+    shown = [_admin_key_json(k) for k in trusted]
+    if wants_json(ctx, as_json):
+        emit_json(shown)
+    elif not trusted:
+        click.echo("No admin keys: this device runs no admin requests (trust one with edgeq keys trust-admin).")
+    else:
+        rows = [(k.key_id, str(j["fingerprint"]), ",".join(k.actions), str(j["added"]))
+                for k, j in zip(trusted, shown, strict=True)]
+        click.echo(format_table(("KEY", "FINGERPRINT", "ACTIONS", "ADDED"), rows))
+
+
+@keys.command("untrust-admin")
+@db_option("The device's store (default: the group's --db).")
+@click.argument("key_id", callback=_admin_key_id)
+@click.pass_context
+def keys_untrust_admin(ctx: click.Context, db: Path | None, key_id: str) -> None:
+    """Stop trusting operator key KEY_ID: requests it signed are refused from now on."""
+    qm = open_store(ctx, EXISTING, db=db)
+    if not qm.untrust_admin_key(key_id):
+        known = ", ".join(k.key_id for k in qm.admin_keys()) or "none"
+        raise click.ClickException(f"admin key {key_id} is not trusted here (trusted: {known}); nothing changed")
+    click.echo(f"Admin key {key_id} is no longer trusted.")

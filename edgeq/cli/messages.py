@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import click
 
 from edgeq.cli.base import emit_json
+from edgeq.cli.consume import WAIT, Stop, fields_filter, settle, take, write_out
 from edgeq.cli.format import EXPIRE_AT, FIELD, QUEUE_NAME, RELATIVE_EXPIRY, format_time
 from edgeq.cli.options import F, open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_message, message_json
@@ -30,14 +32,7 @@ def _field_option(help: str) -> Callable[[F], F]:
     return decorate
 
 
-def _fields(fields: Sequence[tuple[str, FieldValue]]) -> dict[str, FieldValue] | None:
-    """The ``--field`` options as a dict (None if none given); a name given twice is an error."""
-    out: dict[str, FieldValue] = {}
-    for name, value in fields:
-        if name in out:
-            raise click.BadParameter(f"field {name!r} is given twice", param_hint="'--field'")
-        out[name] = value
-    return out or None
+_fields = fields_filter  # the --field options as a filter (edgeq.cli.consume)
 
 
 class _AddWatch(QueueRule):
@@ -144,13 +139,10 @@ def put(
         )
 
 
-def _print_messages(messages: list[Message], as_json: bool, empty: str) -> None:
+def _messages_text(messages: list[Message], as_json: bool, empty: str) -> str:
     if as_json:
-        emit_json([message_json(m) for m in messages])
-    elif not messages:
-        click.echo(empty)
-    else:
-        click.echo("\n\n".join(format_message(m) for m in messages))
+        return json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False)
+    return "\n\n".join(format_message(m) for m in messages) if messages else empty
 
 
 @click.command()
@@ -158,6 +150,8 @@ def _print_messages(messages: list[Message], as_json: bool, empty: str) -> None:
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Take up to this many.")
 @_field_option("Take only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--raw", is_flag=True, help="Write only the data bytes to stdout (nothing if the queue is empty).")
+@click.option("--wait", type=WAIT, default="0", help="Wait this long for a message if none is there "
+              "(30s, 500ms, 2m, forever); it returns as soon as one is put, here or by another process.")
 @output_options
 @click.pass_context
 def get(
@@ -166,34 +160,46 @@ def get(
     count: int,
     fields: tuple[tuple[str, FieldValue], ...],
     raw: bool,
+    wait: float,
     as_json: bool,
 ) -> None:
     """Take the next message(s) off QUEUE and print them.
 
-    Highest priority first, then oldest (or oldest first on a FIFO queue).
+    Highest priority first, then oldest (or oldest first on a FIFO queue). With
+    --wait, an empty queue is waited on: the command returns as soon as a message
+    is put (with up to --count of them), or prints that none came.
 
     Expired messages met on the way are discarded, never returned (MQe's "remove"
-    check). An empty queue is not an error: nothing is taken.
+    check). An empty queue is not an error: nothing is taken. A message leaves the
+    queue only once it is printed: if stdout fails, or SIGINT/SIGTERM stops the
+    command (exit 130/143), it stays.
 
     \b
     Examples:
       edgeq --db dev.db get ORDERS
       edgeq --db dev.db get ORDERS --count 10 --field site=north
+      edgeq --db dev.db get ORDERS --wait 30s
       edgeq --db dev.db get REPORTS --raw | gunzip
     """
     use_json = wants_json(ctx, as_json)
     if raw and use_json:
         raise click.UsageError("choose one of --raw and --json")
+    wanted = _fields(fields)
     qm = open_store(ctx)
     require_queue(qm, queue_name)
-    messages = qm.get_many(queue_name, count, filter=_fields(fields))
-    if raw:
-        out = sys.stdout.buffer
-        for message in messages:
-            out.write(message.data)
-        out.flush()
-        return
-    _print_messages(messages, use_json, f"No message available on {queue_name}.")
+    with Stop().installed() as stop:
+        confirm_id, messages = take(qm, queue_name, count, wanted, wait, stop)
+        try:
+            if raw:
+                write_out(b"".join(message.data for message in messages))
+            else:
+                text = _messages_text(messages, use_json, f"No message available on {queue_name}.")
+                write_out(f"{text}\n".encode())
+        except BaseException:
+            settle(qm, queue_name, confirm_id, messages, done=False)
+            raise
+        settle(qm, queue_name, confirm_id, messages, done=True)
+    stop.exit()
 
 
 @click.command()
@@ -221,7 +227,7 @@ def browse(
     qm = open_store(ctx)
     require_queue(qm, queue_name)
     messages = qm.browse(queue_name, filter=_fields(fields), limit=limit)
-    _print_messages(messages, wants_json(ctx, as_json), f"No messages to browse on {queue_name}.")
+    click.echo(_messages_text(messages, wants_json(ctx, as_json), f"No messages to browse on {queue_name}."))
 
 
 @click.command()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import EdgeqGroup
+from edgeq.cli.format import DURATION
 from edgeq.cli.options import db_option, store_path
 
 if TYPE_CHECKING:
@@ -40,22 +41,30 @@ def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Sin
                    "Never re-exports what the directory holds already.")
 @click.option("--batch", "batch_rows", type=click.IntRange(min=1), default=100_000, show_default=True,
               help="Journal entries read per batch (one part file per date per batch).")
+@click.option("--prune-after", type=DURATION, metavar="DURATION",
+              help="Then remove from the store the exported journal entries older than this (30d, 12h...); "
+                   "never an entry not exported yet.")
 @click.option("--quiet", is_flag=True, help="Print only the one-line result.")
 @click.pass_context
-def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_rows: int, quiet: bool) -> None:
+def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_rows: int,
+           prune_after: int | None, quiet: bool) -> None:
     """Export a home server's journal as Parquet, partitioned by date, incrementally.
 
     Each run appends only the entries added since the last one (the directory's
     _edgeq_export.json holds the last journal id exported), so it can run from
-    cron while the server serves: the store is opened read-only.
+    cron while the server serves: the store is opened read-only. With
+    --prune-after, the exported entries older than the bound are then removed
+    from the store, in short transactions (journal retention).
 
     \b
     Examples:
       edgeq export --db home.db --out journal/
       edgeq export --db home.db --out journal/ --since 2025-11-21
       edgeq export --db home.db --out journal/ --since 120000
+      edgeq export --db home.db --out journal/ --prune-after 30d
     """
     from edgeq.sync.pipeline.export import export_journal
+    from edgeq.sync.pipeline.prune import prune_journal
 
     store = store_path(ctx, db)
     say = None if quiet else (lambda text: click.echo(text, err=True))
@@ -66,6 +75,8 @@ def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_r
         skipped = f", {result.skipped:,} skipped by --since" if result.skipped else ""
         click.echo(f"Exported {result.rows:,} journal entries{skipped} into {len(result.files):,} file(s) under "
                    f"{out} (up to journal id {result.watermark}).")
+    if prune_after is not None:
+        click.echo(prune_journal(store, out, older_than_ms=prune_after, progress=say).describe(store))
 
 
 @click.group(cls=EdgeqGroup)
@@ -87,17 +98,23 @@ def pipeline() -> None:
 @click.option("--html", is_flag=True, help="Also write OUT/report.html, a page with charts.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
               help="A Spark setting, e.g. --conf spark.driver.memory=8g (repeatable).")
+@click.option("--full", is_flag=True,
+              help="Read every part file again and rebuild OUT/_state/ (default: only those exported since the last run).")
 @click.option("--quiet", is_flag=True, help="Print no progress, only the summary.")
-def pipeline_run(journal: str, out: str, master: str, html: bool, confs: tuple[str, ...], quiet: bool) -> None:
-    """Compute delivery latency, expiry reconciliation, the exactly-once audit and hourly
-    throughput from an exported journal; write each as Parquet and print a summary.
+def pipeline_run(journal: str, out: str, master: str, html: bool, confs: tuple[str, ...], full: bool,
+                 quiet: bool) -> None:
+    """Compute delivery latency, expiry reconciliation, the exactly-once audit, hourly
+    throughput and device health from an exported journal; write each as Parquet and
+    print a summary.
 
-    The reports and their definitions are in docs/pipeline.md. The same job runs
-    on a cluster with spark-submit (see there).
+    Incremental: the state kept in OUT/_state/ lets the next run read only the part
+    files exported since (--full rebuilds it). The reports and their definitions are
+    in docs/pipeline.md. The same job runs on a cluster with spark-submit (see there).
 
     \b
     Examples:
       edgeq pipeline run --journal journal/ --out reports/ --html
+      edgeq pipeline run --journal journal/ --out reports/ --full
     """
     from edgeq.sync.pipeline.job import check_journal, run_pipeline, spark_session
     from edgeq.sync.pipeline.report import summary_text, write_html
@@ -119,7 +136,7 @@ def pipeline_run(journal: str, out: str, master: str, html: bool, confs: tuple[s
     owned = not _spark_running()
     spark = spark_session(master, conf=conf)
     try:
-        result = run_pipeline(spark, journal, out, progress=say)
+        result = run_pipeline(spark, journal, out, full=full, progress=say)
     finally:
         if owned:
             spark.stop()

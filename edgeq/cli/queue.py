@@ -22,7 +22,8 @@ from edgeq.cli.format import (
 )
 from edgeq.cli.options import CREATE, F, open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
-from edgeq.errors import QueueNotEmpty
+from edgeq.compression import CODECS, check_compression
+from edgeq.errors import InvalidArgument, QueueNotEmpty
 from edgeq.manager import QueueManager
 from edgeq.queues import QueueAttributes, QueueUsage
 from edgeq.types import ON_FULL
@@ -54,6 +55,11 @@ def _queue_options(f: F) -> F:
                      help="Priority of messages put without one: 0 (lowest) to 9 (highest)."),
         click.option("--ordering", type=click.Choice(["priority", "fifo"]),
                      help="Get order: 'priority' (9 first, then arrival) or 'fifo' (arrival only)."),
+        click.option("--backout-threshold", type=LIMIT,
+                     help="Poison messages: after this many undone assured gets a message moves to "
+                          "--backout-queue instead of being delivered again (give both)."),
+        click.option("--backout-queue", type=QUEUE_NAME,
+                     help="Where --backout-threshold moves a message (a queue defined already)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -106,6 +112,26 @@ def _refusal_option(f: F) -> F:
     )(f)
 
 
+def _compression_option(f: F) -> F:
+    return click.option(
+        "--compression", type=click.Choice([*CODECS, "none"]), callback=_check_codec,
+        help="Remote and home-server queues: send their batches compressed as a whole, 'zstd' (needs "
+             "pip install 'edgeq[zstd]') or 'zlib', where the server takes it; 'none' (the default) "
+             "sends them as they are.",
+    )(f)
+
+
+def _check_codec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The --compression value, checked before the store is opened (zstd needs its package)."""
+    if value is None or value == "none":
+        return value
+    try:
+        check_compression(value)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
 def _kind_options(f: F) -> F:
     options = [
         click.option("--remote", is_flag=True,
@@ -140,6 +166,16 @@ def _check_kind(
         raise click.UsageError("a remote queue is always priority-ordered: leave out --ordering")
 
 
+def _check_backout(remote: bool, threshold: Limit | None, backout_queue: str | None) -> None:
+    """A new queue's backout options: both or neither, and never on a remote queue (exit 2)."""
+    given = threshold is not None and threshold.value is not None
+    if remote and (threshold is not None or backout_queue is not None):
+        raise click.UsageError("--backout-threshold and --backout-queue are not for remote queues: "
+                               "nothing gets from them here")
+    if given != (backout_queue is not None):
+        raise click.UsageError("give --backout-threshold N and --backout-queue QUEUE together (or neither)")
+
+
 def _defined_text(attrs: QueueAttributes, qm_name: str) -> str:
     if attrs.kind == "remote":
         return (f"Defined remote queue {attrs.name} on {qm_name}, transmitted to "
@@ -166,6 +202,7 @@ def queue() -> None:
 @_queue_options
 @_kind_options
 @_refusal_option
+@_compression_option
 @_rule_option
 @click.option("--encryption", type=click.Choice(["aes-256-gcm"]), default=None,
               help="Seal message data and fields in the store (needs the store key: $EDGEQ_STORE_KEY_FILE).")
@@ -174,7 +211,7 @@ def queue() -> None:
 def queue_define(
     ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], encryption: str | None,
     remote: bool, target_qmgr: str | None, target_queue: str | None, mode: str | None, home_server: str | None,
-    refusal_limit: Limit | None, as_json: bool, **options: Any,
+    refusal_limit: Limit | None, compression: str | None, as_json: bool, **options: Any,
 ) -> None:
     """Define queue NAME (creating the store if --db does not exist yet, which needs --name).
 
@@ -195,13 +232,20 @@ def queue_define(
       edgeq --db dev.db queue define SENSORS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
       edgeq --db dev.db queue define SENSORS2 --depth-threshold 500 --rule 'log:{"events":["threshold"]}'
       edgeq --db dev.db queue define TELEMETRY --max-bytes 64MiB --on-full discard-oldest
+      edgeq --db dev.db queue define JOBS --backout-threshold 5 --backout-queue DLQ
       edgeq --db dev.db queue define OUT --remote --target-qmgr HOME --target-queue ORDERS --refusal-limit 5
+      edgeq --db dev.db queue define TELEMETRY --remote --target-qmgr HOME --compression zstd
       edgeq --db dev.db queue define INBOX --home-server HOME
       EDGEQ_STORE_KEY_FILE=store.key edgeq --db dev.db queue define PAYMENTS --encryption aes-256-gcm
     """
     remote_only = {"--target-qmgr": target_qmgr, "--target-queue": target_queue, "--mode": mode,
                    "--refusal-limit": refusal_limit}
     _check_kind(remote, home_server, remote_only, options["ordering"])
+    if compression not in (None, "none") and not remote and home_server is None:
+        raise click.UsageError("--compression: only for remote and home-server queues (add --remote or "
+                               "--home-server): it says how their batches cross the wire")
+    codec = None if compression in (None, "none") else compression
+    _check_backout(remote, options["backout_threshold"], options["backout_queue"])
     _check_rules(rule_specs)
     qm = open_store(ctx, CREATE)
     if name in qm.queue_names():
@@ -213,10 +257,11 @@ def queue_define(
         qm.define_remote_queue(
             name, target_qmgr=target_qmgr, target_queue=target_queue, mode="sync" if mode == "sync" else "async",
             rules=rules, encryption=encryption, refusal_limit=None if refusal_limit is None else refusal_limit.value,
-            **attrs,
+            compression=codec, **attrs,
         )
     elif home_server is not None:
-        qm.define_home_server_queue(name, server=home_server, rules=rules, encryption=encryption, **attrs)
+        qm.define_home_server_queue(name, server=home_server, rules=rules, encryption=encryption,
+                                    compression=codec, **attrs)
     else:
         qm.define_queue(name, **attrs, rules=rules, encryption=encryption)
     if wants_json(ctx, as_json):
@@ -233,22 +278,26 @@ def queue_define(
 @click.argument("name", type=QUEUE_NAME)
 @_queue_options
 @_refusal_option
+@_compression_option
 @_rule_option
 @click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue.")
+@click.option("--no-backout", is_flag=True, help="Stop moving poison messages: no backout threshold nor queue.")
 @output_options
 @click.pass_context
 def queue_alter(
     ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], no_rules: bool,
-    as_json: bool, **options: Any,
+    no_backout: bool, as_json: bool, **options: Any,
 ) -> None:
     """Change some attributes of queue NAME; those not given stay as they are.
 
     A new --expiry-ms applies at once to messages already there without their own
     expiry; a new --cap-expiry-ms applies to later puts only; a lower --max-depth
     or --max-bytes applies from the next put (which makes room by --on-full, or is
-    refused). --refusal-limit is for remote queues only. --rule options replace
+    refused). --refusal-limit is for remote queues only; --compression for remote
+    and home-server queues (from their next request). --rule options replace
     all the queue's rule bindings (give every rule it should keep); --no-rules
-    removes them.
+    removes them. --backout-threshold and --backout-queue change how poison
+    messages move (the other one may be set already); --no-backout stops it.
 
     \b
     Examples:
@@ -256,12 +305,21 @@ def queue_alter(
       edgeq --db dev.db queue alter ORDERS --expiry-ms none
       edgeq --db dev.db queue alter TELEMETRY --max-bytes 16MiB --on-full discard-lowest-priority
       edgeq --db dev.db queue alter OUT --refusal-limit 10
+      edgeq --db dev.db queue alter OUT --compression zlib
       edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
       edgeq --db dev.db queue alter ORDERS --no-rules
+      edgeq --db dev.db queue alter ORDERS --backout-threshold 3 --backout-queue DLQ
+      edgeq --db dev.db queue alter ORDERS --no-backout
     """
     if rule_specs and no_rules:
         raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), not both")
     changes = _attributes(**options)
+    if changes.get("compression") == "none":
+        changes["compression"] = None
+    if no_backout:
+        if {"backout_threshold", "backout_queue"} & changes.keys():
+            raise click.UsageError("give --no-backout, or --backout-threshold/--backout-queue, not both")
+        changes.update(backout_threshold=None, backout_queue=None)
     if not changes and not rule_specs and not no_rules:
         raise click.UsageError(
             "nothing to change: give at least one option, e.g. --max-depth 1000 or --rule counters"

@@ -5,6 +5,7 @@
     edgeq server devices revoke DEV1 --db home.db
     edgeq server held list --db home.db
     edgeq server held clear --device DEV1 --older-than 30m --db home.db
+    edgeq server set-console-password --db home.db
 
 ``devices`` is the registry of devices allowed to sync (signed requests); ``held``
 shows and undoes the puts devices left unconfirmed. The home server itself runs
@@ -170,6 +171,36 @@ def devices_revoke(ctx: click.Context, name: str, db: Path | None) -> None:
     after = qm.device(name)
     when = "" if after is None or after.revoked_ms is None else f" at {format_time(after.revoked_ms)}"
     click.echo(f"Revoked {name}{when}.")
+
+
+@server.command("set-console-password")
+@click.option("--password-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Read the password from this file's first line (default: ask, twice, without echo).")
+@_server_db
+@click.pass_context
+def set_console_password(ctx: click.Context, password_file: Path | None, db: Path | None) -> None:
+    """Set the operator password of the console (edgeq serve --console); signs everyone out.
+
+    Stored as a salted scrypt hash in the server's store, never in clear.
+
+    \b
+    Examples:
+      edgeq server set-console-password --db home.db
+      edgeq server set-console-password --password-file console.pw --db home.db
+    """
+    from edgeq.sync.consoleauth import MIN_PASSWORD_CHARS, set_password
+
+    if password_file is not None:
+        lines = password_file.read_text(encoding="utf-8").splitlines()
+        password = lines[0] if lines else ""
+    else:
+        password = click.prompt("Console password", hide_input=True, confirmation_prompt=True, err=True)
+    if len(password) < MIN_PASSWORD_CHARS:
+        raise click.BadParameter(f"the password must have at least {MIN_PASSWORD_CHARS} characters",
+                                 param_hint="'--password-file'" if password_file else "password")
+    qm = open_store(ctx, ADMIN, db=db)
+    set_password(qm.path, password)
+    click.echo(f"Console password set for {qm.name}; sessions signed in before are signed out.")
 
 
 @server.group("held")

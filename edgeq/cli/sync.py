@@ -97,13 +97,20 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str) -> st
 @click.option("--held-quota-bytes", type=BYTES_LIMIT, default="256MiB", show_default=True,
               help="Most bytes (data plus fields) of unconfirmed messages one device may hold here "
                    "(64MiB, 1GB...). At least 2 x --max-body-bytes; none: no limit.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes sharing the store and the listening socket (see docs/scaling.md).")
+@click.option("--worker-fd", type=int, hidden=True)  # set by --workers for each worker: the inherited socket
+@click.option("--console", is_flag=True,
+              help="Serve the operator console under /console (needs TLS off loopback, and a password: "
+                   "edgeq server set-console-password).")
 @log_level_option
 @click.pass_context
 def serve(
     ctx: click.Context, db: Path | None, name: str | None, host: str, port: int, max_body_bytes: int,
     max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
     auth: bool | None, auth_skew: float, nonce_db: Path | None, tls_cert: Path | None, tls_key: Path | None,
-    hold: Limit, held_quota_messages: Limit, held_quota_bytes: Limit, log_level: str,
+    hold: Limit, held_quota_messages: Limit, held_quota_bytes: Limit, workers: int, worker_fd: int | None,
+    console: bool, log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
 
@@ -112,6 +119,8 @@ def serve(
       edgeq serve --db home.db --name HOME --host 127.0.0.1 --port 8470
       edgeq serve --db home.db --host 0.0.0.0 --auth --tls-cert home.crt --tls-key home.key
       edgeq serve --db home.db --hold 30m --held-quota-messages 20000 --held-quota-bytes 64MiB
+      edgeq serve --db home.db --workers 2
+      edgeq serve --db home.db --console   # then open http://127.0.0.1:8470/console
       curl http://127.0.0.1:8470/metrics
     """
     _need("uvicorn", "server")
@@ -126,6 +135,8 @@ def serve(
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    if console:
+        _check_console(host, tls_cert is not None)
     # A healthy agent holds up to two batches at once (one put while the last is confirmed).
     if held_quota_messages.value is not None and held_quota_messages.value < 2 * max_batch:
         raise click.BadParameter(f"{held_quota_messages.value} is less than 2 x --max-batch ({2 * max_batch}): "
@@ -139,6 +150,13 @@ def serve(
     log = logging.getLogger("edgeq.sync.server")
     qm = store.open(ctx, durability="full" if durability == "full" else "normal",
                     remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
+    if console:
+        _check_console_password(qm.path)
+    if workers > 1 and worker_fd is None:
+        from edgeq.sync.workers import run_workers
+
+        qm.close()  # created (if new) once, here: each worker opens it itself
+        ctx.exit(run_workers(sys.argv[1:], host, port, workers))
     nonces = None
     keeper = None if holds.hold_ms is None else HoldKeeper(qm, holds)
     try:
@@ -171,7 +189,7 @@ def serve(
         if sweep_interval:
             qm.start_expiry_sweeper(sweep_interval)
         app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch, authenticate=authenticate,
-                         auth=mode, holds=holds)
+                         auth=mode, holds=holds, console=console)
         if keeper is not None:
             keeper.start()
         log.info(
@@ -182,7 +200,8 @@ def serve(
                    "hold_ms": holds.hold_ms, "held_quota_messages": holds.max_messages,
                    "held_quota_bytes": holds.max_bytes},
         )
-        uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+        # a worker (--workers) serves the supervisor's socket (fd), host and port unused
+        uvicorn.run(app, host=host, port=port, fd=worker_fd, log_config=None, access_log=False, lifespan="off",
                     log_level=log_level.lower(),
                     ssl_certfile=None if tls_cert is None else str(tls_cert),
                     ssl_keyfile=None if tls_key is None else str(tls_key))
@@ -191,6 +210,22 @@ def serve(
             keeper.stop()
         if nonces is not None:
             nonces.close()
+
+
+def _check_console(host: str, tls: bool) -> None:
+    """The console's password and session cookie must not cross a network in clear."""
+    _need("jinja2", "server")
+    if not tls and not _loopback(host):
+        raise click.UsageError(f"--console on {host} needs TLS (--tls-cert/--tls-key): the operator's password "
+                               "and session would cross the network in clear; or listen on 127.0.0.1")
+
+
+def _check_console_password(path: Path) -> None:
+    from edgeq.sync.consoleauth import load_credential
+
+    if load_credential(path) is None:
+        raise click.UsageError(f"--console needs an operator password: set one with "
+                               f"`edgeq server set-console-password --db {path}`")
 
 
 def _loopback(host: str) -> bool:

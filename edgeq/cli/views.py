@@ -184,8 +184,12 @@ def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[Bindi
         rows = {**rows, "kind": _kind_text(attrs, ": ")}
     if attrs.kind == "remote":
         rows = {**rows, "refusal_limit": "default" if attrs.refusal_limit is None else str(attrs.refusal_limit)}
+    if attrs.backout_queue is not None:
+        rows = {**rows, "backout": f"to {attrs.backout_queue} at {attrs.backout_threshold} undone gets"}
     if attrs.encryption:
         rows = {**rows, "encryption": attrs.encryption}
+    if attrs.compression:
+        rows = {**rows, "compression": attrs.compression}
     width = max(len(key) for key in rows)
     lines = [f"{key:<{width}}  {value}" for key, value in rows.items()]
     if bindings is not None:

@@ -15,12 +15,12 @@ from edgeq import QueueManager, __version__
 from edgeq.cli import cli, main
 
 EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark")
-MODULES = ("check", "demo", "keys", "messages", "pipeline", "queue", "rules", "server", "sync")
+MODULES = ("admin", "check", "consume", "demo", "keys", "messages", "pipeline", "queue", "rules", "server", "sync")
 
 
 def test_every_command_is_registered_once() -> None:
     assert sorted(cli.commands) == [
-        "browse", "check", "demo", "depth", "export", "get", "keys", "pipeline", "purge", "put", "queue",
+        "admin", "browse", "check", "consume", "demo", "depth", "export", "get", "keys", "pipeline", "purge", "put", "queue",
         "rules", "serve", "server", "sweep", "sync",
     ]
 
@@ -35,7 +35,8 @@ def test_the_package_attributes_are_the_command_modules(name: str) -> None:
 
 @pytest.mark.parametrize("args", [
     ["--help"], ["serve", "--help"], ["sync", "--help"], ["export", "--help"], ["pipeline", "run", "--help"],
-    ["server", "devices", "list", "--help"], ["demo", "--help"], ["check", "--help"],
+    ["server", "devices", "list", "--help"], ["demo", "--help"], ["check", "--help"], ["admin", "--help"],
+    ["admin", "DEV1", "queue", "define", "--help"],
 ], ids=" ".join)
 def test_help_imports_no_optional_stack(args: list[str]) -> None:
     code = (

@@ -145,3 +145,111 @@ def test_list_shows_every_kind(run: Run, db: Path) -> None:
     rows = {line.split()[0]: line.split()[1:3] for line in ok(run("queue", "list")).splitlines()[1:]}
     assert rows["OUT"] == ["1", "8"]
     assert "kind               home: HOME" in ok(run("queue", "show", "INBOX"))
+
+
+# -- backout threshold and queue -----------------------------------------------------------------
+
+
+def test_backout_options_define_alter_show_and_stop(run: Run, db: Path) -> None:
+    ok(run("queue", "define", "BOQ"))
+    ok(run("queue", "define", "BOQ2"))
+    out = ok(run("queue", "define", "JOBS", "--backout-threshold", "3", "--backout-queue", "BOQ"))
+    assert out == "Defined queue JOBS on DEV1.\n"
+    assert (attrs(db, "JOBS")["backout_threshold"], attrs(db, "JOBS")["backout_queue"]) == (3, "BOQ")
+    assert "backout            to BOQ at 3 undone gets" in ok(run("queue", "show", "JOBS"))
+    data = json.loads(ok(run("queue", "show", "JOBS", "--json")))
+    assert (data["backout_threshold"], data["backout_queue"]) == (3, "BOQ")
+    assert ok(run("queue", "alter", "JOBS", "--backout-queue", "BOQ2")) == "Altered queue JOBS: backout_queue BOQ2.\n"
+    assert ok(run("queue", "alter", "JOBS", "--no-backout")) == (
+        "Altered queue JOBS: backout_threshold none, backout_queue none.\n")
+    assert "backout" not in ok(run("queue", "show", "JOBS"))
+    ok(run("queue", "delete", "BOQ2"))  # no longer in use
+
+
+def test_a_poison_message_moves_through_the_command_line(run: Run, db: Path) -> None:
+    ok(run("queue", "define", "BOQ"))
+    ok(run("queue", "define", "JOBS", "--backout-threshold", "1", "--backout-queue", "BOQ"))
+    ok(run("put", "JOBS", "poison"))
+    with QueueManager(db) as qm:
+        assert qm.get("JOBS", confirm_id=1) is not None
+        qm.undo("JOBS", 1)
+    assert ok(run("depth", "JOBS")) == "0\n"
+    assert ok(run("get", "BOQ", "--raw")) == "poison"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--backout-threshold", "3"], "together"),
+        (["--backout-queue", "BOQ"], "together"),
+        (["--backout-threshold", "0", "--backout-queue", "BOQ"], "must be positive"),
+        (["--backout-threshold", "many", "--backout-queue", "BOQ"], "not a whole number"),
+        (["--backout-threshold", "2", "--backout-queue", "bad name"], "queue name 'bad name'"),
+        (["--remote", "--target-qmgr", "HOME", "--backout-threshold", "2", "--backout-queue", "BOQ"],
+         "not for remote queues"),
+        (["--remote", "--target-qmgr", "HOME", "--backout-threshold", "none"], "not for remote queues"),
+    ],
+)
+def test_bad_backout_options_are_usage_errors(run: Run, db: Path, args: list[str], needle: str) -> None:
+    ok(run("queue", "define", "BOQ"))
+    result = run("queue", "define", "Q", *args)
+    assert result.exit_code == 2 and needle in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    with QueueManager(db) as qm:
+        assert qm.queue_names() == ["BOQ"]
+
+
+def test_backout_errors_from_the_queue_manager(run: Run) -> None:
+    ok(run("queue", "define", "BOQ"))
+    fail(run("queue", "define", "Q", "--backout-threshold", "2", "--backout-queue", "NOPE"), 1,
+         "backout queue 'NOPE' is not defined")
+    ok(run("queue", "define", "Q", "--backout-threshold", "2", "--backout-queue", "BOQ"))
+    fail(run("queue", "alter", "Q", "--backout-threshold", "none"), 1, "backout_queue needs a backout_threshold")
+    fail(run("queue", "delete", "BOQ"), 1, "backout queue of 'Q'")
+    result = run("queue", "alter", "Q", "--no-backout", "--backout-threshold", "4")
+    assert result.exit_code == 2 and "not both" in result.stderr
+
+
+# -- compression ---------------------------------------------------------------------------------
+
+
+def test_compression_is_defined_altered_and_shown(run: Run, db: Path) -> None:
+    ok(run("queue", "define", "OUT", "--remote", "--target-qmgr", "HOME", "--compression", "zstd"))
+    ok(run("queue", "define", "INBOX", "--home-server", "HOME", "--compression", "zlib"))
+    assert "compression        zstd" in ok(run("queue", "show", "OUT"))
+    assert json.loads(ok(run("queue", "show", "INBOX", "--json")))["compression"] == "zlib"
+    assert ok(run("queue", "alter", "OUT", "--compression", "zlib")) == "Altered queue OUT: compression zlib.\n"
+    assert ok(run("queue", "alter", "INBOX", "--compression", "none")) == "Altered queue INBOX: compression none.\n"
+    assert (attrs(db, "OUT")["compression"], attrs(db, "INBOX")["compression"]) == ("zlib", None)
+    assert "compression" not in ok(run("queue", "show", "INBOX"))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--compression", "zstd"], "only for remote and home-server queues"),
+        (["--remote", "--target-qmgr", "HOME", "--compression", "gzip"], "'gzip' is not one of 'zstd', 'zlib', 'none'"),
+    ],
+)
+def test_bad_compression_options_are_usage_errors(run: Run, db: Path, args: list[str], needle: str) -> None:
+    result = run("queue", "define", "Q", *args)
+    assert result.exit_code == 2 and needle in result.stderr, result.stderr
+    with QueueManager(db) as qm:
+        assert qm.queue_names() == []
+
+
+def test_zstd_without_its_package_says_how_to_install(run: Run, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    result = run("queue", "define", "OUT", "--remote", "--target-qmgr", "HOME", "--compression", "zstd")
+    assert result.exit_code == 2 and "pip install 'edgeq[zstd]'" in result.stderr, result.stderr
+    ok(run("queue", "define", "OUT", "--remote", "--target-qmgr", "HOME", "--compression", "zlib"))
+    result = run("queue", "alter", "OUT", "--compression", "zstd")
+    assert result.exit_code == 2 and "zstandard package" in result.stderr, result.stderr
+    assert attrs(db, "OUT")["compression"] == "zlib"
+
+
+def test_compression_on_a_local_queue_is_refused_by_alter(run: Run) -> None:
+    ok(run("queue", "define", "LOCAL"))
+    fail(run("queue", "alter", "LOCAL", "--compression", "zlib"), 1, "compression applies to remote and home-server")

@@ -363,6 +363,24 @@ def test_device_pushes_only_to_its_allowed_queues(
     assert send(http, secure, p.PATH_PUT, raw, headers)[0] == 200
 
 
+def test_admin_replies_may_be_pushed_and_admin_requests_never(
+    http: httpx.Client, secure: LiveServer, home: QueueManager, snapshot: Callable[[], Snapshot],
+    keys: dict[str, Ed25519PrivateKey],
+) -> None:
+    home.define_queue("SYSTEM.ADMIN.REPLY")
+    _hello(http, secure, keys["DEV1"], "DEV1")  # DEV1 may push to ORDERS only, and its admin replies
+    raw, headers = signed(keys["DEV1"], "DEV1", p.PATH_PUT, put(queue="SYSTEM.ADMIN.REPLY"))
+    status, body = send(http, secure, p.PATH_PUT, raw, headers)
+    assert status == 200 and body["results"][0]["s"] == "stored"
+    _hello(http, secure, keys["DEV2"], "DEV2")  # DEV2 may push anywhere, but not where requests wait
+    home.define_queue("DEV1.SYSTEM.ADMIN")
+    before = snapshot()
+    for queue in ("DEV1.SYSTEM.ADMIN", "DEV2.SYSTEM.ADMIN"):
+        raw, headers = signed(keys["DEV2"], "DEV2", p.PATH_PUT, put("DEV2", queue=queue, stamp=2))
+        refused(send(http, secure, p.PATH_PUT, raw, headers), 403, f"may not push to {queue}")
+    assert before.unchanged()
+
+
 def test_device_cannot_confirm_another_devices_put(
     http: httpx.Client, secure: LiveServer, home: QueueManager, keys: dict[str, Ed25519PrivateKey]
 ) -> None:

@@ -1,0 +1,546 @@
+"""edgeq for asyncio: :class:`AsyncQueueManager`, the queue manager's verbs as coroutines.
+
+>>> import asyncio, tempfile, os
+>>> from edgeq import Message
+>>> from edgeq.aio import AsyncQueueManager
+>>> async def main() -> bytes:
+...     async with AsyncQueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1") as qm:
+...         await qm.define_queue("Q")
+...         await qm.put("Q", Message(b"hello"))
+...         message = await qm.get("Q", wait=5)
+...         return message.data
+>>> asyncio.run(main())
+b'hello'
+
+Nothing here blocks the event loop:
+
+- **SQLite work runs in a thread pool** the object owns (``max_workers`` threads,
+  32 by default). Concurrent coroutines' puts, gets and confirms run in parallel
+  threads, so the store's group commit shares one flush among them.
+- **A waiting get holds no thread.** It tries an ordinary get in the pool; if that
+  finds nothing, the coroutine awaits a *doorbell* rung from the store's waker (one
+  thread per store, and only while some coroutine waits) whenever the store changes,
+  here or in another process, then tries again, until its ``wait`` passes.
+
+**Cancellation loses no message.** Every get locks its message(s) under a confirm id
+in the worker thread (an assured get); a coroutine cancelled before the result
+reaches it hands the message back (ready again where it was, no backout counted). A
+plain get (no ``confirm_id``) is confirmed only once the coroutine has the message
+in hand, in the background: the next call on this object waits for that confirm, so
+it sees the message gone. A crash between the two leaves the message locked, not
+lost: ``release_locks`` hands it back (see docs/aio.md). Other writes (put, confirm,
+...) complete in their thread when the awaiting coroutine is cancelled.
+
+One object belongs to one event loop. ``sync`` is the underlying
+:class:`~edgeq.manager.QueueManager` (to share with threads); :meth:`run` runs any
+of its verbs in the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+from edgeq.bindings import RuleSpec
+from edgeq.doorbell import Doorbell
+from edgeq.errors import (
+    ConfirmIdNotFound,
+    InvalidArgument,
+    InvalidType,
+    MessageExpired,
+    MessageNotFound,
+    QueueManagerClosed,
+)
+from edgeq.manager import QueueManager
+from edgeq.message import Message, check_fields
+from edgeq.names import check_name
+from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage
+from edgeq.results import ConfirmResult, PutResult
+from edgeq.types import MAX_CONFIRM_ID, Filter
+from edgeq.uid import MessageUID
+from edgeq.waiting import check_wait
+
+__all__ = ["AsyncConsumer", "AsyncQueueManager"]
+
+log = logging.getLogger("edgeq")
+
+T = TypeVar("T")
+Wait = float | timedelta | None
+
+
+def _fresh_confirm_id() -> int:
+    """A confirm id for a get this object locks itself: random, so never another getter's."""
+    return secrets.randbelow(MAX_CONFIRM_ID) + 1
+
+
+class AsyncQueueManager:
+    """A :class:`~edgeq.manager.QueueManager` for asyncio: the same verbs, as coroutines.
+
+    ``path``, ``name`` and ``options`` are those of ``QueueManager`` (``durability``,
+    ``clock``, ``keys``, ...). The store is opened in a worker thread by the first
+    call (or ``async with``), so a bad path or name raises there. ``max_workers``
+    bounds the threads doing SQLite work; more concurrent calls queue for them.
+
+    See the module docstring for what never blocks the event loop and what a
+    cancellation does; docs/aio.md for the whole story.
+    """
+
+    def __init__(self, path: str | Path, name: str | None = None, *, max_workers: int = 32, **options: Any) -> None:
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
+            raise InvalidType(f"max_workers must be a positive int, not {max_workers!r}")
+        if max_workers < 1:
+            raise InvalidArgument(f"max_workers must be a positive int, not {max_workers}")
+        self._open_args = (path, name, options)
+        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="edgeq-aio")
+        self._qm: QueueManager | None = None
+        self._opening = asyncio.Lock()
+        self._bell: Doorbell | None = None
+        self._closing = False
+        self._closed = False
+        self._jobs: set[Future[Any]] = set()  # every job in the pool: close() waits for them
+        self._jobs_done = threading.Condition()
+        self._confirming: set[asyncio.Future[Any]] = set()  # plain gets' confirms in flight
+        self._calls = 0  # calls in progress: close() lets them settle what they took
+        self._no_calls = asyncio.Event()
+        self._no_calls.set()
+
+    # -- the object --------------------------------------------------------------------------
+
+    @property
+    def sync(self) -> QueueManager:
+        """The underlying queue manager (opened by the first call), e.g. for threads."""
+        if self._qm is None:
+            raise InvalidArgument("the store is not open yet: await a call first (or use async with)")
+        return self._qm
+
+    async def open(self) -> Self:
+        """Open the store now (in a worker thread), if no call has yet; return ``self``."""
+        await self._ready()
+        return self
+
+    async def close(self) -> None:
+        """Wait for the calls in progress, close the queue manager and the pool. A get
+        waiting for a message raises :class:`QueueManagerClosed`. Safe to call twice."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._bell is not None:
+            self._bell.close()  # waiting gets raise QueueManagerClosed
+        await self._no_calls.wait()  # a get in progress hands out or back what it took first
+        await asyncio.to_thread(self._shut)
+        self._closed = True
+
+    def _shut(self) -> None:
+        with self._jobs_done:
+            self._jobs_done.wait_for(lambda: not self._jobs)
+        if self._qm is not None:
+            self._qm.close()
+        self._pool.shutdown(wait=True)
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closing else "open" if self._qm is not None else "not yet open"
+        return f"AsyncQueueManager({str(self._open_args[0])!r}, {state})"
+
+    async def run(self, work: Callable[[QueueManager], T]) -> T:
+        """Run ``work(queue_manager)`` in the pool: any verb without a coroutine here.
+
+        >>> # report = await qm.run(lambda sync: sync.check())
+        """
+        return await self._call(work)
+
+    # -- the pool ------------------------------------------------------------------------------
+
+    async def _ready(self) -> QueueManager:
+        if self._closing:
+            raise QueueManagerClosed("the AsyncQueueManager is closed; make a new one")
+        if self._qm is None:
+            async with self._opening:
+                if self._qm is None:
+                    path, name, options = self._open_args
+                    self._qm = await asyncio.wrap_future(self._spawn(QueueManager, path, name, **options))
+        return self._qm
+
+    def _spawn(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """Run ``fn`` in the pool, counted until it is done (close() waits for it)."""
+        job = self._pool.submit(fn, *args, **kwargs)
+        with self._jobs_done:
+            self._jobs.add(job)
+        job.add_done_callback(self._forget)
+        return job
+
+    def _forget(self, job: Future[Any]) -> None:
+        with self._jobs_done:
+            self._jobs.discard(job)
+            self._jobs_done.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def _counted(self) -> AsyncIterator[QueueManager]:
+        """A call in progress (close() waits for it), with the store open."""
+        qm = await self._ready()
+        self._calls += 1
+        self._no_calls.clear()
+        try:
+            yield qm
+        finally:
+            self._calls -= 1
+            if not self._calls:
+                self._no_calls.set()
+
+    async def _call(self, work: Callable[[QueueManager], T]) -> T:
+        """``work(queue_manager)`` in the pool, once the plain gets before it are confirmed."""
+        async with self._counted() as qm:
+            await self._confirmed()
+            return await asyncio.wrap_future(self._spawn(work, qm))
+
+    async def _confirmed(self) -> None:
+        """Wait for the confirms of the plain gets already handed out (read your writes)."""
+        if self._confirming:
+            await asyncio.wait(set(self._confirming))
+
+    # -- getting ---------------------------------------------------------------------------------
+
+    async def _take(
+        self, queue: str, count: int, wait: Wait, confirm_id: int | None, filter: Filter | None
+    ) -> list[Message]:
+        """Up to ``count`` messages, waiting up to ``wait``; locked under ``confirm_id``,
+        or (None) taken for good once in hand."""
+        seconds = check_wait(wait)
+        async with self._counted() as qm:
+            await self._confirmed()
+            hold = confirm_id if confirm_id is not None else _fresh_confirm_id()
+            if not seconds:  # None or 0: one attempt
+                got = await self._lock(qm, queue, count, hold, filter)
+            else:
+                got = await self._wait_for(qm, queue, count, hold, filter, seconds)
+            if got and confirm_id is None:
+                self._confirm_later(qm, queue, got)
+            return got
+
+    async def _wait_for(
+        self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None, seconds: float
+    ) -> list[Message]:
+        """Attempts, one after each change of the store, until one finds something or
+        ``seconds`` pass."""
+        loop = asyncio.get_running_loop()
+        deadline = None if math.isinf(seconds) else loop.time() + seconds
+        bell = self._doorbell(qm, loop)
+        bell.listen()
+        try:
+            while True:
+                seen = bell.rings
+                got = await self._lock(qm, queue, count, hold, filter)
+                if got or not await bell.after(seen, deadline):
+                    return got
+        finally:
+            bell.leave()
+
+    def _doorbell(self, qm: QueueManager, loop: asyncio.AbstractEventLoop) -> Doorbell:
+        if self._bell is None:
+            self._bell = Doorbell(qm._waker, loop)  # the facade's waker: edgeq.waiting
+        return self._bell
+
+    async def _lock(self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None) -> list[Message]:
+        """One attempt, in the pool; if the coroutine is cancelled meanwhile, what the
+        attempt locked is handed back when it completes."""
+        job = self._spawn(qm.get_many, queue, count, confirm_id=hold, filter=filter)
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            self._spawn(_hand_back, qm, job, queue, hold)
+            raise
+
+    def _confirm_later(self, qm: QueueManager, queue: str, got: Sequence[Message]) -> None:
+        """A plain get's messages are in the coroutine's hands: confirm them (in the pool)."""
+        done = asyncio.wrap_future(self._spawn(_confirm, qm, queue, [m.uid for m in got if m.uid is not None]))
+        self._confirming.add(done)
+        done.add_done_callback(self._confirming.discard)
+
+    async def get(
+        self, queue: str, *, wait: Wait = None, confirm_id: int | None = None, filter: Filter | None = None,
+    ) -> Message | None:
+        """The next message (see ``QueueManager.get``), waiting up to ``wait`` seconds (or
+        a timedelta; ``math.inf``: until one comes) for one to arrive; None if none did.
+
+        Cancelling the awaiting task loses nothing: a message taken meanwhile is handed
+        back (ready again, no backout counted)."""
+        got = await self._take(queue, 1, wait, confirm_id, filter)
+        return got[0] if got else None
+
+    async def get_many(
+        self, queue: str, count: int, *, wait: Wait = None, confirm_id: int | None = None,
+        filter: Filter | None = None,
+    ) -> list[Message]:
+        """Up to ``count`` messages in one transaction (see :meth:`get`); with ``wait``,
+        as soon as at least one is there."""
+        return await self._take(queue, count, wait, confirm_id, filter)
+
+    def consume(
+        self, queue: str, *, wait: Wait = None, confirm: bool = True, filter: Filter | None = None
+    ) -> AsyncConsumer:
+        """The messages of ``queue`` for ``async for``, as ``QueueManager.consume``: each
+        is got assured and confirmed when the next is asked for (the body finished);
+        ``wait`` (None: for ever) ends the loop when nothing came for that long.
+
+        Use it as ``async with qm.consume(q) as messages: async for m in messages:``: an
+        exception leaving the block undoes the message in hand (one more backout, so a
+        backout threshold applies) and ``break`` confirms it; a bare ``async for`` left
+        early undoes it.
+        """
+        check_name(queue, "queue name")
+        seconds = check_wait(wait)
+        if not isinstance(confirm, bool):
+            raise InvalidType(f"confirm must be True or False, not {confirm!r}")
+        if filter is not None:
+            check_fields(filter)
+        return AsyncConsumer(self, queue, math.inf if seconds is None else seconds, confirm, filter)
+
+    # -- the other messaging verbs -----------------------------------------------------------------
+
+    async def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
+        """Put a message; return its uid (see ``QueueManager.put``)."""
+        return await self._call(lambda qm: qm.put(queue, message, confirm_id=confirm_id))
+
+    async def put_many(
+        self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
+    ) -> list[MessageUID]:
+        """Put several messages in one transaction: all are stored, or none."""
+        return await self._call(lambda qm: qm.put_many(queue, messages, confirm_id=confirm_id))
+
+    async def put_each(
+        self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
+    ) -> list[PutResult]:
+        """Put a batch in one transaction, with an outcome per message."""
+        return await self._call(lambda qm: qm.put_each(queue, messages, confirm_id=confirm_id))
+
+    async def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
+        """Make an assured put visible."""
+        await self._call(lambda qm: qm.confirm_put(queue, uid))
+
+    async def confirm_put_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
+        """Confirm a batch of assured puts, with an outcome per uid."""
+        return await self._call(lambda qm: qm.confirm_put_each(queue, uids))
+
+    async def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
+        """The visible messages in get order, without removing them."""
+        return await self._call(lambda qm: qm.browse(queue, filter=filter, limit=limit))
+
+    async def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
+        """Complete an assured get: delete the locked message."""
+        await self._call(lambda qm: qm.confirm_get(queue, uid))
+
+    async def confirm_get_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
+        """Complete a batch of assured gets, with an outcome per uid."""
+        return await self._call(lambda qm: qm.confirm_get_each(queue, uids))
+
+    async def undo(
+        self, queue: str, confirm_id: int, *, count_backout: bool = True,
+        uids: Sequence[MessageUID | str] | None = None,
+    ) -> int:
+        """Undo what ``confirm_id`` locked (see ``QueueManager.undo``)."""
+        return await self._call(lambda qm: qm.undo(queue, confirm_id, count_backout=count_backout, uids=uids))
+
+    async def delete_message(self, queue: str, uid: MessageUID | str) -> None:
+        """Delete one message by uid, whatever its state."""
+        await self._call(lambda qm: qm.delete_message(queue, uid))
+
+    async def release_locks(self, queue: str) -> int:
+        """Undo every assured-get lock on a queue; return how many."""
+        return await self._call(lambda qm: qm.release_locks(queue))
+
+    # -- queues ------------------------------------------------------------------------------------
+
+    async def define_queue(self, name: str, **attributes: Any) -> None:
+        """Define a local queue (the keywords of ``QueueManager.define_queue``)."""
+        await self._call(lambda qm: qm.define_queue(name, **attributes))
+
+    async def define_remote_queue(
+        self, name: str, *, target_qmgr: str, rules: Sequence[RuleSpec] | None = None,
+        mode: Literal["async", "sync"] = "async", **attributes: Any,
+    ) -> None:
+        """Define a remote queue (the keywords of ``QueueManager.define_remote_queue``)."""
+        await self._call(
+            lambda qm: qm.define_remote_queue(name, target_qmgr=target_qmgr, rules=rules, mode=mode, **attributes)
+        )
+
+    async def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
+        """Define a home-server queue (see ``QueueManager.define_home_server_queue``)."""
+        await self._call(lambda qm: qm.define_home_server_queue(name, server=server, **attributes))
+
+    async def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
+        """Change some of a queue's attributes; return the new ones."""
+        return await self._call(lambda qm: qm.alter_queue(name, **attributes))
+
+    async def queue_attributes(self, name: str) -> QueueAttributes:
+        """The definition of a queue."""
+        return await self._call(lambda qm: qm.queue_attributes(name))
+
+    async def queue_usage(self, name: str) -> QueueUsage:
+        """What a queue holds against its budget."""
+        return await self._call(lambda qm: qm.queue_usage(name))
+
+    async def store_usage(self) -> StoreUsage:
+        """What the whole store holds."""
+        return await self._call(lambda qm: qm.store_usage())
+
+    async def queue_names(self) -> list[str]:
+        """The names of the queues defined here, sorted."""
+        return await self._call(lambda qm: qm.queue_names())
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete an empty queue."""
+        await self._call(lambda qm: qm.delete_queue(name))
+
+    async def depth(self, name: str) -> int:
+        """How many messages the queue holds, locked ones included (expired ones purged first)."""
+        return await self._call(lambda qm: qm.depth(name))
+
+    async def purge(self, name: str) -> int:
+        """Remove every message from a queue; return how many."""
+        return await self._call(lambda qm: qm.purge(name))
+
+    async def activate(self, name: str) -> int:
+        """Discard every expired message of a queue (MQe's activation check point)."""
+        return await self._call(lambda qm: qm.activate(name))
+
+    async def sweep_expired(self, name: str | None = None) -> int:
+        """Discard expired messages now (every queue, or ``name``); return how many."""
+        return await self._call(lambda qm: qm.sweep_expired(name))
+
+
+class AsyncConsumer:
+    """The messages of one queue for ``async for``: see :meth:`AsyncQueueManager.consume`."""
+
+    def __init__(self, owner: AsyncQueueManager, queue: str, wait: float, confirm: bool, filter: Filter | None) -> None:
+        self._owner = owner
+        self.queue = queue
+        self._wait = wait
+        self._confirm = confirm
+        self._filter = filter
+        self._held: tuple[int, Message] | None = None  # the assured get the body works on
+        self._ended = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        await self._settle(done=True)
+        if self._ended:
+            raise StopAsyncIteration
+        hold = _fresh_confirm_id() if self._confirm else None
+        try:
+            got = await self._owner._take(self.queue, 1, self._wait, hold, self._filter)
+        except QueueManagerClosed:
+            got = []
+        if not got:
+            self._ended = True
+            raise StopAsyncIteration
+        if hold is not None:
+            self._held = (hold, got[0])
+        return got[0]
+
+    async def _settle(self, *, done: bool) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self._owner._call(lambda qm: _settle(qm, self.queue, held, done))
+
+    async def aclose(self) -> None:
+        """Stop: the message in hand, if any, is undone (one more backout)."""
+        self._ended = True
+        await self._settle(done=False)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._ended = True
+        await self._settle(done=exc_type is None)
+
+    def __del__(self) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:  # a bare async for left early: undo in the pool rather than lose the message
+            self._owner._spawn(_undo_dropped, self._owner.sync, self.queue, held)
+        except Exception as exc:  # nothing may escape a finaliser: say what is left behind
+            log.warning("a consumer of %s was dropped holding message %s, which could not be undone (%s): "
+                        "it stays locked until release_locks(%r)", self.queue, held[1].uid, exc, self.queue)
+
+
+# -- what runs in the pool ---------------------------------------------------------------------------
+
+
+def _hand_back(qm: QueueManager, job: Future[list[Message]], queue: str, hold: int) -> None:
+    """The attempt ``job`` was for a coroutine cancelled meanwhile: once it completes,
+    make what it locked ready again, without counting a backout (never delivered)."""
+    if job.cancelled() or job.exception() is not None:
+        return  # it never ran, or took nothing
+    got = job.result()
+    if not got:
+        return
+    uids = [m.uid for m in got if m.uid is not None]
+    try:
+        qm.undo(queue, hold, count_backout=False, uids=uids)
+    except ConfirmIdNotFound as exc:  # released or expired meanwhile: nothing left to hand back
+        log.warning("a cancelled get's messages on %s could not be handed back: %s", queue, exc)
+    except Exception:  # nobody awaits this: say what is left behind
+        log.exception("a cancelled get's messages %s on %s could not be handed back: they stay locked until "
+                      "release_locks(%r)", [str(u) for u in uids], queue, queue)
+
+
+def _confirm(qm: QueueManager, queue: str, uids: list[MessageUID]) -> None:
+    """A plain get's messages reached the coroutine: delete them."""
+    try:
+        results = qm.confirm_get_each(queue, uids)
+    except Exception:  # nobody awaits this: say what is left behind
+        log.exception("messages %s of %s were handed out but could not be deleted: they stay locked until "
+                      "release_locks(%r), then come again", [str(u) for u in uids], queue, queue)
+        return
+    for result in results:
+        if result.status == "unknown":
+            log.warning("message %s of %s was handed out, but its lock was released before it was deleted: "
+                        "it may be delivered again", result.uid, queue)
+
+
+def _settle(qm: QueueManager, queue: str, held: tuple[int, Message], done: bool) -> None:
+    """Confirm (``done``) or undo a consumer's message; if it expired or its lock was
+    released meanwhile, there is nothing left to settle."""
+    confirm_id, message = held
+    try:
+        if done and message.uid is not None:
+            qm.confirm_get(queue, message.uid)
+        else:
+            qm.undo(queue, confirm_id)
+    except MessageExpired:
+        log.warning("message %s of %s expired while it was processed; it has been discarded", message.uid, queue)
+    except MessageNotFound as exc:  # ConfirmIdNotFound too
+        log.warning("message %s of %s could not be settled: %s", message.uid, queue, exc)
+
+
+def _undo_dropped(qm: QueueManager, queue: str, held: tuple[int, Message]) -> None:
+    """A consumer dropped holding a message (nobody awaits this): undo it, or say why not."""
+    try:
+        _settle(qm, queue, held, False)
+    except Exception:
+        log.exception("a consumer of %s was dropped holding message %s, which could not be undone: it stays "
+                      "locked until release_locks(%r)", queue, held[1].uid, queue)
+
