@@ -16,9 +16,16 @@ under hidden temporary names, renamed, and only then is the watermark moved
 interrupted run leaves at worst part files above the watermark, which the next
 run deletes before re-exporting them: no row is ever written twice.
 
+Within a part file the rows are sorted by ``origin`` (then ``id``) and written in
+row groups of :data:`ROW_GROUP_ROWS`, so a reader filtering on one device reads
+the row groups whose ``origin`` statistics can hold it, not the whole file (a
+``device=`` directory level would cost a file per device per date per batch:
+thousands of tiny files for a fleet, which every reader pays for).
+
 The store is opened read-only (``mode=ro``): exporting never takes the server's
 write lock, fires its rules or changes its store, so it can run while the
-server serves.
+server serves. Entries ``--since`` leaves out are recorded in the manifest
+(``skipped``), so retention (:mod:`edgeq.sync.pipeline.prune`) never deletes them.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, PipelineError, require
+from edgeq.sync.pipeline.layout import COLUMN_TYPES, MANIFEST, REQUIRED  # the layout the job reads
 
 from edgeq.connection import APPLICATION_ID
 from edgeq.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
@@ -41,31 +49,32 @@ from edgeq.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
 __all__ = [
     "EXPORT_FORMAT",
     "MANIFEST",
+    "PRUNED_KEY",
+    "ROW_GROUP_ROWS",
     "ExportResult",
     "Since",
     "arrow_schema",
+    "check_same_journal",
     "export_journal",
+    "known_skips",
+    "last_journal_id",
+    "open_store",
     "parse_since",
     "part_name",
+    "pruned_record",
+    "read_manifest",
+    "skipped_condition",
 ]
 
-#: The manifest file in the export directory (ignored by Spark: it starts with ``_``).
-MANIFEST = "_edgeq_export.json"
-#: Bumped if the Parquet layout ever changes incompatibly.
+#: Bumped if the Parquet layout ever changes incompatibly (docs/pipeline.md, "Schema").
 EXPORT_FORMAT = 1
+#: Rows per Parquet row group: small enough that one device's rows (sorted together)
+#: span few groups, large enough that the per-group overhead stays negligible.
+ROW_GROUP_ROWS = 16_384
+#: The ``edgeq_meta`` key where ``edgeq export --prune-after`` records what it removed.
+PRUNED_KEY = "journal.pruned"
 _PART = re.compile(r"^part-(\d{12})-(\d{12})\.parquet$")
 _DAY_MS = 86_400_000
-
-#: Parquet type of each journal column (``int64`` or ``string``), in ``JOURNAL_COLUMNS`` order.
-COLUMN_TYPES: dict[str, str] = {
-    "id": "int64", "kind": "string", "side": "string", "at_ms": "int64", "queue": "string",
-    "uid": "string", "origin": "string", "check_point": "string", "size": "int64",
-    "created_ms": "int64", "arrived_ms": "int64", "confirmed_ms": "int64",
-    "clock_offset_ms": "int64", "device": "string",
-}
-#: Columns that are never null.
-REQUIRED = ("id", "kind", "side", "at_ms", "queue", "uid", "origin")
-assert tuple(COLUMN_TYPES) == JOURNAL_COLUMNS
 
 
 def arrow_schema() -> Any:
@@ -138,7 +147,7 @@ class ExportResult:
     server: str = ""
 
 
-def _open_store(db: Path) -> tuple[sqlite3.Connection, str]:
+def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
     """The store, read-only, after checking it is an edgeq store with a journal; and its name."""
     if not db.exists():
         raise JournalNotFound(f"{db} does not exist: give the home server's store, e.g. edgeq export --db home.db")
@@ -165,7 +174,8 @@ def _open_store(db: Path) -> tuple[sqlite3.Connection, str]:
     return conn, str(row[0]) if row else ""
 
 
-def _read_manifest(out: Path) -> dict[str, Any]:
+def read_manifest(out: Path) -> dict[str, Any]:
+    """The export directory's manifest (``{}`` if nothing was exported there yet), checked."""
     path = out / MANIFEST
     if not path.exists():
         return {}
@@ -173,6 +183,8 @@ def _read_manifest(out: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text("utf-8"))
         if not isinstance(manifest, dict) or not isinstance(manifest.get("watermark"), int):
             raise ValueError("no integer 'watermark'")
+        if not all(_is_skip_range(r) for r in manifest.get("skipped", [])):
+            raise ValueError("'skipped' is not a list of [first id, last id, at_ms bound or null]")
     except (ValueError, OSError) as exc:
         raise MalformedJournal(
             f"{path} is damaged ({exc}): export into a new directory, or delete the directory to start over"
@@ -183,6 +195,102 @@ def _read_manifest(out: Path) -> dict[str, Any]:
             "export into a new directory"
         )
     return manifest
+
+
+def _is_skip_range(value: object) -> bool:
+    return (
+        isinstance(value, list) and len(value) == 3
+        and all(type(v) is int for v in value[:2]) and (value[2] is None or type(value[2]) is int)
+    )
+
+
+def skipped_condition(ranges: list[list[Any]]) -> tuple[str, list[int]]:
+    """SQL (and its parameters) true for a journal row that ``--since`` left out of the
+    export: the manifest's ``skipped`` ranges ``[first_id, last_id, at_ms bound]`` (a
+    row in the range is skipped if its ``at_ms`` is below the bound, or always if null).
+
+    >>> skipped_condition([[1, 9, None], [10, 20, 1000]])
+    ('((id BETWEEN ? AND ?) OR (id BETWEEN ? AND ? AND at_ms < ?))', [1, 9, 10, 20, 1000])
+    >>> skipped_condition([])
+    ('0', [])
+    """
+    terms: list[str] = []
+    params: list[int] = []
+    for first, last, bound in ranges:
+        terms.append("(id BETWEEN ? AND ?)" if bound is None else "(id BETWEEN ? AND ? AND at_ms < ?)")
+        params += [first, last] if bound is None else [first, last, bound]
+    return (f"({' OR '.join(terms)})" if terms else "0"), params
+
+
+def _skip(ranges: list[list[Any]], first: int, last: int, bound: int | None) -> None:
+    """Record ids ``first..last`` as skipped (below ``bound``), extending the last range if they follow it."""
+    if ranges and ranges[-1][2] == bound and ranges[-1][1] + 1 == first:
+        ranges[-1][1] = last
+    else:
+        ranges.append([first, last, bound])
+
+
+def known_skips(manifest: dict[str, Any], out: Path, conn: sqlite3.Connection) -> list[list[Any]]:
+    """The manifest's ``skipped`` ranges. A manifest written before they were recorded
+    has none: then the export's row count (its part files' footers) is compared with
+    the store's entries up to the watermark, and if they differ the whole range is
+    taken as skipped, so retention never removes an entry that may not be exported."""
+    if "skipped" in manifest:
+        return [list(r) for r in manifest["skipped"]]
+    watermark = int(manifest.get("watermark", 0))
+    if watermark == 0:
+        return []
+    import pyarrow.parquet as pq
+
+    exported = sum(
+        pq.ParquetFile(part).metadata.num_rows for part in out.glob("date=*/part-*.parquet")
+        if (m := _PART.match(part.name)) is not None and int(m.group(2)) <= watermark
+    )
+    (held,) = conn.execute("SELECT count(*) FROM journal WHERE id <= ?", (watermark,)).fetchone()
+    return [] if exported == held + int(pruned_record(conn).get("rows", 0)) else [[1, watermark, None]]
+
+
+def check_same_journal(out: Path, conn: sqlite3.Connection, watermark: int, db: Path) -> None:
+    """Refuse a store that is not the one ``out`` was exported from although its journal
+    reaches the watermark (restored from a backup, then grown again): the last entry
+    exported must be the store's entry of that id (unless retention removed it)."""
+    import pyarrow.parquet as pq
+
+    parts = [(int(m.group(2)), part) for part in out.glob("date=*/part-*.parquet")
+             if (m := _PART.match(part.name)) is not None and int(m.group(2)) <= watermark]
+    if not parts:
+        return
+    newest = max(last for last, _ in parts)
+    rows = [row for last, part in parts if last == newest
+            for row in pq.read_table(part, columns=["id", "uid", "at_ms"]).to_pylist()]
+    if not rows:
+        return  # a batch --since left empty
+    exported = max(rows, key=lambda r: r["id"])
+    held = conn.execute("SELECT uid, at_ms FROM journal WHERE id = ?", (exported["id"],)).fetchone()
+    if held is not None and tuple(held) != (exported["uid"], exported["at_ms"]):
+        raise MalformedJournal(
+            f"{db}'s journal entry {exported['id']} is not the one exported to {out} (uid {held[0]}, not "
+            f"{exported['uid']}): the store was replaced or restored; export it into a new directory"
+        )
+
+
+def last_journal_id(conn: sqlite3.Connection) -> int:
+    """The highest journal id the store ever issued: the journal's ids are AUTOINCREMENT,
+    so this holds even when retention has removed every row (``max(id)`` would say 0)."""
+    last = JournalTx(conn).last_id()
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'journal'").fetchone()
+    return max(last, int(row[0]) if row and isinstance(row[0], int) else 0)
+
+
+def pruned_record(conn: sqlite3.Connection) -> dict[str, Any]:
+    """What retention removed from this store so far (``{}``: nothing): ``through_id``
+    (the last journal id removed), ``before_ms``, ``rows``, ``at_ms``."""
+    row = conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (PRUNED_KEY,)).fetchone()
+    try:
+        record = json.loads(row[0]) if row else {}
+    except (TypeError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
@@ -223,29 +331,37 @@ def export_journal(
         raise MalformedJournal(f"batch_rows must be at least 1, not {batch_rows}")
     since = since or Since()
     say = progress or (lambda _text: None)
-    conn, server = _open_store(db)
+    conn, server = open_store(db)
     try:
         if out.exists() and not out.is_dir():
             raise MalformedJournal(f"{out} is a file: --out must be a directory (it is created if missing)")
         out.mkdir(parents=True, exist_ok=True)
-        manifest = _read_manifest(out)
+        manifest = read_manifest(out)
         if manifest and manifest.get("server") not in ("", server):
             raise MalformedJournal(
                 f"{out} holds the journal of queue manager {manifest.get('server')!r}, and {db} is "
                 f"{server!r}: export each server into its own directory"
             )
         watermark = int(manifest.get("watermark", 0))
-        last_in_store = JournalTx(conn).last_id()
+        last_in_store = last_journal_id(conn)
         if last_in_store < watermark:
             raise MalformedJournal(
                 f"{out} already covers journal ids up to {watermark}, but {db} ends at {last_in_store}: "
                 "the store was replaced or restored; export it into a new directory"
             )
+        check_same_journal(out, conn, watermark, db)
         cleaned = _clean_uncommitted(out, watermark)
         if cleaned:
             say(f"removed {cleaned} file(s) left by an interrupted export")
+        pruned = int(pruned_record(conn).get("through_id", 0))
+        if pruned > max(watermark, since.min_id - 1):
+            say(f"note: journal ids up to {pruned} were pruned from {db.name} after an earlier export "
+                "(edgeq export --prune-after): this directory will not hold the entries removed")
         result = ExportResult(watermark=watermark, server=server)
         after = max(watermark, since.min_id - 1)
+        skipped = known_skips(manifest, out, conn)
+        if after > watermark:  # ids below --since ID are passed by the watermark unexported
+            _skip(skipped, watermark + 1, after, None)
         schema = arrow_schema()
         pending = last_in_store - after
         if pending > 0:
@@ -260,12 +376,15 @@ def export_journal(
             batch_first, batch_last = entries[0].id, entries[-1].id
             kept = [e for e in entries if since.min_at_ms is None or e.at_ms >= since.min_at_ms]
             result.skipped += len(entries) - len(kept)
+            if len(kept) < len(entries):
+                _skip(skipped, batch_first, batch_last, since.min_at_ms)
             files = _write_batch(pa, pq, schema, out, kept, batch_first, batch_last)
             manifest = {
                 "format": EXPORT_FORMAT,
                 "server": server,
                 "watermark": batch_last,
                 "rows": int(manifest.get("rows", 0)) + len(kept),
+                "skipped": skipped,
                 "updated": datetime.now(UTC).isoformat(timespec="seconds"),
                 "columns": list(JOURNAL_COLUMNS),
             }
@@ -294,12 +413,12 @@ def _write_batch(
     written: list[tuple[Path, Path]] = []
     for day, rows in sorted(by_day.items()):
         columns = {name: [getattr(e, name) for e in rows] for name in JOURNAL_COLUMNS}
-        table = pa.Table.from_pydict(columns, schema=schema)
+        table = pa.Table.from_pydict(columns, schema=schema).sort_by([("origin", "ascending"), ("id", "ascending")])
         folder = out / f"date={day}"
         folder.mkdir(exist_ok=True)
         final = folder / part_name(first, last)
         tmp = folder / f".tmp-{final.name}"
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS)
         written.append((tmp, final))
     for tmp, final in written:
         os.replace(tmp, final)

@@ -3,6 +3,7 @@ Spark takes seconds), and one home server's journal produced by real queue manag
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,22 +15,35 @@ from edgeq.journal import JournalEntry
 
 from .scenario import Scenario, Truth
 
+#: The Python Spark's executors would start for Python work (a UDF, a DataFrame made from a
+#: Python list): none, so any such work fails the test that does it. The job runs no Python
+#: on executors, so that it runs on a cluster whose executors have no Python packages.
+NO_EXECUTOR_PYTHON = "/nonexistent/executors-run-no-python"
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     from edgeq.sync.pipeline.job import spark_session
 
-    session = spark_session(
-        "local[2]",
-        app_name="edgeq-tests",
-        conf={
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.ui.showConsoleProgress": "false",
-        },
-    )
+    saved = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = NO_EXECUTOR_PYTHON  # read once, when the context starts
+    try:
+        session = spark_session(
+            "local[2]",
+            app_name="edgeq-tests",
+            conf={
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.default.parallelism": "2",
+                "spark.driver.memory": "1g",
+                "spark.ui.showConsoleProgress": "false",
+            },
+        )
+    finally:
+        if saved is None:
+            del os.environ["PYSPARK_PYTHON"]
+        else:
+            os.environ["PYSPARK_PYTHON"] = saved
     yield session
     session.stop()
 

@@ -1,18 +1,21 @@
-"""Every report, computed again in plain Python from the server's journal (``journal_since``),
-independently of the export and of Spark, following the definitions in docs/pipeline.md."""
+"""Every report and the headline totals, computed again in plain Python from journal entries
+(``journal_since``, or rows read back from an export), independently of Spark, following
+the definitions in docs/pipeline.md."""
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
-from edgeq.sync.pipeline.job import LATENCY_BUCKETS_MS
+from edgeq.sync.pipeline.results import LATENCY_BUCKETS_MS
 
 from edgeq.journal import JournalEntry
 
 Row = dict[str, Any]
+HOUR = 3_600_000
 
 
 def percentile(values: list[int], p: float) -> float:
@@ -30,6 +33,10 @@ def utc_date(ms: int) -> date:
 
 def stamp(uid: str) -> int:
     return int(uid.rpartition(".")[2])
+
+
+def name_of(origin: str) -> str:
+    return origin.partition(":")[0]
 
 
 def latency_values(entries: list[JournalEntry]) -> dict[tuple[str, str], list[tuple[int, bool]]]:
@@ -70,31 +77,62 @@ def latency_histogram(entries: list[JournalEntry]) -> list[Row]:
     return [{"bucket": b, "low_ms": lo, "high_ms": hi, "messages": counts[b]} for b, lo, hi in edges]
 
 
-def expired_messages(entries: list[JournalEntry]) -> dict[str, Row]:
-    by_uid: dict[str, list[JournalEntry]] = defaultdict(list)
+@dataclass
+class Story:
+    """Everything the journal says about one uid."""
+
+    uid: str
+    origin: str
+    rows: list[JournalEntry] = field(default_factory=list)
+
+    def of(self, kind: str, side: str | None = None) -> list[JournalEntry]:
+        return sorted((e for e in self.rows if e.kind == kind and (side is None or e.side == side)), key=lambda e: e.id)
+
+    @property
+    def accepted(self) -> int:
+        return len(self.of("accepted"))
+
+    @property
+    def delivered(self) -> bool:
+        return bool(self.of("delivered"))
+
+    @property
+    def category(self) -> str | None:
+        """docs/pipeline.md, expiry reconciliation."""
+        server, device = bool(self.of("expired", "server")), bool(self.of("expired", "device"))
+        if not server and not device:
+            return None
+        # the origin device's own copy expired (not a copy another device pulled)
+        own = any(e.device == name_of(self.origin) for e in self.of("expired", "device"))
+        if device and not server and own and self.delivered:
+            return "delivered_then_device_expired"
+        if device and not server and own and self.accepted:
+            return "accepted_then_device_expired"
+        return "both" if server and device else "server_only" if server else "device_only"
+
+
+def stories(entries: list[JournalEntry]) -> dict[str, Story]:
+    out: dict[str, Story] = {}
     for e in entries:
-        if e.kind == "expired":
-            by_uid[e.uid].append(e)
-    out = {}
-    for uid, group in by_uid.items():
-        sides = {e.side for e in group}
-        chosen = min(group, key=lambda e: (e.side != "server", e.at_ms, e.queue))
-        where = "both" if sides == {"server", "device"} else sides.pop()
-        out[uid] = {"queue": chosen.queue, "where": where, "entries": len(group),
-                    "date": utc_date(min(e.at_ms for e in group))}
+        out.setdefault(e.uid, Story(e.uid, e.origin)).rows.append(e)
     return out
 
 
 def expiry_daily(entries: list[JournalEntry]) -> list[Row]:
     acc: dict[tuple[str, date], Row] = {}
-    for m in expired_messages(entries).values():
-        row = acc.setdefault((m["queue"], m["date"]), {
-            "queue": m["queue"], "date": m["date"], "expired": 0, "server_only": 0, "device_only": 0,
-            "both": 0, "entries": 0,
+    for s in stories(entries).values():
+        if s.category is None:
+            continue
+        first = (s.of("expired", "server") or s.of("expired", "device"))[0]
+        expired = s.of("expired")
+        key = (first.queue, utc_date(min(e.at_ms for e in expired)))
+        row = acc.setdefault(key, {
+            "queue": key[0], "date": key[1], "expired": 0, "server_only": 0, "device_only": 0, "both": 0,
+            "delivered_then_device_expired": 0, "accepted_then_device_expired": 0, "entries": 0,
         })
-        row["expired"] += 1
-        row[{"server": "server_only", "device": "device_only", "both": "both"}[m["where"]]] += 1
-        row["entries"] += m["entries"]
+        row[s.category] += 1
+        row["expired"] += s.category in ("server_only", "device_only", "both")
+        row["entries"] += len(expired)
     return [acc[k] for k in sorted(acc)]
 
 
@@ -107,51 +145,60 @@ def expiry_where(entries: list[JournalEntry]) -> list[Row]:
             for (q, s, c), u in sorted(uids.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))]
 
 
+def device_origins(entries: list[JournalEntry]) -> set[str]:
+    return {e.origin for e in entries if e.kind == "accepted" or (
+        e.kind == "expired" and e.side == "device" and name_of(e.origin) == e.device)}
+
+
+def from_ms(entries: list[JournalEntry]) -> int | None:
+    """The first server-side row: a uid that reached the server before it cannot be audited."""
+    return min((e.at_ms for e in entries if e.side == "server"), default=None)
+
+
+def judged(s: Story, start: int | None) -> str | None:
+    """'gap', 'unauditable', or None (accepted or expired: accounted for)."""
+    if s.accepted or s.of("expired"):
+        return None
+    arrivals = [e.arrived_ms for e in s.rows if e.arrived_ms is not None]
+    arrival = min(arrivals) if arrivals else min(e.at_ms for e in s.rows)
+    return "unauditable" if start is not None and arrival < start else "gap"
+
+
 def audit(entries: list[JournalEntry]) -> tuple[list[Row], list[Row], list[Row]]:
-    devices = {e.origin for e in entries if e.kind == "accepted" or (
-        e.kind == "expired" and e.side == "device" and e.origin.partition(":")[0] == e.device)}
-    status: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        if e.origin not in devices:
-            continue
-        s = status.setdefault(e.uid, {"origin": e.origin, "accepted": 0, "expired": False, "expired_on_device": False,
-                                      "kinds": set(), "first_seen_ms": e.at_ms})
-        s["accepted"] += e.kind == "accepted"
-        s["expired"] |= e.kind == "expired"
-        s["expired_on_device"] |= e.kind == "expired" and e.side == "device"
-        s["kinds"].add(e.kind)
-        s["first_seen_ms"] = min(s["first_seen_ms"], e.at_ms)
+    devices, start = device_origins(entries), from_ms(entries)
+    by_uid = stories(entries)
     per_origin: list[Row] = []
     for origin in sorted(devices):
-        mine = {u: s for u, s in status.items() if s["origin"] == origin}
-        accepted = [stamp(u) for u, s in mine.items() if s["accepted"] > 0]
+        mine = [s for s in by_uid.values() if s.origin == origin]
+        accepted = [stamp(s.uid) for s in mine if s.accepted]
         per_origin.append({
-            "origin": origin, "accepted": len(accepted),
+            "origin": origin, "device": name_of(origin), "accepted": len(accepted),
             "first_stamp": min(accepted, default=None), "last_stamp": max(accepted, default=None),
-            "duplicates": sum(s["accepted"] > 1 for s in mine.values()),
-            "expired_unaccepted": sum(s["accepted"] == 0 and s["expired"] for s in mine.values()),
-            "expired_on_device_after_accept": sum(s["accepted"] > 0 and s["expired_on_device"] for s in mine.values()),
-            "gaps": sum(s["accepted"] == 0 and not s["expired"] for s in mine.values()),
+            "duplicates": sum(s.accepted > 1 for s in mine),
+            "expired_unaccepted": sum(not s.accepted and bool(s.of("expired")) for s in mine),
+            "expired_on_device_after_accept": sum(bool(s.accepted) and bool(s.of("expired", "device")) for s in mine),
+            "delivered_then_device_expired": sum(s.category == "delivered_then_device_expired" for s in mine),
+            "gaps": sum(judged(s, start) == "gap" for s in mine),
+            "unauditable": sum(judged(s, start) == "unauditable" for s in mine),
         })
-    times = Counter(e.uid for e in entries if e.kind == "accepted")
     duplicates = []
-    for uid, n in sorted(times.items()):
-        if n > 1:
-            group = [e for e in entries if e.kind == "accepted" and e.uid == uid]
-            duplicates.append({"uid": uid, "origin": group[0].origin, "times": n,
-                               "queues": sorted({e.queue for e in group}),
+    for s in sorted(by_uid.values(), key=lambda s: s.uid):
+        group = s.of("accepted")
+        if len(group) > 1:
+            duplicates.append({"uid": s.uid, "origin": s.origin, "times": len(group),
+                               "queues": sorted({group[0].queue, group[-1].queue}),
                                "first_ms": min(e.at_ms for e in group), "last_ms": max(e.at_ms for e in group)})
-    gaps = [{"origin": s["origin"], "uid": u, "stamp": stamp(u), "kinds": sorted(s["kinds"]),
-             "first_seen_ms": s["first_seen_ms"]}
-            for u, s in sorted(status.items(), key=lambda kv: (kv[1]["origin"], stamp(kv[0])))
-            if s["accepted"] == 0 and not s["expired"]]
+    gaps = [{"origin": s.origin, "uid": s.uid, "stamp": stamp(s.uid), "kinds": sorted({e.kind for e in s.rows}),
+             "first_seen_ms": min(e.at_ms for e in s.rows)}
+            for s in sorted(by_uid.values(), key=lambda s: (s.origin, stamp(s.uid)))
+            if s.origin in devices and judged(s, start) == "gap"]
     return per_origin, duplicates, gaps
 
 
 def throughput_hourly(entries: list[JournalEntry]) -> list[Row]:
     acc: dict[tuple[int, str], Row] = {}
     for e in entries:
-        hour = e.at_ms // 3_600_000 * 3_600_000
+        hour = e.at_ms // HOUR * HOUR
         row = acc.setdefault((hour, e.queue), {"hour_ms": hour, "queue": e.queue, "accepted": 0, "delivered": 0,
                                                "expired_entries": 0, "accepted_bytes": 0})
         if e.kind == "accepted":
@@ -164,16 +211,130 @@ def throughput_hourly(entries: list[JournalEntry]) -> list[Row]:
     return [acc[k] for k in sorted(acc)]
 
 
+def e2e_latency(entries: list[JournalEntry]) -> list[Row]:
+    """Per accepted uid, its first acceptance (by journal id) and its first delivery."""
+    groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for s in stories(entries).values():
+        if not s.accepted:
+            continue
+        first = s.of("accepted")[0]
+        created = min(e.created_ms for e in s.rows if e.created_ms is not None)
+        offset = first.clock_offset_ms
+        key = (name_of(s.origin), first.queue)
+        counts[key]["messages"] += 1
+        counts[key]["uncorrected"] += offset is None
+        assert first.confirmed_ms is not None
+        groups[key]["confirm"].append(first.confirmed_ms - created + (offset or 0))
+        groups[key]["confirm_raw"].append(first.confirmed_ms - created)
+        if s.delivered:
+            delivered = min(e.at_ms for e in s.of("delivered"))
+            counts[key]["delivered"] += 1
+            groups[key]["delivered"].append(delivered - created + (offset or 0))
+            groups[key]["delivered_raw"].append(delivered - created)
+    rows = []
+    for key in sorted(groups):
+        row: Row = {"device": key[0], "queue": key[1], **{k: counts[key][k] for k in ("messages", "delivered", "uncorrected")}}
+        for metric in ("confirm", "confirm_raw", "delivered", "delivered_raw"):
+            values = groups[key][metric]
+            for p in (50, 90, 99):
+                row[f"{metric}_p{p}_ms"] = percentile(values, p / 100) if values else None
+        rows.append(row)
+    return rows
+
+
+def device_clock_hourly(entries: list[JournalEntry]) -> list[Row]:
+    acc: dict[tuple[str, int], list[JournalEntry]] = defaultdict(list)
+    for e in entries:
+        if e.kind == "accepted" and e.device is not None:
+            acc[(e.device, e.at_ms // HOUR * HOUR)].append(e)
+    rows = []
+    for (device, hour), group in sorted(acc.items()):
+        measured = sorted((e for e in group if e.clock_offset_ms is not None), key=lambda e: e.id)
+        offsets = [e.clock_offset_ms for e in measured]
+        rows.append({"device": device, "hour_ms": hour, "entries": len(group),
+                     "offset_min_ms": min(offsets, default=None), "offset_max_ms": max(offsets, default=None),
+                     "offset_last_ms": offsets[-1] if offsets else None})
+    return rows
+
+
+def device_health(entries: list[JournalEntry]) -> list[Row]:
+    devices, start = device_origins(entries), from_ms(entries)
+    by_uid = stories(entries)
+    names = {e.device for e in entries if e.device is not None} | {name_of(o) for o in devices}
+    rows = []
+    for name in sorted(names):
+        sent = [e for e in entries if e.device == name]
+        accepted = sorted((e for e in sent if e.kind == "accepted"), key=lambda e: e.id)
+        measured = [e.clock_offset_ms for e in accepted if e.clock_offset_ms is not None]
+        mine = [s for s in by_uid.values() if s.origin in devices and name_of(s.origin) == name]
+        reported = {e.uid for e in sent if e.kind == "expired" and e.side == "device"}
+        rows.append({
+            "device": name, "origins": sorted({s.origin for s in mine} | {o for o in devices if name_of(o) == name}),
+            "first_seen_ms": min((e.at_ms for e in sent), default=None),
+            "last_seen_ms": max((e.at_ms for e in sent), default=None),
+            "accepted": len(accepted), "uncorrected": sum(e.clock_offset_ms is None for e in accepted),
+            "offset_min_ms": min(measured, default=None), "offset_max_ms": max(measured, default=None),
+            "offset_last_ms": measured[-1] if measured else None,
+            "device_expired": len(reported),
+            "delivered_then_device_expired": sum(s.category == "delivered_then_device_expired" for s in mine),
+            "held_expired": sum(not s.accepted and bool(s.of("expired", "server")) for s in mine),
+            "duplicates": sum(s.accepted > 1 for s in mine),
+            "gaps": sum(judged(s, start) == "gap" for s in mine),
+        })
+    return rows
+
+
 def all_reports(entries: list[JournalEntry]) -> dict[str, list[Row]]:
     devices, duplicates, gaps = audit(entries)
     return {
         "journal_totals": journal_totals(entries),
         "latency": latency(entries),
         "latency_histogram": latency_histogram(entries),
+        "e2e_latency": e2e_latency(entries),
         "expiry_daily": expiry_daily(entries),
         "expiry_where": expiry_where(entries),
         "audit_devices": devices,
         "audit_duplicates": duplicates,
         "audit_gaps": gaps,
         "throughput_hourly": throughput_hourly(entries),
+        "device_health": device_health(entries),
+        "device_clock_hourly": device_clock_hourly(entries),
     }
+
+
+def totals(entries: list[JournalEntry]) -> dict[str, int | float]:
+    """The headline figures (results.TOTALS)."""
+    by_uid = stories(entries)
+    devices, start = device_origins(entries), from_ms(entries)
+    kinds = Counter(e.kind for e in entries)
+    categories = Counter(s.category for s in by_uid.values())
+    mine = [s for s in by_uid.values() if s.origin in devices]
+    out: dict[str, int | float] = {
+        "journal_rows": len(entries), "accepted": sum(bool(s.accepted) for s in by_uid.values()),
+        "accepted_entries": kinds["accepted"], "delivered": sum(s.delivered for s in by_uid.values()),
+        "delivered_entries": kinds["delivered"], "expired_entries": kinds["expired"],
+        "expired": categories["server_only"] + categories["device_only"] + categories["both"],
+        "expired_server_only": categories["server_only"], "expired_device_only": categories["device_only"],
+        "expired_both": categories["both"],
+        "delivered_then_device_expired": categories["delivered_then_device_expired"],
+        "accepted_then_device_expired": categories["accepted_then_device_expired"],
+        "duplicates": sum(s.accepted > 1 for s in by_uid.values()),
+        "gaps": sum(judged(s, start) == "gap" for s in mine),
+        "unauditable": sum(judged(s, start) == "unauditable" for s in mine),
+        "devices": len(devices), "device_names": len({e.device for e in entries if e.device is not None}),
+        "queues": len({e.queue for e in entries}),
+        "uncorrected": sum(u for pairs in latency_values(entries).values() for _, u in pairs),
+    }
+    latencies = [v for pairs in latency_values(entries).values() for v, _ in pairs]
+    if latencies:
+        out["latency_p50_ms"], out["latency_p99_ms"] = percentile(latencies, 0.5), percentile(latencies, 0.99)
+    e2e = []
+    for s in by_uid.values():
+        if s.accepted and s.delivered:
+            first = s.of("accepted")[0]
+            created = min(e.created_ms for e in s.rows if e.created_ms is not None)
+            e2e.append(min(e.at_ms for e in s.of("delivered")) - created + (first.clock_offset_ms or 0))
+    if e2e:
+        out["e2e_p50_ms"], out["e2e_p99_ms"] = percentile(e2e, 0.5), percentile(e2e, 0.99)
+    return out

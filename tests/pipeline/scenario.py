@@ -38,9 +38,15 @@ class Truth:
     latencies: list[tuple[str, str, int]] = field(default_factory=list)
     #: uid -> sides it expired on
     expired: dict[str, set[str]] = field(default_factory=dict)
+    #: every uid the server confirmed (accepted) at least once
+    accepted: set[str] = field(default_factory=set)
     duplicates: set[str] = field(default_factory=set)
     gaps: set[str] = field(default_factory=set)
     uncorrected_devices: set[str] = field(default_factory=set)
+    #: accepted and delivered on the server, then the device's copy expired (its confirm reply was lost)
+    delivered_then_device_expired: set[str] = field(default_factory=set)
+    #: accepted, not delivered, then the device's copy expired
+    accepted_then_device_expired: set[str] = field(default_factory=set)
 
 
 class Device:
@@ -115,6 +121,7 @@ class Scenario:
                 if any(d == dev.name and q == queue and u == uid for d, q, u in self._accepted):
                     self.truth.duplicates.add(uid)
                 self._accepted.append((dev.name, queue, uid))
+                self.truth.accepted.add(uid)
                 self.truth.latencies.append((dev.name, queue, self.clock() - self.truth.created_server_ms[uid]))
             elif c.status == "expired":
                 self.truth.expired.setdefault(str(c.uid), set()).add("server")
@@ -170,6 +177,8 @@ class Scenario:
                 self._non_assured_push()
             if round_no == 15:
                 self._expired_in_transit()
+            if round_no == 18:
+                self._lost_reply_then_expiry()
             # the server's own traffic: local puts (origin HOME), consumers, a pull to DEV1, a sweep
             self.home.put("ORDERS", Message(b"local"))
             self.home.put("DEV1.INBOX", Message(b"config"))
@@ -179,6 +188,7 @@ class Scenario:
             self._pull(self.devices[0])
             self.clock.advance(rng.randint(8, 14) * 60_000)  # ten minutes or so between rounds
             self.home.sweep_expired()
+        self._lost_reply_then_expiry(deliver=False)  # last: the server's copy is still there
         for dev in self.devices:
             dev.qm.sweep_expired()
             self.report_expiries(dev)
@@ -216,6 +226,19 @@ class Scenario:
         dev.create(self.truth, "TELEMETRY", 3, expiry_ms=2_000)
         self.push(dev, "TELEMETRY", 50, transit_ms=3_000, confirm_ms=5)
         self.report_expiries(dev)
+
+    def _lost_reply_then_expiry(self, *, deliver: bool = True) -> None:
+        """The server accepts two short-lived messages but the confirm reply is lost; the server's
+        application consumes them (``deliver``), and the device's locked copies expire before a resend."""
+        dev = self.devices[1]
+        uids = dev.create(self.truth, "ORDERS", 2, expiry_ms=30_000)
+        self.push(dev, "ORDERS", 50, transit_ms=20, confirm_ms=5, lose_reply=True)
+        if deliver:
+            self.consume("ORDERS", 1_000)
+        self.clock.advance(60_000)
+        dev.qm.sweep_expired("ORDERS")
+        self.report_expiries(dev)
+        (self.truth.delivered_then_device_expired if deliver else self.truth.accepted_then_device_expired).update(uids)
 
     def _non_assured_push(self) -> None:
         """A device message put on the server without the two-stage protocol, then consumed:

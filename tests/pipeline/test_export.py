@@ -11,35 +11,20 @@ from click.testing import CliRunner
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
 from edgeq.sync.pipeline.export import MANIFEST, Since, export_journal, parse_since, part_name
 
-from edgeq import ManualClock, Message, MessageUID, QueueManager
+from edgeq import ManualClock, QueueManager
 from edgeq.cli import cli
 from edgeq.journal import JOURNAL_COLUMNS
 
 from .conftest import HomeJournal
-from .scenario import START_MS
+from .homes import accept, home_server, read_ids
+from .reports import documented_schema
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[tuple[QueueManager, ManualClock]]:
-    clock = ManualClock(START_MS)
-    qm = QueueManager(tmp_path / "home.db", name="HOME", journal="server", clock=clock, durability="normal")
-    qm.define_queue("Q")
+    qm, clock = home_server(tmp_path)
     yield qm, clock
     qm.close()
-
-
-def accept(qm: QueueManager, clock: ManualClock, count: int, start: int) -> None:
-    """``count`` device messages through the two-stage put, one per 10 minutes."""
-    for i in range(start, start + count):
-        uid = MessageUID("DEV1", (clock() - 5) * 1000 + i % 1000)
-        qm.put_each("Q", [Message(b"m", uid=uid, created_ms=clock() - 5)], confirm_id=i + 1)
-        qm.confirm_put_each("Q", [uid], device="DEV1", clock_offset_ms=0)
-        clock.advance(600_000)
-
-
-def read_ids(out: Path) -> list[int]:
-    table = ds.dataset(out, format="parquet", partitioning="hive").to_table()
-    return sorted(table.column("id").to_pylist())
 
 
 def test_the_export_matches_the_journal_row_for_row(home_journal: HomeJournal, tmp_path: Path) -> None:
@@ -129,3 +114,42 @@ def test_cli_export_and_its_errors(home: tuple[QueueManager, ManualClock], tmp_p
     assert missing.output.strip().count("\n") == 0 and missing.output.startswith("Error: ")
     no_journal = runner.invoke(cli, ["pipeline", "run", "--journal", str(tmp_path / "none"), "--out", str(tmp_path / "r")])
     assert no_journal.exit_code == 1 and no_journal.output.startswith("Error: ") and "edgeq export" in no_journal.output
+
+
+def test_part_files_are_clustered_by_origin_so_a_device_filter_skips_row_groups(
+    home_journal: HomeJournal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows sorted by origin within each part file, in small row groups: a reader looking
+    for one device reads only the groups whose origin statistics can hold it."""
+    import pyarrow.parquet as pq
+    from edgeq.sync.pipeline import export
+
+    monkeypatch.setattr(export, "ROW_GROUP_ROWS", 40)
+    out = tmp_path / "journal"
+    export_journal(home_journal.db, out, batch_rows=400)
+    device = next(e.origin for e in home_journal.entries if e.device == "DEV2")
+    groups = wanted = 0
+    for part in out.glob("date=*/part-*.parquet"):
+        origins = pq.read_table(part, columns=["origin", "id"]).to_pylist()
+        assert origins == sorted(origins, key=lambda r: (r["origin"], r["id"]))
+        meta = pq.ParquetFile(part).metadata
+        column = meta.schema.names.index("origin")
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(column).statistics
+            groups += 1
+            wanted += stats.min <= device <= stats.max
+    assert groups > 10 and wanted < groups / 2  # most row groups are skipped for one device
+    table = ds.dataset(out, format="parquet", partitioning="hive").to_table(filter=ds.field("origin") == device)
+    assert sorted(table.column("id").to_pylist()) == [e.id for e in home_journal.entries if e.origin == device]
+
+
+def test_the_documented_schema_is_the_part_files(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    qm, clock = home
+    accept(qm, clock, 3, 0)
+    export_journal(qm.path, tmp_path / "j")
+    schema = pq.read_schema(next((tmp_path / "j").glob("date=*/part-*.parquet")))
+    documented = documented_schema()["journal"]
+    assert [(f.name, str(f.type)) for f in schema] == [(name, kind) for name, kind, _ in documented]
+    assert {f.name for f in schema if not f.nullable} == {name for name, _, null in documented if null == "never"}

@@ -1,23 +1,25 @@
-"""The Spark job over a real home server's exported journal: every figure against plain Python."""
+"""The Spark job over a real home server's exported journal, and over a generated one: every
+report and every headline figure against plain Python (tests/pipeline/expected.py)."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
 from edgeq.sync.pipeline.export import export_journal
-from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, PipelineResult, run_pipeline
-from edgeq.sync.pipeline.report import html_page, summary_text
+from edgeq.sync.pipeline.job import COLUMNS, REPORTS, PipelineResult, run_pipeline
+from edgeq.sync.pipeline.report import summary_text
+from edgeq.sync.pipeline.results import SCHEMA_VERSION, TOTALS
 from pyspark.sql import SparkSession
 
+from benchmarks.pipeline_bench import generate
 from edgeq import MessageUID
 
 from . import expected
+from .compare import check, check_totals, entries_of
 from .conftest import HomeJournal
 
 
@@ -27,34 +29,25 @@ def run(spark: SparkSession, home_journal: HomeJournal, tmp_path_factory: pytest
     export_journal(home_journal.db, root / "journal", batch_rows=200)  # several batches, two dates
     lines: list[str] = []
     result = run_pipeline(spark, root / "journal", root / "reports", progress=lines.append)
-    assert any(line.startswith("[9/9] throughput_hourly") for line in lines)
+    assert any(line.startswith(f"[{len(REPORTS)}/{len(REPORTS)}] device_clock_hourly") for line in lines)
     return result
-
-
-def _same(got: Any, want: Any) -> bool:
-    if isinstance(want, float) or isinstance(got, float):
-        return math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-9)
-    return bool(got == want)
-
-
-def _check(name: str, got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
-    key = ORDER_BY[name]
-    got = sorted(got, key=lambda r: tuple(str(r[k]) for k in key))
-    want = sorted(want, key=lambda r: tuple(str(r[k]) for k in key))
-    assert len(got) == len(want), f"{name}: {len(got)} rows, expected {len(want)}"
-    for g, w in zip(got, want, strict=True):
-        bad = {k: (g[k], v) for k, v in w.items() if not _same(g[k], v)}
-        assert not bad, f"{name} row {w}: (got, expected) {bad}"
 
 
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_every_report_matches_plain_python(run: PipelineResult, home_journal: HomeJournal, name: str) -> None:
     want = expected.all_reports(home_journal.entries)[name]
     assert run.counts[name] == len(want)
-    _check(name, run.rows[name], want)
-    # what was written is what was read back: one Parquet dataset per report
+    check(name, run.rows[name], want)
+    # What was written is the report, with exactly its documented columns.
     table = pq.read_table(Path(run.out) / name)
-    assert table.num_rows == len(want)
+    assert table.num_rows == len(want) and tuple(table.column_names) == COLUMNS[name]
+
+
+def test_the_totals_match_plain_python(run: PipelineResult, home_journal: HomeJournal) -> None:
+    check_totals(run.totals, expected.totals(home_journal.entries))
+    assert set(run.totals) == set(TOTALS)  # every documented figure (this journal has them all)
+    assert run.schema_version == SCHEMA_VERSION and run.journal_rows == len(home_journal.entries)
+    assert run.audit_scope["mode"] == "full" and run.audit_scope["unauditable"] == 0
 
 
 def test_latency_is_corrected_by_each_devices_clock_offset(run: PipelineResult, home_journal: HomeJournal) -> None:
@@ -78,10 +71,31 @@ def test_a_message_expired_on_both_sides_is_counted_once(run: PipelineResult, ho
     truth = home_journal.truth.expired
     both = sum(1 for sides in truth.values() if sides == {"server", "device"})
     assert both >= 4  # the network failure past expiry, and the push that expired in transit
-    assert sum(r["both"] for r in run.rows["expiry_daily"]) == both
-    assert sum(r["expired"] for r in run.rows["expiry_daily"]) == len(truth)
-    assert sum(r["entries"] for r in run.rows["expiry_daily"]) == len(truth) + both
-    assert len({r["date"] for r in run.rows["expiry_daily"]}) == 2  # across midnight UTC
+    daily = run.rows["expiry_daily"]
+    assert sum(r["both"] for r in daily) == run.totals["expired_both"] == both
+    # Every uid that expired somewhere is counted once: as an expired message, or apart when
+    # only its device copy expired after the server accepted it.
+    apart = run.totals["delivered_then_device_expired"] + run.totals["accepted_then_device_expired"]
+    assert sum(r["expired"] for r in daily) == run.totals["expired"] == len(truth) - apart
+    assert sum(r["entries"] for r in daily) == len(truth) + both
+    assert len({r["date"] for r in daily}) == 2  # across midnight UTC
+
+
+def test_a_device_copy_expired_after_acceptance_is_not_an_expired_message(
+    run: PipelineResult, home_journal: HomeJournal
+) -> None:
+    """The confirm reply was lost, the server delivered the message (or still holds it), and the
+    device's copy expired: neither lost nor expired traffic, and not a device-only expiry."""
+    truth = home_journal.truth
+    device_only = {u for u, sides in truth.expired.items() if sides == {"device"}}
+    after_accept = device_only & truth.accepted  # a pulled message is the server's: never accepted
+    assert truth.delivered_then_device_expired <= after_accept and truth.accepted_then_device_expired <= after_accept
+    assert run.totals["delivered_then_device_expired"] >= len(truth.delivered_then_device_expired) == 2
+    assert run.totals["accepted_then_device_expired"] >= len(truth.accepted_then_device_expired) == 2
+    assert run.totals["delivered_then_device_expired"] + run.totals["accepted_then_device_expired"] == len(after_accept)
+    assert run.totals["expired_device_only"] == len(device_only - truth.accepted)
+    devices = {r["device"]: r for r in run.rows["device_health"]}
+    assert devices["DEV2"]["delivered_then_device_expired"] >= 2
 
 
 def test_the_audit_finds_the_late_duplicate_and_the_non_assured_push(
@@ -93,16 +107,30 @@ def test_the_audit_finds_the_late_duplicate_and_the_non_assured_push(
     devices = {r["origin"]: r for r in run.rows["audit_devices"]}
     # One row per device store (origin = name:incarnation); HOME's own messages are not a device's.
     assert sorted(MessageUID(o, 1).qmgr for o in devices) == ["DEV1", "DEV2", "DEV3"]
-    assert sum(r["duplicates"] for r in devices.values()) == len(truth.duplicates)
-    assert sum(r["gaps"] for r in devices.values()) == len(truth.gaps)
+    assert sum(r["duplicates"] for r in devices.values()) == run.totals["duplicates"] == len(truth.duplicates)
+    assert sum(r["gaps"] for r in devices.values()) == run.totals["gaps"] == len(truth.gaps)
+    assert "ATTENTION: 1 uid(s) accepted more than once, 1 gap(s)" in summary_text(run)
 
 
-def test_summary_and_html_page(run: PipelineResult) -> None:
-    text = summary_text(run)
-    assert "Delivery latency" in text and "ATTENTION: 1 uid(s) accepted more than once, 1 gap(s)" in text
-    page = html_page(run)
-    assert page.startswith("<!doctype html>") and page.count("<svg") == 3
-    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
+def test_every_figure_comes_from_the_full_data_not_the_collected_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """More devices (and rows of every report) than the result keeps: the counts and the totals
+    are still those of all the data."""
+    journal = tmp_path / "journal"
+    generate(journal, 4_000, devices=60, days=2, file_rows=1_500)
+    entries = entries_of(journal)
+    result = run_pipeline(spark, journal, tmp_path / "reports", collect_limit=5)
+    want = expected.all_reports(entries)
+    assert len(want["audit_devices"]) == 60
+    for name in REPORTS:
+        assert result.counts[name] == len(want[name])
+        assert len(result.rows[name]) == min(5, len(want[name]))
+    check_totals(result.totals, expected.totals(entries))
+    assert result.totals["devices"] == 60 and result.totals["accepted"] > 5 * 60
+    full = run_pipeline(spark, journal, tmp_path / "again", full=True)
+    for name in REPORTS:
+        check(name, full.rows[name], want[name])
 
 
 def test_missing_and_malformed_input_give_clear_errors(spark: SparkSession, tmp_path: Path) -> None:
@@ -121,6 +149,8 @@ def test_missing_and_malformed_input_give_clear_errors(spark: SparkSession, tmp_
     (bad / "part-000000000001-000000000001.parquet").write_bytes(b"not parquet")
     with pytest.raises(MalformedJournal, match="not a readable Parquet file"):
         run_pipeline(spark, tmp_path / "bad", tmp_path / "out")
+    with pytest.raises(MalformedJournal, match="inside --journal"):
+        run_pipeline(spark, tmp_path / "bad", tmp_path / "bad" / "reports")
 
 
 def test_cli_pipeline_run_prints_the_summary_and_writes_the_page(
@@ -132,8 +162,10 @@ def test_cli_pipeline_run_prints_the_summary_and_writes_the_page(
 
     runner = CliRunner()
     assert runner.invoke(cli, ["export", "--db", str(home_journal.db), "--out", str(tmp_path / "j")]).exit_code == 0
-    done = runner.invoke(cli, ["pipeline", "run", "--journal", str(tmp_path / "j"), "--out", str(tmp_path / "r"),
-                               "--master", "local[2]", "--html"])
+    args = ["pipeline", "run", "--journal", str(tmp_path / "j"), "--out", str(tmp_path / "r"), "--master", "local[2]"]
+    done = runner.invoke(cli, [*args, "--html"])
     assert done.exit_code == 0, done.output
     assert "Exactly-once audit" in done.output and (tmp_path / "r" / "report.html").exists()
     assert not spark.sparkContext._jsc.sc().isStopped()  # the session it found is not stopped
+    again = runner.invoke(cli, [*args, "--full"])
+    assert again.exit_code == 0, again.output

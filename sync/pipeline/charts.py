@@ -1,0 +1,269 @@
+"""Charts for the report page, as inline SVG: no script, no external file, no font to fetch.
+
+Every chart draws in a ``viewBox`` sized for what it holds (its labels measured
+before anything is placed, so none falls outside it) and scales to the page's
+column. Series are drawn **side by side** (grouped bars) or as lines, never
+stacked: accepted, delivered and expired messages are not parts of one whole.
+A chart with one or a few categories keeps its bars narrow and centred, so a
+single hour reads as a chart, not as one full-width block.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["COLORS", "Chart", "bar_chart", "hour_marks", "line_chart", "nice_ticks", "text_width"]
+
+#: One colour per series name (colour-blind-safe Tableau 10); others get ``#4e79a7``.
+COLORS: dict[str, str] = {
+    "messages": "#4e79a7", "accepted": "#4e79a7", "delivered": "#59a14f", "expired": "#e15759",
+    "server": "#4e79a7", "device": "#f28e2b", "both": "#e15759",
+}
+#: Further series' colours, in order (Tableau 10).
+_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+            "#9c755f", "#bab0ac")
+_FONT = 11  # px, axis labels
+_CHAR = 0.62  # a character's width in ems, generously (system-ui digits are ~0.55)
+_WIDTH = 960  # the viewBox width; the page scales it to its column
+_PLOT_H = 180
+_MAX_BAR = 36.0  # px: one series' bar at most this wide, however few categories
+_E = html.escape
+
+
+def text_width(text: str, size: float = _FONT) -> float:
+    """An upper estimate of ``text``'s width in px at ``size`` px (no font metrics here).
+
+    >>> text_width("12:00") > 5 * 11 * 0.5
+    True
+    """
+    return len(text) * size * _CHAR
+
+
+def nice_ticks(high: float, low: float = 0, count: int = 4) -> list[float]:
+    """Round axis ticks covering ``low``..``high`` and 0.
+
+    >>> nice_ticks(87)
+    [0, 25, 50, 75, 100]
+    >>> nice_ticks(0)
+    [0, 1]
+    >>> nice_ticks(3)
+    [0, 1, 2, 3]
+    >>> nice_ticks(1500, -700)
+    [-1000, 0, 1000, 2000]
+    """
+    high, low = max(high, 0), min(low, 0)
+    if high == low:
+        return [0, 1]
+    raw = (high - low) / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    if high - low <= count and step < 1:
+        step = 1
+    first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
+    return [_tidy(i * step) for i in range(first, last + 1)]
+
+
+def _tidy(value: float) -> float:
+    return int(value) if float(value).is_integer() else round(value, 10)
+
+
+def _tick_label(value: float) -> str:
+    if abs(value) >= 1_000_000:
+        return f"{value / 1_000_000:g}M"
+    if abs(value) >= 10_000:
+        return f"{value / 1000:g}k"
+    return f"{value:,g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A chart's geometry, worked out from its labels before anything is drawn."""
+
+    labels: Sequence[str]
+    shown: frozenset[int]  # which categories' labels are drawn (every one, or every k-th)
+    rotate: bool
+    left: float
+    bottom: float
+    top: float
+    width: float
+    ticks: tuple[float, ...] = (0, 1)
+    right: float = 16.0
+
+    @property
+    def height(self) -> float:
+        return self.top + _PLOT_H + self.bottom
+
+    @property
+    def plot_w(self) -> float:
+        return self.width - self.left - self.right
+
+    @property
+    def base(self) -> float:
+        """The y of the x axis."""
+        return self.top + _PLOT_H
+
+    def y(self, value: float) -> float:
+        """The y of ``value`` on the chart's axis."""
+        low, high = self.ticks[0], self.ticks[-1]
+        return self.base - (value - low) / ((high - low) or 1) * _PLOT_H
+
+    def slot(self, i: int) -> tuple[float, float]:
+        """Category ``i``'s (left x, width)."""
+        w = self.plot_w / max(1, len(self.labels))
+        return self.left + i * w, w
+
+
+def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: Collection[int] | None) -> Chart:
+    """Place the plot so that every label drawn (``marks``: which; default: as many as fit)
+    lies inside the chart: horizontal where they fit between their ticks, else at 45°."""
+    n = max(1, len(labels))
+    y_w = max((text_width(_tick_label(t)) for t in ticks), default=0) + 26  # tick labels and the axis title
+    room = (_WIDTH - y_w - 16) / n
+    longest = max((text_width(t) for t in labels), default=0)
+    shown = sorted(marks) if marks is not None else list(range(len(labels)))
+    gap = min((b - a for a, b in itertools.pairwise(shown)), default=n) * room
+    first = text_width(labels[shown[0]]) if shown else 0
+    last = text_width(labels[shown[-1]]) if shown else 0
+    if longest + 8 <= gap:  # horizontal, centred on their ticks: the outermost may reach past the plot
+        rotate, bottom = False, float(_FONT + 12)
+        left = max(y_w, first / 2 - (shown[0] + 0.5) * room + 4) if shown else y_w
+        right = max(16.0, last / 2 - (n - shown[-1] - 0.5) * room + 4) if shown else 16.0
+    else:  # rotated 45°, anchored at the tick and reaching down and to the left
+        rotate, bottom, right = True, longest * math.sqrt(0.5) + _FONT + 14, 16.0
+        if marks is None:  # rotated labels need ~16 px between ticks
+            shown = shown[:: max(1, math.ceil(_FONT * 1.5 / room))]
+        # the first label reaches left of its tick by its length and its height, both at 45°
+        left = max(y_w, (first + _FONT) * math.sqrt(0.5) - (shown[0] + 0.5) * room + 4 if shown else 0)
+    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, _WIDTH, tuple(ticks), right)
+
+
+def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: Sequence[str]) -> list[str]:
+    """The SVG element, the y axis with its grid, the axis title and the legend."""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {chart.width:.0f} {chart.height:.0f}" '
+           f'class="chart" role="img" aria-label="{_E(title)}" font-family="system-ui,sans-serif">'
+           f"<title>{_E(title)}</title>"]
+    for t in chart.ticks:
+        y = chart.y(t)
+        out.append(f'<line x1="{chart.left:.1f}" y1="{y:.1f}" x2="{chart.left + chart.plot_w:.1f}" y2="{y:.1f}" '
+                   f'stroke="{"#444" if t == 0 else "#e4e4e4"}"/>'
+                   f'<text class="ytick" x="{chart.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" '
+                   f'font-size="{_FONT}">{_tick_label(t)}</text>')
+    mid = chart.top + _PLOT_H / 2
+    out.append(f'<text class="yunit" x="12" y="{mid:.1f}" font-size="{_FONT}" text-anchor="middle" '
+               f'transform="rotate(-90 12 {mid:.1f})">{_E(unit)}</text>')
+    if len(series) > 1:
+        x = chart.left
+        for name, color in zip(series, colors, strict=True):
+            if x + 14 + text_width(name) > chart.width:
+                break  # a legend longer than the chart is cut; each series is named in its tooltips
+            out.append(f'<rect x="{x:.1f}" y="6" width="10" height="10" fill="{color}"/>'
+                       f'<text class="legend" x="{x + 14:.1f}" y="15" font-size="{_FONT}">{_E(name)}</text>')
+            x += 28 + text_width(name) * 0.9  # (the estimate is generous: legend entries stay close)
+    return out
+
+
+def _colors(names: Sequence[str]) -> list[str]:
+    """Each series' colour: its own if it has one, else the next of the palette."""
+    spare = iter(_PALETTE * (1 + len(names) // len(_PALETTE)))
+    return [COLORS[name] if name in COLORS else next(spare) for name in names]
+
+
+def _values(series: Mapping[str, Sequence[float | None]]) -> list[float]:
+    return [v for values in series.values() for v in values if v is not None]
+
+
+def _x_labels(chart: Chart, centre: Sequence[float]) -> list[str]:
+    out = []
+    y = chart.base + _FONT + 4
+    for i in sorted(chart.shown):
+        cx, label = centre[i], _E(chart.labels[i])
+        if chart.rotate:
+            out.append(f'<text class="xtick" x="{cx:.1f}" y="{y:.1f}" font-size="{_FONT}" text-anchor="end" '
+                       f'transform="rotate(-45 {cx:.1f} {y:.1f})">{label}</text>')
+        else:
+            out.append(f'<text class="xtick" x="{cx:.1f}" y="{y:.1f}" font-size="{_FONT}" '
+                       f'text-anchor="middle">{label}</text>')
+    return out
+
+
+def hour_marks(hours_ms: Sequence[int], label: str) -> list[int] | None:
+    """Which of consecutive hours to label so that labels as wide as ``label`` stand level
+    without touching: those on a round step (1, 2, 3, 6, 12 hours, a day, two, a week);
+    None when even weekly labels would not fit (then the chart tilts and thins them).
+
+    >>> hour_marks([h * 3_600_000 for h in range(6)], "22:00")
+    [0, 1, 2, 3, 4, 5]
+    >>> hour_marks([h * 3_600_000 for h in range(72)], "2025-11-21T22:00Z")[:3]
+    [0, 12, 24]
+    """
+    plot = _WIDTH - 90  # about: the width left of the y axis' labels and margins
+    room = plot / max(1, len(hours_ms))
+    for step in (1, 2, 3, 6, 12, 24, 48, 168):
+        if text_width(label) + 12 <= step * room:
+            return [i for i, h in enumerate(hours_ms) if (h // 3_600_000) % step == 0]
+    return None
+
+
+def bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str, unit: str,
+              marks: Collection[int] | None = None) -> str:
+    """Grouped bars: one group per label, one bar per series side by side.
+
+    >>> svg = bar_chart(["10:00"], {"accepted": [5], "delivered": [3]}, title="t", unit="messages")
+    >>> svg.count('class="bar"')
+    2
+    """
+    names, values = list(series), _values(series)
+    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks)
+    colors = _colors(names)
+    out = _frame(chart, title, unit, names, colors)
+    zero = chart.y(0)
+    centres = []
+    for i, label in enumerate(labels):
+        x0, w = chart.slot(i)
+        bar = min(_MAX_BAR, w * 0.8 / len(names))
+        start = x0 + (w - bar * len(names)) / 2
+        centres.append(x0 + w / 2)
+        for k, name in enumerate(names):
+            value = series[name][i]
+            y = chart.y(value)
+            out.append(f'<rect class="bar" x="{start + k * bar:.1f}" y="{min(y, zero):.1f}" '
+                       f'width="{max(bar - 1, 1):.1f}" height="{abs(zero - y):.1f}" fill="{colors[k]}">'
+                       f"<title>{_E(label)}: {value:,g} {_E(name)}</title></rect>")
+    out += _x_labels(chart, centres)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, title: str, unit: str,
+               marks: Collection[int] | None = None) -> str:
+    """One line per series over many categories (e.g. hours), with a dot at each point; a
+    None value (no data in that category) breaks the line.
+
+    >>> line_chart(["a", "b", "c"], {"x": [1, None, 2], "y": [3, 4, 5]}, title="t", unit="u").count("<polyline")
+    3
+    """
+    names, values = list(series), _values(series)
+    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks)
+    colors = _colors(names)
+    out = _frame(chart, title, unit, names, colors)
+    centres = [chart.slot(i)[0] + chart.slot(i)[1] / 2 for i in range(len(labels))]
+    for name, color in zip(names, colors, strict=True):
+        points = [None if v is None else (centres[i], chart.y(v)) for i, v in enumerate(series[name])]
+        run: list[tuple[float, float]] = []
+        for point in [*points, None]:
+            if point is not None:
+                run.append(point)
+            elif run:
+                out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.8" points="'
+                           + " ".join(f"{x:.1f},{y:.1f}" for x, y in run) + '"/>')
+                run = []
+        if len(points) <= 200:
+            out += [f'<circle cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="{4 if len(points) < 4 else 2}" fill="{color}"><title>{_E(labels[i])}: '
+                    f"{series[name][i]:,g} {_E(name)}</title></circle>" for i, p in enumerate(points) if p]
+    out += _x_labels(chart, centres)
+    out.append("</svg>")
+    return "".join(out)

@@ -1,0 +1,152 @@
+"""Finding, checking and reading an exported journal.
+
+The job reads a journal as a set of **part files** (see :mod:`edgeq.sync.pipeline.layout`):
+only those the export has committed (ids at or below the manifest's watermark: a part
+file above it is an interrupted export's, which the next export deletes), and in an
+incremental run only those it has not read before.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
+from edgeq.sync.pipeline.files import Files, is_local, join, local_path
+from edgeq.sync.pipeline.layout import COLUMN_TYPES, MANIFEST, REQUIRED, Part, parse_part
+from edgeq.sync.pipeline.session import first_line, spark_errors
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Journal", "check_journal", "check_part_files", "find_journal", "read_parts", "spark_schema"]
+
+
+@dataclass(slots=True)
+class Journal:
+    """An export directory: its committed part files, and what its manifest says."""
+
+    path: str
+    parts: list[Part] = field(default_factory=list)
+    server: str | None = None
+    watermark: int | None = None
+
+    def rows_hint(self) -> str:
+        """The parts' id range, for messages."""
+        if not self.parts:
+            return "no part files"
+        return f"{len(self.parts):,} part file(s), journal ids {self.parts[0].first:,} to {max(p.last for p in self.parts):,}"
+
+
+def _local_precheck(path: str) -> None:
+    root = local_path(path)
+    if not root.exists():
+        raise JournalNotFound(
+            f"{root} does not exist: export the home server's journal first, "
+            f"e.g. edgeq export --db home.db --out {root}"
+        )
+    if not root.is_dir():
+        raise MalformedJournal(f"{root} is not a directory: --journal is the directory edgeq export wrote")
+
+
+def find_journal(path: str, files: Files) -> Journal:
+    """The export directory at ``path``: its committed part files (in id order) and its manifest."""
+    if is_local(path):
+        _local_precheck(path)
+    text = files.read_text(join(path, MANIFEST))
+    manifest: dict[str, Any] = {}
+    if text is not None:
+        try:
+            manifest = json.loads(text)
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("watermark"), int):
+                raise ValueError("no integer 'watermark'")
+        except ValueError as exc:
+            raise MalformedJournal(
+                f"{join(path, MANIFEST)} is damaged ({exc}): export into a new directory"
+            ) from None
+    watermark = manifest.get("watermark")
+    parts = []
+    for relative, size in files.list_files(path, "date=*/*.parquet"):
+        part = parse_part(relative, size)
+        if part is not None and (watermark is None or part.last <= watermark):
+            parts.append(part)
+    if not parts:
+        stray = [name for name, _ in files.list_files(path, "*.parquet")][:1]
+        if stray:
+            raise MalformedJournal(
+                f"{path} holds Parquet files but not in edgeq export's date=YYYY-MM-DD/part-FIRST-LAST.parquet "
+                f"layout (e.g. {stray[0]}): export with edgeq export"
+            )
+        hint = "it holds no entries yet" if text is not None else "it is not an export"
+        raise JournalNotFound(f"{path} has no journal files ({hint}): run edgeq export --db home.db --out {path}")
+    server = manifest.get("server")
+    return Journal(path, sorted(parts), server if isinstance(server, str) else None, watermark)
+
+
+def check_part_files(journal: str, parts: list[Part]) -> bool:
+    """Check local part files' columns and types with pyarrow, before Spark starts reading
+    (clear errors, early); return whether their footers rule out a null in a required column
+    (edgeq export declares them so). Without pyarrow (a Spark driver with only pyspark) or
+    for a remote journal this checks nothing and returns False: Spark's read reports a
+    damaged file, and the job counts the rows lacking a required column."""
+    if not is_local(journal):
+        return False
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return False
+    root = local_path(journal)
+    no_nulls = True
+    for part in parts:
+        file = root / part.name
+        try:
+            meta = pq.read_metadata(file)
+            schema = meta.schema.to_arrow_schema()
+        except Exception as exc:  # pyarrow raises ArrowInvalid / OSError on a damaged file
+            raise MalformedJournal(
+                f"{file} is not a readable Parquet file ({first_line(exc)}): delete it and its directory's "
+                "export, or re-export into a new directory"
+            ) from exc
+        found = {f.name: str(f.type) for f in schema}
+        missing = [n for n in COLUMN_TYPES if n not in found]
+        wrong = [f"{n} is {found[n]}, not {t}" for n, t in COLUMN_TYPES.items() if n in found and found[n] != t]
+        if missing or wrong:
+            detail = f"missing column(s) {', '.join(missing)}" if missing else "; ".join(wrong)
+            raise MalformedJournal(
+                f"{file} is not an edgeq journal file ({detail}): export with edgeq export into a new directory"
+            )
+        no_nulls = no_nulls and all(not schema.field(n).nullable for n in REQUIRED)
+    return no_nulls
+
+
+def check_journal(path: str, files: Files | None = None) -> Journal:
+    """Find a journal and check its part files (:func:`find_journal`, :func:`check_part_files`).
+
+    A remote journal needs ``files`` (:class:`~edgeq.sync.pipeline.files.HadoopFiles`); for a
+    local one it may be left out: this is what the CLI runs before starting Spark.
+    """
+    from edgeq.sync.pipeline.files import LocalFiles
+
+    if files is None:
+        if not is_local(path):
+            return Journal(path)
+        files = LocalFiles()
+    journal = find_journal(path, files)
+    check_part_files(path, journal.parts)
+    return journal
+
+
+def spark_schema() -> Any:
+    """The journal's columns as a Spark schema (``REQUIRED`` ones not nullable)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    types = {"int64": LongType(), "string": StringType()}
+    return StructType([StructField(n, types[t], nullable=n not in REQUIRED) for n, t in COLUMN_TYPES.items()])
+
+
+def read_parts(spark: SparkSession, journal: str, parts: list[Part]) -> DataFrame:
+    """The journal rows of ``parts`` (the journal's columns)."""
+    paths = [join(journal, p.name) for p in parts]
+    with spark_errors(f"reading {journal}"):
+        return spark.read.schema(spark_schema()).parquet(*paths)

@@ -1,0 +1,108 @@
+"""Mergeable aggregates: one definition computes a dataset's rows from journal rows *and*
+merges two such datasets, so an incremental run (the state merged with the new rows)
+gives exactly what a full run gives.
+
+A :class:`Col` says what one journal row contributes to a column (``row``, a Column:
+build them while a Spark session is active) and how
+contributions combine (``how``): ``sum``, ``min``, ``max``, ``bit_or``, or
+``min_by:<column>`` / ``max_by:<column>`` (the value at the least / greatest of another
+column of the same dataset, itself a ``min`` / ``max``: e.g. the queue of the first
+acceptance, by journal id). All are numeric, so Spark aggregates them in a hash map
+(a string buffer would make it sort every row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["Col", "Spec", "aggregate", "count_if", "is_", "merge"]
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    """One column of a mergeable dataset."""
+
+    name: str
+    row: Column
+    how: str
+
+
+def is_(column: str, value: str) -> Column:
+    """``column == value`` as a Column."""
+    from pyspark.sql import functions as F
+
+    return F.col(column) == F.lit(value)
+
+
+def count_if(condition: Column) -> Column:
+    """How many rows meet ``condition`` (0, not null, if none)."""
+    from pyspark.sql import functions as F
+
+    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+
+def _combine(col: Col) -> Column:
+    from pyspark.sql import functions as F
+
+    c = F.col(col.name)
+    how, _, other = col.how.partition(":")
+    if how == "sum":
+        return F.sum(c).cast("long").alias(col.name)
+    if how == "min":
+        return F.min(c).alias(col.name)
+    if how == "max":
+        return F.max(c).alias(col.name)
+    if how == "bit_or":
+        return F.bit_or(c).alias(col.name)
+    if how == "min_by":
+        return F.min_by(c, F.col(other)).alias(col.name)
+    if how == "max_by":
+        return F.max_by(c, F.col(other)).alias(col.name)
+    raise ValueError(f"unknown merge {col.how!r} for {col.name}")
+
+
+def merge(frame: DataFrame, keys: Sequence[str], cols: Sequence[Col]) -> DataFrame:
+    """Combine the rows of ``frame`` (datasets of this shape, unioned) that share ``keys``."""
+    return frame.groupBy(*keys).agg(*(_combine(c) for c in cols))
+
+
+def aggregate(rows: DataFrame, keys: Sequence[Column | str], key_names: Sequence[str], cols: Sequence[Col]) -> DataFrame:
+    """The dataset of journal ``rows``: each row's contribution, combined by ``keys``
+    (expressions, named ``key_names``)."""
+    from pyspark.sql import functions as F
+
+    projected = rows.select(
+        *(F.col(k).alias(n) if isinstance(k, str) else k.alias(n) for k, n in zip(keys, key_names, strict=True)),
+        *(c.row.alias(c.name) for c in cols),
+    )
+    return merge(projected, key_names, cols)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A mergeable dataset: its keys (expressions over a journal row, and their names), its
+    columns, and which rows it takes (``where``; None: all)."""
+
+    keys: tuple[Column | str, ...]
+    names: tuple[str, ...]
+    cols: tuple[Col, ...]
+    where: Column | None = None
+    #: what to do to journal rows first (e.g. narrow them, and spread them by a key so that the
+    #: aggregate needs no shuffle of its own)
+    prepare: Callable[[DataFrame], DataFrame] | None = None
+
+    def of_rows(self, rows: DataFrame) -> DataFrame:
+        """The dataset of journal ``rows`` (with no columns to combine: ``prepare``'s rows as they are)."""
+        rows = rows if self.where is None else rows.filter(self.where)
+        rows = rows if self.prepare is None else self.prepare(rows)
+        return rows if not self.cols else aggregate(rows, self.keys, self.names, self.cols)
+
+    def merged(self, frame: DataFrame) -> DataFrame:
+        """Datasets of this shape (unioned), merged."""
+        return merge(frame, self.names, self.cols)
+

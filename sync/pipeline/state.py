@@ -1,0 +1,273 @@
+"""The state an incremental run keeps next to the reports, in ``OUT/_state/``.
+
+Every run writes what it computed into a new **generation** directory
+(``_state/g000007/``), then a manifest naming every dataset the state is made of
+(``_state/state-000007.json``; some datasets stay in older generations' directories,
+e.g. the per-uid status of days the run did not touch). The manifest is written last,
+under a new name: a run that dies before it leaves the previous state whole, and the
+next run removes the dead generation. Then the generations the new manifest no
+longer names are deleted.
+
+Three shapes of dataset:
+
+* **whole**: small aggregates (per hour, per device, per day and origin, ...), read and
+  written whole by every run, several in one Spark job (a *bundle*): one path each;
+* **bucketed**: per-uid datasets split by the uid's creation day (its stamp), so that a
+  run touches only the days its new rows concern: a path per bucket;
+* **appended**: row-additive value counts: a path per run that added some (merged
+  into one now and then).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edgeq.sync.pipeline.files import Files, join
+from edgeq.sync.pipeline.layout import Part
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["STATE_DIR", "STATE_FORMAT", "State", "StateWriter", "load_state"]
+
+STATE_DIR = "_state"
+#: Bumped whenever what the state holds changes: a state of another format is rebuilt.
+STATE_FORMAT = 1
+_MANIFEST_PREFIX = "state-"
+
+
+@dataclass(slots=True)
+class State:
+    """What the previous runs left: the parts they read and where each dataset is."""
+
+    generation: int = 0
+    server: str | None = None
+    parts: dict[str, list[int]] = field(default_factory=dict)  # name -> [first, last, size]
+    bucket_ms: int = 0
+    from_ms: int | None = None
+    runs: int = 0
+    whole: dict[str, str] = field(default_factory=dict)
+    bucketed: dict[str, dict[int, list[str]]] = field(default_factory=dict)
+    appended: dict[str, list[str]] = field(default_factory=dict)
+    schemas: dict[str, str] = field(default_factory=dict)  # dataset -> Spark schema JSON
+
+    @property
+    def empty(self) -> bool:
+        """Nothing read yet: a full run."""
+        return not self.parts
+
+    @property
+    def max_id(self) -> int:
+        """The highest journal id of the parts read (0 if none)."""
+        return max((v[1] for v in self.parts.values()), default=0)
+
+    def to_json(self) -> str:
+        """The manifest's text."""
+        return json.dumps({
+            "format": STATE_FORMAT, "generation": self.generation, "server": self.server,
+            "parts": self.parts, "bucket_ms": self.bucket_ms, "from_ms": self.from_ms, "runs": self.runs,
+            "whole": self.whole,
+            "bucketed": {k: {str(b): p for b, p in v.items()} for k, v in self.bucketed.items()},
+            "appended": self.appended, "schemas": self.schemas,
+        }, indent=1, sort_keys=True) + "\n"
+
+
+def _parse(text: str) -> State | None:
+    try:
+        raw = json.loads(text)
+        if raw.get("format") != STATE_FORMAT:
+            return None
+        return State(
+            generation=int(raw["generation"]), server=raw.get("server"),
+            parts={str(k): [int(x) for x in v] for k, v in raw["parts"].items()},
+            bucket_ms=int(raw["bucket_ms"]), from_ms=raw.get("from_ms"), runs=int(raw["runs"]),
+            whole={str(k): str(v) for k, v in raw["whole"].items()},
+            bucketed={str(k): {int(b): [str(x) for x in p] for b, p in v.items()} for k, v in raw["bucketed"].items()},
+            appended={str(k): [str(x) for x in v] for k, v in raw["appended"].items()},
+            schemas={str(k): str(v) for k, v in raw["schemas"].items()},
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def load_state(files: Files, out: str) -> tuple[State | None, str]:
+    """The current state under ``out`` (None if there is none, or it is unusable) and why not."""
+    root = join(out, STATE_DIR)
+    manifests = sorted(n for n in files.children(root) if n.startswith(_MANIFEST_PREFIX) and n.endswith(".json"))
+    if not manifests:
+        return None, "no state from an earlier run"
+    text = files.read_text(join(root, manifests[-1]))
+    state = _parse(text or "")
+    if state is None:
+        return None, f"the state {manifests[-1]} is of another format or damaged"
+    return state, ""
+
+
+def part_entries(parts: list[Part]) -> dict[str, list[int]]:
+    """Parts as the manifest records them."""
+    return {p.name: [p.first, p.last, p.size] for p in parts}
+
+
+class StateWriter:
+    """Writes one run's generation and, at the end, its manifest."""
+
+    def __init__(self, spark: SparkSession, files: Files, out: str, previous: State | None) -> None:
+        self.spark, self.files = spark, files
+        self.root = join(out, STATE_DIR)
+        self.previous = previous or State()
+        # Numbered past every generation and manifest present (a rebuild's too), so that the
+        # newest manifest is always the current state.
+        numbers = [int(n[1:]) for n in files.children(self.root) if n.startswith("g") and n[1:].isdigit()]
+        numbers += [int(n[len(_MANIFEST_PREFIX):-5]) for n in files.children(self.root)
+                    if n.startswith(_MANIFEST_PREFIX) and n[len(_MANIFEST_PREFIX):-5].isdigit()]
+        self.generation = max([self.previous.generation, *numbers]) + 1
+        self.dir = join(self.root, f"g{self.generation:06d}")
+        # A generation directory with no manifest is a dead run's: start clean.
+        self.files.delete(self.dir)
+
+    def path(self, name: str) -> str:
+        """Where this run writes dataset ``name``."""
+        return join(self.dir, name)
+
+    def write_whole(self, state: State, name: str, frame: DataFrame) -> None:
+        """Write a small dataset whole (one file)."""
+        target = self.path(name)
+        frame.coalesce(1).write.mode("overwrite").parquet(target)
+        state.whole[name] = target
+        state.schemas[name] = frame.schema.json()
+
+    def write_bundle(self, state: State, bundle: str, frames: dict[str, DataFrame]) -> None:
+        """Write several small datasets in one Spark job: their union (each column of any of
+        them, null where a dataset has none), split into ``dataset=NAME`` directories. Each is
+        read back by name with its own schema (Parquet reads columns by name)."""
+        from pyspark.sql import functions as F
+
+        types: dict[str, Any] = {}
+        for name, frame in frames.items():
+            for f in frame.schema.fields:
+                if types.setdefault(f.name, f.dataType) != f.dataType:
+                    raise ValueError(f"column {f.name} of {name} is {f.dataType}, elsewhere {types[f.name]}")
+        union = None
+        for name, frame in frames.items():
+            have = set(frame.columns)
+            shaped = frame.select(
+                *(F.col(c) if c in have else F.lit(None).cast(t).alias(c) for c, t in types.items()),
+                F.lit(name).alias("dataset"),
+            )
+            union = shaped if union is None else union.unionByName(shaped)
+        assert union is not None
+        target = self.path(bundle)
+        union.coalesce(1).write.mode("overwrite").partitionBy("dataset").parquet(target)
+        written = {child[len("dataset="):] for child in self.files.children(target) if child.startswith("dataset=")}
+        for name, frame in frames.items():
+            state.whole[name] = join(target, f"dataset={name}") if name in written else ""
+            state.schemas[name] = frame.schema.json()
+
+    def write_bucketed(self, state: State, name: str, frame: DataFrame, buckets: set[int], *, append: bool = False) -> None:
+        """Write ``frame`` (with a ``bucket`` column) split by bucket. Without ``append`` the new
+        files replace the state's for every bucket in ``buckets`` (a bucket left with no rows
+        is dropped); with it they are added to them."""
+        from pyspark.sql import functions as F
+
+        target = self.path(name)
+        frame.withColumn("b", F.col("bucket")).write.mode("overwrite").partitionBy("b").parquet(target)
+        written = {int(child[2:]) for child in self.files.children(target) if child.startswith("b=")}
+        current = state.bucketed.setdefault(name, {})
+        for bucket in buckets | written:
+            paths = [join(target, f"b={bucket}")] if bucket in written else []
+            current[bucket] = (current.get(bucket, []) + paths) if append else paths
+            if not current[bucket]:
+                del current[bucket]
+        state.schemas[name] = frame.schema.json()
+
+    def write_appended(self, state: State, name: str, frame: DataFrame, *, compact_after: int = 16) -> None:
+        """Add ``frame`` to an appended dataset; past ``compact_after`` paths, rewrite it as one."""
+        target = self.path(name)
+        paths = state.appended.get(name, [])
+        if len(paths) >= compact_after:
+            before = read_dataset(self.spark, state, name)
+            if before is not None:  # paths were recorded, so the dataset exists
+                frame = before.unionByName(frame)
+            paths = []
+        frame.coalesce(1).write.mode("overwrite").parquet(target)
+        state.appended[name] = [*paths, target]
+        state.schemas[name] = frame.schema.json()
+
+    def commit(self, state: State) -> None:
+        """Write the manifest, then delete what no manifest names any more."""
+        state.generation = self.generation
+        self.files.write_text(join(self.root, f"{_MANIFEST_PREFIX}{self.generation:06d}.json"), state.to_json())
+        paths = [*(p for p in state.whole.values() if p), *(p for v in state.bucketed.values() for ps in v.values() for p in ps),
+                 *(p for ps in state.appended.values() for p in ps)]
+        used = {self.dir} | {join(self.root, generation_of(p)) for p in paths}
+        for child in self.files.children(self.root):
+            full = join(self.root, child)
+            if (child.startswith("g") and full not in used) or (child.startswith(_MANIFEST_PREFIX) and child != f"{_MANIFEST_PREFIX}{self.generation:06d}.json"):
+                self.files.delete(full)
+
+
+def read_dataset(spark: SparkSession, state: State, name: str, buckets: set[int] | None = None) -> DataFrame | None:
+    """A state dataset (only ``buckets`` of a bucketed one, if given; empty if it has none of
+    them), or None if the state has no such dataset."""
+    from pyspark.sql.types import StructType
+
+    if name in state.whole:
+        paths = [state.whole[name]] if state.whole[name] else []  # "": written empty
+    elif name in state.bucketed:
+        chosen = state.bucketed[name]
+        paths = [p for b, ps in chosen.items() if buckets is None or b in buckets for p in ps]
+    else:
+        paths = state.appended.get(name, [])
+    if name not in state.schemas:
+        return None
+    schema = StructType.fromJson(json.loads(state.schemas[name]))
+    if not paths:  # known, but empty (e.g. no bucket has expired rows): an empty frame of its shape
+        from pyspark.sql import functions as F
+
+        return spark.range(0).select(*(F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields))
+    return spark.read.schema(schema).parquet(*paths)
+
+
+def generation_of(path: str) -> str:
+    """The generation directory a state path is in.
+
+    >>> generation_of("out/_state/g000007/uids/b=3")
+    'g000007'
+    """
+    return path.split(f"/{STATE_DIR}/", 1)[1].split("/")[0]
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a run will do: ``incremental`` (merge ``new`` parts into ``state``) or not (read
+    every part, ``state`` is a fresh one), and why."""
+
+    incremental: bool
+    new: list[Part]
+    state: State
+    reason: str
+
+
+def plan_run(parts: list[Part], server: str | None, previous: State | None, why: str, bucket_ms: int) -> Plan:
+    """Decide between an incremental run and a full one: incremental only if the state was
+    made the same way from the same server's export, no part it read has changed, and every
+    new part comes after them (an export only ever adds parts above its watermark)."""
+    fresh = State(server=server, bucket_ms=bucket_ms)
+    if previous is None:
+        return Plan(False, parts, fresh, why)
+    if previous.bucket_ms != bucket_ms:
+        return Plan(False, parts, fresh, "the state was kept in other buckets")
+    if previous.server is not None and server is not None and previous.server != server:
+        return Plan(False, parts, fresh, f"the state is of server {previous.server}'s journal, this is {server}'s")
+    present = {p.name: p for p in parts}
+    changed = [n for n, (_, _, size) in previous.parts.items() if n in present and present[n].size != size]
+    if changed:
+        return Plan(False, parts, fresh, f"{changed[0]} changed since it was read (re-exported?)")
+    new = [p for p in parts if p.name not in previous.parts]
+    early = [p for p in new if p.first <= previous.max_id]
+    if early:
+        return Plan(False, parts, fresh,
+                    f"{early[0].name} holds journal ids the state has passed (up to {previous.max_id:,})")
+    return Plan(True, new, previous, f"{len(new):,} new part file(s) since the last run")

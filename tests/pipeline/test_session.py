@@ -1,0 +1,58 @@
+"""What Spark's failures mean for the user, sorted by what they are (Python type, Spark's error
+condition, the Java exceptions behind them), never by words in their message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, SparkFailed
+from edgeq.sync.pipeline.inputs import spark_schema
+from edgeq.sync.pipeline.session import condition_of, spark_errors
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from .conftest import NO_EXECUTOR_PYTHON
+
+
+def _parquet(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    path = folder / "part-000000000001-000000000001.parquet"
+    pq.write_table(pa.table({"id": [1], "uid": ["DEV1.1"]}), path)
+    return path
+
+
+def test_an_unreadable_file_is_a_malformed_journal(spark: SparkSession, tmp_path: Path) -> None:
+    path = _parquet(tmp_path / "date=2025-11-21")
+    path.write_bytes(b"this is not a parquet file at all")
+    with pytest.raises(MalformedJournal, match="cannot be read") as caught, spark_errors("reading the journal"):
+        spark.read.schema(spark_schema()).parquet(str(path)).count()
+    condition, _ = condition_of(caught.value.__cause__)  # type: ignore[arg-type]
+    assert condition is not None and condition.startswith("FAILED_READ_FILE")
+
+
+def test_a_missing_path_is_a_journal_not_found(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(JournalNotFound, match="run edgeq export first"), spark_errors("reading the journal"):
+        spark.read.parquet(str(tmp_path / "nowhere")).count()
+
+
+def test_an_executor_without_python_is_a_spark_failure_whatever_the_message_says(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The issue's case: executors had no working Python while a Parquet file was read, and the
+    old sorter, finding "parquet" in the message, said the journal could not be read."""
+    path = _parquet(tmp_path / "date=2025-11-21")
+    lower = F.udf(lambda uid: uid.lower(), "string", useArrow=False)  # Python work, on the executors
+    frame = spark.read.parquet(str(path)).select(lower("uid"))
+    with pytest.raises(SparkFailed, match="failed") as caught, spark_errors("computing a report"):
+        frame.write.parquet(str(tmp_path / "report"))  # Spark's message: "... while calling o123.parquet"
+    cause = str(caught.value.__cause__)
+    assert ".parquet" in cause.splitlines()[0] and NO_EXECUTOR_PYTHON in cause
+    assert not isinstance(caught.value, MalformedJournal)
+
+
+def test_an_error_that_is_not_sparks_is_left_alone() -> None:
+    with pytest.raises(ZeroDivisionError), spark_errors("computing a report"):
+        1 / 0  # noqa: B018

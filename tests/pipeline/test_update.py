@@ -1,0 +1,95 @@
+"""Incremental runs: a run over a journal that grew reads only the new part files, merges them
+into the state kept in OUT/_state/, and gives exactly what a full run over everything gives,
+report by report, figure by figure."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, PipelineResult, run_pipeline
+from pyspark.sql import SparkSession
+
+from benchmarks.pipeline_bench import generate
+
+from . import expected
+from .compare import check, check_totals, entries_of
+from .served import Served, serve_rounds
+
+
+def _rows(result: PipelineResult, name: str) -> list[dict[str, Any]]:
+    return sorted(result.rows[name], key=lambda r: tuple(str(r[k]) for k in ORDER_BY[name]))
+
+
+def assert_identical(got: PipelineResult, want: PipelineResult) -> None:
+    """Every report's rows and every total exactly equal (not within rounding)."""
+    for name in REPORTS:
+        assert got.counts[name] == want.counts[name], name
+        assert _rows(got, name) == _rows(want, name), name
+    assert got.totals == want.totals
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory: pytest.TempPathFactory) -> tuple[Served, Path, Path]:
+    """A real server's journal exported by cron twice into one directory: after round 4 (A),
+    and at the end (A+B); a copy of the directory as it was after the first export."""
+    root = tmp_path_factory.mktemp("grown")
+    journal, first = root / "journal", root / "first"
+    served = serve_rounds(root, 6, gap_round=5, export_after={3: journal})
+    shutil.copytree(journal, first)
+    from edgeq.sync.pipeline.export import export_journal
+
+    export_journal(served.db, journal, batch_rows=40)
+    return served, first, journal
+
+
+def test_full_over_a_then_incremental_over_b_equals_full_over_both(
+    spark: SparkSession, grown: tuple[Served, Path, Path], tmp_path: Path
+) -> None:
+    served, first, journal = grown
+    out = tmp_path / "reports"
+    before = run_pipeline(spark, first, out)
+    assert before.audit_scope["mode"] == "full"
+    parts_a = {p.relative_to(first) for p in first.glob("date=*/*.parquet")}
+    parts_b = {p.relative_to(journal) for p in journal.glob("date=*/*.parquet")} - parts_a
+    new_rows = len(served.entries) - before.journal_rows
+    assert parts_b and new_rows > 0
+    # The same output directory, now over the grown export: only its new part files are read.
+    after = run_pipeline(spark, journal, out)
+    assert after.audit_scope["mode"] == "incremental"
+    assert after.audit_scope["new_parts"] == len(parts_b) and after.audit_scope["new_rows"] == new_rows
+    assert after.audit_scope["parts"] == len(parts_a) + len(parts_b)
+    full = run_pipeline(spark, journal, tmp_path / "full")
+    assert full.audit_scope["mode"] == "full"
+    assert_identical(after, full)
+    for name in REPORTS:
+        check(name, after.rows[name], expected.all_reports(served.entries)[name])
+    check_totals(after.totals, expected.totals(served.entries))
+    # Nothing new: nothing read, the same reports.
+    again = run_pipeline(spark, journal, out)
+    assert again.audit_scope["new_parts"] == 0 and again.audit_scope["mode"] == "incremental"
+    assert_identical(again, full)
+
+
+def test_a_generated_journal_grown_by_a_run_of_new_days(spark: SparkSession, tmp_path: Path) -> None:
+    """The benchmark's generator: three chunks of rows (ids in order), the last one new."""
+    journal = tmp_path / "journal"
+    generate(journal, 4_500, devices=40, days=3, file_rows=1_500)
+    parts = sorted(journal.glob("date=*/*.parquet"))
+    last = max(int(p.stem.split("-")[1]) for p in parts)
+    later = [p for p in parts if int(p.stem.split("-")[1]) == last]
+    held = tmp_path / "held"
+    for p in later:  # the export before the last chunk was exported
+        (held / p.parent.name).mkdir(parents=True, exist_ok=True)
+        p.rename(held / p.parent.name / p.name)
+    out = tmp_path / "reports"
+    run_pipeline(spark, journal, out)
+    for p in later:
+        (held / p.parent.name / p.name).rename(p)
+    after = run_pipeline(spark, journal, out)
+    assert after.audit_scope["mode"] == "incremental" and after.audit_scope["new_parts"] == len(later)
+    full = run_pipeline(spark, journal, tmp_path / "full", full=True)
+    assert_identical(after, full)
+    check_totals(full.totals, expected.totals(entries_of(journal)))
