@@ -15,7 +15,7 @@ from edgeq import Int32, ManualClock, Message, QueueManager
 
 from ..sync.conftest import LiveServer
 from . import expected
-from .test_job import _check
+from .compare import check
 
 T0 = 1_763_683_200_000
 
@@ -73,7 +73,7 @@ def test_a_journal_made_through_the_http_server(spark: SparkSession, tmp_path: P
     result = run_pipeline(spark, tmp_path / "journal", tmp_path / "reports")
     want = expected.all_reports(entries)
     for name in REPORTS:
-        _check(name, result.rows[name], want[name])
+        check(name, result.rows[name], want[name])
     latency = {(r["device"], r["queue"]): r for r in result.rows["latency"]}
     # Corrected by the offsets the server measured: nobody's latency is off by the skew.
     assert all(r["uncorrected"] == 0 for r in latency.values())
