@@ -284,6 +284,16 @@ class ConnectionFactory:
         self._schema_seen = version
         return True
 
+    def flushed(self) -> None:
+        """Return once every commit made so far is on the disk (at full durability).
+
+        For readers that act outside the store on what they read (the sync agent sending a
+        message): with group commit a commit is visible before its flush, and what left the
+        device must not be a message a power cut could still take back (its uid reissued).
+        """
+        if self.durability == "full":
+            self._barrier.wait()
+
     def sync_stats(self) -> SyncStats:
         """Durable commits made through :meth:`write`, and the flushes of the WAL they
         shared (group commit: fewer flushes than commits when threads commit together).

@@ -110,7 +110,10 @@ class Transmitter:
 
     def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
         """The next ``limit`` messages to transmit from a remote queue, in get order."""
-        return self.gets.take(queue, check_count(limit), wanted=None, remove=False, confirm_id=None)
+        taken = self.gets.take(queue, check_count(limit), wanted=None, remove=False, confirm_id=None)
+        if taken:  # nothing leaves the device that a power cut could still take back
+            self.sink.db.flushed()
+        return taken
 
     def transmitted(self, queue: str, uids: Sequence[MessageUID | str]) -> int:
         """Delete local copies the target has confirmed, in one transaction; return how many."""

@@ -147,3 +147,17 @@ def test_a_batch_of_refusals_makes_as_many_queries_for_10_as_for_500(qm: QueueMa
 
     queries(3)  # activation and first-use costs out of the way
     assert queries(10) == queries(500)
+
+
+def test_nothing_is_handed_out_for_transmission_before_it_is_on_the_disk(tmp_path: Path) -> None:
+    # Group commit makes a commit visible before its flush: the agent must not send a
+    # message whose put a power cut could still take back (edgeq/commits.py).
+    qm = QueueManager(tmp_path / "d.db", name="DEV1")
+    try:
+        qm.define_remote_queue("OUT", target_qmgr="HOME")
+        qm.put("OUT", Message(b"x"))
+        before = qm._db.sync_stats().syncs
+        assert [m.data for m in qm.next_for_transmission("OUT", 10)] == [b"x"]
+        assert qm._db.sync_stats().syncs == before + 1
+    finally:
+        qm.close()
