@@ -1,9 +1,8 @@
 """The analytics pipeline's throughput: synthetic home-server journals of 1M and 10M rows.
 
-    python -m benchmarks.pipeline_bench                      # 1M and 10M rows on local[2]
-    python -m benchmarks.pipeline_bench --rows 1M --master 'local[*]'
+    python -m benchmarks.pipeline_bench                      # 1M and 10M rows on local[2], each grown by 1%
+    python -m benchmarks.pipeline_bench --rows 5k,1M --master 'local[*]'
     python -m benchmarks.pipeline_bench --generate-only --rows 100M --dir /data/journal
-    spark-submit --master spark://host:7077 sync/pipeline/job.py --journal /data/journal --out /data/reports
 
 The generator writes Parquet directly in ``edgeq export``'s layout
 (``date=YYYY-MM-DD/part-FIRST-LAST.parquet``, the journal's columns), so the job
@@ -13,7 +12,11 @@ busy home server's: devices with clock offsets push messages to a few queues
 delivered, some expire on the server, some on the device before they were
 sent, and a few on both sides. Needs the ``pipeline`` extra (pyarrow, pyspark)
 and Java 17+. Rows/s is journal rows divided by the job's wall time (reading
-the journal and writing every report; Spark's start-up is reported apart).
+the journal, keeping the state for the next run and writing every report;
+Spark's start-up is reported apart). Each size is generated with 1% more rows
+as a last batch of part files (``--grow``): the full run reads the journal
+without them, then an incremental run, in the same Spark session, reads only
+them; its time is reported as a fraction of the full run's.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ class _Chunk:
 
 
 def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: int = 7,
-             file_rows: int = 1_000_000) -> int:
-    """Write about ``rows`` journal rows under ``out``; return how many were written."""
+             file_rows: int = 1_000_000, last_rows: int = 0) -> int:
+    """Write about ``rows`` journal rows under ``out``; return how many were written. With
+    ``last_rows``, the last ``last_rows`` of them are a batch of their own (part files of their
+    own, the highest journal ids): what an export adds when the journal grows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -83,7 +88,9 @@ def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: i
     while written < rows:
         chunk = _Chunk(next_id)
         cols, add = chunk.cols, chunk.add
-        while len(cols["id"]) < min(file_rows, rows - written):
+        body = rows - last_rows
+        limit = min(file_rows, body - written) if written < body else rows - written
+        while len(cols["id"]) < limit:
             now += rng.expovariate(1 / step)
             d = rng.randrange(devices)
             queue = QUEUES[min(3, int(rng.expovariate(1.2)))]
@@ -127,46 +134,96 @@ def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: i
     return written
 
 
+def _last_batch(journal: Path) -> list[Path]:
+    """The part files of the journal's last batch (the highest first id)."""
+    parts = sorted(journal.glob("date=*/part-*.parquet"))
+    last = max(int(p.stem.split("-")[1]) for p in parts)
+    return [p for p in parts if int(p.stem.split("-")[1]) == last]
+
+
+def _move(parts: list[Path], source: Path, target: Path) -> None:
+    for part in parts:
+        moved = target / part.relative_to(source)
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        part.rename(moved)
+
+
+def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any) -> dict[str, Any]:
+    """Generate (once) a journal of ``size`` rows plus ``grow`` of it as a last batch; time a
+    full run over the first ``size`` rows, then an incremental run over the last batch."""
+    from edgeq.sync.pipeline.job import run_pipeline
+
+    extra = int(size * grow)
+    journal, held = root / f"journal-{size}-{extra}", root / f"held-{size}-{extra}"
+    if not journal.exists():
+        t0 = time.perf_counter()
+        n = generate(journal, size + extra, last_rows=extra)
+        say(f"generated {n:,} rows in {time.perf_counter() - t0:.1f} s -> {journal}")
+    out = root / f"reports-{size}"
+    shutil.rmtree(out, ignore_errors=True)
+    later = _last_batch(journal) if extra else []
+    _move(later, journal, held)  # the export before the journal grew
+    try:
+        full = run_pipeline(spark, journal, out, full=True, progress=say)
+    finally:
+        _move([held / p.relative_to(journal) for p in later], held, journal)
+    row: dict[str, Any] = {
+        "rows": full.journal_rows, "seconds": round(full.total_seconds, 1),
+        "rows_per_s": round(full.journal_rows / full.total_seconds),
+        "steps": {k: round(v, 1) for k, v in full.seconds.items()},
+    }
+    print(f"{full.journal_rows:>12,} rows  {full.total_seconds:8.1f} s  {row['rows_per_s']:>12,} rows/s  (full)")
+    if extra:
+        inc = run_pipeline(spark, journal, out, progress=say)
+        new_rows = int(inc.audit_scope["new_rows"])
+        row |= {"grown_rows": new_rows, "incremental_seconds": round(inc.total_seconds, 1),
+                "incremental_ratio": round(inc.total_seconds / full.total_seconds, 3),
+                "incremental_steps": {k: round(v, 1) for k, v in inc.seconds.items()}}
+        print(f"{new_rows:>12,} new   {inc.total_seconds:8.1f} s  {inc.total_seconds / full.total_seconds:>12.1%} "
+              "of the full run  (incremental)")
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.pipeline_bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default="1M,10M", help="comma-separated sizes, e.g. 1M,10M (default)")
+    parser.add_argument("--rows", default="1M,10M", help="comma-separated sizes, e.g. 5k,1M,10M (default 1M,10M)")
+    parser.add_argument("--grow", type=float, default=0.01,
+                        help="then an incremental run over a journal grown by this fraction (default 0.01; 0: none)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--dir", type=Path, default=None, help="where to generate (default: a temporary directory)")
     parser.add_argument("--generate-only", action="store_true", help="only write the synthetic journal")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory for local masters (default 4g)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines, only the results")
     args = parser.parse_args(argv)
-    from edgeq.sync.pipeline.job import run_pipeline, spark_session
+    from edgeq.sync.pipeline.job import spark_session
+
+    def say(text: str) -> None:
+        if not args.quiet:
+            print(text, file=sys.stderr, flush=True)
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="edgeq-pipeline-bench-"))
-    results = []
+    results, started_s = [], None
     spark = None
     try:
         for size in [_size(s) for s in args.rows.split(",")]:
-            journal = root / f"journal-{size}"
-            if not journal.exists():
-                t0 = time.perf_counter()
-                n = generate(journal, size)
-                print(f"generated {n:,} rows in {time.perf_counter() - t0:.1f} s -> {journal}", file=sys.stderr)
             if args.generate_only:
+                generate(root / f"journal-{size}-{int(size * args.grow)}", size + int(size * args.grow),
+                         last_rows=int(size * args.grow))
                 continue
             if spark is None:
                 t0 = time.perf_counter()
                 conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
                 spark = spark_session(args.master, conf={**conf, "spark.ui.showConsoleProgress": "false"})
-                print(f"Spark started in {time.perf_counter() - t0:.1f} s ({args.master})", file=sys.stderr)
-            result = run_pipeline(spark, journal, root / f"reports-{size}",
-                                  progress=lambda text: print(text, file=sys.stderr))
-            rate = result.journal_rows / result.total_seconds
-            results.append({"rows": result.journal_rows, "seconds": round(result.total_seconds, 1),
-                            "rows_per_s": round(rate), "steps": {k: round(v, 1) for k, v in result.seconds.items()}})
-            print(f"{result.journal_rows:>12,} rows  {result.total_seconds:8.1f} s  {rate:>12,.0f} rows/s")
+                started_s = round(time.perf_counter() - t0, 1)
+                print(f"Spark started in {started_s:.1f} s ({args.master})", file=sys.stderr)
+            results.append(run_size(spark, root, size, grow=args.grow, say=say))
     finally:
         if spark is not None:
             spark.stop()
         if args.dir is None and not args.generate_only:
             shutil.rmtree(root, ignore_errors=True)
     machine = f"{platform.machine()}, {platform.python_version()}, master {args.master}"
-    print(json.dumps({"machine": machine, "results": results}, indent=2))
+    print(json.dumps({"machine": machine, "spark_start_s": started_s, "results": results}, indent=2))
     return 0
 
 

@@ -1,38 +1,21 @@
 """The reports and the headline totals, read off the state (every run's, merged).
 
-Everything here reads small datasets (aggregates, partials) except the latencies (every
-accepted row's, and every accepted uid's end to end), which are read once and kept in
-memory for the reports and totals that need them.
+Everything here reads small datasets: aggregates, partials, and the latencies as one
+sorted array per group (:mod:`edgeq.sync.pipeline.latency`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from edgeq.sync.pipeline import audit, latency, traffic, uids
+from edgeq.sync.pipeline import audit, latency, traffic
 from edgeq.sync.pipeline.errors import PipelineError
 from edgeq.sync.pipeline.state import State, read_dataset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Finals", "finals"]
-
-
-@dataclass(slots=True)
-class Finals:
-    """The reports' DataFrames (by name, in :data:`~edgeq.sync.pipeline.results.REPORTS`
-    order), the frames kept in memory for them, and the totals."""
-
-    reports: dict[str, DataFrame] = field(default_factory=dict)
-    cached: list[DataFrame] = field(default_factory=list)
-
-    def release(self) -> None:
-        """Drop what was kept in memory."""
-        for frame in self.cached:
-            frame.unpersist()
-        self.cached.clear()
+__all__ = ["finals", "totals"]
 
 
 def _need(spark: SparkSession, state: State, name: str) -> DataFrame:
@@ -42,23 +25,19 @@ def _need(spark: SparkSession, state: State, name: str) -> DataFrame:
     return frame
 
 
-def finals(spark: SparkSession, state: State) -> Finals:
-    """Every report's DataFrame, from ``state``."""
-    out = Finals()
-    # Read twice each (a report, the totals) rather than kept in memory: reading these few
-    # columns back from Parquet costs less than building a cache.
-    latencies = _need(spark, state, "latency")
-    values = uids.e2e_values(_need(spark, state, "uids"))
-    out.cached += [latencies, values]
+def finals(spark: SparkSession, state: State) -> dict[str, DataFrame]:
+    """Every report's DataFrame (by name, in :data:`~edgeq.sync.pipeline.results.REPORTS`
+    order), from ``state``."""
+    e2e = _need(spark, state, "e2e")
     queues = _need(spark, state, "queues")
     partials = _need(spark, state, "audit")
     devices = audit.device_origins(partials)
     hourly = _need(spark, state, "device_hourly")
-    out.reports = {
+    return {
         "journal_totals": traffic.journal_totals(_need(spark, state, "kinds")),
-        "latency": latency.latency(latencies),
-        "latency_histogram": latency.latency_histogram(latencies),
-        "e2e_latency": latency.e2e_latency(values, queues),
+        "latency": latency.latency(_need(spark, state, "latency_groups")),
+        "latency_histogram": latency.latency_histogram(_need(spark, state, "latency_buckets")),
+        "e2e_latency": latency.e2e_latency(e2e, queues),
         "expiry_daily": audit.expiry_daily(_need(spark, state, "expiry_daily"), queues),
         "expiry_where": audit.expiry_where(_need(spark, state, "expiry_where")),
         "audit_devices": audit.audit_devices(partials, devices),
@@ -68,10 +47,9 @@ def finals(spark: SparkSession, state: State) -> Finals:
         "device_health": traffic.device_health(hourly, partials, devices, _need(spark, state, "device_expired")),
         "device_clock_hourly": traffic.device_clock_hourly(hourly),
     }
-    return out
 
 
-def totals(spark: SparkSession, state: State, out: Finals) -> dict[str, int | float]:
+def totals(spark: SparkSession, state: State) -> dict[str, int | float]:
     """The headline figures (:data:`~edgeq.sync.pipeline.results.TOTALS`): small aggregates over
     the whole state, each turned into ``(name, value)`` rows, collected at once (one union)."""
     from pyspark.sql import functions as F
@@ -79,8 +57,6 @@ def totals(spark: SparkSession, state: State, out: Finals) -> dict[str, int | fl
     kinds = _need(spark, state, "kinds")
     partials = _need(spark, state, "audit")
     daily = _need(spark, state, "expiry_daily")
-    latencies, values = out.cached[0], out.cached[1]
-
     def kind(name: str) -> Any:
         return F.sum(F.when(F.col("kind") == name, F.col("entries")).otherwise(0))
 
@@ -88,12 +64,13 @@ def totals(spark: SparkSession, state: State, out: Finals) -> dict[str, int | fl
         pairs = [F.struct(F.lit(n).alias("name"), F.col(n).cast("double").alias("value")) for n in named]
         return frame.agg(*(c.alias(n) for n, c in named.items())).select(F.inline(F.array(*pairs)))
 
-    def p50_p99(frame: DataFrame, value: str, weight: str, prefix: str) -> DataFrame:
-        pct = frame.agg(F.percentile(value, [0.5, 0.99], F.col(weight)).alias("p"))
-        return pct.select(F.inline(F.array(
-            F.struct(F.lit(f"{prefix}_p50_ms").alias("name"), F.col("p")[0].alias("value")),
-            F.struct(F.lit(f"{prefix}_p99_ms").alias("name"), F.col("p")[1].alias("value")),
-        )))
+    def p50_p99(counts: DataFrame, prefix: str) -> DataFrame:
+        """The p50 and p99 of ``latency_ms`` weighted by ``messages`` (every device and queue)."""
+        pct = counts.agg(F.percentile("latency_ms", [0.5, 0.99], F.col("messages")).alias("p"))
+        return pct.select(F.inline(F.array(*(
+            F.struct(F.lit(f"{prefix}_p{round(p * 100)}_ms").alias("name"), F.col("p")[i].alias("value"))
+            for i, p in enumerate((0.5, 0.99))
+        ))))
 
     devices = partials.groupBy("origin").agg(
         F.max("evidence").alias("evidence"), F.sum("unauditable").alias("unauditable"), F.sum("gaps").alias("gaps"))
@@ -111,9 +88,9 @@ def totals(spark: SparkSession, state: State, out: Finals) -> dict[str, int | fl
         figures(_need(spark, state, "device_hourly"), device_names=F.count_distinct("device")),
         figures(_need(spark, state, "queues"), queues=F.count_distinct("queue"),
                 queue_id_clashes=F.count_distinct("queue") - F.count_distinct("qid")),
-        figures(latencies, uncorrected=F.sum(F.col("uncorrected").cast("long"))),
-        p50_p99(latencies.withColumn("n", F.lit(1)), "latency_ms", "n", "latency"),
-        p50_p99(values.withColumn("n", F.lit(1)), "delivered", "n", "e2e"),
+        figures(_need(spark, state, "latency_groups"), uncorrected=F.sum("uncorrected")),
+        p50_p99(_need(spark, state, "latency_values"), "latency"),
+        p50_p99(_need(spark, state, "e2e_delivered"), "e2e"),
     ]
     union = parts[0]
     for part in parts[1:]:

@@ -176,22 +176,19 @@ def _run(
     plan, state, writer, new_rows = _update(spark, found, ofiles, out, plan, say)
     result.seconds["update"] = time.perf_counter() - t0
     say(f"  state updated ({result.seconds['update']:.1f} s)")
-    made = finals(spark, state)
-    try:
-        for index, (name, frame) in enumerate(made.reports.items(), 1):
-            t0 = time.perf_counter()
-            say(f"[{index}/{len(made.reports)}] {name}: {REPORTS[name]}")
-            target = join(out, name)
-            with spark_errors(f"computing {name}"):
-                result.counts[name], result.rows[name] = _write_report(frame, name, target, collect_limit)
-            result.seconds[name] = time.perf_counter() - t0
-            say(f"      {result.counts[name]:,} row(s) -> {target} ({result.seconds[name]:.1f} s)")
+    reports = finals(spark, state)
+    for index, (name, frame) in enumerate(reports.items(), 1):
         t0 = time.perf_counter()
-        with spark_errors("computing the totals"):
-            result.totals = totals(spark, state, made)
-        result.seconds["totals"] = time.perf_counter() - t0
-    finally:
-        made.release()
+        say(f"[{index}/{len(reports)}] {name}: {REPORTS[name]}")
+        target = join(out, name)
+        with spark_errors(f"computing {name}"):
+            result.counts[name], result.rows[name] = _write_report(frame, name, target, collect_limit)
+        result.seconds[name] = time.perf_counter() - t0
+        say(f"      {result.counts[name]:,} row(s) -> {target} ({result.seconds[name]:.1f} s)")
+    t0 = time.perf_counter()
+    with spark_errors("computing the totals"):
+        result.totals = totals(spark, state)
+    result.seconds["totals"] = time.perf_counter() - t0
     if writer is not None:
         writer.commit(state)
     result.journal_rows = int(result.totals.get("journal_rows", 0))
@@ -208,11 +205,17 @@ def _run(
 
 
 def _write_report(frame: DataFrame, name: str, target: str, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    """Write one report (ordered, one file) and return its row count and first ``limit`` rows;
-    computed once (kept in memory between the write and the collect)."""
+    """Write one report (ordered, one file) and return its row count and first ``limit`` rows.
+    The rows are read back from the file on the driver when it can (a local file and pyarrow:
+    no second Spark job); else the report is kept in memory between the write and a collect."""
     from pyspark import StorageLevel
 
-    ordered = frame.select(*COLUMNS[name]).orderBy(*ORDER_BY[name]).coalesce(1).persist(StorageLevel.MEMORY_AND_DISK)
+    ordered = frame.select(*COLUMNS[name]).orderBy(*ORDER_BY[name]).coalesce(1)
+    back = _read_back(target, limit)
+    if back is not None:
+        ordered.write.mode("overwrite").parquet(target)
+        return back()
+    ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         ordered.write.mode("overwrite").parquet(target)
         rows = [r.asDict(recursive=True) for r in ordered.limit(limit).collect()] if limit > 0 else []
@@ -220,6 +223,30 @@ def _write_report(frame: DataFrame, name: str, target: str, limit: int) -> tuple
         return count, rows
     finally:
         ordered.unpersist()
+
+
+def _read_back(target: str, limit: int) -> Callable[[], tuple[int, list[dict[str, Any]]]] | None:
+    """A reader of a local report's rows as pyspark gives them (timestamps as naive local
+    datetimes), or None if the driver cannot read it itself."""
+    if not is_local(target):
+        return None
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+
+    def read() -> tuple[int, list[dict[str, Any]]]:
+        table = pq.read_table(local_path(target))
+        rows = table.slice(0, max(limit, 0)).to_pylist()
+        stamps = [f.name for f in table.schema if str(f.type).startswith("timestamp")]
+        for row in rows:
+            for column in stamps:
+                if row[column] is not None:  # pyspark's own conversion: naive, local time
+                    moment = row[column] if row[column].tzinfo else row[column].replace(tzinfo=UTC)
+                    row[column] = datetime.fromtimestamp(moment.timestamp())
+        return table.num_rows, rows
+
+    return read
 
 
 # -- spark-submit / python -m ------------------------------------------------------------------------

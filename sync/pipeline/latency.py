@@ -1,15 +1,19 @@
 """Latency: creation to the server's confirm (``latency``, ``latency_histogram``), and
 end to end, creation to the first delivery beside creation to confirm (``e2e_latency``).
 
-Percentiles are exact (linear interpolation between the closest ranks, numpy's default,
-as Spark's ``percentile``), from each group's values sorted.
+Percentiles are exact: linear interpolation between the closest ranks (numpy's
+default, as Spark's ``percentile``), read off each group's values kept **sorted in one
+array** (:func:`at_percentile`). The state keeps those arrays, so an incremental run
+merges its new values into them (a concatenation and a sort of nearly sorted data)
+instead of aggregating every value again, and reads a handful of rows per group
+instead of a row per message.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgeq.sync.pipeline.merge import Spec, is_
+from edgeq.sync.pipeline.merge import Col, Spec, is_
 from edgeq.sync.pipeline.results import LATENCY_BUCKETS_MS
 from edgeq.sync.pipeline.uids import E2E_METRICS
 
@@ -18,48 +22,87 @@ if TYPE_CHECKING:
 
 __all__ = [
     "at_percentile",
+    "e2e_delivered",
     "e2e_latency",
+    "e2e_partial",
     "histogram_edges",
     "latency",
+    "latency_buckets",
+    "latency_groups",
     "latency_histogram",
     "latency_values",
-    "sorted_values",
+    "merge_sorted",
     "with_queue_names",
 ]
 
-LATENCY_KEYS = ("device", "queue", "latency_ms")
+_PS_LATENCY = (0.5, 0.95, 0.99)
+_PS_E2E = (0.5, 0.9, 0.99)
+
+
+def _accepted() -> Column:
+    from pyspark.sql import functions as F
+
+    return is_("kind", "accepted") & F.col("created_ms").isNotNull() & F.col("confirmed_ms").isNotNull()
+
+
+def _latency() -> Column:
+    """``confirmed_ms - (created_ms - clock_offset_ms)``; a null offset counts as 0."""
+    from pyspark.sql import functions as F
+
+    return F.col("confirmed_ms") - (F.col("created_ms") - F.coalesce(F.col("clock_offset_ms"), F.lit(0)))
+
+
+def latency_groups() -> Spec:
+    """Per device (the sender; the origin if none) and queue, over accepted rows: messages, those
+    without an offset, the latencies' exact sum, min and max, and the latencies sorted."""
+    from pyspark.sql import functions as F
+
+    value = _latency()
+    cols = (
+        Col("messages", F.lit(1).cast("long"), "sum"),
+        Col("uncorrected", F.col("clock_offset_ms").isNull().cast("long"), "sum"),
+        Col("sum_ms", value, "sum"),
+        Col("min_ms", value, "min"),
+        Col("max_ms", value, "max"),
+        Col("sorted", F.array(value), "sorted"),
+    )
+    return Spec((F.coalesce(F.col("device"), F.col("origin")), F.col("queue")), ("device", "queue"), cols, _accepted())
 
 
 def latency_values() -> Spec:
-    """Each accepted row's latency, ``confirmed_ms - (created_ms - clock_offset_ms)``, with its
-    device (the sender; the origin if none) and queue, and whether it had no offset (counted as
-    0): a row-level dataset (nothing to merge), to which a run adds its new rows."""
+    """Accepted rows per latency (every device and queue): the headline percentiles' input,
+    one row per distinct latency."""
     from pyspark.sql import functions as F
 
-    accepted = is_("kind", "accepted") & F.col("created_ms").isNotNull() & F.col("confirmed_ms").isNotNull()
-    created_on_server = F.col("created_ms") - F.coalesce(F.col("clock_offset_ms"), F.lit(0))
-
-    def project(rows: DataFrame) -> DataFrame:
-        return rows.select(
-            F.coalesce(F.col("device"), F.col("origin")).alias("device"), "queue",
-            (F.col("confirmed_ms") - created_on_server).alias("latency_ms"),
-            F.col("clock_offset_ms").isNull().alias("uncorrected"),
-        )
-
-    return Spec((), LATENCY_KEYS, (), accepted, prepare=project)
+    return Spec((_latency(),), ("latency_ms",), (Col("messages", F.lit(1).cast("long"), "sum"),), _accepted())
 
 
-def sorted_values(column: str) -> Column:
-    """An aggregate: the group's non-null values of ``column``, sorted (for :func:`at_percentile`)."""
+def _bucket(value: Column) -> Column:
     from pyspark.sql import functions as F
 
-    return F.array_sort(F.collect_list(F.col(column)))
+    bucket = F.when(value < 0, F.lit(-1))
+    for index, low in reversed(list(enumerate(LATENCY_BUCKETS_MS))):
+        bucket = bucket.when(value >= low, F.lit(index))
+    return bucket
+
+
+def latency_buckets() -> Spec:
+    """Accepted rows per latency bucket (see :data:`~edgeq.sync.pipeline.results.LATENCY_BUCKETS_MS`)."""
+    from pyspark.sql import functions as F
+
+    return Spec((_bucket(_latency()),), ("bucket",), (Col("messages", F.lit(1).cast("long"), "sum"),), _accepted())
+
+
+def merge_sorted(column: str) -> Column:
+    """An aggregate: the group's sorted arrays of ``column`` merged into one, sorted."""
+    from pyspark.sql import functions as F
+
+    return F.sort_array(F.flatten(F.collect_list(F.col(column))))
 
 
 def at_percentile(values: Column, p: float) -> Column:
     """The exact ``p`` percentile of a sorted array (null if empty): linear interpolation
-    between the closest ranks, numpy's default (Spark's ``percentile``, which is much slower
-    grouped: it keeps a hash map per group)."""
+    between the closest ranks."""
     from pyspark.sql import functions as F
 
     n = F.size(values)
@@ -70,21 +113,14 @@ def at_percentile(values: Column, p: float) -> Column:
     return F.when(n > 0, below + (above - below) * (rank - low))
 
 
-def latency(values: DataFrame) -> DataFrame:
-    """Report ``latency`` from :func:`latency_values` (of every run, unioned)."""
+def latency(groups: DataFrame) -> DataFrame:
+    """Report ``latency`` from :func:`latency_groups`' dataset."""
     from pyspark.sql import functions as F
 
-    grouped = values.groupBy("device", "queue").agg(
-        F.count("*").alias("messages"),
-        F.sum(F.col("uncorrected").cast("long")).alias("uncorrected"),
-        F.min("latency_ms").alias("min_ms"),
-        (F.sum("latency_ms") / F.count("*")).alias("mean_ms"),  # an exact sum: the same in any order
-        sorted_values("latency_ms").alias("sorted"),
-        F.max("latency_ms").alias("max_ms"),
-    )
-    return grouped.select(
-        "device", "queue", "messages", "uncorrected", "min_ms", "mean_ms",
-        *(at_percentile(F.col("sorted"), p).alias(f"p{round(p * 100)}_ms") for p in (0.5, 0.95, 0.99)), "max_ms",
+    return groups.select(
+        "device", "queue", "messages", "uncorrected", "min_ms",
+        (F.col("sum_ms") / F.col("messages")).alias("mean_ms"),  # an exact sum: the same in any order
+        *(at_percentile(F.col("sorted"), p).alias(f"p{round(p * 100)}_ms") for p in _PS_LATENCY), "max_ms",
     )
 
 
@@ -104,18 +140,13 @@ def histogram_edges(spark: SparkSession) -> DataFrame:
     return spark.range(1).select(F.inline(rows))
 
 
-def latency_histogram(values: DataFrame) -> DataFrame:
-    """Report ``latency_histogram``: accepted messages per latency bucket, empty buckets included."""
+def latency_histogram(buckets: DataFrame) -> DataFrame:
+    """Report ``latency_histogram`` from :func:`latency_buckets`' dataset, empty buckets included."""
     from pyspark.sql import functions as F
 
-    value = F.col("latency_ms")
-    bucket = F.when(value < 0, F.lit(-1))
-    for index, low in reversed(list(enumerate(LATENCY_BUCKETS_MS))):
-        bucket = bucket.when(value >= low, F.lit(index))
-    counted = values.groupBy(bucket.alias("bucket")).agg(F.count("*").alias("messages"))
     return (
-        histogram_edges(values.sparkSession)
-        .join(counted, "bucket", "left")
+        histogram_edges(buckets.sparkSession)
+        .join(buckets, "bucket", "left")
         .select("bucket", "low_ms", "high_ms", F.coalesce(F.col("messages"), F.lit(0).cast("long")).alias("messages"))
     )
 
@@ -128,16 +159,37 @@ def with_queue_names(frame: DataFrame, queues: DataFrame, qid: str = "qid", name
     return frame.join(F.broadcast(names), qid, "left")
 
 
-def e2e_latency(values: DataFrame, queues: DataFrame) -> DataFrame:
-    """Report ``e2e_latency`` from the accepted uids' latencies (:func:`edgeq.sync.pipeline.uids.e2e_values`)."""
+def e2e_partial(values: DataFrame) -> DataFrame:
+    """Per bucket, device and queue id, from the accepted uids' latencies
+    (:func:`edgeq.sync.pipeline.uids.e2e_values`): messages, delivered, without an offset,
+    and each of :data:`~edgeq.sync.pipeline.uids.E2E_METRICS` sorted."""
     from pyspark.sql import functions as F
 
-    ps = (0.5, 0.9, 0.99)
-    grouped = values.groupBy("device", "qid").agg(
+    return values.groupBy("bucket", "device", "qid").agg(
         F.count("*").alias("messages"),
         F.sum(F.col("is_delivered").cast("long")).alias("delivered"),
         F.sum(F.col("uncorrected").cast("long")).alias("uncorrected"),
-        *(sorted_values(m).alias(f"s_{m}") for m in E2E_METRICS),
+        *(F.sort_array(F.collect_list(m)).alias(f"s_{m}") for m in E2E_METRICS),
     )
-    columns = [at_percentile(F.col(f"s_{m}"), p).alias(f"{m}_p{round(p * 100)}_ms") for m in E2E_METRICS for p in ps]
+
+
+def e2e_delivered(values: DataFrame) -> DataFrame:
+    """Per bucket, delivered messages per corrected creation-to-delivery latency (every device
+    and queue): the headline percentiles' input."""
+    from pyspark.sql import functions as F
+
+    return (values.filter(F.col("delivered").isNotNull())
+            .groupBy("bucket", F.col("delivered").alias("latency_ms")).agg(F.count("*").alias("messages")))
+
+
+def e2e_latency(partials: DataFrame, queues: DataFrame) -> DataFrame:
+    """Report ``e2e_latency`` from the buckets' :func:`e2e_partial` rows."""
+    from pyspark.sql import functions as F
+
+    grouped = partials.groupBy("device", "qid").agg(
+        *(F.sum(c).cast("long").alias(c) for c in ("messages", "delivered", "uncorrected")),
+        *(merge_sorted(f"s_{m}").alias(f"s_{m}") for m in E2E_METRICS),
+    )
+    columns = [at_percentile(F.col(f"s_{m}"), p).alias(f"{m}_p{round(p * 100)}_ms") for m in E2E_METRICS
+               for p in _PS_E2E]
     return with_queue_names(grouped, queues).select("device", "queue", "messages", "delivered", "uncorrected", *columns)

@@ -4,10 +4,11 @@ gives exactly what a full run gives.
 
 A :class:`Col` says what one journal row contributes to a column (``row``, a Column:
 build them while a Spark session is active) and how
-contributions combine (``how``): ``sum``, ``min``, ``max``, ``bit_or``, or
+contributions combine (``how``): ``sum``, ``min``, ``max``, ``bit_or``,
 ``min_by:<column>`` / ``max_by:<column>`` (the value at the least / greatest of another
 column of the same dataset, itself a ``min`` / ``max``: e.g. the queue of the first
-acceptance, by journal id). All are numeric, so Spark aggregates them in a hash map
+acceptance, by journal id), or ``sorted`` (arrays merged into one sorted array: exact
+percentiles). All but ``sorted`` are numeric, so Spark aggregates them in a hash map
 (a string buffer would make it sort every row).
 """
 
@@ -63,6 +64,8 @@ def _combine(col: Col) -> Column:
         return F.min_by(c, F.col(other)).alias(col.name)
     if how == "max_by":
         return F.max_by(c, F.col(other)).alias(col.name)
+    if how == "sorted":  # sorted arrays (a row's own: one value), merged into one sorted array
+        return F.sort_array(F.flatten(F.collect_list(c))).alias(col.name)
     raise ValueError(f"unknown merge {col.how!r} for {col.name}")
 
 

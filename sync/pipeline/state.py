@@ -8,14 +8,13 @@ under a new name: a run that dies before it leaves the previous state whole, and
 next run removes the dead generation. Then the generations the new manifest no
 longer names are deleted.
 
-Three shapes of dataset:
+Two shapes of dataset:
 
-* **whole**: small aggregates (per hour, per device, per day and origin, ...), read and
-  written whole by every run, several in one Spark job (a *bundle*): one path each;
+* **whole**: small aggregates (per hour, per device, per day and origin, the latencies
+  sorted per device and queue, ...), read and written whole by every run, several in
+  one Spark job (a *bundle*): one path each;
 * **bucketed**: per-uid datasets split by the uid's creation day (its stamp), so that a
-  run touches only the days its new rows concern: a path per bucket;
-* **appended**: row-additive value counts: a path per run that added some (merged
-  into one now and then).
+  run touches only the days its new rows concern: a path per bucket.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ class State:
     runs: int = 0
     whole: dict[str, str] = field(default_factory=dict)
     bucketed: dict[str, dict[int, list[str]]] = field(default_factory=dict)
-    appended: dict[str, list[str]] = field(default_factory=dict)
     schemas: dict[str, str] = field(default_factory=dict)  # dataset -> Spark schema JSON
 
     @property
@@ -70,7 +68,7 @@ class State:
             "parts": self.parts, "bucket_ms": self.bucket_ms, "from_ms": self.from_ms, "runs": self.runs,
             "whole": self.whole,
             "bucketed": {k: {str(b): p for b, p in v.items()} for k, v in self.bucketed.items()},
-            "appended": self.appended, "schemas": self.schemas,
+            "schemas": self.schemas,
         }, indent=1, sort_keys=True) + "\n"
 
 
@@ -85,7 +83,6 @@ def _parse(text: str) -> State | None:
             bucket_ms=int(raw["bucket_ms"]), from_ms=raw.get("from_ms"), runs=int(raw["runs"]),
             whole={str(k): str(v) for k, v in raw["whole"].items()},
             bucketed={str(k): {int(b): [str(x) for x in p] for b, p in v.items()} for k, v in raw["bucketed"].items()},
-            appended={str(k): [str(x) for x in v] for k, v in raw["appended"].items()},
             schemas={str(k): str(v) for k, v in raw["schemas"].items()},
         )
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -138,10 +135,13 @@ class StateWriter:
         state.whole[name] = target
         state.schemas[name] = frame.schema.json()
 
-    def write_bundle(self, state: State, bundle: str, frames: dict[str, DataFrame]) -> None:
-        """Write several small datasets in one Spark job: their union (each column of any of
-        them, null where a dataset has none), split into ``dataset=NAME`` directories. Each is
-        read back by name with its own schema (Parquet reads columns by name)."""
+    def write_bundle(self, state: State, bundle: str, frames: dict[str, DataFrame], *,
+                     buckets: set[int] | None = None) -> None:
+        """Write several datasets in one Spark job: their union (each column of any of them,
+        null where a dataset has none), split into ``dataset=NAME`` directories (and, with
+        ``buckets``, ``b=BUCKET`` under them: bucketed datasets, replacing those buckets as
+        :meth:`write_bucketed` does). Each is read back by name with its own schema (Parquet
+        reads columns by name)."""
         from pyspark.sql import functions as F
 
         types: dict[str, Any] = {}
@@ -159,48 +159,43 @@ class StateWriter:
             union = shaped if union is None else union.unionByName(shaped)
         assert union is not None
         target = self.path(bundle)
-        union.coalesce(1).write.mode("overwrite").partitionBy("dataset").parquet(target)
+        if buckets is None:
+            union.coalesce(1).write.mode("overwrite").partitionBy("dataset").parquet(target)
+        else:
+            union.withColumn("b", F.col("bucket")).write.mode("overwrite").partitionBy("dataset", "b").parquet(target)
         written = {child[len("dataset="):] for child in self.files.children(target) if child.startswith("dataset=")}
         for name, frame in frames.items():
-            state.whole[name] = join(target, f"dataset={name}") if name in written else ""
             state.schemas[name] = frame.schema.json()
+            if buckets is None:
+                state.whole[name] = join(target, f"dataset={name}") if name in written else ""
+            else:
+                self._replace_buckets(state, name, join(target, f"dataset={name}"), buckets)
 
-    def write_bucketed(self, state: State, name: str, frame: DataFrame, buckets: set[int], *, append: bool = False) -> None:
-        """Write ``frame`` (with a ``bucket`` column) split by bucket. Without ``append`` the new
-        files replace the state's for every bucket in ``buckets`` (a bucket left with no rows
-        is dropped); with it they are added to them."""
+    def _replace_buckets(self, state: State, name: str, target: str, buckets: set[int]) -> None:
+        """Point ``name``'s buckets at ``target/b=N`` (those written), dropping the ``buckets`` not."""
+        written = {int(child[2:]) for child in self.files.children(target) if child.startswith("b=")}
+        current = state.bucketed.setdefault(name, {})
+        for bucket in buckets | written:
+            current[bucket] = [join(target, f"b={bucket}")] if bucket in written else []
+            if not current[bucket]:
+                del current[bucket]
+
+    def write_bucketed(self, state: State, name: str, frame: DataFrame, buckets: set[int]) -> None:
+        """Write ``frame`` (with a ``bucket`` column) split by bucket: the new files replace the
+        state's for every bucket in ``buckets`` (a bucket left with no rows is dropped)."""
         from pyspark.sql import functions as F
 
         target = self.path(name)
         frame.withColumn("b", F.col("bucket")).write.mode("overwrite").partitionBy("b").parquet(target)
-        written = {int(child[2:]) for child in self.files.children(target) if child.startswith("b=")}
-        current = state.bucketed.setdefault(name, {})
-        for bucket in buckets | written:
-            paths = [join(target, f"b={bucket}")] if bucket in written else []
-            current[bucket] = (current.get(bucket, []) + paths) if append else paths
-            if not current[bucket]:
-                del current[bucket]
-        state.schemas[name] = frame.schema.json()
-
-    def write_appended(self, state: State, name: str, frame: DataFrame, *, compact_after: int = 16) -> None:
-        """Add ``frame`` to an appended dataset; past ``compact_after`` paths, rewrite it as one."""
-        target = self.path(name)
-        paths = state.appended.get(name, [])
-        if len(paths) >= compact_after:
-            before = read_dataset(self.spark, state, name)
-            if before is not None:  # paths were recorded, so the dataset exists
-                frame = before.unionByName(frame)
-            paths = []
-        frame.coalesce(1).write.mode("overwrite").parquet(target)
-        state.appended[name] = [*paths, target]
+        self._replace_buckets(state, name, target, buckets)
         state.schemas[name] = frame.schema.json()
 
     def commit(self, state: State) -> None:
         """Write the manifest, then delete what no manifest names any more."""
         state.generation = self.generation
         self.files.write_text(join(self.root, f"{_MANIFEST_PREFIX}{self.generation:06d}.json"), state.to_json())
-        paths = [*(p for p in state.whole.values() if p), *(p for v in state.bucketed.values() for ps in v.values() for p in ps),
-                 *(p for ps in state.appended.values() for p in ps)]
+        paths = [*(p for p in state.whole.values() if p),
+                 *(p for v in state.bucketed.values() for ps in v.values() for p in ps)]
         used = {self.dir} | {join(self.root, generation_of(p)) for p in paths}
         for child in self.files.children(self.root):
             full = join(self.root, child)
@@ -215,11 +210,9 @@ def read_dataset(spark: SparkSession, state: State, name: str, buckets: set[int]
 
     if name in state.whole:
         paths = [state.whole[name]] if state.whole[name] else []  # "": written empty
-    elif name in state.bucketed:
-        chosen = state.bucketed[name]
-        paths = [p for b, ps in chosen.items() if buckets is None or b in buckets for p in ps]
     else:
-        paths = state.appended.get(name, [])
+        chosen = state.bucketed.get(name, {})
+        paths = [p for b, ps in chosen.items() if buckets is None or b in buckets for p in ps]
     if name not in state.schemas:
         return None
     schema = StructType.fromJson(json.loads(state.schemas[name]))

@@ -299,7 +299,7 @@ def e2e_values(status: DataFrame) -> DataFrame:
     created, offset = F.col("created_ms"), F.coalesce(F.col("acc_first_offset"), F.lit(0))
     confirmed, delivered = F.col("acc_first_confirmed"), F.col("del_first_ms")
     return status.filter(F.col("accepted") > 0).select(
-        device_name().alias("device"), F.col("acc_first_qid").alias("qid"),
+        "bucket", device_name().alias("device"), F.col("acc_first_qid").alias("qid"),
         F.col("acc_first_offset").isNull().alias("uncorrected"), delivered.isNotNull().alias("is_delivered"),
         (confirmed - created + offset).alias("confirm"), (confirmed - created).alias("confirm_raw"),
         (delivered - created + offset).alias("delivered"), (delivered - created).alias("delivered_raw"),

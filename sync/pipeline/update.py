@@ -4,7 +4,7 @@ A full run is the same merge into an empty state, so a full run and an increment
 one compute every dataset with the same code. What the new rows concern:
 
 * the row-additive datasets (entries per kind, throughput, device activity, queue names,
-  latency value counts) take the new rows' aggregates;
+  the latencies sorted per device and queue) take the new rows' aggregates;
 * the uid status takes them in the buckets they touch (the creation days of their uids),
   and those buckets' partials are computed again; so are the gap lists of the buckets of
   an origin that became a device in this run (its earlier uids are now audited).
@@ -16,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edgeq.sync.pipeline import traffic, uids
+from edgeq.sync.pipeline import latency, traffic, uids
 from edgeq.sync.pipeline.audit import device_origins
 from edgeq.sync.pipeline.errors import MalformedJournal
-from edgeq.sync.pipeline.latency import latency_values
 from edgeq.sync.pipeline.merge import Spec
 from edgeq.sync.pipeline.state import State, StateWriter, read_dataset
 
@@ -81,8 +80,6 @@ def apply_rows(
 ) -> Update | Restart:
     """Merge journal ``rows`` into ``state`` (a copy of ``previous``, or a fresh one), writing
     the new generation's datasets."""
-    from pyspark import StorageLevel
-
     run = _Run(spark, writer, previous, state)
 
     # Entries per kind: also how many rows lack a required column, and the earliest
@@ -107,20 +104,19 @@ def apply_rows(
     fresh = uids.uid_status(rows, state.bucket_ms)
     touched: set[int] = set()
     if incremental:
-        fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
-        touched = {int(r["bucket"]) for r in fresh.select("bucket").distinct().collect()}
+        # The buckets the new rows concern: read off their uids (a scan of one column).
+        found = rows.select(uids.bucket_of(state.bucket_ms).alias("bucket")).distinct().collect()
+        touched = {int(r["bucket"]) for r in found}
         old = run.old("uids", touched)
         status = fresh if old is None else uids.merge_status(old.unionByName(fresh))
     else:
         status = fresh
-    try:
-        writer.write_bucketed(state, "uids", status, touched)
-    finally:
-        if incremental:
-            fresh.unpersist()
+    writer.write_bucketed(state, "uids", status, touched)
     if not incremental:
         touched = set(state.bucketed.get("uids", {}))
-    writer.write_bucketed(state, "expired", uids.expired_keys(rows, state.bucket_ms), touched, append=True)
+    # The touched buckets' expired rows: the state's and the new ones, rewritten as one file each.
+    writer.write_bucketed(state, "expired", _union(run.old("expired", touched), uids.expired_keys(rows, state.bucket_ms)),
+                          touched)
     # Read back what was just written (columnar, only the columns each partial needs): cheaper
     # than keeping the whole status in memory.
     written = read_dataset(spark, state, "uids", touched)
@@ -132,8 +128,10 @@ def apply_rows(
         "throughput": run.merged("throughput", traffic.throughput(), rows),
         "device_hourly": run.merged("device_hourly", traffic.device_hourly(), rows),
         "queues": run.merged("queues", traffic.queue_names(), rows),
+        "latency_buckets": run.merged("latency_buckets", latency.latency_buckets(), rows),
+        "latency_values": run.merged("latency_values", latency.latency_values(), rows),
+        "latency_groups": run.merged("latency_groups", latency.latency_groups(), rows),
     })
-    writer.write_appended(state, "latency", latency_values().of_rows(rows))
     return Update(count, touched)
 
 
@@ -156,6 +154,9 @@ def _partials(run: _Run, status: DataFrame, touched: set[int], incremental: bool
         again = read_dataset(run.spark, run.previous, "uids", more)
         if again is not None:
             gaps = gaps.unionByName(uids.gap_partial(uids.derive(again, state.from_ms), devices))
+    e2e = uids.e2e_values(status)
+    run.writer.write_bundle(state, "e2e", {"e2e": latency.e2e_partial(e2e), "e2e_delivered": latency.e2e_delivered(e2e)},
+                            buckets=touched)
     keys = read_dataset(run.spark, state, "expired", touched)
     assert keys is not None  # just written
     run.writer.write_bundle(state, "partials", {

@@ -50,8 +50,8 @@ def test_a_run_that_dies_leaves_the_previous_state_whole(
     def dies(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("the driver died here")
 
-    with monkeypatch.context() as patch:  # after the uid status and the partials, before the manifest
-        patch.setattr(StateWriter, "write_appended", dies)
+    with monkeypatch.context() as patch:  # every dataset written, the manifest not yet
+        patch.setattr(StateWriter, "commit", dies)
         with pytest.raises(RuntimeError, match="died"):
             run_pipeline(spark, journal, out)
     same, _ = load_state(LocalFiles(), str(out))

@@ -17,6 +17,9 @@ from edgeq.sync.consoleauth import set_password
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from edgeq import Message, QueueManager
 from tests.pipeline.test_report_browser import CHROMEDRIVER, CHROMIUM, FLAGS, require_browser
@@ -67,11 +70,21 @@ def _cells(driver: webdriver.Chrome, table: str, key: str) -> dict[str, list[str
     return {r.get_attribute(f"data-{key}") or "": [c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows}
 
 
+def _click_and_wait(driver: webdriver.Chrome, button: WebElement) -> None:
+    """Click ``button`` and wait until the page it submits to has replaced this one: a
+    click returns as soon as the event is dispatched, before the browser navigates."""
+    old_page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    wait = WebDriverWait(driver, 30)
+    wait.until(expected_conditions.staleness_of(old_page))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _sign_in(driver: webdriver.Chrome, url: str, password: str) -> None:
     driver.get(url + "/console")
     assert driver.current_url.endswith("/console/login")  # no session: the sign-in form, nothing else
     driver.find_element(By.ID, "password").send_keys(password)
-    driver.find_element(By.ID, "sign-in").click()
+    _click_and_wait(driver, driver.find_element(By.ID, "sign-in"))
 
 
 def test_an_operator_watches_the_fleet_sync_in_chromium(browser: webdriver.Chrome, tmp_path: Path) -> None:
@@ -104,7 +117,7 @@ def test_an_operator_watches_the_fleet_sync_in_chromium(browser: webdriver.Chrom
         browser.save_screenshot(str(tmp_path / "console.png"))
         assert (tmp_path / "console.png").stat().st_size > 10_000
 
-        browser.find_element(By.ID, "sign-out").click()
+        _click_and_wait(browser, browser.find_element(By.ID, "sign-out"))
         assert browser.current_url.endswith("/console/login")
         browser.get(url + "/console")
         assert browser.current_url.endswith("/console/login")  # signed out: refused again
