@@ -2,14 +2,15 @@
 
 A store at ``durability="full"`` runs its connections at ``synchronous=NORMAL``: in
 WAL mode a COMMIT then appends its frames to the ``-wal`` file and returns without
-waiting for the disk. Each durable writer, once its COMMIT has returned and it has let
-go of the write lock, calls :meth:`SyncBarrier.wait`, which returns only once a flush
+waiting for the disk. Once a COMMIT has returned and the write lock is let go, its
+committer calls :meth:`SyncBarrier.wait` (for itself, or for every durable write of a
+combined transaction, :mod:`edgeq.combining`), which returns only once a flush
 (``fdatasync``) of the WAL that *started after that commit* has completed. The first
 caller to arrive becomes the leader and flushes; callers arriving while it flushes
-wait for the next flush, which one of them leads. So each transaction stays its own
-(a bad message fails alone, one producer's order is kept) while N threads committing
-together pay about one flush per group instead of one each, and a lone thread pays
-exactly one flush per commit, as at ``synchronous=FULL``: nobody waits for company.
+wait for the next flush, which one of them leads. So transactions committed one
+after another by different threads pay about one flush per group instead of one
+each, and a lone thread pays exactly one flush per commit, as at
+``synchronous=FULL``: nobody waits for company.
 
 Why a commit is durable when :meth:`SyncBarrier.wait` returns (SQLite 3.x, ``wal.c``):
 
@@ -60,9 +61,10 @@ FLUSH: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 @dataclass(frozen=True)
 class SyncStats:
-    """What a barrier has done: ``commits`` durable commits waited for, ``syncs``
-    flushes of the WAL made for them (``commits / syncs`` is the mean group size);
-    and ``waiting``, the callers waiting right now for a flush another one leads."""
+    """What a barrier has done: ``commits`` durable commits waited for (one per durable
+    write, also when a combined transaction's committer waits for all of its writes),
+    ``syncs`` flushes of the WAL made for them (``commits / syncs`` is the mean group
+    size); and ``waiting``, the commits waiting right now for a flush another caller leads."""
 
     commits: int
     syncs: int
@@ -105,26 +107,37 @@ class SyncBarrier:
         with self._cond:
             return SyncStats(self._commits, self._syncs, self._waiting)
 
-    def wait(self) -> None:
-        """Return once everything this thread committed before the call is on the disk.
+    def mark(self) -> int:
+        """The first flush that will cover everything committed so far: a later
+        :meth:`wait` given it returns after that flush (or a later one), so the
+        writers of one combined transaction (:mod:`edgeq.combining`), marked once at
+        its COMMIT, share the flush that follows it even if they wait a moment later."""
+        with self._cond:
+            return self._started + 1
+
+    def wait(self, mark: int | None = None, *, callers: int = 1) -> None:
+        """Return once everything this thread committed before the call (or before
+        ``mark`` was taken, see :meth:`mark`) is on the disk. ``callers``: how many
+        durable commits this wait stands for (the writes of a combined transaction,
+        whose committer waits for all of them), as counted in :meth:`stats`.
 
         Raises :class:`StoreError` if a flush failed (now or earlier).
         """
         with self._cond:
             # A flush that begins after this point covers this caller's commit.
-            needed = self._started + 1
+            needed = self._started + 1 if mark is None else mark
             while self._finished < needed:
                 self._check()
                 if self._leading:
-                    self._waiting += 1
+                    self._waiting += callers
                     try:
                         self._cond.wait()
                     finally:
-                        self._waiting -= 1
+                        self._waiting -= callers
                     continue
                 self._lead()
             self._check()
-            self._commits += 1
+            self._commits += callers
 
     def _check(self) -> None:
         if self._failure is not None:

@@ -1,9 +1,10 @@
 """All SQLite policy in one place: opening, pragmas, busy timeout, transactions.
 
 Every connection edgeq makes comes from :class:`ConnectionFactory`, so WAL,
-``synchronous``, the busy timeout, ``BEGIN IMMEDIATE`` and group commit (durable
-commits of concurrent threads sharing one flush, :mod:`edgeq.commits`) are decided
-here and nowhere else (the huey storage model).
+``synchronous``, the busy timeout, ``BEGIN IMMEDIATE`` and group commit (the writes
+of concurrent threads combined into one transaction, :mod:`edgeq.combining`, and
+durable commits sharing one flush, :mod:`edgeq.commits`) are decided here and
+nowhere else (the huey storage model).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from edgeq.combining import GROUP_LIMIT, Combiner, CombineStats, release_statements
 from edgeq.commits import SyncBarrier, SyncStats
 from edgeq.damage import damaged
 from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
@@ -113,13 +114,6 @@ def check_foreign(path: Path, *, newest: int | None = None) -> bool:
     )
 
 
-def _release(exc: BaseException) -> None:
-    """Let go of the cursors the frames of a failed statement hold: a write statement an
-    error interrupted stays "in progress" (and no later COMMIT on the connection goes
-    through) for as long as anything, such as a caller keeping the error, holds them."""
-    traceback.clear_frames(exc.__traceback__)
-
-
 class ConnectionFactory:
     """Makes and tracks the connections to one database file: one per thread for
     reading, and one writer connection that every thread's :meth:`write` uses in turn.
@@ -131,7 +125,10 @@ class ConnectionFactory:
     >>> factory.close()
     """
 
-    def __init__(self, path: str | Path, *, durability: Durability = "full", timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, durability: Durability = "full", timeout: float = 30.0,
+        group_limit: int = GROUP_LIMIT,
+    ) -> None:
         if durability not in _DURABILITIES:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -144,15 +141,16 @@ class ConnectionFactory:
         self._lock = threading.Lock()
         self._closed = False
         self._tracer: Callable[[str], None] | None = None
-        #: Called after every write transaction that changed a row (edgeq.waiting wakes getters).
-        self.on_commit: Callable[[], None] | None = None
-        # Writers of this process queue here rather than in SQLite's busy handler, which
-        # sleeps in steps of up to 100 ms instead of waking when the lock is free.
-        self._writing = threading.RLock()
         # The WAL's real name is known once SQLite has opened the file (see connection()).
         self._barrier = SyncBarrier(f"{Path(self.path).resolve()}-wal")
+        # Writers of this process queue for their turn here rather than in SQLite's busy
+        # handler, which sleeps in steps of up to 100 ms instead of waking when the lock
+        # is free; the turn comes with the transaction the writers before left open.
+        if isinstance(group_limit, bool) or not isinstance(group_limit, int) or group_limit < 1:
+            raise InvalidArgument(f"group_limit must be a positive int, not {group_limit!r}")
+        self._combiner = Combiner(self.path, self._barrier, self._translate, limit=group_limit)
         self._located = False
-        # One connection for every thread's writes (used under _writing): its page cache
+        # One connection for every thread's writes (used in turn, _combiner): its page cache
         # stays warm, where a connection per thread would drop its whole cache whenever
         # another one had committed (SQLite resets it on seeing the WAL change).
         self._writer: sqlite3.Connection | None = None
@@ -228,16 +226,26 @@ class ConnectionFactory:
         """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error.
 
         Taking the write lock up front means two writers never deadlock on a lock
-        upgrade; writers of this process queue for it in turn, other processes'
+        upgrade; writers of this process queue for their turn, other processes'
         in SQLite's busy handler, and neither fails before the timeout. Every
         thread writes through the one writer connection (see the class).
 
+        Writes of concurrent threads are combined (:mod:`edgeq.combining`): a write
+        whose body ends while others wait for their turn hands its transaction on
+        uncommitted, and the last of the group COMMITs for all. Either way this returns
+        only once the change is committed; a body that raises undoes only its own
+        changes; if the group's transaction is lost (its COMMIT failed, or SQLite
+        rolled it back), every write of the group raises :class:`StoreError`. A write
+        nobody waits behind commits at once. Nesting a write in another one of the
+        same thread raises :class:`StoreError`.
+
         At ``durability="full"`` it returns once the commit is on the disk: after the
-        commit, outside the write lock, it waits for a flush of the WAL that began
-        after it, shared with every thread that committed meanwhile (group commit,
-        :mod:`edgeq.commits`). A transaction that changed no row and no schema wrote
-        nothing and waits for nothing (a REINDEX alone, which rebuilds what the rows
-        already say, becomes durable with the next durable commit).
+        COMMIT, outside the write lock, the committer waits (for every durable write of
+        its group) for a flush of the WAL that began after it, shared with every thread
+        that committed meanwhile (group commit, :mod:`edgeq.commits`). A write that
+        changed no row and no schema wrote nothing and waits for nothing (a REINDEX
+        alone, which rebuilds what the rows already say, becomes durable with the next
+        durable commit).
 
         ``durable=False`` commits without waiting for the disk. It is for changes
         whose loss in a power cut is harmless: the commit still survives a process
@@ -246,32 +254,41 @@ class ConnectionFactory:
         """
         if self._closed:
             raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
-        if not self._writing.acquire(timeout=self.timeout):
-            raise StoreBusy(
-                f"{self.path}: another thread of this process held the write lock past the busy timeout "
-                f"({self.timeout:g} s); retry, or raise QueueManager(timeout=...)"
+        if getattr(self._local, "writing", None) is not None:
+            raise StoreError(
+                f"{self.path}: this thread is inside a write transaction already, and a write cannot begin "
+                "inside another: finish the outer one first"
             )
+        turns = self._combiner
+        group = turns.take(self.timeout)
+        # This thread has the turn, with the transaction of ``group`` if one is open:
+        # every path below ends the turn exactly once (finish, fail or abandon).
+        conn = self._writer
         try:
-            conn = self._writer
-            if conn is None:
-                conn = self._writer = self._new()
-                self._schema_seen = self._schema(conn)
-            outer = getattr(self._local, "writing", None)
-            self._local.writing = conn
-            try:
-                before = conn.total_changes
-                yield from self._transaction(conn)
-                # Read under the lock: the next writer's changes count on the same connection.
-                changed = conn.total_changes != before
-                wrote = changed or self._schema_moved(conn)
-            finally:
-                self._local.writing = outer
-        finally:
-            self._writing.release()
-        if self.on_commit is not None and changed:
-            self.on_commit()  # visible now: a waiting get may find what it waits for
-        if durable and self.durability == "full" and wrote:
-            self._barrier.wait()
+            conn = self._writer_connection()
+            turns.begin(conn, group)
+        except BaseException:
+            turns.abandon(conn, group)
+            raise
+        before = conn.total_changes
+        self._local.writing = conn
+        try:
+            yield conn
+        except BaseException as exc:
+            self._local.writing = None
+            error = turns.fail(conn, group, exc)
+            if error is None:
+                raise
+            raise error from exc
+        self._local.writing = None
+        # Read in this turn: the next writer's changes count on the same connection.
+        changed = conn.total_changes != before
+        try:
+            wrote = changed or self._schema_moved(conn)
+        except StoreError as exc:
+            turns.fail(conn, group, exc)
+            raise
+        turns.finish(conn, group, changed=changed, durable=durable and self.durability == "full" and wrote)
 
     def _schema_moved(self, conn: sqlite3.Connection) -> bool:
         """Whether a transaction that changed no row changed the schema (DDL), which
@@ -308,28 +325,43 @@ class ConnectionFactory:
         """
         return self._barrier.stats()
 
-    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise store_error(exc, self.path) from exc
-        try:
-            yield conn
-        except (sqlite3.Error, UnicodeDecodeError) as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            _release(exc)
-            raise store_error(exc, self.path) from exc
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise store_error(exc, self.path) from exc
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The writer connection (opened on first use), unless the factory is closed."""
+        if self._closed:
+            raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
+        conn = self._writer
+        if conn is None:
+            conn = self._writer = self._new()
+            self._schema_seen = self._schema(conn)
+        return conn
+
+    def _translate(self, exc: sqlite3.Error | UnicodeDecodeError) -> StoreError:
+        return store_error(exc, self.path)
+
+    @property
+    def on_commit(self) -> Callable[[], None] | None:
+        """Called after every write transaction that changed a row, once it is visible
+        (edgeq.waiting wakes getters); None: nothing is called."""
+        return self._combiner.notify
+
+    @on_commit.setter
+    def on_commit(self, callback: Callable[[], None] | None) -> None:
+        self._combiner.notify = callback
+
+    def combine_stats(self) -> CombineStats:
+        """Write transactions committed, and the writes they held (more writes than
+        transactions when threads wrote together, :mod:`edgeq.combining`).
+
+        >>> import tempfile, os
+        >>> factory = ConnectionFactory(os.path.join(tempfile.mkdtemp(), "x.db"))
+        >>> for sql in ("CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"):
+        ...     with factory.write() as conn:
+        ...         _ = conn.execute(sql)
+        >>> factory.combine_stats()  # one thread: a transaction of its own for each write
+        CombineStats(transactions=2, writes=2, queued=0)
+        >>> factory.close()
+        """
+        return self._combiner.baton.stats()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -346,7 +378,7 @@ class ConnectionFactory:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
         except (sqlite3.Error, UnicodeDecodeError) as exc:
-            _release(exc)
+            release_statements(exc)
             raise store_error(exc, self.path) from exc
 
     def set_tracer(self, tracer: Callable[[str], None] | None) -> None:
@@ -363,9 +395,23 @@ class ConnectionFactory:
         return self._closed
 
     def close(self) -> None:
-        """Close every connection this factory opened (from any thread)."""
+        """Close every connection this factory opened (from any thread).
+
+        Writes begun before keep their outcome: the write in turn finishes, and what
+        the writes before it left open in a combined transaction is committed (for up
+        to ``timeout`` seconds); writes still waiting for their turn then raise
+        :class:`QueueManagerClosed`."""
         with self._lock:
             self._closed = True
+        self._combiner.closing = True
+        if getattr(self._local, "writing", None) is None:  # not from inside this thread's own write
+            try:
+                group = self._combiner.take(self.timeout)
+            except StoreBusy:
+                pass  # a write that never ends: close under it, as a crash would
+            else:
+                self._combiner.abandon(self._writer, group)
+        with self._lock:
             conns, self._all = self._all, []
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):  # closing is best effort

@@ -363,8 +363,10 @@ def test_the_loop_keeps_ticking_while_gets_wait_and_puts_run(db_path: Path) -> N
         assert await asyncio.gather(*waiters) == [None] * 20
         stop.set()
         await beat
-        assert len(gaps) > 50  # about 1 s of 10 ms beats
-        assert max(gaps) < 0.25, f"the loop was blocked for {max(gaps):.3f} s"
+        # About 1 s of 10 ms beats. A get that blocked the loop for its wait would stop the
+        # beats for the whole second: bounds far from both, so a busy machine cannot fail it.
+        assert len(gaps) > 20
+        assert max(gaps) < 0.9, f"the loop was blocked for {max(gaps):.3f} s"
 
     run(db_path, body)
 

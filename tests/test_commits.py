@@ -189,6 +189,31 @@ def test_eight_writers_share_two_flushes(db: Path) -> None:
     barrier.close()
 
 
+def test_a_mark_taken_at_a_commit_is_served_by_a_flush_begun_after_it(db: Path) -> None:
+    """The writers of one combined transaction start waiting a moment after its COMMIT:
+    the mark taken at the COMMIT lets a flush that began in between serve them, where a
+    plain wait would need the next flush."""
+    disk = SlowDisk(hold_first=True)
+    barrier = SyncBarrier(wal(db), flush=disk)
+    conn = commit(db, "group")
+    mark = barrier.mark()
+    first = threading.Thread(target=barrier.wait)
+    first.start()
+    until(lambda: disk.log[-1:] == ["start 1"], "a flush begun after the commit")
+    late = threading.Thread(target=barrier.wait, args=(mark,))
+    late.start()
+    until(lambda: barrier.stats().waiting == 1, "the late writer behind the flush under way")
+    assert late.is_alive()  # the flush is held: nothing is on the disk yet
+    disk.release()
+    for thread in (first, late):
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    assert barrier.stats() == SyncStats(commits=2, syncs=1)
+    assert barrier.mark() == 2  # the next flush covers what is committed from now on
+    conn.close()
+    barrier.close()
+
+
 def test_the_last_connection_closing_removes_the_wal_and_a_new_one_is_followed(tmp_path: Path) -> None:
     path = tmp_path / "r.db"
     disk = SlowDisk()

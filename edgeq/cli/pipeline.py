@@ -87,11 +87,14 @@ def pipeline() -> None:
     Examples:
       edgeq pipeline run --journal journal/ --out reports/
       edgeq pipeline run --journal journal/ --out reports/ --html --master 'local[2]'
+      edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
     """
 
 
 @pipeline.command("run")
-@click.option("--journal", required=True, help="The directory edgeq export wrote (or an hdfs://, s3a:// URI).")
+@click.option("--journal", "journals", required=True, multiple=True,
+              help="The directory edgeq export wrote (or an hdfs://, s3a:// URI). Repeat it to read several "
+                   "servers' journals as one fleet (one directory per server).")
 @click.option("--out", required=True, help="Where to write the reports: one Parquet directory each (replaced).")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[N], spark://host:7077, yarn, k8s://...")
@@ -101,21 +104,25 @@ def pipeline() -> None:
 @click.option("--full", is_flag=True,
               help="Read every part file again and rebuild OUT/_state/ (default: only those exported since the last run).")
 @click.option("--quiet", is_flag=True, help="Print no progress, only the summary.")
-def pipeline_run(journal: str, out: str, master: str, html: bool, confs: tuple[str, ...], full: bool,
+def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, confs: tuple[str, ...], full: bool,
                  quiet: bool) -> None:
     """Compute delivery latency, expiry reconciliation, the exactly-once audit, hourly
     throughput and device health from an exported journal; write each as Parquet and
     print a summary.
 
-    Incremental: the state kept in OUT/_state/ lets the next run read only the part
-    files exported since (--full rebuilds it). The reports and their definitions are
-    in docs/pipeline.md. The same job runs on a cluster with spark-submit (see there).
+    Several --journal (one export per home server) are read in one run, as one fleet:
+    every report and total covers them all. Incremental: the state kept in OUT/_state/
+    lets the next run read only the part files exported since (--full rebuilds it). The
+    reports and their definitions are in docs/pipeline.md. The same job runs on a
+    cluster with spark-submit (see there).
 
     \b
     Examples:
       edgeq pipeline run --journal journal/ --out reports/ --html
       edgeq pipeline run --journal journal/ --out reports/ --full
+      edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
     """
+    from edgeq.sync.pipeline.inputs import JournalConflict, check_arguments, check_servers
     from edgeq.sync.pipeline.job import check_journal, run_pipeline, spark_session
     from edgeq.sync.pipeline.report import summary_text, write_html
 
@@ -129,14 +136,19 @@ def pipeline_run(journal: str, out: str, master: str, html: bool, confs: tuple[s
         conf.setdefault("spark.driver.memory", "4g")
     if html and "://" in out and not out.startswith("file://"):
         raise click.ClickException(f"--html writes a local file, and --out {out} is not local")
-    check_journal(journal)  # a missing or malformed journal fails now, before Spark starts
+    try:  # arguments that cannot go together are a usage error (exit 2)
+        check_arguments(journals, out)
+        found = [check_journal(journal) for journal in journals]  # missing or malformed: fails now, before Spark
+        check_servers(found)
+    except JournalConflict as exc:
+        raise click.BadParameter(str(exc), param_hint="'--journal'") from None
     say = None if quiet else (lambda text: click.echo(text, err=True))
     if say:
         say(f"starting Spark ({master})")
     owned = not _spark_running()
     spark = spark_session(master, conf=conf)
     try:
-        result = run_pipeline(spark, journal, out, full=full, progress=say)
+        result = run_pipeline(spark, list(journals), out, full=full, progress=say)
     finally:
         if owned:
             spark.stop()

@@ -4,11 +4,16 @@ The job reads a journal as a set of **part files** (see :mod:`edgeq.sync.pipelin
 only those the export has committed (ids at or below the manifest's watermark: a part
 file above it is an interrupted export's, which the next export deletes), and in an
 incremental run only those it has not read before.
+
+A run may read several journals, one per home server (docs/scaling.md): each is known by
+the server its manifest names (:attr:`Journal.key`), so two directories of one server, or
+one directory given twice, are refused (:class:`JournalConflict`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +25,22 @@ from edgeq.sync.pipeline.session import first_line, spark_errors
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Journal", "check_journal", "check_part_files", "find_journal", "read_parts", "spark_schema"]
+__all__ = [
+    "Journal",
+    "JournalConflict",
+    "check_arguments",
+    "check_journal",
+    "check_part_files",
+    "check_servers",
+    "find_journal",
+    "read_parts",
+    "spark_schema",
+]
+
+
+class JournalConflict(MalformedJournal):
+    """``--journal`` and ``--out`` arguments that cannot go together: one directory given twice,
+    two directories of one server's journal, ``--out`` inside a journal (a usage error)."""
 
 
 @dataclass(slots=True)
@@ -31,6 +51,17 @@ class Journal:
     parts: list[Part] = field(default_factory=list)
     server: str | None = None
     watermark: int | None = None
+
+    @property
+    def key(self) -> str:
+        """What tells this journal from another's in a run and in the state: the server its
+        manifest names ("" if none does: an export without a manifest)."""
+        return self.server or ""
+
+    @property
+    def label(self) -> str:
+        """The journal for messages: its server's name, else its path."""
+        return self.server or self.path
 
     def rows_hint(self) -> str:
         """The parts' id range, for messages."""
@@ -118,6 +149,62 @@ def check_part_files(journal: str, parts: list[Part]) -> bool:
             )
         no_nulls = no_nulls and all(not schema.field(n).nullable for n in REQUIRED)
     return no_nulls
+
+
+def _place(path: str) -> str:
+    """Where a journal argument points: a local path resolved, a URI without its trailing slash."""
+    return str(local_path(path).resolve()) if is_local(path) else path.rstrip("/")
+
+
+def check_arguments(journals: Sequence[str], out: str) -> None:
+    """Refuse (:class:`JournalConflict`) a run without a journal, over one directory given
+    twice, or writing its reports inside a journal; this looks at the paths only.
+
+    >>> check_arguments(["journals/HOMEA", "journals/HOMEB/"], "reports")
+    >>> check_arguments(["journals/HOMEA", "journals/./HOMEA"], "reports")
+    Traceback (most recent call last):
+    ...
+    edgeq.sync.pipeline.inputs.JournalConflict: --journal journals/./HOMEA is given twice (first as journals/HOMEA): give each server's export once
+    """
+    if not journals:
+        raise JournalConflict("no --journal given: give the directory edgeq export wrote (once per server)")
+    seen: dict[str, str] = {}
+    for journal in journals:
+        place = _place(journal)
+        if place in seen:
+            first = seen[place]
+            raise JournalConflict(f"--journal {journal} is given twice (first as {first}): give each server's export once")
+        seen[place] = journal
+    if is_local(out):
+        o_path = local_path(out).resolve()
+        for journal in journals:
+            j_path = local_path(journal).resolve() if is_local(journal) else None
+            if j_path is not None and (o_path == j_path or j_path in o_path.parents):
+                raise JournalConflict(f"--out {out} is inside --journal {journal}: write the reports elsewhere")
+
+
+def check_servers(journals: Sequence[Journal]) -> None:
+    """Refuse (:class:`JournalConflict`) several journals that cannot be told apart: two of one
+    server (a copy of its export, or two exports of one store), or one whose manifest names
+    no server. A single journal needs no name; journals not looked at yet (no parts: a remote
+    one the CLI does not open) are left to the run."""
+    if len(journals) < 2:
+        return
+    looked = [j for j in journals if j.parts]
+    for journal in looked:
+        if not journal.server:
+            raise JournalConflict(
+                f"{journal.path} does not say which server's journal it is (no {MANIFEST} naming one): a run over "
+                "several journals tells them apart by server; export each with edgeq export"
+            )
+    by_server: dict[str, Journal] = {}
+    for journal in looked:
+        if journal.key in by_server:
+            raise JournalConflict(
+                f"{by_server[journal.key].path} and {journal.path} both hold {journal.key}'s journal: give each "
+                "server's export once (edgeq export keeps one directory per server, growing)"
+            )
+        by_server[journal.key] = journal
 
 
 def check_journal(path: str, files: Files | None = None) -> Journal:

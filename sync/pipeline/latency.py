@@ -64,7 +64,7 @@ def latency_groups() -> Spec:
         Col("sum_ms", value, "sum"),
         Col("min_ms", value, "min"),
         Col("max_ms", value, "max"),
-        Col("sorted", F.array(value), "sorted"),
+        Col("sorted", value, "sorted"),
     )
     return Spec((F.coalesce(F.col("device"), F.col("origin")), F.col("queue")), ("device", "queue"), cols, _accepted())
 

@@ -7,8 +7,8 @@ build them while a Spark session is active) and how
 contributions combine (``how``): ``sum``, ``min``, ``max``, ``bit_or``,
 ``min_by:<column>`` / ``max_by:<column>`` (the value at the least / greatest of another
 column of the same dataset, itself a ``min`` / ``max``: e.g. the queue of the first
-acceptance, by journal id), or ``sorted`` (arrays merged into one sorted array: exact
-percentiles). All but ``sorted`` are numeric, so Spark aggregates them in a hash map
+acceptance, by journal id), or ``sorted`` (a row's value; the values sorted into one
+array, and such arrays merged into one sorted array: exact percentiles). All but ``sorted`` are numeric, so Spark aggregates them in a hash map
 (a string buffer would make it sort every row).
 """
 
@@ -21,7 +21,32 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["Col", "Spec", "aggregate", "count_if", "is_", "merge"]
+__all__ = ["SMALL_BYTES", "Col", "Spec", "aggregate", "count_if", "estimated_bytes", "is_", "merge", "one_partition"]
+
+
+#: A frame Spark estimates at most this big (the bytes of the Parquet files it reads, scaled
+#: to the columns it keeps) is small enough for one task: see :func:`one_partition`.
+SMALL_BYTES = 16 << 20
+
+
+def estimated_bytes(frame: DataFrame) -> int | None:
+    """Spark's estimate of ``frame``'s size in bytes (its optimizer's statistics: no job runs),
+    or None if it has none."""
+    try:
+        return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))  # a BigInt, or an int
+    except Exception:  # py4j's errors, or a frame of another kind (Spark Connect): no estimate
+        return None
+
+
+def one_partition(frame: DataFrame, *, limit: int | None = None) -> tuple[DataFrame, bool]:
+    """``frame`` in a single partition if it is small (:func:`estimated_bytes` at most
+    ``limit``, default :data:`SMALL_BYTES`), and whether it is. A single partition is already grouped any way an aggregate
+    or a join needs, so Spark plans no shuffle after it: each shuffle is a stage, and with
+    adaptive execution a Spark job, of its own, which is most of a small job's time. Larger
+    frames keep their partitions (and cores)."""
+    size = estimated_bytes(frame)
+    small = size is not None and size <= (SMALL_BYTES if limit is None else limit)
+    return (frame.coalesce(1) if small else frame), small
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +72,8 @@ def count_if(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
 
 
-def _combine(col: Col) -> Column:
+def _combine(col: Col, *, rows: bool = False) -> Column:
+    """How ``col`` combines: rows' contributions (``rows``), or datasets' values."""
     from pyspark.sql import functions as F
 
     c = F.col(col.name)
@@ -64,7 +90,9 @@ def _combine(col: Col) -> Column:
         return F.min_by(c, F.col(other)).alias(col.name)
     if how == "max_by":
         return F.max_by(c, F.col(other)).alias(col.name)
-    if how == "sorted":  # sorted arrays (a row's own: one value), merged into one sorted array
+    if how == "sorted" and rows:  # rows' values, sorted into one array
+        return F.sort_array(F.collect_list(c)).alias(col.name)
+    if how == "sorted":  # sorted arrays, merged into one sorted array
         return F.sort_array(F.flatten(F.collect_list(c))).alias(col.name)
     raise ValueError(f"unknown merge {col.how!r} for {col.name}")
 
@@ -83,7 +111,7 @@ def aggregate(rows: DataFrame, keys: Sequence[Column | str], key_names: Sequence
         *(F.col(k).alias(n) if isinstance(k, str) else k.alias(n) for k, n in zip(keys, key_names, strict=True)),
         *(c.row.alias(c.name) for c in cols),
     )
-    return merge(projected, key_names, cols)
+    return projected.groupBy(*key_names).agg(*(_combine(c, rows=True) for c in cols))
 
 
 @dataclass(frozen=True, slots=True)

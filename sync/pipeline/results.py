@@ -163,7 +163,9 @@ class PipelineResult:
       read this run; ``"incremental"``: only new part files, merged with the state kept in
       ``OUT/_state/``), ``from_ms`` (the earliest ``at_ms`` in the data the job has seen, or
       None: a message that reached the server before it cannot be audited), ``from_id`` and
-      ``to_id`` (journal ids covered), ``parts`` (part files covered), ``new_parts`` and
+      ``to_id`` (journal ids covered; None with several journals), ``journals`` (each journal's
+      ``server``, ``path``, ``parts``, ``new_parts``, ``from_id``, ``to_id`` and ``window_ms``,
+      its own audit window with several), ``parts`` (part files covered), ``new_parts`` and
       ``new_rows`` (read this run), ``unauditable`` (as in ``totals``), and ``text``: one
       sentence saying all that for people.
     * ``schema_version``: :data:`SCHEMA_VERSION` of the reports written.

@@ -27,23 +27,48 @@ from edgeq.sync.pipeline.files import Files, join
 from edgeq.sync.pipeline.layout import Part
 
 if TYPE_CHECKING:
+    from edgeq.sync.pipeline.inputs import Journal
+
+if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["STATE_DIR", "STATE_FORMAT", "State", "StateWriter", "load_state"]
+__all__ = ["STATE_DIR", "STATE_FORMAT", "JournalRecord", "Plan", "State", "StateWriter", "load_state", "plan_run"]
 
 STATE_DIR = "_state"
 #: Bumped whenever what the state holds changes: a state of another format is rebuilt.
-STATE_FORMAT = 1
+#: 2: several journals (per server), and the uid status's ``window_ms``.
+STATE_FORMAT = 2
 _MANIFEST_PREFIX = "state-"
 
 
 @dataclass(slots=True)
+class JournalRecord:
+    """What the state knows of one journal (a server's export): where it was read last, the
+    part files read, and where its audit window starts in a run over several journals
+    (``window_ms``: its first server-side row; None in a run over one journal, whose window
+    is the state's ``from_ms``)."""
+
+    path: str
+    parts: dict[str, list[int]] = field(default_factory=dict)  # name -> [first, last, size]
+    window_ms: int | None = None
+
+    @property
+    def max_id(self) -> int:
+        """The highest journal id of the parts read (0 if none)."""
+        return max((v[1] for v in self.parts.values()), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the manifest records it."""
+        return {"path": self.path, "parts": self.parts, "window_ms": self.window_ms}
+
+
+@dataclass(slots=True)
 class State:
-    """What the previous runs left: the parts they read and where each dataset is."""
+    """What the previous runs left: the journals they read (by server: see
+    :attr:`~edgeq.sync.pipeline.inputs.Journal.key`), their parts, and where each dataset is."""
 
     generation: int = 0
-    server: str | None = None
-    parts: dict[str, list[int]] = field(default_factory=dict)  # name -> [first, last, size]
+    journals: dict[str, JournalRecord] = field(default_factory=dict)
     bucket_ms: int = 0
     from_ms: int | None = None
     runs: int = 0
@@ -54,22 +79,29 @@ class State:
     @property
     def empty(self) -> bool:
         """Nothing read yet: a full run."""
-        return not self.parts
+        return not any(r.parts for r in self.journals.values())
 
     @property
-    def max_id(self) -> int:
-        """The highest journal id of the parts read (0 if none)."""
-        return max((v[1] for v in self.parts.values()), default=0)
+    def part_count(self) -> int:
+        """The part files read, of every journal."""
+        return sum(len(r.parts) for r in self.journals.values())
 
     def to_json(self) -> str:
         """The manifest's text."""
         return json.dumps({
-            "format": STATE_FORMAT, "generation": self.generation, "server": self.server,
-            "parts": self.parts, "bucket_ms": self.bucket_ms, "from_ms": self.from_ms, "runs": self.runs,
+            "format": STATE_FORMAT, "generation": self.generation,
+            "journals": {k: r.to_dict() for k, r in self.journals.items()},
+            "bucket_ms": self.bucket_ms, "from_ms": self.from_ms, "runs": self.runs,
             "whole": self.whole,
             "bucketed": {k: {str(b): p for b, p in v.items()} for k, v in self.bucketed.items()},
             "schemas": self.schemas,
         }, indent=1, sort_keys=True) + "\n"
+
+
+def _record(raw: dict[str, Any]) -> JournalRecord:
+    window = raw.get("window_ms")
+    return JournalRecord(str(raw["path"]), {str(k): [int(x) for x in v] for k, v in raw["parts"].items()},
+                         None if window is None else int(window))
 
 
 def _parse(text: str) -> State | None:
@@ -78,8 +110,8 @@ def _parse(text: str) -> State | None:
         if raw.get("format") != STATE_FORMAT:
             return None
         return State(
-            generation=int(raw["generation"]), server=raw.get("server"),
-            parts={str(k): [int(x) for x in v] for k, v in raw["parts"].items()},
+            generation=int(raw["generation"]),
+            journals={str(k): _record(v) for k, v in raw["journals"].items()},
             bucket_ms=int(raw["bucket_ms"]), from_ms=raw.get("from_ms"), runs=int(raw["runs"]),
             whole={str(k): str(v) for k, v in raw["whole"].items()},
             bucketed={str(k): {int(b): [str(x) for x in p] for b, p in v.items()} for k, v in raw["bucketed"].items()},
@@ -234,33 +266,61 @@ def generation_of(path: str) -> str:
 
 @dataclass(slots=True)
 class Plan:
-    """What a run will do: ``incremental`` (merge ``new`` parts into ``state``) or not (read
-    every part, ``state`` is a fresh one), and why."""
+    """What a run will do: ``incremental`` (merge the ``new`` parts of each journal, by key,
+    into ``state``) or not (read every part, ``state`` is a fresh one), and why."""
 
     incremental: bool
-    new: list[Part]
+    new: dict[str, list[Part]]
     state: State
     reason: str
 
+    @property
+    def new_parts(self) -> int:
+        """The part files this run reads, of every journal."""
+        return sum(len(parts) for parts in self.new.values())
 
-def plan_run(parts: list[Part], server: str | None, previous: State | None, why: str, bucket_ms: int) -> Plan:
+
+def _names(keys: set[str]) -> str:
+    return ", ".join(sorted(k or "(a journal naming no server)" for k in keys))
+
+
+def _misfit(journals: list[Journal], previous: State) -> str | None:
+    """Why the state does not fit these journals (None: it does)."""
+    before, now = set(previous.journals), {j.key for j in journals}
+    if before != now:
+        if len(before) == len(now) == 1:
+            return (f"the state is of server {_names(before)}'s journal, this is {_names(now)}'s")
+        why = [f"journal(s) added since the last run: {_names(now - before)}" if now - before else "",
+               f"journal(s) no longer given: {_names(before - now)}" if before - now else ""]
+        return "; ".join(w for w in why if w)
+    for journal in journals:
+        record = previous.journals[journal.key]
+        of = f"{journal.label}: " if len(journals) > 1 else ""
+        present = {p.name: p for p in journal.parts}
+        changed = [n for n, (_, _, size) in record.parts.items() if n in present and present[n].size != size]
+        if changed:
+            return f"{of}{changed[0]} changed since it was read (re-exported?)"
+        early = [p for p in journal.parts if p.name not in record.parts and p.first <= record.max_id]
+        if early:
+            return f"{of}{early[0].name} holds journal ids the state has passed (up to {record.max_id:,})"
+    return None
+
+
+def plan_run(journals: list[Journal], previous: State | None, why: str, bucket_ms: int) -> Plan:
     """Decide between an incremental run and a full one: incremental only if the state was
-    made the same way from the same server's export, no part it read has changed, and every
-    new part comes after them (an export only ever adds parts above its watermark)."""
-    fresh = State(server=server, bucket_ms=bucket_ms)
+    made the same way from the same servers' journals (no journal added or left out), no
+    part it read has changed, and every new part of each journal comes after those it read
+    of it (an export only ever adds parts above its watermark). The journals' order does
+    not matter (they are told apart by server)."""
+    fresh = State(journals={j.key: JournalRecord(j.path) for j in journals}, bucket_ms=bucket_ms)
+    everything = {j.key: list(j.parts) for j in journals}
     if previous is None:
-        return Plan(False, parts, fresh, why)
+        return Plan(False, everything, fresh, why)
     if previous.bucket_ms != bucket_ms:
-        return Plan(False, parts, fresh, "the state was kept in other buckets")
-    if previous.server is not None and server is not None and previous.server != server:
-        return Plan(False, parts, fresh, f"the state is of server {previous.server}'s journal, this is {server}'s")
-    present = {p.name: p for p in parts}
-    changed = [n for n, (_, _, size) in previous.parts.items() if n in present and present[n].size != size]
-    if changed:
-        return Plan(False, parts, fresh, f"{changed[0]} changed since it was read (re-exported?)")
-    new = [p for p in parts if p.name not in previous.parts]
-    early = [p for p in new if p.first <= previous.max_id]
-    if early:
-        return Plan(False, parts, fresh,
-                    f"{early[0].name} holds journal ids the state has passed (up to {previous.max_id:,})")
-    return Plan(True, new, previous, f"{len(new):,} new part file(s) since the last run")
+        return Plan(False, everything, fresh, "the state was kept in other buckets")
+    misfit = _misfit(journals, previous)
+    if misfit is not None:
+        return Plan(False, everything, fresh, misfit)
+    new = {j.key: [p for p in j.parts if p.name not in previous.journals[j.key].parts] for j in journals}
+    count = sum(map(len, new.values()))
+    return Plan(True, new, previous, f"{count:,} new part file(s) since the last run")

@@ -95,11 +95,11 @@ def bucket_of(bucket_ms: int, stamp: Column | None = None) -> Column:
 def _columns() -> list[Col]:
     from pyspark.sql import functions as F
 
-    acc, dl, ex = is_("kind", "accepted"), is_("kind", "delivered"), is_("kind", "expired")
-    srv, dev = is_("side", "server"), is_("side", "device")
+    # Over :func:`_narrow`'s rows: the kind as its bit, the side as a flag each.
+    code = F.col("kind_bit")
+    acc, dl, ex = (code == KIND_BITS[k] for k in ("accepted", "delivered", "expired"))
+    srv, dev = F.col("side_server"), F.col("side_device")
     qid, at, jid = F.col("qid"), F.col("at_ms"), F.col("id")
-    code = (F.when(acc, KIND_BITS["accepted"]).when(dl, KIND_BITS["delivered"]).when(ex, KIND_BITS["expired"])
-            .otherwise(KIND_BITS["other"]))
     own_report = ex & dev & F.col("own_device")
     return [
         Col("accepted", acc.cast("long"), "sum"),
@@ -124,28 +124,36 @@ def _columns() -> list[Col]:
         Col("kinds", code, "bit_or"),
         Col("first_seen_ms", at, "min"),
         Col("first_arrival_ms", F.col("arrived_ms"), "min"),
+        Col("window_ms", F.col("window_ms"), "max"),  # its journal's audit window (several journals)
     ]
 
 
-def _narrow(rows: DataFrame) -> DataFrame:
-    """The columns the uid status needs, queue names as ids, spread by uid: the one shuffle
-    moves these few columns instead of the aggregate's wide partial buffers."""
+def _narrow(rows: DataFrame, spread: bool) -> DataFrame:
+    """The columns the uid status needs, queue names as ids, kind and side as numbers, spread
+    by uid (unless not ``spread``: rows in one partition need no shuffle): the one shuffle
+    moves these few columns (two strings: the uid and its origin) instead of the aggregate's
+    wide partial buffers."""
     from pyspark.sql import functions as F
 
-    return rows.select(
-        "id", "kind", "side", "at_ms", "uid", "origin", "created_ms", "arrived_ms", "confirmed_ms",
-        "clock_offset_ms", queue_id().alias("qid"),
+    kind = (F.when(is_("kind", "accepted"), KIND_BITS["accepted"]).when(is_("kind", "delivered"), KIND_BITS["delivered"])
+            .when(is_("kind", "expired"), KIND_BITS["expired"]).otherwise(KIND_BITS["other"]))
+    narrow = rows.select(
+        "id", kind.alias("kind_bit"), is_("side", "server").alias("side_server"), is_("side", "device").alias("side_device"),
+        "at_ms", "uid", "origin", "created_ms", "arrived_ms", "confirmed_ms", "clock_offset_ms", "window_ms",
+        queue_id().alias("qid"),
         F.coalesce(device_name() == F.col("device"), F.lit(False)).alias("own_device"),
-    ).repartition("uid")
+    )
+    return narrow.repartition("uid") if spread else narrow
 
 
-def uid_status(rows: DataFrame, bucket_ms: int) -> DataFrame:
+def uid_status(rows: DataFrame, bucket_ms: int, *, spread: bool = True) -> DataFrame:
     """The uid status of journal ``rows`` (keys ``bucket, uid, origin, stamp``; the stamp and
-    the bucket, functions of the uid, read once per uid rather than per row)."""
+    the bucket, functions of the uid, read once per uid rather than per row); ``spread``: the
+    rows are not in a single partition (:func:`~edgeq.sync.pipeline.merge.one_partition`)."""
     from pyspark.sql import functions as F
 
     cols = _columns()
-    status = aggregate(_narrow(rows), ["uid", "origin"], ("uid", "origin"), cols)
+    status = aggregate(_narrow(rows, spread), ["uid", "origin"], ("uid", "origin"), cols)
     stamp = stamp_of()
     return status.select(bucket_of(bucket_ms, stamp).alias("bucket"), "uid", "origin", stamp.alias("stamp"),
                          *(F.col(c.name) for c in cols))
@@ -170,7 +178,8 @@ def derive(status: DataFrame, from_ms: int | None) -> DataFrame:
     )
     candidate = ~acc & ~es & ~ed
     arrival = F.coalesce(F.col("first_arrival_ms"), F.col("first_seen_ms"))
-    early = F.lit(False) if from_ms is None else arrival < F.lit(from_ms)
+    # Each journal's own window in a run over several (edgeq.sync.pipeline.fleet), else the data's.
+    early = F.coalesce(arrival < F.coalesce(F.col("window_ms"), F.lit(from_ms).cast("long")), F.lit(False))
     return status.select(
         "*", acc.alias("is_accepted"), dl.alias("is_delivered"), ed.alias("on_device"), category.alias("category"),
         (candidate & ~early).alias("gap"), (candidate & early).alias("unauditable"),

@@ -1,25 +1,35 @@
 """One run's new journal rows, merged into the state (:mod:`edgeq.sync.pipeline.state`).
 
 A full run is the same merge into an empty state, so a full run and an incremental
-one compute every dataset with the same code. What the new rows concern:
+one compute every dataset with the same code. A run is four Spark jobs (each job's
+datasets written together, as one *bundle*):
 
-* the row-additive datasets (entries per kind, throughput, device activity, queue names,
-  the latencies sorted per device and queue) take the new rows' aggregates;
-* the uid status takes them in the buckets they touch (the creation days of their uids),
-  and those buckets' partials are computed again; so are the gap lists of the buckets of
-  an origin that became a device in this run (its earlier uids are now audited).
+1. a survey of the new rows (a collect): entries per kind and side, rows lacking a
+   required column, the earliest server-side row; in an incremental run also the buckets
+   (creation days of their uids) they touch, and the buckets of an origin that becomes a
+   device with them (its earlier uids are audited now);
+2. the uid status and the expired rows of those buckets (the state's merged with the new
+   rows'), split by bucket;
+3. those buckets' partials (audit, gaps, duplicates, expiry, end-to-end latencies), read
+   off the status just written, split by bucket;
+4. the row-additive datasets (entries per kind, throughput, device activity, queue names,
+   the latencies sorted per device and queue): the state's merged with the new rows'.
+
+Step 4 runs at the same time as steps 2 and 3 (from a second driver thread).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgeq.sync.pipeline import latency, traffic, uids
 from edgeq.sync.pipeline.audit import device_origins
 from edgeq.sync.pipeline.errors import MalformedJournal
-from edgeq.sync.pipeline.merge import Spec
+from edgeq.sync.pipeline.layout import REQUIRED
+from edgeq.sync.pipeline.merge import Spec, is_, one_partition
 from edgeq.sync.pipeline.state import State, StateWriter, read_dataset
 
 if TYPE_CHECKING:
@@ -45,33 +55,57 @@ class Restart:
     reason: str
 
 
+@dataclass(slots=True)
+class _Survey:
+    """What step 1 found in the new rows."""
+
+    rows: int
+    incomplete: int
+    first_server: int | None
+    touched: set[int]
+    more: set[int]
+
+
 def _union(old: DataFrame | None, new: DataFrame) -> DataFrame:
     return new if old is None else old.unionByName(new)
 
 
-def _outside(frame: DataFrame | None, buckets: set[int]) -> DataFrame | None:
+def _survey(rows: DataFrame, previous: State, *, incremental: bool, check_nulls: bool, bucket_ms: int) -> _Survey:
+    """Step 1: one collect over the new rows (see the module)."""
     from pyspark.sql import functions as F
 
-    if frame is None or not buckets:
-        return frame
-    return frame.filter(~F.col("bucket").isin(sorted(buckets)))
-
-
-class _Run:
-    def __init__(self, spark: SparkSession, writer: StateWriter, previous: State, state: State) -> None:
-        self.spark, self.writer, self.previous, self.state = spark, writer, previous, state
-
-    def old(self, name: str, buckets: set[int] | None = None) -> DataFrame | None:
-        return read_dataset(self.spark, self.previous, name, buckets)
-
-    def merged(self, name: str, spec: Spec, rows: DataFrame) -> DataFrame:
-        """A row-additive dataset: the state's merged with the new rows'."""
-        new, old = spec.of_rows(rows), self.old(name)
-        return new if old is None else spec.merged(old.unionByName(new))
-
-    def replaced(self, name: str, new: DataFrame, buckets: set[int]) -> DataFrame:
-        """A dataset of per-bucket partials: the state's for other buckets, and ``new``."""
-        return _union(_outside(self.old(name), buckets), new)
+    incomplete = F.lit(False)
+    for name in REQUIRED if check_nulls else ():
+        incomplete = incomplete | F.col(name).isNull()
+    # The bucket only when it is needed: reading it off the uid costs a regex per row.
+    bucket = uids.bucket_of(bucket_ms) if incremental else F.lit(None).cast("int")
+    found = rows.groupBy((F.col("side") == F.lit("server")).alias("server"), bucket.alias("bucket")).agg(
+        F.count("*").alias("entries"), F.sum(incomplete.cast("long")).alias("incomplete"),
+        F.min("at_ms").alias("first_ms"),
+    ).select(F.lit(0).alias("what"), "server", "bucket", "entries", "incomplete", "first_ms")
+    old_audit = read_dataset(rows.sparkSession, previous, "audit") if incremental else None
+    if old_audit is not None:
+        old_audit = one_partition(old_audit)[0]
+        # An origin that shows itself a device in the new rows (an acceptance, or an expiry it
+        # reported of its own message) and did not before: the buckets of its earlier uids.
+        evidence = is_("kind", "accepted") | (
+            is_("kind", "expired") & is_("side", "device") & (uids.device_name() == F.col("device")))
+        new_devices = rows.filter(evidence).select("origin").distinct().join(
+            device_origins(old_audit), "origin", "left_anti")
+        flipped = old_audit.join(new_devices, "origin", "left_semi").select("bucket").distinct()
+        none = F.lit(None).cast("long")
+        found = found.unionByName(flipped.select(F.lit(1).alias("what"), F.lit(None).cast("boolean").alias("server"),
+                                                 "bucket", none.alias("entries"), none.alias("incomplete"),
+                                                 none.alias("first_ms")))
+    seen = found.collect()
+    counts = [r for r in seen if r["what"] == 0]
+    return _Survey(
+        rows=sum(int(r["entries"]) for r in counts),
+        incomplete=sum(int(r["incomplete"] or 0) for r in counts),
+        first_server=min((int(r["first_ms"]) for r in counts if r["server"]), default=None),
+        touched={int(r["bucket"]) for r in counts if r["bucket"] is not None},
+        more={int(r["bucket"]) for r in seen if r["what"] == 1},
+    )
 
 
 def apply_rows(
@@ -80,90 +114,92 @@ def apply_rows(
 ) -> Update | Restart:
     """Merge journal ``rows`` into ``state`` (a copy of ``previous``, or a fresh one), writing
     the new generation's datasets."""
-    run = _Run(spark, writer, previous, state)
-
-    # Entries per kind: also how many rows lack a required column, and the earliest
-    # server-side row, which bounds what the audit can judge.
-    kinds = traffic.kind_totals(check_nulls=check_nulls)
-    seen = kinds.of_rows(rows).collect()
-    incomplete = sum(int(r["incomplete"]) for r in seen)
-    if incomplete:
+    # A small run (new rows, or the state's datasets it merges them with) is done in one
+    # partition: no shuffles, a Spark job per step (merge.one_partition).
+    rows, small = one_partition(rows)
+    survey = _survey(rows, previous, incremental=incremental, check_nulls=check_nulls, bucket_ms=state.bucket_ms)
+    if survey.incomplete:
         raise MalformedJournal(
-            f"{incomplete:,} journal row(s) lack a column edgeq's journal always fills (id, kind, side, at_ms, "
-            "queue, uid, origin): these files were not written by edgeq export; re-export into a new directory"
+            f"{survey.incomplete:,} journal row(s) lack a column edgeq's journal always fills (id, kind, side, "
+            "at_ms, queue, uid, origin): these files were not written by edgeq export; re-export into a new directory"
         )
-    count = sum(int(r["entries"]) for r in seen)
-    first_server = min((int(r["first_ms"]) for r in seen if r["side"] == "server"), default=None)
-    if incremental and previous.from_ms is not None and first_server is not None and first_server < previous.from_ms:
+    first = survey.first_server
+    if incremental and previous.from_ms is not None and first is not None and first < previous.from_ms:
         return Restart("the new rows hold server events older than any the state has seen")
-    if first_server is not None:
-        state.from_ms = first_server if state.from_ms is None else min(state.from_ms, first_server)
-    say(f"  {count:,} new journal entries")
+    if first is not None:
+        state.from_ms = first if state.from_ms is None else min(state.from_ms, first)
+    say(f"  {survey.rows:,} new journal entries")
 
-    # The uid status of the buckets the new rows touch.
-    fresh = uids.uid_status(rows, state.bucket_ms)
-    touched: set[int] = set()
+    # Steps 2-3 and step 4 are independent: submitted together, each job's gaps (planning,
+    # committing files, a stage with fewer tasks than cores) are filled by the other's tasks.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgeq-rows") as pool:
+        additive = pool.submit(_row_additive, spark, writer, previous, state, rows, incremental)
+        redo = _per_uid(spark, writer, previous, state, rows, survey, incremental, small)
+        additive.result()
+    return Update(survey.rows, redo)
+
+
+def _per_uid(spark: SparkSession, writer: StateWriter, previous: State, state: State, rows: DataFrame,
+             survey: _Survey, incremental: bool, small: bool) -> set[int]:
+    """Steps 2 and 3: the uid status and expired rows of the buckets the new rows touch, then
+    their partials and those of the buckets of an origin that became a device (returned)."""
+    touched = survey.touched
+    status = uids.uid_status(rows, state.bucket_ms, spread=not small)
+    expired = uids.expired_keys(rows, state.bucket_ms)
     if incremental:
-        # The buckets the new rows concern: read off their uids (a scan of one column).
-        found = rows.select(uids.bucket_of(state.bucket_ms).alias("bucket")).distinct().collect()
-        touched = {int(r["bucket"]) for r in found}
-        old = run.old("uids", touched)
-        status = fresh if old is None else uids.merge_status(old.unionByName(fresh))
-    else:
-        status = fresh
-    writer.write_bucketed(state, "uids", status, touched)
+        before = read_dataset(spark, previous, "uids", touched)
+        if before is not None:
+            status = uids.merge_status(one_partition(before.unionByName(status))[0])
+        expired = _union(read_dataset(spark, previous, "expired", touched), expired)
+    writer.write_bundle(state, "uids", {"uids": status, "expired": expired}, buckets=touched)
     if not incremental:
         touched = set(state.bucketed.get("uids", {}))
-    # The touched buckets' expired rows: the state's and the new ones, rewritten as one file each.
-    writer.write_bucketed(state, "expired", _union(run.old("expired", touched), uids.expired_keys(rows, state.bucket_ms)),
-                          touched)
-    # Read back what was just written (columnar, only the columns each partial needs): cheaper
-    # than keeping the whole status in memory.
-    written = read_dataset(spark, state, "uids", touched)
-    assert written is not None
-    _partials(run, written, touched, incremental)
+    redo = touched | survey.more
+    _partials(spark, writer, state, redo)
+    return redo
+
+
+def _row_additive(spark: SparkSession, writer: StateWriter, previous: State, state: State, rows: DataFrame,
+                  incremental: bool) -> None:
+    """Step 4: the row-additive datasets, the state's merged with the new rows'."""
+
+    def merged(name: str, spec: Spec) -> DataFrame:
+        new, before = spec.of_rows(rows), read_dataset(spark, previous, name) if incremental else None
+        return new if before is None else spec.merged(one_partition(before.unionByName(new))[0])
 
     writer.write_bundle(state, "rows", {
-        "kinds": run.merged("kinds", kinds, rows),
-        "throughput": run.merged("throughput", traffic.throughput(), rows),
-        "device_hourly": run.merged("device_hourly", traffic.device_hourly(), rows),
-        "queues": run.merged("queues", traffic.queue_names(), rows),
-        "latency_buckets": run.merged("latency_buckets", latency.latency_buckets(), rows),
-        "latency_values": run.merged("latency_values", latency.latency_values(), rows),
-        "latency_groups": run.merged("latency_groups", latency.latency_groups(), rows),
+        "kinds": merged("kinds", traffic.kind_totals(check_nulls=False)),
+        "throughput": merged("throughput", traffic.throughput()),
+        "device_hourly": merged("device_hourly", traffic.device_hourly()),
+        "queues": merged("queues", traffic.queue_names()),
+        "latency_buckets": merged("latency_buckets", latency.latency_buckets()),
+        "latency_values": merged("latency_values", latency.latency_values()),
+        "latency_groups": merged("latency_groups", latency.latency_groups()),
     })
-    return Update(count, touched)
 
 
-def _partials(run: _Run, status: DataFrame, touched: set[int], incremental: bool) -> None:
-    """Compute the touched buckets' partials again, and keep the others'."""
-    state = run.state
+def _partials(spark: SparkSession, writer: StateWriter, state: State, buckets: set[int]) -> None:
+    """Compute the partials of ``buckets`` (all of every dataset derived from the uid status)
+    from the status just written: read back columnar, only the columns each partial needs,
+    which is cheaper than keeping the whole status in memory."""
+    status = read_dataset(spark, state, "uids", buckets)
+    keys = read_dataset(spark, state, "expired", buckets)
+    assert status is not None and keys is not None  # just written
+    status, keys = one_partition(status)[0], one_partition(keys)[0]
     derived = uids.derive(status, state.from_ms)
-    audit = run.replaced("audit", uids.audit_partial(derived), touched)
-    devices = device_origins(audit)
-    # An origin that became a device in this run: its uids in untouched buckets are audited
-    # now, so those buckets' gap lists are made again.
-    more: set[int] = set()
-    old_audit = run.old("audit")
-    if incremental and old_audit is not None:
-        flipped = devices.join(device_origins(old_audit), "origin", "left_anti")
-        more = {int(r["bucket"]) for r in old_audit.join(flipped, "origin", "left_semi").select("bucket").distinct().collect()}
-        more -= touched
-    gaps = uids.gap_partial(derived, devices)
-    if more:
-        again = read_dataset(run.spark, run.previous, "uids", more)
-        if again is not None:
-            gaps = gaps.unionByName(uids.gap_partial(uids.derive(again, state.from_ms), devices))
+    audit = uids.audit_partial(derived)
+    # Which origins are devices is decided over every bucket: the others' audit partials
+    # (the state's, not rewritten by this run) and these.
+    others = read_dataset(spark, state, "audit", set(state.bucketed.get("audit", {})) - buckets)
+    every = audit if others is None else one_partition(others.unionByName(audit))[0]
     e2e = uids.e2e_values(status)
-    run.writer.write_bundle(state, "e2e", {"e2e": latency.e2e_partial(e2e), "e2e_delivered": latency.e2e_delivered(e2e)},
-                            buckets=touched)
-    keys = read_dataset(run.spark, state, "expired", touched)
-    assert keys is not None  # just written
-    run.writer.write_bundle(state, "partials", {
+    writer.write_bundle(state, "partials", {
         "audit": audit,
-        "gaps": run.replaced("gaps", gaps, touched | more),
-        "dups": run.replaced("dups", uids.dup_partial(derived), touched),
-        "expiry_daily": run.replaced("expiry_daily", uids.expiry_daily_partial(derived), touched),
-        "expiry_where": run.replaced("expiry_where", uids.expiry_where_partial(keys), touched),
-        "device_expired": run.replaced("device_expired", uids.device_expired_partial(keys), touched),
-    })
+        "gaps": uids.gap_partial(derived, device_origins(every)),
+        "dups": uids.dup_partial(derived),
+        "expiry_daily": uids.expiry_daily_partial(derived),
+        "expiry_where": uids.expiry_where_partial(keys),
+        "device_expired": uids.device_expired_partial(keys),
+        "e2e": latency.e2e_partial(e2e),
+        "e2e_delivered": latency.e2e_delivered(e2e),
+    }, buckets=buckets)

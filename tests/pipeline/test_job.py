@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
 from edgeq.sync.pipeline.export import export_journal
+from edgeq.sync.pipeline.inputs import JournalConflict
 from edgeq.sync.pipeline.job import COLUMNS, REPORTS, PipelineResult, run_pipeline
 from edgeq.sync.pipeline.report import summary_text
 from edgeq.sync.pipeline.results import SCHEMA_VERSION, TOTALS
@@ -151,6 +152,33 @@ def test_missing_and_malformed_input_give_clear_errors(spark: SparkSession, tmp_
         run_pipeline(spark, tmp_path / "bad", tmp_path / "out")
     with pytest.raises(MalformedJournal, match="inside --journal"):
         run_pipeline(spark, tmp_path / "bad", tmp_path / "bad" / "reports")
+
+
+def test_several_journals_that_cannot_go_together_are_refused_naming_them(
+    spark: SparkSession, home_journal: HomeJournal, tmp_path: Path
+) -> None:
+    """Each journal of a run is one server's (docs/pipeline.md, "Several journals")."""
+    one, copy, nameless = tmp_path / "one", tmp_path / "copy", tmp_path / "nameless"
+    export_journal(home_journal.db, one)
+    export_journal(home_journal.db, copy)  # a second export of the same store
+    generate(nameless, 200, devices=2, days=1)
+    (nameless / "_edgeq_export.json").unlink()  # part files, no manifest naming a server
+    out = tmp_path / "out"
+    cases = {
+        "is given twice": [one, tmp_path / "." / "one"],
+        f"--out {one}/reports is inside --journal {one}": [nameless, one],
+        f"{one} and {copy} both hold HOME's journal": [one, copy],
+        f"{nameless} does not say which server's journal it is": [one, nameless],
+    }
+    for message, journals in cases.items():
+        target = one / "reports" if "--out" in message else out
+        with pytest.raises(JournalConflict, match=message):
+            run_pipeline(spark, journals, target)
+    with pytest.raises(JournalNotFound, match=f"{tmp_path / 'nowhere'} does not exist"):
+        run_pipeline(spark, [one, tmp_path / "nowhere"], out)
+    assert not out.exists()
+    # One journal needs no server name: the single-journal call is as before.
+    assert run_pipeline(spark, [nameless], out).audit_scope["journals"][0]["server"] is None
 
 
 def test_cli_pipeline_run_prints_the_summary_and_writes_the_page(

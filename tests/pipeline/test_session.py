@@ -3,6 +3,8 @@ condition, the Java exceptions behind them), never by words in their message."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,7 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, SparkFailed
 from edgeq.sync.pipeline.inputs import spark_schema
-from edgeq.sync.pipeline.session import condition_of, spark_errors
+from edgeq.sync.pipeline.session import (
+    PARTITIONS_PER_CORE,
+    condition_of,
+    job_settings,
+    shuffle_partitions,
+    spark_errors,
+)
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -56,3 +64,29 @@ def test_an_executor_without_python_is_a_spark_failure_whatever_the_message_says
 def test_an_error_that_is_not_sparks_is_left_alone() -> None:
     with pytest.raises(ZeroDivisionError), spark_errors("computing a report"):
         1 / 0  # noqa: B018
+
+
+def test_a_run_keeps_the_shuffle_partitions_the_session_was_started_with(spark: SparkSession) -> None:
+    """The tests' session is started with its own spark.sql.shuffle.partitions (as a cluster
+    operator's --conf would be): a run keeps it."""
+    assert shuffle_partitions(spark) is None
+    with job_settings(spark):
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_a_run_takes_its_shuffle_partitions_from_the_cores(tmp_path: Path) -> None:
+    """A session started without it (a fresh one, in a process of its own: one JVM a process)
+    gets PARTITIONS_PER_CORE per core while a run lasts, and its own setting back after."""
+    script = tmp_path / "partitions.py"
+    script.write_text(
+        "from edgeq.sync.pipeline.session import job_settings, shuffle_partitions, spark_session\n"
+        "spark = spark_session('local[3]', conf={'spark.ui.enabled': 'false'})\n"
+        "before = spark.conf.get('spark.sql.shuffle.partitions')\n"
+        "with job_settings(spark):\n"
+        "    during = spark.conf.get('spark.sql.shuffle.partitions')\n"
+        "print(shuffle_partitions(spark), before, during, spark.conf.get('spark.sql.shuffle.partitions'))\n"
+        "spark.stop()\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(3 * PARTITIONS_PER_CORE), "200", str(3 * PARTITIONS_PER_CORE), "200"]

@@ -1,6 +1,7 @@
 """The state an incremental run keeps: a run that dies leaves the previous state whole (the
 next run merges from it, and removes the dead run's files); a state that does not fit the
-journal any more is rebuilt, saying why."""
+journals any more is rebuilt, saying why; with several journals (one per server), each
+one's new parts are read, and a journal added or left out means a rebuild."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from edgeq.sync.pipeline.files import LocalFiles
+from edgeq.sync.pipeline.inputs import Journal
 from edgeq.sync.pipeline.job import run_pipeline
-from edgeq.sync.pipeline.state import STATE_DIR, StateWriter, load_state
+from edgeq.sync.pipeline.layout import Part
+from edgeq.sync.pipeline.state import STATE_DIR, JournalRecord, State, StateWriter, load_state, plan_run
 from pyspark.sql import SparkSession
 
 from benchmarks.pipeline_bench import generate
@@ -55,7 +58,7 @@ def test_a_run_that_dies_leaves_the_previous_state_whole(
         with pytest.raises(RuntimeError, match="died"):
             run_pipeline(spark, journal, out)
     same, _ = load_state(LocalFiles(), str(out))
-    assert same is not None and same.generation == state.generation and same.parts == state.parts
+    assert same is not None and same.generation == state.generation and same.journals == state.journals
     after = run_pipeline(spark, journal, out)
     assert after.audit_scope["mode"] == "incremental" and after.audit_scope["new_parts"] == len(later)
     assert_identical(after, run_pipeline(spark, journal, tmp_path / "full"))
@@ -77,3 +80,57 @@ def test_a_state_that_does_not_fit_the_journal_is_rebuilt(spark: SparkSession, t
     assert_identical(rebuilt, run_pipeline(spark, journal, tmp_path / "full"))
     forced = run_pipeline(spark, journal, out, full=True)
     assert forced.audit_scope["mode"] == "full" and "--full" in forced.audit_scope["reason"]
+
+
+def _journal(server: str, *ranges: tuple[int, int], size: int = 100) -> Journal:
+    parts = [Part(a, b, f"date=2025-11-21/part-{a:012d}-{b:012d}.parquet", size) for a, b in ranges]
+    return Journal(f"journals/{server}", parts, server, max(b for _, b in ranges))
+
+
+def _state(*journals: Journal) -> State:
+    """The state of a run that read these journals."""
+    return State(journals={j.key: JournalRecord(j.path, {p.name: [p.first, p.last, p.size] for p in j.parts})
+                           for j in journals}, bucket_ms=1)
+
+
+def test_several_journals_each_read_from_where_the_state_left_it() -> None:
+    a, b = _journal("HOMEA", (1, 10)), _journal("HOMEB", (1, 5))
+    grown_a, grown_b = _journal("HOMEA", (1, 10), (11, 20)), _journal("HOMEB", (1, 5), (6, 8), (9, 12))
+    plan = plan_run([grown_b, grown_a], _state(a, b), "", 1)  # the order given does not matter
+    assert plan.incremental and plan.new_parts == 3
+    assert {k: [(p.first, p.last) for p in v] for k, v in plan.new.items()} == {"HOMEA": [(11, 20)], "HOMEB": [(6, 8), (9, 12)]}
+    # ids are per server: HOMEB's new part starts below HOMEA's last id, and that is fine
+    assert plan_run([a, grown_b], _state(a, b), "", 1).incremental
+
+
+def test_a_journal_added_left_out_changed_or_behind_rebuilds_saying_which() -> None:
+    a, b, c = _journal("HOMEA", (1, 10)), _journal("HOMEB", (1, 5)), _journal("HOMEC", (1, 3))
+    reasons = {
+        "added": plan_run([a, b, c], _state(a, b), "", 1),
+        "left out": plan_run([a], _state(a, b), "", 1),
+        "changed": plan_run([a, _journal("HOMEB", (1, 5), size=99)], _state(a, b), "", 1),
+        "behind": plan_run([a, _journal("HOMEB", (1, 5), (4, 9))], _state(a, b), "", 1),
+    }
+    assert not any(plan.incremental for plan in reasons.values())
+    assert reasons["added"].reason == "journal(s) added since the last run: HOMEC"
+    assert reasons["left out"].reason == "journal(s) no longer given: HOMEB"
+    assert reasons["changed"].reason.startswith("HOMEB: date=2025-11-21/part-000000000001-000000000005.parquet changed")
+    assert reasons["behind"].reason.startswith("HOMEB: date=2025-11-21/part-000000000004-000000000009.parquet holds "
+                                               "journal ids the state has passed (up to 5)")
+    # A full plan reads every part of every journal into a fresh state.
+    assert reasons["added"].new_parts == 3 and set(reasons["added"].state.journals) == {"HOMEA", "HOMEB", "HOMEC"}
+    # One journal for another: said as before.
+    assert plan_run([b], _state(a), "", 1).reason == "the state is of server HOMEA's journal, this is HOMEB's"
+
+
+def test_the_state_manifest_keeps_each_journal(tmp_path: Path) -> None:
+    state = _state(_journal("HOMEA", (1, 10)), _journal("HOMEB", (1, 5), (6, 7)))
+    state.journals["HOMEB"].window_ms = 1_763_683_200_000
+    (tmp_path / STATE_DIR).mkdir()
+    (tmp_path / STATE_DIR / "state-000001.json").write_text(state.to_json())
+    back, why = load_state(LocalFiles(), str(tmp_path))
+    assert back == state and why == ""
+    assert back.part_count == 3 and back.journals["HOMEB"].max_id == 7
+    # A state of the earlier format (one journal, no windows) is rebuilt, saying so.
+    (tmp_path / STATE_DIR / "state-000002.json").write_text('{"format": 1, "server": "HOME", "parts": {}}')
+    assert load_state(LocalFiles(), str(tmp_path)) == (None, "the state state-000002.json is of another format or damaged")

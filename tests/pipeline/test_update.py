@@ -93,3 +93,29 @@ def test_a_generated_journal_grown_by_a_run_of_new_days(spark: SparkSession, tmp
     full = run_pipeline(spark, journal, tmp_path / "full", full=True)
     assert_identical(after, full)
     check_totals(full.totals, expected.totals(entries_of(journal)))
+
+
+def test_runs_spread_over_partitions_give_what_runs_in_one_give(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small run is done in one partition (no shuffles), a large one spread over the cores:
+    the same journal both ways, full and then incremental, gives the same reports."""
+    from edgeq.sync.pipeline import merge
+
+    journal = tmp_path / "journal"
+    generate(journal, 4_500, devices=40, days=3, file_rows=1_500)
+    parts = sorted(journal.glob("date=*/*.parquet"))
+    last = max(int(p.stem.split("-")[1]) for p in parts)
+    later, held = [p for p in parts if int(p.stem.split("-")[1]) == last], tmp_path / "held"
+    for p in later:
+        (held / p.parent.name).mkdir(parents=True, exist_ok=True)
+        p.rename(held / p.parent.name / p.name)
+    with monkeypatch.context() as patch:
+        patch.setattr(merge, "SMALL_BYTES", -1)  # nothing is small: every step spread
+        first = run_pipeline(spark, journal, tmp_path / "spread")
+        for p in later:
+            (held / p.parent.name / p.name).rename(p)
+        spread = run_pipeline(spark, journal, tmp_path / "spread")
+    assert first.audit_scope["mode"] == "full" and spread.audit_scope["mode"] == "incremental"
+    assert merge.one_partition(spark.range(10))[1]  # and now, as by default, a small frame is in one
+    assert_identical(spread, run_pipeline(spark, journal, tmp_path / "one", full=True))
