@@ -13,16 +13,19 @@ delivered, some expire on the server, some on the device before they were
 sent, and a few on both sides. Needs the ``pipeline`` extra (pyarrow, pyspark)
 and Java 17+. Rows/s is journal rows divided by the job's wall time (reading
 the journal, keeping the state for the next run and writing every report;
-Spark's start-up is reported apart). Each size is generated with 1% more rows
-as a last batch of part files (``--grow``): the full run reads the journal
-without them, then an incremental run, in the same Spark session, reads only
-them; its time is reported as a fraction of the full run's.
+Spark's start-up is reported apart; so is the machine's load average at each
+run's start, since other work on the machine skews the figures). Each size is
+generated with 1% more rows as a last batch of part files (``--grow``): the
+full run reads the journal without them, then an incremental run, in the same
+Spark session, reads only them; its time is reported as a fraction of the full
+run's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import shutil
@@ -163,6 +166,7 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any) -> dic
     shutil.rmtree(out, ignore_errors=True)
     later = _last_batch(journal) if extra else []
     _move(later, journal, held)  # the export before the journal grew
+    load = os.getloadavg()[0]  # other work on the machine skews the figures: report it beside them
     try:
         full = run_pipeline(spark, journal, out, full=True, progress=say)
     finally:
@@ -170,17 +174,20 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any) -> dic
     row: dict[str, Any] = {
         "rows": full.journal_rows, "seconds": round(full.total_seconds, 1),
         "rows_per_s": round(full.journal_rows / full.total_seconds),
-        "steps": {k: round(v, 1) for k, v in full.seconds.items()},
+        "steps": {k: round(v, 1) for k, v in full.seconds.items()}, "load": round(load, 2),
     }
-    print(f"{full.journal_rows:>12,} rows  {full.total_seconds:8.1f} s  {row['rows_per_s']:>12,} rows/s  (full)")
+    print(f"{full.journal_rows:>12,} rows  {full.total_seconds:8.1f} s  {row['rows_per_s']:>12,} rows/s  (full, "
+          f"load {load:.2f})")
     if extra:
+        load = os.getloadavg()[0]
         inc = run_pipeline(spark, journal, out, progress=say)
         new_rows = int(inc.audit_scope["new_rows"])
         row |= {"grown_rows": new_rows, "incremental_seconds": round(inc.total_seconds, 1),
                 "incremental_ratio": round(inc.total_seconds / full.total_seconds, 3),
-                "incremental_steps": {k: round(v, 1) for k, v in inc.seconds.items()}}
+                "incremental_steps": {k: round(v, 1) for k, v in inc.seconds.items()},
+                "incremental_load": round(load, 2)}
         print(f"{new_rows:>12,} new   {inc.total_seconds:8.1f} s  {inc.total_seconds / full.total_seconds:>12.1%} "
-              "of the full run  (incremental)")
+              f"of the full run  (incremental, load {load:.2f})")
     return row
 
 
@@ -215,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                 conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
                 spark = spark_session(args.master, conf={**conf, "spark.ui.showConsoleProgress": "false"})
                 started_s = round(time.perf_counter() - t0, 1)
-                print(f"Spark started in {started_s:.1f} s ({args.master})", file=sys.stderr)
+                print(f"Spark started in {started_s:.1f} s ({args.master}, load {os.getloadavg()[0]:.2f})",
+                      file=sys.stderr)
             results.append(run_size(spark, root, size, grow=args.grow, say=say))
     finally:
         if spark is not None:

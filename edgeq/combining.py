@@ -10,10 +10,11 @@ outcome of the :class:`Group` it joined. The next writer runs its body in a
 SAVEPOINT of that transaction, and so on; the last one (nobody waiting, or the
 group's ``limit`` reached, which bounds a writer's wait) COMMITs once for all of
 them, then waits for the flush that covers the COMMIT on behalf of those that need
-it (:meth:`SyncBarrier.wait <edgeq.commits.SyncBarrier.wait>`), and wakes each. A
-group costs one COMMIT and one flush, its pages are written to the WAL once rather
-than once per writer, and each member thread blocks once, not once for the COMMIT
-and again for the flush (a thread switch costs more than a put's own SQL).
+it (:meth:`SyncBarrier.wait <edgeq.commits.SyncBarrier.wait>`; if its own write
+needs none, the group's first durable member does), and wakes each. A group costs
+one COMMIT and one flush, its pages are written to the WAL once rather than once
+per writer, and each member thread blocks once, not once for the COMMIT and again
+for the flush: thread switches cost CPU that GIL-bound threads share.
 
 What a caller sees is unchanged:
 

@@ -40,15 +40,9 @@ __all__ = [
 ]
 
 #: Settings for a local master (one machine, a few cores): adaptive execution (it merges
-#: small shuffle partitions), no progress bar, and a JVM that compiles Spark's code with
-#: its quick compiler only (C1; the code cache made room for it). A local run is one short
-#: JVM whose time goes mostly to Spark warming up, and the optimising compiler (C2) spent
-#: more CPU compiling it than its faster code saved: measured on 2 cores, Spark started in
-#: about half the time, a 5,000-row journal's run took half the CPU, a million rows' 20 %
-#: less, and ten million rows about the same. The number of shuffle partitions is set per
-#: run from the cores there are (:func:`job_settings`), on any master.
+#: small shuffle partitions), no progress bar. The number of shuffle partitions is set
+#: per run from the cores there are (:func:`job_settings`), on any master.
 LOCAL_CONF: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m",
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.ui.showConsoleProgress": "false",

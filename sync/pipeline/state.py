@@ -37,7 +37,8 @@ __all__ = ["STATE_DIR", "STATE_FORMAT", "JournalRecord", "Plan", "State", "State
 STATE_DIR = "_state"
 #: Bumped whenever what the state holds changes: a state of another format is rebuilt.
 #: 2: several journals (per server), and the uid status's ``window_ms``.
-STATE_FORMAT = 2
+#: 3: the partials read off the uid status (audit, gaps, ...) split by bucket like it.
+STATE_FORMAT = 3
 _MANIFEST_PREFIX = "state-"
 
 
