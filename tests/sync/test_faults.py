@@ -212,8 +212,11 @@ def test_messages_that_expire_between_the_stages_are_never_delivered(make_rig: R
     rig = make_rig(batch_size=100)
     rng = random.Random(12)
     lasting = set(rig.put(20, tag="keep", rng=rng))
-    deadline = now_ms() + 4000
     short = set(rig.put(20, tag="short", rng=rng, expiring=1.0, expiry_ms=(4000, 4000)))
+    # Taken after the puts, so no short message expires later than this (on a loaded
+    # machine the puts themselves may take a second: a deadline taken before them
+    # would release the confirm while the last ones are still alive).
+    deadline = now_ms() + 4000
     at_confirm: list[tuple[int, int]] = []
 
     def hold_until_expired() -> None:
