@@ -18,7 +18,8 @@ run's start, since other work on the machine skews the figures). Each size is
 generated with 1% more rows as a last batch of part files (``--grow``): the
 full run reads the journal without them, then an incremental run, in the same
 Spark session, reads only them; its time is reported as a fraction of the full
-run's.
+run's. Each size runs in a process (a JVM) of its own, started with the options
+``edgeq pipeline run`` would choose for that journal.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import platform
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -191,6 +193,28 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any) -> dic
     return row
 
 
+def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
+    """Start Spark for a journal of ``size`` rows and time :func:`run_size` in it."""
+    from edgeq.sync.pipeline.job import spark_session
+    from edgeq.sync.pipeline.session import QUICK_JIT
+
+    t0 = time.perf_counter()
+    conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
+    conf["spark.ui.showConsoleProgress"] = "false"
+    rows = {"auto": size, "quick": 0, "default": None}[args.jvm]  # what jvm_conf is told
+    spark = spark_session(args.master, conf=conf, journal_rows=rows)
+    started_s = round(time.perf_counter() - t0, 1)
+    jvm = "quick JIT (C1 only)" if QUICK_JIT in spark.sparkContext.getConf().get(
+        "spark.driver.extraJavaOptions", "") else "default JIT"
+    print(f"Spark started in {started_s:.1f} s ({args.master}, {jvm}, load {os.getloadavg()[0]:.2f})",
+          file=sys.stderr, flush=True)
+    try:
+        row = run_size(spark, args.dir, size, grow=args.grow, say=say)
+    finally:
+        spark.stop()
+    return row | {"spark_start_s": started_s, "jvm": jvm}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.pipeline_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="1M,10M", help="comma-separated sizes, e.g. 5k,1M,10M (default 1M,10M)")
@@ -201,37 +225,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate-only", action="store_true", help="only write the synthetic journal")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory for local masters (default 4g)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines, only the results")
+    parser.add_argument("--jvm", choices=("auto", "quick", "default"), default="auto",
+                        help="the JVM's compiler: as edgeq pipeline run chooses it by the journal's size (auto), "
+                             "or C1 only (quick), or the JVM's default, whatever the size")
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # one size, in a child process
     args = parser.parse_args(argv)
-    from edgeq.sync.pipeline.job import spark_session
 
     def say(text: str) -> None:
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
 
+    sizes = [_size(s) for s in args.rows.split(",")]
+    if args.one is not None:  # a child of the run below: one size, in this process's own JVM
+        print(json.dumps(_one_size(args, args.one, say)))
+        return 0
     root = args.dir or Path(tempfile.mkdtemp(prefix="edgeq-pipeline-bench-"))
-    results, started_s = [], None
-    spark = None
+    results = []
     try:
-        for size in [_size(s) for s in args.rows.split(",")]:
+        for size in sizes:
             if args.generate_only:
                 generate(root / f"journal-{size}-{int(size * args.grow)}", size + int(size * args.grow),
                          last_rows=int(size * args.grow))
                 continue
-            if spark is None:
-                t0 = time.perf_counter()
-                conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
-                spark = spark_session(args.master, conf={**conf, "spark.ui.showConsoleProgress": "false"})
-                started_s = round(time.perf_counter() - t0, 1)
-                print(f"Spark started in {started_s:.1f} s ({args.master}, load {os.getloadavg()[0]:.2f})",
-                      file=sys.stderr)
-            results.append(run_size(spark, root, size, grow=args.grow, say=say))
+            # Each size in a process of its own, as each `edgeq pipeline run` is: a JVM's options
+            # are fixed when it starts (pyspark keeps one per process), and they are chosen by the
+            # journal's size (session.jvm_conf); Spark's start-up is reported for each.
+            command = [sys.executable, "-m", "benchmarks.pipeline_bench", "--one", str(size), "--dir", str(root),
+                       "--grow", str(args.grow), "--master", args.master, "--driver-memory", args.driver_memory,
+                       "--jvm", args.jvm]
+            child = subprocess.run(command + (["--quiet"] if args.quiet else []), stdout=subprocess.PIPE, text=True)
+            if child.returncode != 0:
+                print(f"the {size:,}-row run failed (exit {child.returncode})", file=sys.stderr)
+                return 1
+            *lines, last = child.stdout.strip().splitlines()
+            print("\n".join(lines), flush=True)  # the child's table lines; its last line is its result
+            results.append(json.loads(last))
     finally:
-        if spark is not None:
-            spark.stop()
         if args.dir is None and not args.generate_only:
             shutil.rmtree(root, ignore_errors=True)
     machine = f"{platform.machine()}, {platform.python_version()}, master {args.master}"
-    print(json.dumps({"machine": machine, "spark_start_s": started_s, "results": results}, indent=2))
+    print(json.dumps({"machine": machine, "results": results}, indent=2))
     return 0
 
 

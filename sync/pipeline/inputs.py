@@ -33,6 +33,7 @@ __all__ = [
     "check_part_files",
     "check_servers",
     "find_journal",
+    "journal_rows",
     "read_parts",
     "spark_schema",
 ]
@@ -68,6 +69,17 @@ class Journal:
         if not self.parts:
             return "no part files"
         return f"{len(self.parts):,} part file(s), journal ids {self.parts[0].first:,} to {max(p.last for p in self.parts):,}"
+
+
+def journal_rows(journals: Sequence[Journal]) -> int:
+    """About how many rows ``journals`` hold, from their part files' names alone (each
+    journal's ids are consecutive: its highest id less its lowest, plus one), to size a
+    run before Spark starts.
+
+    >>> journal_rows([Journal("j", [Part(1, 4096, "a", 1), Part(4097, 5000, "b", 1)])])
+    5000
+    """
+    return sum(max(p.last for p in j.parts) - min(p.first for p in j.parts) + 1 for j in journals if j.parts)
 
 
 def _local_precheck(path: str) -> None:

@@ -42,6 +42,7 @@ from edgeq.sync.pipeline.inputs import (
     check_part_files,
     check_servers,
     find_journal,
+    journal_rows,
     read_parts,
 )
 from edgeq.sync.pipeline.results import (
@@ -254,9 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.html and not is_local(args.out):
             raise PipelineError(f"--html writes a local file, and --out {args.out} is not local")
         check_arguments(args.journal, args.out)
-        check_servers([check_journal(journal) for journal in args.journal])
+        found = [check_journal(journal) for journal in args.journal]
+        check_servers(found)
         say("starting Spark" + (f" ({args.master})" if args.master else ""))
-        spark = spark_session(args.master)
+        spark = spark_session(args.master, journal_rows=journal_rows(found))
         try:
             result = run_pipeline(spark, args.journal, args.out, full=args.full, progress=say)
         finally:

@@ -31,9 +31,12 @@ __all__ = [
     "JOB_CONF",
     "LOCAL_CONF",
     "PARTITIONS_PER_CORE",
+    "QUICK_JIT",
+    "QUICK_JIT_ROWS",
     "condition_of",
     "first_line",
     "job_settings",
+    "jvm_conf",
     "shuffle_partitions",
     "spark_errors",
     "spark_session",
@@ -48,6 +51,16 @@ LOCAL_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
 }
 
+#: JVM options for a local run over a small journal: compile with the quick compiler only
+#: (C1; the code cache made room for it). Such a run is one short JVM whose time goes to
+#: Spark warming up, many short stages whose code the optimising compiler (C2) compiles
+#: after they have ended: C2's compile threads take one of the cores from the job. On a
+#: large journal C2's faster code pays for itself (measured on 2 cores: docs/pipeline.md,
+#: "Speed").
+QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+#: Below this many journal rows a local run starts its JVM with :data:`QUICK_JIT`.
+QUICK_JIT_ROWS = 4_000_000
+
 #: Spark error conditions that mean the input files cannot be read as a journal.
 _UNREADABLE = ("FAILED_READ_FILE", "CANNOT_READ_FILE_FOOTER", "CANNOT_MERGE_SCHEMAS", "UNSUPPORTED_FILE_FORMAT")
 #: Java exception types (in a cause chain) that mean the same.
@@ -60,14 +73,35 @@ _MISSING = ("PATH_NOT_FOUND",)
 _MISSING_JAVA = ("java.io.FileNotFoundException",)
 
 
+def jvm_conf(master: str | None, journal_rows: int | None, conf: dict[str, str] | None = None) -> dict[str, str]:
+    """``conf`` with the JVM options that suit a run over about ``journal_rows`` rows: on a
+    local master, :data:`QUICK_JIT` below :data:`QUICK_JIT_ROWS` rows (added to any
+    ``spark.driver.extraJavaOptions`` of ``conf``, which win). A cluster's JVMs, or a run
+    of unknown size, are left as they are.
+
+    >>> jvm_conf("local[2]", 5_000)["spark.driver.extraJavaOptions"]
+    '-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m'
+    >>> jvm_conf("local[2]", 10_000_000), jvm_conf("spark://host:7077", 5_000)
+    ({}, {})
+    """
+    merged = dict(conf or {})
+    if master is None or not master.startswith("local") or journal_rows is None or journal_rows >= QUICK_JIT_ROWS:
+        return merged
+    key = "spark.driver.extraJavaOptions"
+    merged[key] = f"{QUICK_JIT} {merged[key]}" if merged.get(key) else QUICK_JIT
+    return merged
+
+
 def spark_session(
     master: str | None = None, *, app_name: str = "edgeq-pipeline", conf: dict[str, str] | None = None,
-    quiet: bool = True,
+    quiet: bool = True, journal_rows: int | None = None,
 ) -> SparkSession:
     """A SparkSession for the job: UTC session time zone, :data:`LOCAL_CONF` for a local
     master (``conf`` overrides); ``master`` None leaves it to ``spark-submit`` (or pyspark's
-    default, ``local[*]``). For example ``spark_session("local[2]")`` (a JVM starts: the
-    pipeline tests make one per run).
+    default, ``local[*]``). ``journal_rows`` (about how many rows the run reads, e.g.
+    :func:`~edgeq.sync.pipeline.inputs.journal_rows`) chooses the JVM's options
+    (:func:`jvm_conf`); they apply only if this starts the JVM. For example
+    ``spark_session("local[2]")`` (a JVM starts: the pipeline tests make one per run).
     """
     require("pyspark")
     if shutil.which("java") is None and not _java_home():
@@ -83,7 +117,7 @@ def spark_session(
         if master.startswith("local"):
             for key, value in LOCAL_CONF.items():
                 builder = builder.config(key, value)
-    for key, value in (conf or {}).items():
+    for key, value in jvm_conf(master, journal_rows, conf).items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()

@@ -74,19 +74,42 @@ def test_a_run_keeps_the_shuffle_partitions_the_session_was_started_with(spark: 
         assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
 
+def _run_script(tmp_path: Path, text: str) -> str:
+    """Run ``text`` as a Python script in a process (and a JVM) of its own; its stdout."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def test_a_run_takes_its_shuffle_partitions_from_the_cores(tmp_path: Path) -> None:
     """A session started without it (a fresh one, in a process of its own: one JVM a process)
     gets PARTITIONS_PER_CORE per core while a run lasts, and its own setting back after."""
-    script = tmp_path / "partitions.py"
-    script.write_text(
+    stdout = _run_script(
+        tmp_path,
         "from edgeq.sync.pipeline.session import job_settings, shuffle_partitions, spark_session\n"
         "spark = spark_session('local[3]', conf={'spark.ui.enabled': 'false'})\n"
         "before = spark.conf.get('spark.sql.shuffle.partitions')\n"
         "with job_settings(spark):\n"
         "    during = spark.conf.get('spark.sql.shuffle.partitions')\n"
         "print(shuffle_partitions(spark), before, during, spark.conf.get('spark.sql.shuffle.partitions'))\n"
-        "spark.stop()\n"
+        "spark.stop()\n",
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == [str(3 * PARTITIONS_PER_CORE), "200", str(3 * PARTITIONS_PER_CORE), "200"]
+    assert stdout.split() == [str(3 * PARTITIONS_PER_CORE), "200", str(3 * PARTITIONS_PER_CORE), "200"]
+
+
+def test_a_small_journals_local_run_starts_its_jvm_with_the_quick_compiler_only(tmp_path: Path) -> None:
+    """The options jvm_conf chooses reach the JVM that starts (a process of its own: one JVM a
+    process), beside the user's own."""
+    stdout = _run_script(
+        tmp_path,
+        "from edgeq.sync.pipeline.session import spark_session\n"
+        "spark = spark_session('local[1]', journal_rows=5_000, conf={'spark.ui.enabled': 'false',\n"
+        "                      'spark.driver.extraJavaOptions': '-Dedgeq.test=yes'})\n"
+        "bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()\n"
+        "print(' '.join(str(a) for a in bean.getInputArguments()))\n"
+        "spark.stop()\n",
+    )
+    arguments = stdout.split()
+    assert "-XX:TieredStopAtLevel=1" in arguments and "-Dedgeq.test=yes" in arguments

@@ -119,3 +119,55 @@ def test_runs_spread_over_partitions_give_what_runs_in_one_give(
     assert first.audit_scope["mode"] == "full" and spread.audit_scope["mode"] == "incremental"
     assert merge.one_partition(spark.range(10))[1]  # and now, as by default, a small frame is in one
     assert_identical(spread, run_pipeline(spark, journal, tmp_path / "one", full=True))
+
+
+def _write_part(journal: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` (ids already in order) as one part file per day, as ``edgeq export`` writes them."""
+    import time as _time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from edgeq.sync.pipeline.export import arrow_schema, part_name
+
+    first, last = rows[0]["id"], rows[-1]["id"]
+    by_day: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_day.setdefault(row["at_ms"] // 86_400_000, []).append(row)
+    for day, some in by_day.items():
+        folder = journal / f"date={_time.strftime('%Y-%m-%d', _time.gmtime(day * 86_400))}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(some, schema=arrow_schema()), folder / part_name(first, last))
+
+
+def test_the_first_server_rows_arriving_in_an_incremental_run_give_what_a_full_run_gives(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A journal whose first export held only device-reported expiries (no server-side row,
+    so no audit window yet); the next export brings the server's rows, and with them the
+    window: the incremental run must judge every uid as a full run over both does."""
+    import dataclasses
+    import json
+
+    from edgeq.sync.pipeline.export import MANIFEST
+
+    source = tmp_path / "generated"
+    generate(source, 3_000, devices=20, days=2, file_rows=3_000)
+    entries = sorted(entries_of(source), key=lambda e: e.id)
+    device = [e for e in entries if e.side == "device"]
+    server = [e for e in entries if e.side != "device"]
+    assert device and server
+    renumbered = [dataclasses.replace(e, id=i) for i, e in enumerate(device + server, start=1)]
+    rows = [dataclasses.asdict(e) for e in renumbered]
+    journal, out = tmp_path / "journal", tmp_path / "reports"
+    manifest = {"format": 1, "server": "BENCH", "synthetic": True}
+    _write_part(journal, rows[: len(device)])
+    (journal / MANIFEST).write_text(json.dumps(manifest | {"watermark": len(device), "rows": len(device)}))
+    first = run_pipeline(spark, journal, out)
+    assert first.audit_scope["mode"] == "full" and first.audit_scope["from_ms"] is None
+    _write_part(journal, rows[len(device):])
+    (journal / MANIFEST).write_text(json.dumps(manifest | {"watermark": len(rows), "rows": len(rows)}))
+    after = run_pipeline(spark, journal, out)
+    full = run_pipeline(spark, journal, tmp_path / "full", full=True)
+    assert after.audit_scope["from_ms"] == full.audit_scope["from_ms"] is not None
+    assert_identical(after, full)
+    check_totals(after.totals, expected.totals(renumbered))
