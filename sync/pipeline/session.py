@@ -56,7 +56,7 @@ LOCAL_CONF: dict[str, str] = {
 #: Spark warming up, many short stages whose code the optimising compiler (C2) compiles
 #: after they have ended: C2's compile threads take one of the cores from the job. On a
 #: large journal C2's faster code pays for itself (measured on 2 cores: docs/pipeline.md,
-#: "Speed").
+#: "Performance").
 QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 #: Below this many journal rows a local run starts its JVM with :data:`QUICK_JIT`.
 QUICK_JIT_ROWS = 4_000_000
