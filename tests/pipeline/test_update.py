@@ -13,6 +13,7 @@ from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, PipelineResult, run_pipel
 from pyspark.sql import SparkSession
 
 from benchmarks.pipeline_bench import generate
+from edgeq.journal import JournalEntry
 
 from . import expected
 from .compare import check, check_totals, entries_of
@@ -121,22 +122,14 @@ def test_runs_spread_over_partitions_give_what_runs_in_one_give(
     assert_identical(spread, run_pipeline(spark, journal, tmp_path / "one", full=True))
 
 
-def _write_part(journal: Path, rows: list[dict[str, Any]]) -> None:
-    """``rows`` (ids already in order) as one part file per day, as ``edgeq export`` writes them."""
-    import time as _time
-
+def _write_part(journal: Path, entries: list[JournalEntry]) -> None:
+    """``entries`` (ids in order) as one batch of part files, written by ``edgeq export``'s own writer."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from edgeq.sync.pipeline.export import arrow_schema, part_name
+    from edgeq.sync.pipeline.export import _write_batch, arrow_schema
 
-    first, last = rows[0]["id"], rows[-1]["id"]
-    by_day: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_day.setdefault(row["at_ms"] // 86_400_000, []).append(row)
-    for day, some in by_day.items():
-        folder = journal / f"date={_time.strftime('%Y-%m-%d', _time.gmtime(day * 86_400))}"
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(some, schema=arrow_schema()), folder / part_name(first, last))
+    journal.mkdir(parents=True, exist_ok=True)
+    _write_batch(pa, pq, arrow_schema(), journal, entries, entries[0].id, entries[-1].id)
 
 
 def test_the_first_server_rows_arriving_in_an_incremental_run_give_what_a_full_run_gives(
@@ -157,16 +150,16 @@ def test_the_first_server_rows_arriving_in_an_incremental_run_give_what_a_full_r
     server = [e for e in entries if e.side != "device"]
     assert device and server
     renumbered = [dataclasses.replace(e, id=i) for i, e in enumerate(device + server, start=1)]
-    rows = [dataclasses.asdict(e) for e in renumbered]
     journal, out = tmp_path / "journal", tmp_path / "reports"
     manifest = {"format": 1, "server": "BENCH", "synthetic": True}
-    _write_part(journal, rows[: len(device)])
+    _write_part(journal, renumbered[: len(device)])
     (journal / MANIFEST).write_text(json.dumps(manifest | {"watermark": len(device), "rows": len(device)}))
     first = run_pipeline(spark, journal, out)
     assert first.audit_scope["mode"] == "full" and first.audit_scope["from_ms"] is None
-    _write_part(journal, rows[len(device):])
-    (journal / MANIFEST).write_text(json.dumps(manifest | {"watermark": len(rows), "rows": len(rows)}))
+    _write_part(journal, renumbered[len(device):])
+    (journal / MANIFEST).write_text(json.dumps(manifest | {"watermark": len(entries), "rows": len(entries)}))
     after = run_pipeline(spark, journal, out)
+    assert after.audit_scope["mode"] == "incremental"
     full = run_pipeline(spark, journal, tmp_path / "full", full=True)
     assert after.audit_scope["from_ms"] == full.audit_scope["from_ms"] is not None
     assert_identical(after, full)
