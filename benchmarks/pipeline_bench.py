@@ -16,10 +16,11 @@ the journal, keeping the state for the next run and writing every report;
 Spark's start-up is reported apart; so is the machine's load average at each
 run's start, since other work on the machine skews the figures). Each size is
 generated with 1% more rows as a last batch of part files (``--grow``): the
-full run reads the journal without them, then an incremental run, in the same
-Spark session, reads only them; its time is reported as a fraction of the full
-run's. Each size runs in a process (a JVM) of its own, started with the options
-``edgeq pipeline run`` would choose for that journal.
+full run reads the journal without them, then an incremental run reads only
+them; its time is reported as a fraction of the full run's. Each run is a
+process (a JVM) of its own, started with the options ``edgeq pipeline run``
+would choose for that journal, as each ``edgeq pipeline run`` is: the
+incremental run starts as cold as the full one.
 """
 
 from __future__ import annotations
@@ -153,18 +154,31 @@ def _move(parts: list[Path], source: Path, target: Path) -> None:
         part.rename(moved)
 
 
-def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any) -> dict[str, Any]:
-    """Generate (once) a journal of ``size`` rows plus ``grow`` of it as a last batch; time a
-    full run over the first ``size`` rows, then an incremental run over the last batch."""
+def _paths(root: Path, size: int, grow: float) -> tuple[int, Path, Path, Path]:
+    extra = int(size * grow)
+    return extra, root / f"journal-{size}-{extra}", root / f"held-{size}-{extra}", root / f"reports-{size}"
+
+
+def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any, phase: str = "full") -> dict[str, Any]:
+    """Generate (once) a journal of ``size`` rows plus ``grow`` of it as a last batch, then
+    time one ``phase``: ``full``, a full run over the first ``size`` rows (the last batch held
+    back); ``incremental``, a run over the whole journal into the same output, which reads
+    only the last batch."""
     from edgeq.sync.pipeline.job import run_pipeline
 
-    extra = int(size * grow)
-    journal, held = root / f"journal-{size}-{extra}", root / f"held-{size}-{extra}"
+    extra, journal, held, out = _paths(root, size, grow)
+    if phase == "incremental":
+        load = os.getloadavg()[0]
+        inc = run_pipeline(spark, journal, out, progress=say)
+        if inc.audit_scope["mode"] != "incremental":
+            raise SystemExit(f"the run after the full one was not incremental: {inc.audit_scope['reason']}")
+        return {"grown_rows": int(inc.audit_scope["new_rows"]), "incremental_seconds": round(inc.total_seconds, 1),
+                "incremental_steps": {k: round(v, 1) for k, v in inc.seconds.items()},
+                "incremental_load": round(load, 2)}
     if not journal.exists():
         t0 = time.perf_counter()
         n = generate(journal, size + extra, last_rows=extra)
         say(f"generated {n:,} rows in {time.perf_counter() - t0:.1f} s -> {journal}")
-    out = root / f"reports-{size}"
     shutil.rmtree(out, ignore_errors=True)
     later = _last_batch(journal) if extra else []
     _move(later, journal, held)  # the export before the journal grew
@@ -173,28 +187,16 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any) -> dic
         full = run_pipeline(spark, journal, out, full=True, progress=say)
     finally:
         _move([held / p.relative_to(journal) for p in later], held, journal)
-    row: dict[str, Any] = {
+    return {
         "rows": full.journal_rows, "seconds": round(full.total_seconds, 1),
         "rows_per_s": round(full.journal_rows / full.total_seconds),
         "steps": {k: round(v, 1) for k, v in full.seconds.items()}, "load": round(load, 2),
     }
-    print(f"{full.journal_rows:>12,} rows  {full.total_seconds:8.1f} s  {row['rows_per_s']:>12,} rows/s  (full, "
-          f"load {load:.2f})")
-    if extra:
-        load = os.getloadavg()[0]
-        inc = run_pipeline(spark, journal, out, progress=say)
-        new_rows = int(inc.audit_scope["new_rows"])
-        row |= {"grown_rows": new_rows, "incremental_seconds": round(inc.total_seconds, 1),
-                "incremental_ratio": round(inc.total_seconds / full.total_seconds, 3),
-                "incremental_steps": {k: round(v, 1) for k, v in inc.seconds.items()},
-                "incremental_load": round(load, 2)}
-        print(f"{new_rows:>12,} new   {inc.total_seconds:8.1f} s  {inc.total_seconds / full.total_seconds:>12.1%} "
-              f"of the full run  (incremental, load {load:.2f})")
-    return row
 
 
 def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
-    """Start Spark for a journal of ``size`` rows and time :func:`run_size` in it."""
+    """Start Spark as ``edgeq pipeline run`` would for a journal of ``size`` rows and time one
+    phase of :func:`run_size` in it."""
     from edgeq.sync.pipeline.job import spark_session
     from edgeq.sync.pipeline.session import QUICK_JIT
 
@@ -202,6 +204,11 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
     conf["spark.ui.showConsoleProgress"] = "false"
     rows = {"auto": size, "quick": 0, "default": None}[args.jvm]  # what jvm_conf is told
+    if args.jvm == "auto" and args.phase == "incremental":  # the rows it reads, as edgeq pipeline run counts them
+        from edgeq.sync.pipeline.job import check_journal, rows_to_read
+
+        _, journal, _, out = _paths(args.dir, size, args.grow)
+        rows = rows_to_read([check_journal(str(journal))], str(out))
     spark = spark_session(args.master, conf=conf, journal_rows=rows)
     started_s = round(time.perf_counter() - t0, 1)
     jvm = "quick JIT (C1 only)" if QUICK_JIT in spark.sparkContext.getConf().get(
@@ -209,10 +216,45 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     print(f"Spark started in {started_s:.1f} s ({args.master}, {jvm}, load {os.getloadavg()[0]:.2f})",
           file=sys.stderr, flush=True)
     try:
-        row = run_size(spark, args.dir, size, grow=args.grow, say=say)
+        row = run_size(spark, args.dir, size, grow=args.grow, say=say, phase=args.phase)
     finally:
         spark.stop()
-    return row | {"spark_start_s": started_s, "jvm": jvm}
+    key = "spark_start_s" if args.phase == "full" else "incremental_spark_start_s"
+    return row | {key: started_s, "jvm": jvm}
+
+
+def _child(args: argparse.Namespace, root: Path, size: int, phase: str) -> dict[str, Any] | None:
+    """One phase of one size in a process (a JVM) of its own, as each ``edgeq pipeline run``
+    is: a JVM's options are fixed when it starts (pyspark keeps one per process) and chosen
+    by the journal's size (session.jvm_conf), and an incremental run starts cold like any
+    other run, not in the JVM the full run warmed up."""
+    command = [sys.executable, "-m", "benchmarks.pipeline_bench", "--one", str(size), "--phase", phase,
+               "--dir", str(root), "--grow", str(args.grow), "--master", args.master,
+               "--driver-memory", args.driver_memory, "--jvm", args.jvm]
+    child = subprocess.run(command + (["--quiet"] if args.quiet else []), stdout=subprocess.PIPE, text=True)
+    if child.returncode != 0:
+        print(f"the {size:,}-row {phase} run failed (exit {child.returncode})", file=sys.stderr)
+        return None
+    return dict(json.loads(child.stdout.strip().splitlines()[-1]))
+
+
+def _measure(args: argparse.Namespace, root: Path, size: int) -> dict[str, Any] | None:
+    """The full run of ``size`` rows, then (``--grow``) the incremental run, each in its own JVM."""
+    row = _child(args, root, size, "full")
+    if row is None:
+        return None
+    print(f"{row['rows']:>12,} rows  {row['seconds']:8.1f} s  {row['rows_per_s']:>12,} rows/s  (full, "
+          f"load {row['load']:.2f})", flush=True)
+    if args.grow:
+        inc = _child(args, root, size, "incremental")
+        if inc is None:
+            return None
+        inc.pop("jvm", None)
+        row |= inc | {"incremental_ratio": round(inc["incremental_seconds"] / row["seconds"], 3)}
+        print(f"{row['grown_rows']:>12,} new   {row['incremental_seconds']:8.1f} s  "
+              f"{row['incremental_ratio']:>12.1%} of the full run  (incremental, load {row['incremental_load']:.2f})",
+              flush=True)
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the JVM's compiler: as edgeq pipeline run chooses it by the journal's size (auto), "
                              "or C1 only (quick), or the JVM's default, whatever the size")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # one size, in a child process
+    parser.add_argument("--phase", choices=("full", "incremental"), default="full", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     def say(text: str) -> None:
@@ -236,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             print(text, file=sys.stderr, flush=True)
 
     sizes = [_size(s) for s in args.rows.split(",")]
-    if args.one is not None:  # a child of the run below: one size, in this process's own JVM
+    if args.one is not None:  # a child of the run below: one phase of one size, in this process's own JVM
         print(json.dumps(_one_size(args, args.one, say)))
         return 0
     root = args.dir or Path(tempfile.mkdtemp(prefix="edgeq-pipeline-bench-"))
@@ -247,19 +290,10 @@ def main(argv: list[str] | None = None) -> int:
                 generate(root / f"journal-{size}-{int(size * args.grow)}", size + int(size * args.grow),
                          last_rows=int(size * args.grow))
                 continue
-            # Each size in a process of its own, as each `edgeq pipeline run` is: a JVM's options
-            # are fixed when it starts (pyspark keeps one per process), and they are chosen by the
-            # journal's size (session.jvm_conf); Spark's start-up is reported for each.
-            command = [sys.executable, "-m", "benchmarks.pipeline_bench", "--one", str(size), "--dir", str(root),
-                       "--grow", str(args.grow), "--master", args.master, "--driver-memory", args.driver_memory,
-                       "--jvm", args.jvm]
-            child = subprocess.run(command + (["--quiet"] if args.quiet else []), stdout=subprocess.PIPE, text=True)
-            if child.returncode != 0:
-                print(f"the {size:,}-row run failed (exit {child.returncode})", file=sys.stderr)
+            row = _measure(args, root, size)
+            if row is None:
                 return 1
-            *lines, last = child.stdout.strip().splitlines()
-            print("\n".join(lines), flush=True)  # the child's table lines; its last line is its result
-            results.append(json.loads(last))
+            results.append(row)
     finally:
         if args.dir is None and not args.generate_only:
             shutil.rmtree(root, ignore_errors=True)

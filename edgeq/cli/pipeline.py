@@ -122,8 +122,8 @@ def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, c
       edgeq pipeline run --journal journal/ --out reports/ --full
       edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
     """
-    from edgeq.sync.pipeline.inputs import JournalConflict, check_arguments, check_servers, journal_rows
-    from edgeq.sync.pipeline.job import check_journal, run_pipeline, spark_session
+    from edgeq.sync.pipeline.inputs import JournalConflict, check_arguments, check_servers
+    from edgeq.sync.pipeline.job import check_journal, rows_to_read, run_pipeline, spark_session
     from edgeq.sync.pipeline.report import summary_text, write_html
 
     conf: dict[str, str] = {}
@@ -146,7 +146,7 @@ def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, c
     if say:
         say(f"starting Spark ({master})")
     owned = not _spark_running()
-    spark = spark_session(master, conf=conf, journal_rows=journal_rows(found))
+    spark = spark_session(master, conf=conf, journal_rows=rows_to_read(found, out, full=full))
     try:
         result = run_pipeline(spark, list(journals), out, full=full, progress=say)
     finally:

@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "BUCKET_MS",
     "COLUMNS",
     "LATENCY_BUCKETS_MS",
     "ORDER_BY",
@@ -79,14 +79,13 @@ __all__ = [
     "check_journal",
     "main",
     "read_journal",
+    "rows_to_read",
     "run_pipeline",
     "spark_session",
 ]
 
 Progress = Callable[[str], None]
 
-#: The width of the uid status's buckets (by the uid's creation time): a day.
-BUCKET_MS = 86_400_000
 REPORTS_META = "_edgeq_reports.json"
 
 
@@ -99,9 +98,26 @@ def read_journal(spark: SparkSession, path: str) -> DataFrame:
     return read_parts(spark, path, journal.parts).withColumn("stamp", stamp_of())
 
 
-def _plan(journals: list[Journal], ofiles: Files, out: str, full: bool, bucket_ms: int) -> Plan:
+def _plan(journals: list[Journal], ofiles: Files, out: str, full: bool, bucket_ms: int | None) -> Plan:
     previous, why = (None, "--full asks for a rebuild") if full else load_state(ofiles, out)
     return plan_run(journals, previous, why, bucket_ms)
+
+
+def rows_to_read(journals: list[Journal], out: str, *, full: bool = False) -> int:
+    """About how many journal rows a run over ``journals`` into ``out`` will read, before
+    Spark starts (to choose its JVM: :func:`~edgeq.sync.pipeline.session.jvm_conf`): those of
+    the part files exported since the last run if ``out`` is local and holds a state that fits
+    (an incremental run), else every row. Counted from the part files' names
+    (:func:`~edgeq.sync.pipeline.inputs.journal_rows`)."""
+    if full or not is_local(out):
+        return journal_rows(journals)
+    try:
+        plan = _plan(sorted(journals, key=lambda j: (j.key, j.path)), files_for(out, None), out, False, None)
+    except OSError:  # unreadable: the run itself will say so
+        return journal_rows(journals)
+    if not plan.incremental:
+        return journal_rows(journals)
+    return journal_rows([replace(j, parts=plan.new[j.key]) for j in journals])
 
 
 def _scope(journals: list[Journal], plan: Plan, state: State, new_rows: int, unauditable: int) -> dict[str, Any]:
@@ -136,7 +152,8 @@ def _update(
     else:
         previous, state = State(bucket_ms=plan.state.bucket_ms), plan.state
         say(f"full run ({plan.reason}): reading " + "; ".join(
-            (f"{j.label}: " if len(journals) > 1 else "") + j.rows_hint() for j in journals))
+            (f"{j.label}: " if len(journals) > 1 else "") + j.rows_hint() for j in journals)
+            + f"; state kept in buckets of {_hours(state.bucket_ms)} of uid creation time")
     writer = StateWriter(spark, ofiles, out, previous)
     with spark_errors(f"reading {', '.join(j.path for j in journals)} and updating the state in {out}"):
         rows = fleet.new_rows(spark, journals, plan, state)
@@ -154,6 +171,15 @@ def _update(
     return plan, state, writer, done.rows
 
 
+def _hours(ms: int) -> str:
+    """A bucket width as it is said.
+
+    >>> _hours(21_600_000), _hours(86_400_000), _hours(90_000)
+    ('6 h', '24 h', '90 s')
+    """
+    return f"{ms // 3_600_000} h" if ms % 3_600_000 == 0 else f"{ms / 1000:g} s"
+
+
 def _journal_list(journal: str | Path | Sequence[str | Path]) -> list[str]:
     return [str(journal)] if isinstance(journal, (str, Path)) else [str(j) for j in journal]
 
@@ -166,7 +192,7 @@ def run_pipeline(
     full: bool = False,
     progress: Progress | None = None,
     collect_limit: int = COLLECT_LIMIT,
-    bucket_ms: int = BUCKET_MS,
+    bucket_ms: int | None = None,
 ) -> PipelineResult:
     """Compute every report of ``journal`` into ``out`` (one Parquet directory each, replaced).
 
@@ -176,7 +202,14 @@ def run_pipeline(
     since the last run are read, unless ``full`` (or the state does not fit the journals:
     then it is rebuilt, and ``audit_scope`` says why). ``collect_limit`` bounds the rows of
     each report kept in the result (the Parquet has them all; ``totals`` never depend on it).
+    ``bucket_ms`` is the width of the state's buckets (the uids' creation time, in ms): by
+    default the state's, or a day for a new one
+    (:data:`~edgeq.sync.pipeline.state.DEFAULT_BUCKET_MS`); a width the state was not kept
+    in rebuilds it.
     """
+    for name, value, least in (("collect_limit", collect_limit, 0), ("bucket_ms", bucket_ms, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise PipelineError(f"{name} must be an int of at least {least}, not {value!r}")
     say = progress or (lambda _text: None)
     journals, out = _journal_list(journal), str(out)
     check_arguments(journals, out)
@@ -188,7 +221,7 @@ def run_pipeline(
 
 def _run(
     spark: SparkSession, paths: list[str], out: str, ofiles: Files, full: bool, say: Progress,
-    collect_limit: int, bucket_ms: int, started: float,
+    collect_limit: int, bucket_ms: int | None, started: float,
 ) -> PipelineResult:
     result = PipelineResult(journal=", ".join(paths), out=out)
     t0 = time.perf_counter()
@@ -258,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = [check_journal(journal) for journal in args.journal]
         check_servers(found)
         say("starting Spark" + (f" ({args.master})" if args.master else ""))
-        spark = spark_session(args.master, journal_rows=journal_rows(found))
+        spark = spark_session(args.master, journal_rows=rows_to_read(found, args.out, full=args.full))
         try:
             result = run_pipeline(spark, args.journal, args.out, full=args.full, progress=say)
         finally:

@@ -13,7 +13,15 @@ from edgeq.sync.pipeline.files import LocalFiles
 from edgeq.sync.pipeline.inputs import Journal
 from edgeq.sync.pipeline.job import run_pipeline
 from edgeq.sync.pipeline.layout import Part
-from edgeq.sync.pipeline.state import STATE_DIR, JournalRecord, State, StateWriter, load_state, plan_run
+from edgeq.sync.pipeline.state import (
+    DEFAULT_BUCKET_MS,
+    STATE_DIR,
+    JournalRecord,
+    State,
+    StateWriter,
+    load_state,
+    plan_run,
+)
 from pyspark.sql import SparkSession
 
 from benchmarks.pipeline_bench import generate
@@ -134,3 +142,47 @@ def test_the_state_manifest_keeps_each_journal(tmp_path: Path) -> None:
     # A state of the earlier format (one journal, no windows) is rebuilt, saying so.
     (tmp_path / STATE_DIR / "state-000002.json").write_text('{"format": 1, "server": "HOME", "parts": {}}')
     assert load_state(LocalFiles(), str(tmp_path)) == (None, "the state state-000002.json is of another format or damaged")
+
+
+def test_a_new_state_is_kept_in_day_buckets_and_a_later_run_keeps_the_states_width() -> None:
+    a = _journal("HOMEA", (1, 10))
+    assert plan_run([a], None, "").state.bucket_ms == DEFAULT_BUCKET_MS == 86_400_000
+    kept = _state(a)
+    kept.bucket_ms = 10_800_000  # made by a run that asked for 3-hour buckets
+    grown = _journal("HOMEA", (1, 10), (11, 20))
+    plan = plan_run([grown], kept, "")  # no width asked for: the state's
+    assert plan.incremental and plan.state.bucket_ms == 10_800_000
+    assert plan_run([grown], kept, "", 10_800_000).incremental
+    # A width asked for that the state was not kept in: a rebuild, in that width.
+    asked = plan_run([grown], kept, "", DEFAULT_BUCKET_MS)
+    assert not asked.incremental and asked.reason == "the state was kept in other buckets"
+    assert asked.state.bucket_ms == DEFAULT_BUCKET_MS
+
+
+def test_bad_run_arguments_are_refused_before_spark_does_anything(spark: SparkSession, tmp_path: Path) -> None:
+    from edgeq.sync.pipeline.errors import PipelineError
+
+    for bad in ({"bucket_ms": 0}, {"bucket_ms": 1.5}, {"bucket_ms": True}, {"collect_limit": -1}):
+        with pytest.raises(PipelineError, match="must be an int of at least"):
+            run_pipeline(spark, tmp_path / "journal", tmp_path / "out", **bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_is_sized_by_the_rows_it_will_read_before_spark_starts(tmp_path: Path) -> None:
+    """rows_to_read chooses the JVM (session.jvm_conf): an incremental run reads the new parts only."""
+    from edgeq.sync.pipeline.job import rows_to_read
+
+    read = _journal("HOMEA", (1, 3_000_000), (3_000_001, 5_000_000))
+    grown = _journal("HOMEA", (1, 3_000_000), (3_000_001, 5_000_000), (5_000_001, 5_050_000))
+    out = tmp_path / "reports"
+    assert rows_to_read([grown], str(out)) == 5_050_000  # no state yet: a full run
+    (out / STATE_DIR).mkdir(parents=True)
+    state = _state(read)
+    state.bucket_ms = DEFAULT_BUCKET_MS
+    (out / STATE_DIR / "state-000001.json").write_text(state.to_json())
+    assert rows_to_read([grown], str(out)) == 50_000
+    assert rows_to_read([grown], str(out), full=True) == 5_050_000
+    assert rows_to_read([read], str(out)) == 0  # nothing new
+    # A state that does not fit (another server's): rebuilt, so every row is read.
+    assert rows_to_read([_journal("HOMEB", (1, 10))], str(out)) == 10
+    assert rows_to_read([grown], "hdfs://head/reports") == 5_050_000  # not local: not looked at

@@ -164,3 +164,38 @@ def test_the_first_server_rows_arriving_in_an_incremental_run_give_what_a_full_r
     assert after.audit_scope["from_ms"] == full.audit_scope["from_ms"] is not None
     assert_identical(after, full)
     check_totals(after.totals, expected.totals(renumbered))
+
+
+def test_narrow_buckets_give_what_day_buckets_give_and_an_incremental_run_keeps_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A state kept in 3-hour buckets (uids created in one bucket are delivered or expire in
+    the next), full and then incremental with no width asked for (the state's is kept),
+    gives exactly what a full run in day buckets (the default) gives."""
+    from edgeq.sync.pipeline.files import LocalFiles
+    from edgeq.sync.pipeline.state import load_state
+
+    journal = tmp_path / "journal"
+    generate(journal, 4_500, devices=40, days=3, file_rows=1_500)
+    parts = sorted(journal.glob("date=*/*.parquet"))
+    last = max(int(p.stem.split("-")[1]) for p in parts)
+    later, held = [p for p in parts if int(p.stem.split("-")[1]) == last], tmp_path / "held"
+    for p in later:
+        (held / p.parent.name).mkdir(parents=True, exist_ok=True)
+        p.rename(held / p.parent.name / p.name)
+    out = tmp_path / "narrow"
+    first = run_pipeline(spark, journal, out, bucket_ms=10_800_000)
+    state, _ = load_state(LocalFiles(), str(out))
+    assert first.audit_scope["mode"] == "full" and state is not None and state.bucket_ms == 10_800_000
+    assert len(state.bucketed["uids"]) > 3  # more buckets than days
+    for p in later:
+        (held / p.parent.name / p.name).rename(p)
+    after = run_pipeline(spark, journal, out)
+    assert after.audit_scope["mode"] == "incremental"
+    state, _ = load_state(LocalFiles(), str(out))
+    assert state is not None and state.bucket_ms == 10_800_000
+    days = run_pipeline(spark, journal, tmp_path / "days", full=True)
+    state, _ = load_state(LocalFiles(), str(tmp_path / "days"))
+    assert state is not None and state.bucket_ms == 86_400_000
+    assert_identical(after, days)
+    check_totals(days.totals, expected.totals(entries_of(journal)))
