@@ -226,8 +226,8 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
 def _child(args: argparse.Namespace, root: Path, size: int, phase: str) -> dict[str, Any] | None:
     """One phase of one size in a process (a JVM) of its own, as each ``edgeq pipeline run``
     is: a JVM's options are fixed when it starts (pyspark keeps one per process) and chosen
-    by the journal's size (session.jvm_conf), and an incremental run starts cold like any
-    other run, not in the JVM the full run warmed up."""
+    by the rows the run reads (session.jvm_conf, job.rows_to_read), and an incremental run
+    starts cold like any other run, not in the JVM the full run warmed up."""
     command = [sys.executable, "-m", "benchmarks.pipeline_bench", "--one", str(size), "--phase", phase,
                "--dir", str(root), "--grow", str(args.grow), "--master", args.master,
                "--driver-memory", args.driver_memory, "--jvm", args.jvm]
@@ -249,7 +249,7 @@ def _measure(args: argparse.Namespace, root: Path, size: int) -> dict[str, Any] 
         inc = _child(args, root, size, "incremental")
         if inc is None:
             return None
-        inc.pop("jvm", None)
+        inc["incremental_jvm"] = inc.pop("jvm", None)  # chosen by the rows it reads: maybe not the full run's
         row |= inc | {"incremental_ratio": round(inc["incremental_seconds"] / row["seconds"], 3)}
         print(f"{row['grown_rows']:>12,} new   {row['incremental_seconds']:8.1f} s  "
               f"{row['incremental_ratio']:>12.1%} of the full run  (incremental, load {row['incremental_load']:.2f})",
