@@ -112,7 +112,7 @@ def rows_to_read(journals: list[Journal], out: str, *, full: bool = False) -> in
     if full or not is_local(out):
         return journal_rows(journals)
     try:
-        plan = _plan(sorted(journals, key=lambda j: (j.key, j.path)), files_for(out, None), out, False, None)
+        plan = _plan(journals, files_for(out, None), out, False, None)  # plan_run: order does not matter
     except OSError:  # unreadable: the run itself will say so
         return journal_rows(journals)
     if not plan.incremental:

@@ -24,28 +24,12 @@ from edgeq.sync.pipeline.state import (
 )
 from pyspark.sql import SparkSession
 
-from benchmarks.pipeline_bench import generate
-
-from .test_update import assert_identical
+from .test_update import assert_identical, held_back_journal, release
 
 
 def _split(tmp_path: Path) -> tuple[Path, list[Path], Path]:
     """A generated journal with its last chunk's part files held back: (journal, held, holding dir)."""
-    journal = tmp_path / "journal"
-    generate(journal, 3_000, devices=20, days=2, file_rows=1_000)
-    parts = sorted(journal.glob("date=*/*.parquet"))
-    last = max(int(p.stem.split("-")[1]) for p in parts)
-    later = [p for p in parts if int(p.stem.split("-")[1]) == last]
-    held = tmp_path / "held"
-    for p in later:
-        (held / p.parent.name).mkdir(parents=True, exist_ok=True)
-        p.rename(held / p.parent.name / p.name)
-    return journal, later, held
-
-
-def _release(later: list[Path], held: Path) -> None:
-    for p in later:
-        (held / p.parent.name / p.name).rename(p)
+    return held_back_journal(tmp_path, 3_000, devices=20, days=2, file_rows=1_000)
 
 
 def test_a_run_that_dies_leaves_the_previous_state_whole(
@@ -56,7 +40,7 @@ def test_a_run_that_dies_leaves_the_previous_state_whole(
     run_pipeline(spark, journal, out)
     state, _ = load_state(LocalFiles(), str(out))
     assert state is not None and state.runs == 1
-    _release(later, held)
+    release(later, held)
 
     def dies(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("the driver died here")
@@ -79,7 +63,7 @@ def test_a_state_that_does_not_fit_the_journal_is_rebuilt(spark: SparkSession, t
     journal, later, held = _split(tmp_path)
     out = tmp_path / "reports"
     run_pipeline(spark, journal, out)
-    _release(later, held)
+    release(later, held)
     # A part file read before now differs (re-exported): its rows may differ too.
     part = sorted(journal.glob("date=*/*.parquet"))[0]
     pq.write_table(pq.read_table(part), part, compression="gzip")

@@ -74,11 +74,13 @@ def test_full_over_a_then_incremental_over_b_equals_full_over_both(
     assert_identical(again, full)
 
 
-def _generated_held_back(tmp_path: Path) -> tuple[Path, list[Path], Path]:
-    """The benchmark's generator: a journal of three chunks of rows (ids in order), its last
-    chunk's part files moved to ``held`` (the export before the last chunk was exported)."""
+def held_back_journal(tmp_path: Path, rows: int = 4_500, devices: int = 40, days: int = 3,
+                      file_rows: int = 1_500) -> tuple[Path, list[Path], Path]:
+    """The benchmark's generator: a journal of chunks of ``file_rows`` rows (ids in order), its
+    last chunk's part files moved to ``held`` (the export before the last chunk was exported):
+    (journal, those part files, held)."""
     journal, held = tmp_path / "journal", tmp_path / "held"
-    generate(journal, 4_500, devices=40, days=3, file_rows=1_500)
+    generate(journal, rows, devices=devices, days=days, file_rows=file_rows)
     parts = sorted(journal.glob("date=*/*.parquet"))
     last = max(int(p.stem.split("-")[1]) for p in parts)
     later = [p for p in parts if int(p.stem.split("-")[1]) == last]
@@ -88,7 +90,7 @@ def _generated_held_back(tmp_path: Path) -> tuple[Path, list[Path], Path]:
     return journal, later, held
 
 
-def _release(later: list[Path], held: Path) -> None:
+def release(later: list[Path], held: Path) -> None:
     """Export the held-back chunk: its part files back into the journal."""
     for p in later:
         (held / p.parent.name / p.name).rename(p)
@@ -96,10 +98,10 @@ def _release(later: list[Path], held: Path) -> None:
 
 def test_a_generated_journal_grown_by_a_run_of_new_days(spark: SparkSession, tmp_path: Path) -> None:
     """The benchmark's generator: three chunks of rows (ids in order), the last one new."""
-    journal, later, held = _generated_held_back(tmp_path)
+    journal, later, held = held_back_journal(tmp_path)
     out = tmp_path / "reports"
     run_pipeline(spark, journal, out)
-    _release(later, held)
+    release(later, held)
     after = run_pipeline(spark, journal, out)
     assert after.audit_scope["mode"] == "incremental" and after.audit_scope["new_parts"] == len(later)
     full = run_pipeline(spark, journal, tmp_path / "full", full=True)
@@ -114,11 +116,11 @@ def test_runs_spread_over_partitions_give_what_runs_in_one_give(
     the same journal both ways, full and then incremental, gives the same reports."""
     from edgeq.sync.pipeline import merge
 
-    journal, later, held = _generated_held_back(tmp_path)
+    journal, later, held = held_back_journal(tmp_path)
     with monkeypatch.context() as patch:
         patch.setattr(merge, "SMALL_BYTES", -1)  # nothing is small: every step spread
         first = run_pipeline(spark, journal, tmp_path / "spread")
-        _release(later, held)
+        release(later, held)
         spread = run_pipeline(spark, journal, tmp_path / "spread")
     assert first.audit_scope["mode"] == "full" and spread.audit_scope["mode"] == "incremental"
     assert merge.one_partition(spark.range(10))[1]  # and now, as by default, a small frame is in one
@@ -178,13 +180,13 @@ def test_narrow_buckets_give_what_day_buckets_give_and_an_incremental_run_keeps_
     from edgeq.sync.pipeline.files import LocalFiles
     from edgeq.sync.pipeline.state import load_state
 
-    journal, later, held = _generated_held_back(tmp_path)
+    journal, later, held = held_back_journal(tmp_path)
     out = tmp_path / "narrow"
     first = run_pipeline(spark, journal, out, bucket_ms=10_800_000)
     state, _ = load_state(LocalFiles(), str(out))
     assert first.audit_scope["mode"] == "full" and state is not None and state.bucket_ms == 10_800_000
     assert len(state.bucketed["uids"]) > 3  # more buckets than days
-    _release(later, held)
+    release(later, held)
     after = run_pipeline(spark, journal, out)
     assert after.audit_scope["mode"] == "incremental"
     state, _ = load_state(LocalFiles(), str(out))
