@@ -97,7 +97,8 @@ def _fleet(m: dict[str, float]) -> str:
 #: Per case: the metric (see ``benchmarks.results.HEADLINE_METRIC``), its unit, how to detail a row.
 HEADLINES: dict[str, Headline] = {
     "import": Headline("import_ms", "ms", False,
-                       lambda m: f"-X importtime; wall +{m.get('wall_delta_ms', 0):.0f} ms over bare python"),
+                       lambda m: f"-X importtime; wall {m.get('wall_delta_ms', 0):+.0f} ms over bare python"
+                       f" (±{m.get('wall_noise_ms', 0):.0f} ms)"),
     "put_single": Headline("ops_per_s", "msg/s", True, _lat),
     "put_batch": Headline("msgs_per_s", "msg/s", True,
                           lambda m: f"median of {m.get('batches', 0):.0f} batches"),
