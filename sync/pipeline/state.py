@@ -20,6 +20,9 @@ Two shapes of dataset:
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -194,23 +197,17 @@ class StateWriter:
 
         types: dict[str, Any] = {}
         for name, frame in frames.items():
+            if not name.isidentifier():  # it names a directory and a SQL literal
+                raise ValueError(f"a dataset's name must be an identifier, not {name!r}")
             for f in frame.schema.fields:
                 if types.setdefault(f.name, f.dataType) != f.dataType:
                     raise ValueError(f"column {f.name} of {name} is {f.dataType}, elsewhere {types[f.name]}")
-        union = None
-        for name, frame in frames.items():
-            have = set(frame.columns)
-            shaped = frame.select(
-                *(F.col(c) if c in have else F.lit(None).cast(t).alias(c) for c, t in types.items()),
-                F.lit(name).alias("dataset"),
-            )
-            union = shaped if union is None else union.unionByName(shaped)
-        assert union is not None
         target = self.path(bundle)
-        if buckets is None:
-            union.coalesce(1).write.mode("overwrite").partitionBy("dataset").parquet(target)
-        else:
-            union.withColumn("b", F.col("bucket")).write.mode("overwrite").partitionBy("dataset", "b").parquet(target)
+        with _union_all(self.spark, frames, types) as union:
+            if buckets is None:
+                union.coalesce(1).write.mode("overwrite").partitionBy("dataset").parquet(target)
+            else:
+                union.withColumn("b", F.col("bucket")).write.mode("overwrite").partitionBy("dataset", "b").parquet(target)
         written = {child[len("dataset="):] for child in self.files.children(target) if child.startswith("dataset=")}
         for name, frame in frames.items():
             state.schemas[name] = frame.schema.json()
@@ -249,6 +246,38 @@ class StateWriter:
             full = join(self.root, child)
             if (child.startswith("g") and full not in used) or (child.startswith(_MANIFEST_PREFIX) and child != f"{_MANIFEST_PREFIX}{self.generation:06d}.json"):
                 self.files.delete(full)
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier.
+
+    >>> _quoted("a`b")
+    '`a``b`'
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
+@contextmanager
+def _union_all(spark: SparkSession, frames: dict[str, DataFrame], types: dict[str, Any]) -> Iterator[DataFrame]:
+    """The frames' union with every column of ``types`` (null where a frame has none) and a
+    ``dataset`` column (the frame's name), made by one SQL statement over temporary views.
+    Built with DataFrame calls instead, it costs a py4j round trip per column and frame and
+    an analysis of the growing union per frame: seconds of driver time per bundle while the
+    cores are busy with the other bundle's tasks (measured: 1.3-3.2 s of a 12 s update)."""
+    token = uuid.uuid4().hex
+    views = {name: f"edgeq_bundle_{token}_{i}" for i, name in enumerate(frames)}
+    selects = []
+    for name, frame in frames.items():
+        frame.createOrReplaceTempView(views[name])
+        have = set(frame.columns)
+        columns = [_quoted(c) if c in have else f"CAST(NULL AS {t.simpleString()}) AS {_quoted(c)}"
+                   for c, t in types.items()]
+        selects.append(f"SELECT {', '.join(columns)}, '{name}' AS dataset FROM {views[name]}")
+    try:
+        yield spark.sql(" UNION ALL ".join(selects))
+    finally:
+        for view in views.values():
+            spark.catalog.dropTempView(view)
 
 
 def read_dataset(spark: SparkSession, state: State, name: str, buckets: set[int] | None = None) -> DataFrame | None:

@@ -21,6 +21,7 @@ from edgeq.sync.pipeline.state import (
     StateWriter,
     load_state,
     plan_run,
+    read_dataset,
 )
 from pyspark.sql import SparkSession
 
@@ -170,3 +171,30 @@ def test_a_run_is_sized_by_the_rows_it_will_read_before_spark_starts(tmp_path: P
     # A state that does not fit (another server's): rebuilt, so every row is read.
     assert rows_to_read([_journal("HOMEB", (1, 10))], str(out)) == 10
     assert rows_to_read([grown], "hdfs://head/reports") == 5_050_000  # not local: not looked at
+
+
+def test_a_bundle_keeps_each_datasets_columns_and_types_and_leaves_no_view(spark: SparkSession, tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    writer, state = StateWriter(spark, LocalFiles(), out, None), State()
+    # Two datasets sharing a column, each with columns the other lacks (an array among them),
+    # and a column that needs quoting in SQL. (Made in SQL: the test session's
+    # executors have no Python, as on a cluster without it.)
+    first = spark.sql("SELECT * FROM VALUES ('a', 1L, array(3L, 1L)), ('b', NULL, array()) AS t(device, n, `odd``name`)")
+    second = spark.sql("SELECT * FROM VALUES ('c', 'x''y') AS t(device, label)")
+    views_before = {t.name for t in spark.catalog.listTables()}
+    writer.write_bundle(state, "rows", {"first": first, "second": second})
+    assert {t.name for t in spark.catalog.listTables()} == views_before
+    for name, frame in (("first", first), ("second", second)):
+        back = read_dataset(spark, state, name)
+        assert back is not None, name
+        assert [(f.name, f.dataType.simpleString()) for f in back.schema] == [
+            (f.name, f.dataType.simpleString()) for f in frame.schema], name
+        assert sorted(back.collect()) == sorted(frame.collect()), name
+    # A dataset's name is a directory's and a SQL literal: an identifier. A column with one name
+    # and two types cannot share a bundle. Both are refused before anything is written.
+    with pytest.raises(ValueError, match="must be an identifier"):
+        writer.write_bundle(state, "again", {"first": first, "second's": second})
+    clash = spark.sql("SELECT * FROM VALUES ('d', '7') AS t(device, n)")
+    with pytest.raises(ValueError, match="column n of clash is StringType"):
+        writer.write_bundle(state, "again", {"first": first, "clash": clash})
+    assert not (tmp_path / "out" / STATE_DIR / f"g{writer.generation:06d}" / "again").exists()
