@@ -267,13 +267,14 @@ def _union_all(spark: SparkSession, frames: dict[str, DataFrame], types: dict[st
     token = uuid.uuid4().hex
     views = {name: f"edgeq_bundle_{token}_{i}" for i, name in enumerate(frames)}
     selects = []
-    for name, frame in frames.items():
-        frame.createOrReplaceTempView(views[name])
-        have = set(frame.columns)
-        columns = [_quoted(c) if c in have else f"CAST(NULL AS {t.simpleString()}) AS {_quoted(c)}"
-                   for c, t in types.items()]
-        selects.append(f"SELECT {', '.join(columns)}, '{name}' AS dataset FROM {views[name]}")
     try:
+        for name, frame in frames.items():
+            frame.createOrReplaceTempView(views[name])
+            have = set(frame.columns)
+            columns = [_quoted(c) if c in have else f"CAST(NULL AS {t.simpleString()}) AS {_quoted(c)}"
+                       for c, t in types.items()]
+            # ``name`` is an identifier (write_bundle checks): a literal as it is.
+            selects.append(f"SELECT {', '.join(columns)}, '{name}' AS dataset FROM {views[name]}")
         yield spark.sql(" UNION ALL ".join(selects))
     finally:
         for view in views.values():
