@@ -42,7 +42,7 @@ from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
 
 from edgeq.journal import JOURNAL_COLUMNS
 
-__all__ = ["generate", "main"]
+__all__ = ["generate", "last_batch", "main", "move_parts"]
 
 START_MS = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 QUEUES = ("ORDERS", "TELEMETRY", "ALERTS", "AUDIT")
@@ -140,14 +140,15 @@ def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: i
     return written
 
 
-def _last_batch(journal: Path) -> list[Path]:
+def last_batch(journal: Path) -> list[Path]:
     """The part files of the journal's last batch (the highest first id)."""
     parts = sorted(journal.glob("date=*/part-*.parquet"))
     last = max(int(p.stem.split("-")[1]) for p in parts)
     return [p for p in parts if int(p.stem.split("-")[1]) == last]
 
 
-def _move(parts: list[Path], source: Path, target: Path) -> None:
+def move_parts(parts: list[Path], source: Path, target: Path) -> None:
+    """Move ``parts`` (files under ``source``) to the same places under ``target``."""
     for part in parts:
         moved = target / part.relative_to(source)
         moved.parent.mkdir(parents=True, exist_ok=True)
@@ -180,13 +181,13 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any, phase:
         n = generate(journal, size + extra, last_rows=extra)
         say(f"generated {n:,} rows in {time.perf_counter() - t0:.1f} s -> {journal}")
     shutil.rmtree(out, ignore_errors=True)
-    later = _last_batch(journal) if extra else []
-    _move(later, journal, held)  # the export before the journal grew
+    later = last_batch(journal) if extra else []
+    move_parts(later, journal, held)  # the export before the journal grew
     load = os.getloadavg()[0]  # other work on the machine skews the figures: report it beside them
     try:
         full = run_pipeline(spark, journal, out, full=True, progress=say)
     finally:
-        _move([held / p.relative_to(journal) for p in later], held, journal)
+        move_parts([held / p.relative_to(journal) for p in later], held, journal)
     return {
         "rows": full.journal_rows, "seconds": round(full.total_seconds, 1),
         "rows_per_s": round(full.journal_rows / full.total_seconds),

@@ -12,7 +12,7 @@ import pytest
 from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, PipelineResult, run_pipeline
 from pyspark.sql import SparkSession
 
-from benchmarks.pipeline_bench import generate
+from benchmarks.pipeline_bench import generate, last_batch, move_parts
 from edgeq.journal import JournalEntry
 
 from . import expected
@@ -81,19 +81,15 @@ def held_back_journal(tmp_path: Path, rows: int = 4_500, devices: int = 40, days
     (journal, those part files, held)."""
     journal, held = tmp_path / "journal", tmp_path / "held"
     generate(journal, rows, devices=devices, days=days, file_rows=file_rows)
-    parts = sorted(journal.glob("date=*/*.parquet"))
-    last = max(int(p.stem.split("-")[1]) for p in parts)
-    later = [p for p in parts if int(p.stem.split("-")[1]) == last]
-    for p in later:
-        (held / p.parent.name).mkdir(parents=True, exist_ok=True)
-        p.rename(held / p.parent.name / p.name)
+    later = last_batch(journal)
+    move_parts(later, journal, held)
     return journal, later, held
 
 
 def release(later: list[Path], held: Path) -> None:
     """Export the held-back chunk: its part files back into the journal."""
-    for p in later:
-        (held / p.parent.name / p.name).rename(p)
+    journal = later[0].parent.parent  # part files are journal/date=.../part-....parquet
+    move_parts([held / p.relative_to(journal) for p in later], held, journal)
 
 
 def test_a_generated_journal_grown_by_a_run_of_new_days(spark: SparkSession, tmp_path: Path) -> None:
