@@ -149,7 +149,8 @@ def test_registering_a_device_while_the_server_runs_turns_authentication_on(tmp_
         assert "takes only signed requests" in body["detail"]
         assert post(http, url, p.PATH_HELLO, hello())[0] == 401
         assert (before.get("auth"), http.get(url + "/healthz").json().get("auth")) == ("open", "required")
-        assert post(http, url, p.PATH_HELLO, hello(), signed(pair, p.PATH_HELLO, hello()))[0] == 200
+        status, body = post(http, url, p.PATH_HELLO, hello(), signed(pair, p.PATH_HELLO, hello()))
+        assert status == 200, body  # the refusal's detail, if it is refused
     assert stored(home) == (0, 0)
     logged = events(lines)
     insecure = [e for e in logged if e["event"] == "insecure"]
