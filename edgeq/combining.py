@@ -48,15 +48,17 @@ from dataclasses import dataclass
 from edgeq.commits import SyncBarrier
 from edgeq.errors import StoreBusy, StoreError
 
-__all__ = ["GROUP_LIMIT", "Baton", "CombineStats", "Combiner", "Group", "release_statements"]
+__all__ = [
+    "GROUP_LIMIT", "Baton", "CombineStats", "Combiner", "Group", "Member", "lost_whole", "release_statements", "undo",
+]
 
 #: The most writes one transaction combines: the last of a long line waits for at
 #: most this many bodies before its COMMIT.
 GROUP_LIMIT = 64
 
-_SAVEPOINT = "SAVEPOINT edgeq_write"
-_RELEASE = "RELEASE edgeq_write"
-_ROLLBACK_TO = "ROLLBACK TO edgeq_write"
+_SAVEPOINT_NAME = "edgeq_write"
+_SAVEPOINT = f"SAVEPOINT {_SAVEPOINT_NAME}"
+_RELEASE = f"RELEASE {_SAVEPOINT_NAME}"
 
 
 def release_statements(exc: BaseException) -> None:
@@ -64,6 +66,29 @@ def release_statements(exc: BaseException) -> None:
     error interrupted stays "in progress" (and no later COMMIT on the connection goes
     through) for as long as anything, such as a caller keeping the error, holds them."""
     traceback.clear_frames(exc.__traceback__)
+
+
+def undo(conn: sqlite3.Connection, savepoint: str | None) -> None:
+    """Undo one write's changes: back to its ``savepoint`` (then released), or the whole
+    transaction (None: the write began it); the whole transaction if that fails."""
+    try:
+        if _in_transaction(conn):
+            if savepoint is None:
+                conn.execute("ROLLBACK")
+            else:
+                conn.execute(f"ROLLBACK TO {savepoint}")
+                conn.execute(f"RELEASE {savepoint}")
+    except sqlite3.Error:
+        with contextlib.suppress(sqlite3.Error):  # cannot undo this write alone: undo all
+            conn.execute("ROLLBACK")
+
+
+def lost_whole(path: str, exc: BaseException) -> StoreError:
+    """The error of every write of a transaction SQLite rolled back whole after ``exc``."""
+    return StoreError(
+        f"{path}: SQLite rolled back the whole write transaction this write shared with other writes (another "
+        f"write in it failed: {exc}); nothing of it was committed: retry"
+    )
 
 
 def _in_transaction(conn: sqlite3.Connection) -> bool:
@@ -85,7 +110,7 @@ class CombineStats:
     queued: int = 0
 
 
-class _Member:
+class Member:
     """A write whose changes wait in a group's transaction; its thread blocks on
     ``lock`` (taken here) until the group's committer releases it."""
 
@@ -116,25 +141,29 @@ class Group:
         self.turns = 0  # writers that had their turn in the transaction
         self.writes = 0  # those of them whose changes are in it (the others failed alone)
         self.changed = False  # whether any of those changed a row
-        self._members: list[_Member] = []
+        self._members: list[Member] = []
         self._failure: StoreError | None = None  # nothing of the group was committed
         self._lost: StoreError | None = None  # committed, but its flush failed
         self._durable = 0  # members waiting for the flush
         # A member that flushes for the group, when its committer needs no flush itself.
-        self._flusher: _Member | None = None
+        self._flusher: Member | None = None
         self._barrier: SyncBarrier | None = None
         self._mark = 0
 
-    def join(self, *, kept: bool, changed: bool, durable: bool) -> _Member | None:
+    def join(self, *, kept: bool, changed: bool, durable: bool, member: Member | None = None) -> Member | None:
         """Count the turn's holder: ``kept``, its changes are in the transaction (and
-        then it is a member, returned, to wait with); ``durable``, it waits for the
-        flush too."""
+        then it is a member, returned, to wait with: ``member`` if given, made for a
+        caller whose write another thread ran, edgeq.flat); ``durable``, it waits for
+        the flush too."""
         self.turns += 1
         if not kept:
             return None
         self.writes += 1
         self.changed = self.changed or changed
-        member = _Member(durable)
+        if member is None:
+            member = Member(durable)
+        else:
+            member.durable = durable
         self._members.append(member)
         return member
 
@@ -180,11 +209,16 @@ class Group:
         flusher = self._flusher = next(m for m in self._members if m.durable)
         flusher.lock.release()
 
-    def wait(self, member: _Member) -> None:
+    def wait(self, member: Member) -> None:
         """Block until ``member``'s outcome is known; raise if its change is lost (each
         member an error of its own: one exception object must not travel through
         several threads)."""
         member.lock.acquire()
+        self.settle(member)
+
+    def settle(self, member: Member) -> None:
+        """What :meth:`wait` does once ``member`` is woken: flush for the group if it was
+        chosen to (:meth:`delegate`), then raise if its change is lost."""
         if member is self._flusher and self._barrier is not None:
             self._flusher = None
             self.flush(self._barrier, self._mark)
@@ -329,7 +363,7 @@ class Combiner:
 
     def abandon(self, conn: sqlite3.Connection | None, group: Group | None) -> None:
         """End a turn whose write never began (what ``group`` left open is still committed)."""
-        self._end(conn, group, kept=False, changed=False, durable=False)
+        self.end(conn, group, kept=False, changed=False, durable=False)
 
     def fail(self, conn: sqlite3.Connection, group: Group | None, exc: BaseException) -> StoreError | None:
         """Undo this write's own changes after ``exc`` (the whole transaction if it began
@@ -338,22 +372,10 @@ class Combiner:
         If SQLite rolled back the whole transaction, the writes of ``group`` fail too."""
         if group is not None or isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
             release_statements(exc)  # a statement left in progress would stop the ROLLBACK TO and the COMMIT
-        try:
-            if _in_transaction(conn):
-                if group is None:
-                    conn.execute("ROLLBACK")
-                else:
-                    conn.execute(_ROLLBACK_TO)
-                    conn.execute(_RELEASE)
-        except sqlite3.Error:
-            with contextlib.suppress(sqlite3.Error):  # cannot undo this write alone: undo all
-                conn.execute("ROLLBACK")
+        undo(conn, None if group is None else _SAVEPOINT_NAME)
         if group is not None and not _in_transaction(conn):
-            group.committed(StoreError(
-                f"{self.path}: SQLite rolled back the whole write transaction this write shared with other "
-                f"threads' writes (another write in it failed: {exc}); nothing of it was committed: retry"
-            ))
-        self._end(conn, group, kept=False, changed=False, durable=False)
+            group.committed(lost_whole(self.path, exc))
+        self.end(conn, group, kept=False, changed=False, durable=False)
         return self.translate(exc) if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)) else None
 
     def finish(self, conn: sqlite3.Connection, group: Group | None, *, changed: bool, durable: bool) -> None:
@@ -369,14 +391,16 @@ class Combiner:
             if error is None:
                 raise
             raise error from exc
-        self._end(conn, group, kept=True, changed=changed, durable=durable)
+        self.end(conn, group, kept=True, changed=changed, durable=durable)
 
-    def _end(
+    def end(
         self, conn: sqlite3.Connection | None, group: Group | None, *, kept: bool, changed: bool, durable: bool
     ) -> None:
         """End the turn: hand it on with the open transaction if someone waits (and
         wait for the group's outcome), else COMMIT what is open and flush it for every
-        durable write in it. Raises only for this write's own ``kept`` changes."""
+        durable write in it. Raises only for this write's own ``kept`` changes (a turn
+        that ran other callers' writes, edgeq.flat, ends with ``kept=False``: they
+        joined ``group`` already, and wait for its outcome themselves)."""
         if conn is None or not _in_transaction(conn):  # nothing open: rolled back whole
             self.baton.release()
             if group is not None:

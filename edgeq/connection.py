@@ -15,13 +15,17 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from edgeq.combining import GROUP_LIMIT, Combiner, CombineStats, release_statements
 from edgeq.commits import SyncBarrier, SyncStats
 from edgeq.damage import damaged
 from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
+from edgeq.flat import Lead
 from edgeq.integrity import register
 from edgeq.types import Durability
+
+T = TypeVar("T")
 
 __all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "is_damage", "store_error"]
 
@@ -148,7 +152,8 @@ class ConnectionFactory:
         # is free; the turn comes with the transaction the writers before left open.
         if isinstance(group_limit, bool) or not isinstance(group_limit, int) or group_limit < 1:
             raise InvalidArgument(f"group_limit must be a positive int, not {group_limit!r}")
-        self._combiner = Combiner(self.path, self._barrier, self._translate, limit=group_limit)
+        self._combiner = Combiner(self.path, self._barrier, self.translate, limit=group_limit)
+        self._lead = Lead(self, group_limit)  # run(): writes one thread runs for many (edgeq.flat)
         self._located = False
         # One connection for every thread's writes (used in turn, _combiner): its page cache
         # stays warm, where a connection per thread would drop its whole cache whenever
@@ -252,20 +257,14 @@ class ConnectionFactory:
         crash, and the next durable commit makes it durable too (WAL keeps commits
         in order).
         """
-        if self._closed:
-            raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
-        if getattr(self._local, "writing", None) is not None:
-            raise StoreError(
-                f"{self.path}: this thread is inside a write transaction already, and a write cannot begin "
-                "inside another: finish the outer one first"
-            )
+        self._may_write()
         turns = self._combiner
         group = turns.take(self.timeout)
         # This thread has the turn, with the transaction of ``group`` if one is open:
         # every path below ends the turn exactly once (finish, fail or abandon).
         conn = self._writer
         try:
-            conn = self._writer_connection()
+            conn = self.writer_connection()
             turns.begin(conn, group)
         except BaseException:
             turns.abandon(conn, group)
@@ -289,6 +288,61 @@ class ConnectionFactory:
             turns.fail(conn, group, exc)
             raise
         turns.finish(conn, group, changed=changed, durable=durable and self.durability == "full" and wrote)
+
+    def run(self, body: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
+        """``body(conn)`` in a write transaction, as ``with write(durable=...) as conn:``
+        would run it, and its result; made for the hot paths (put, get, confirm).
+
+        Concurrent calls are run by one thread (flat combining, :mod:`edgeq.flat`): a
+        caller queues ``body`` and blocks once, and the thread leading runs every queued
+        body in one transaction, each in a SAVEPOINT, so what a caller sees is what
+        :meth:`write` promises (its own error undoes only its own changes; it returns
+        once committed and, when durable, flushed). ``body`` may run on another thread:
+        it must use only ``conn`` and thread-safe state.
+
+        >>> import tempfile, os
+        >>> factory = ConnectionFactory(os.path.join(tempfile.mkdtemp(), "x.db"))
+        >>> factory.run(lambda conn: conn.execute("CREATE TABLE t (x)").rowcount)
+        -1
+        >>> factory.run(lambda conn: conn.execute("INSERT INTO t VALUES (1)").rowcount)
+        1
+        >>> factory.close()
+        """
+        self._may_write()
+        return self._lead.run(body, durable)
+
+    def _may_write(self) -> None:
+        """Refuse a write on a closed factory, or inside this thread's own write."""
+        if self._closed:
+            raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
+        if getattr(self._local, "writing", None) is not None:
+            raise StoreError(
+                f"{self.path}: this thread is inside a write transaction already, and a write cannot begin "
+                "inside another: finish the outer one first"
+            )
+
+    # -- what edgeq.flat's lead needs (flat.Writer) --
+
+    @property
+    def turns(self) -> Combiner:
+        """The turns of the writer connection."""
+        return self._combiner
+
+    def wrote(self, conn: sqlite3.Connection, before: int) -> bool:
+        """Whether a write that began at ``total_changes`` ``before`` wrote anything."""
+        return conn.total_changes != before or self._schema_moved(conn)
+
+    def durable(self) -> bool:
+        """Whether writes wait for the disk (durability "full")."""
+        return self.durability == "full"
+
+    def writing(self, conn: sqlite3.Connection | None) -> None:
+        """Mark this thread as inside a write on ``conn`` (None: no longer)."""
+        self._local.writing = conn
+
+    def translate(self, exc: sqlite3.Error | UnicodeDecodeError) -> StoreError:
+        """A sqlite3 error in edgeq's words."""
+        return store_error(exc, self.path)
 
     def _schema_moved(self, conn: sqlite3.Connection) -> bool:
         """Whether a transaction that changed no row changed the schema (DDL), which
@@ -325,7 +379,7 @@ class ConnectionFactory:
         """
         return self._barrier.stats()
 
-    def _writer_connection(self) -> sqlite3.Connection:
+    def writer_connection(self) -> sqlite3.Connection:
         """The writer connection (opened on first use), unless the factory is closed."""
         if self._closed:
             raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
@@ -334,9 +388,6 @@ class ConnectionFactory:
             conn = self._writer = self._new()
             self._schema_seen = self._schema(conn)
         return conn
-
-    def _translate(self, exc: sqlite3.Error | UnicodeDecodeError) -> StoreError:
-        return store_error(exc, self.path)
 
     @property
     def on_commit(self) -> Callable[[], None] | None:
@@ -361,7 +412,8 @@ class ConnectionFactory:
         CombineStats(transactions=2, writes=2, queued=0)
         >>> factory.close()
         """
-        return self._combiner.baton.stats()
+        stats = self._combiner.baton.stats()
+        return CombineStats(stats.transactions, stats.writes, self._lead.queued(stats.queued))
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

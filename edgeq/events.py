@@ -12,8 +12,10 @@ in one place.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from edgeq.args import check_count
 from edgeq.connection import ConnectionFactory
@@ -33,6 +35,8 @@ from edgeq.rows import is_expired, plain_size
 from edgeq.store import MessageRow, QueueRow, Tx, is_intact
 from edgeq.types import Clock, EventKind, RemovalReason, Where
 from edgeq.verify import diagnose, lenient, stripped
+
+T = TypeVar("T")
 
 __all__ = ["EventSink"]
 
@@ -65,6 +69,17 @@ class EventSink:
         with self.db.write(durable=durable) as conn:
             self.rules.flush(conn)
             yield Tx(conn)
+
+    def run(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
+        """``body`` in a write transaction, as :meth:`write` would run it; concurrent
+        calls share one thread's transaction (``ConnectionFactory.run``): ``body`` may run
+        on another thread, so it must use only its ``Tx`` and thread-safe state."""
+
+        def step(conn: sqlite3.Connection) -> T:
+            self.rules.flush(conn)
+            return body(Tx(conn))
+
+        return self.db.run(step, durable=durable)
 
     # -- events ----------------------------------------------------------------------------
 

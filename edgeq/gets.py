@@ -144,7 +144,8 @@ class Gets:
         # Only a plain get's delete must wait for the disk: an assured get's lock,
         # lost in a power cut, leaves the message visible exactly as an undo would
         # (its getter died too), and discarding an expired message twice is harmless.
-        with self.sink.write(durable=remove and confirm_id is None) as tx:
+
+        def body(tx: Tx) -> tuple[_Scan, MessageRow | None, list[Pending]]:
             q = readable_queue(tx, self.qm_name, queue) if remove else require_queue(tx, self.qm_name, queue)
             if not remove and q.kind != "remote":
                 raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
@@ -164,6 +165,10 @@ class Gets:
             if damaged is not None:
                 events += self.sink.quarantine(tx, q, damaged, now, through_index=found.error is None)
             self.sink.record(tx, events)
+            return found, damaged, events
+
+        # Concurrent gets: one thread writes them together (edgeq.flat).
+        found, damaged, events = self.sink.run(body, durable=remove and confirm_id is None)
         self.sink.dispatch(events)
         if damaged is not None:
             raise found.error or self.sealer.damaged(queue, damaged)
@@ -236,8 +241,8 @@ class Gets:
         uid = check_uid(uid)
         self.expiry.touch(queue)
         now = self.clock()
-        error: IntegrityError | None = None
-        with self.sink.write() as tx:
+
+        def body(tx: Tx) -> tuple[MessageRow, list[Pending], IntegrityError | None]:
             q = require_queue(tx, self.qm_name, queue)
             row, intact = self._find(tx, q, uid)
             if row is None and locked_unindexed(tx, q.id, uid.origin, uid.stamp):
@@ -250,9 +255,10 @@ class Gets:
                     "not yet confirmed or undone"
                 )
             if intact:
-                events = self._delete_row(tx, q, row, now, "get", "confirmed")
-            else:
-                events, error = self._set_aside(tx, q, [row], now)
+                return row, self._delete_row(tx, q, row, now, "get", "confirmed"), None
+            return row, *self._set_aside(tx, q, [row], now)
+
+        row, events, error = self.sink.run(body)  # concurrent confirms: written together (edgeq.flat)
         self.sink.dispatch(events)
         if error is not None:
             raise error

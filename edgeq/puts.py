@@ -119,7 +119,8 @@ class Puts:
         message that cannot be stored raises and rolls the whole batch back.
         Fills ``events`` with what the rules are owed; returns the outcomes, the
         queue, and how many messages were discarded to make room."""
-        with self.sink.write() as tx:
+
+        def body(tx: Tx) -> tuple[list[PutResult], QueueRow, int]:
             q = require_queue(tx, self.qm_name, queue)
             room = Room(tx, q, self.max_store_bytes, now, self.sink, events)
             try:
@@ -133,7 +134,9 @@ class Puts:
             if threshold is not None and q.depth < threshold <= room.depth and self.sink.rules.wants(queue):
                 events.append(Pending("threshold", queue, now, depth=room.depth))
             self.sink.record(tx, events)
-        return results, q, len(room.discards)
+            return results, q, len(room.discards)
+
+        return self.sink.run(body)  # concurrent puts: one thread writes them together (edgeq.flat)
 
     def _admit(
         self, tx: Tx, q: QueueRow, room: Room, messages: Sequence[Message], confirm_id: int | None, now: int,

@@ -94,6 +94,13 @@ def run_lined_up(factory: ConnectionFactory, first: Writer, rest: list[Writer]) 
     return {w.who: w.finish() for w in (first, *rest)}
 
 
+def refuse_abort(factory: ConnectionFactory) -> None:
+    """A trigger that makes SQLite roll back the whole transaction of an insert of 'abort'."""
+    with factory.write() as conn:
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.who = 'abort' "
+                     "BEGIN SELECT RAISE(ROLLBACK, 'refused by a trigger'); END")
+
+
 @pytest.fixture
 def factory(tmp_path: Path) -> Iterator[ConnectionFactory]:
     made = ConnectionFactory(tmp_path / "c.db", timeout=TIMEOUT)
@@ -193,13 +200,17 @@ def test_a_failing_write_fails_alone_and_its_neighbours_commit(factory: Connecti
 def test_a_transaction_sqlite_rolls_back_fails_every_write_of_its_group_and_the_next_group_goes_on(
     factory: ConnectionFactory,
 ) -> None:
-    with factory.write() as conn:
-        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.who = 'abort' "
-                     "BEGIN SELECT RAISE(ROLLBACK, 'refused by a trigger'); END")
+    refuse_abort(factory)
     first = Writer(factory, "a", hold=True)
     rest = [Writer(factory, "b"), Writer(factory, "abort"), Writer(factory, "d"), Writer(factory, "e")]
     outcomes = run_lined_up(factory, first, rest)
-    for who in ("a", "b"):
+    assert_lost_whole(factory, outcomes, ("a", "b"))
+
+
+def assert_lost_whole(factory: ConnectionFactory, outcomes: dict[str, BaseException | None], lost: tuple[str, ...]) -> None:
+    """``lost`` (the writes before 'abort' in its transaction) failed with it; 'd' and 'e',
+    after it, went on in a new transaction; nothing of the lost one was committed."""
+    for who in lost:
         error = outcomes[who]
         assert isinstance(error, StoreError), who
         assert "rolled back the whole write transaction" in str(error) and "refused by a trigger" in str(error)
