@@ -138,8 +138,13 @@ def _join(group: Group, request: Request[object], changed: bool, durable: bool) 
     group.join(kept=True, changed=changed, durable=durable, member=request)
 
 
-def _copy(error: BaseException) -> BaseException:
-    """An error of the same type and message for another thread to raise."""
+def _copy(error: BaseException, path: str, *, committed: str = "it was not committed") -> BaseException:
+    """An error of the same type and message for another thread to raise; for an
+    interruption of the writing thread (KeyboardInterrupt, SystemExit: not an Exception),
+    a :class:`StoreError` saying so, since the caller's own thread was not interrupted."""
+    if not isinstance(error, Exception):
+        return StoreError(f"{path}: the thread writing this write was interrupted ({type(error).__name__}); "
+                          f"{committed}: retry")
     try:
         twin = copy.copy(error)
     except Exception:  # an exception that cannot be copied: say what it said
@@ -240,7 +245,7 @@ class Lead:
         except BaseException as exc:
             self._taking = False
             for request in self._take(self._limit):
-                request.fail(_copy(exc))
+                request.fail(_copy(exc, w.path))
             if not isinstance(exc, Exception):
                 raise
             return
@@ -256,13 +261,13 @@ class Lead:
                         self._one(conn, batch, request)
                     except BaseException as exc:  # could not begin, or interrupted: the rest fail too
                         for rest in taken[index + 1:]:
-                            rest.fail(_copy(exc))
+                            rest.fail(_copy(exc, w.path))
                         raise
                 done += len(taken)
                 taken = self._take(self._limit - done) if self._queue else []
         except BaseException as exc:
             for request in self._take(self._limit) if done < 0 else ():
-                request.fail(_copy(exc))
+                request.fail(_copy(exc, w.path))
             self._end(conn, batch)
             if not isinstance(exc, Exception):
                 raise
@@ -279,7 +284,8 @@ class Lead:
         try:
             turns.end(conn, None, kept=True, changed=batch.changed, durable=False)
         except BaseException as exc:
-            lone.fail(exc if isinstance(exc, Exception) else _copy(exc))
+            lone.fail(exc if isinstance(exc, Exception) else _copy(exc, self._writer.path,
+                                                                  committed="whether it was committed is not known"))
             if not isinstance(exc, Exception):
                 raise
         else:
@@ -296,7 +302,7 @@ class Lead:
         except sqlite3.Error as exc:
             error = w.translate(exc)
             request.fail(error)
-            raise _copy(error) from exc
+            raise _copy(error, w.path) from exc
         before = conn.total_changes
         w.writing(conn)
         try:
@@ -313,8 +319,8 @@ class Lead:
                 translated = w.translate(exc)
                 translated.__cause__ = exc
                 request.fail(translated)
-            else:
-                request.fail(exc)
+            else:  # its own error; an interruption of this thread, as an error its caller can take
+                request.fail(_copy(exc, w.path) if not isinstance(exc, Exception) else exc)
             if not isinstance(exc, Exception):
                 raise
             return

@@ -77,6 +77,20 @@ def run_queued(factory: ConnectionFactory, runners: list[Runner]) -> dict[str, B
     return {"holder": holder.finish()} | {r.who: r.finish() for r in runners}
 
 
+def interrupted_in_main(factory: ConnectionFactory, who: str, conduct: Callable[[int], None]) -> None:
+    """``factory.run(insert(who))`` in the main thread (this test's) while ``conduct``, in a
+    thread of its own, is given the main thread's id to send SIGINT to: the run raises
+    KeyboardInterrupt."""
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main
+    conductor = threading.Thread(target=conduct, args=(main,))
+    conductor.start()
+    with pytest.raises(KeyboardInterrupt):
+        factory.run(insert(who))
+    conductor.join(TIMEOUT)
+    assert not conductor.is_alive()
+
+
 # -- one thread ----------------------------------------------------------------------------------
 
 
@@ -207,24 +221,54 @@ def test_an_interrupted_caller_leaves_the_queue_and_the_others_are_written(facto
     runs, and the lead still passes on (nobody waits for the interrupted thread)."""
     first = Runner(factory, "first")
     holder = queue_behind_a_holder(factory, [first])
-    main = threading.main_thread().ident
-    assert main is not None and threading.get_ident() == main
 
-    def interrupt_once_queued() -> None:
+    def interrupt_once_queued(main: int) -> None:
         until(lambda: factory.combine_stats().queued == 2, "the main thread to queue")
         signal.pthread_kill(main, signal.SIGINT)
 
-    interrupter = threading.Thread(target=interrupt_once_queued)
-    interrupter.start()
-    with pytest.raises(KeyboardInterrupt):
-        factory.run(insert("interrupted"))
-    interrupter.join(TIMEOUT)
+    interrupted_in_main(factory, "interrupted", interrupt_once_queued)
     after = Runner(factory, "after")
     after.start()
     until(lambda: factory.combine_stats().queued == 2, "the next caller to queue")
     holder.go.set()
     assert (holder.finish(), first.finish(), after.finish()) == (None, None, None)
     assert visible(Path(factory.path)) == {"first", "after"}
+
+
+def test_a_lead_interrupted_while_running_another_callers_body_gives_that_caller_an_error_not_the_interrupt(
+    factory: ConnectionFactory,
+) -> None:
+    """Ctrl-C reaching the main thread while, leading, it runs another thread's body: that
+    body is undone and its caller gets a StoreError saying so (its own thread was not
+    interrupted); the main thread gets the KeyboardInterrupt; the store goes on."""
+    holder = Writer(factory, "holder", lambda conn: None, hold=True, look=False)
+    holder.start()
+    assert holder.inside.wait(TIMEOUT)
+    running, never = threading.Event(), threading.Event()
+
+    def blocks(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t (who) VALUES ('other')")
+        running.set()
+        never.wait(TIMEOUT)  # interrupted: the main thread runs it
+
+    other = Runner(factory, "other", blocks)
+
+    def conduct(main: int) -> None:
+        until(lambda: factory.combine_stats().queued == 1, "the main thread to lead, waiting for the turn")
+        other.start()
+        until(lambda: factory.combine_stats().queued == 2, "the other caller to queue")
+        holder.go.set()
+        assert running.wait(TIMEOUT)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    interrupted_in_main(factory, "main", conduct)
+    error = other.finish()
+    assert isinstance(error, StoreError) and "interrupted (KeyboardInterrupt)" in str(error), error
+    assert other.ran_on == threading.main_thread().ident
+    assert holder.finish() is None
+    assert "other" not in visible(Path(factory.path))  # undone
+    factory.run(insert("after"))
+    assert "after" in visible(Path(factory.path))
 
 
 # -- through a queue manager ---------------------------------------------------------------------
