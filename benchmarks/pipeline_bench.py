@@ -42,7 +42,7 @@ from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
 
 from edgeq.journal import JOURNAL_COLUMNS
 
-__all__ = ["generate", "last_batch", "main", "move_parts"]
+__all__ = ["generate", "last_batch", "main", "move_parts", "spark_floor"]
 
 START_MS = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 QUEUES = ("ORDERS", "TELEMETRY", "ALERTS", "AUDIT")
@@ -155,6 +155,41 @@ def move_parts(parts: list[Path], source: Path, target: Path) -> None:
         part.rename(moved)
 
 
+#: The journal's columns :func:`spark_floor` groups by, in turn.
+FLOOR_KEYS = ("kind", "side", "queue", "origin", "device", "check_point")
+
+
+def spark_floor(spark: Any, journal: Path, out: Path, *, queries: int = 12) -> dict[str, Any]:
+    """What Spark itself costs in a JVM that has run nothing yet, whatever the job: ``queries``
+    small, distinct queries over ``journal`` run one after another, each grouping the journal by
+    one of :data:`FLOOR_KEYS` (in turn; two kinds of aggregate) and writing the result as one
+    Parquet file under ``out``. Returns each query's seconds (the first holds the JVM's warm-up)
+    and the groups each wrote. The job runs a few dozen such queries (survey, state bundles,
+    reports), which bounds how short a run can be on this machine."""
+    from edgeq.sync.pipeline.job import read_journal
+    from pyspark.sql import functions as F
+
+    rows = read_journal(spark, str(journal))
+    seconds, groups = [], []
+    for i in range(queries):
+        key = FLOOR_KEYS[i % len(FLOOR_KEYS)]
+        aggs = ([F.count("*").alias("n"), F.max("at_ms").alias("last_ms")] if i % 2 == 0 else
+                [F.sum("at_ms").alias("total_ms"), F.count_distinct("uid").alias("uids")])
+        target = out / f"q{i:02d}"
+        t0 = time.perf_counter()
+        rows.groupBy(key).agg(*aggs).coalesce(1).write.mode("overwrite").parquet(str(target))
+        seconds.append(time.perf_counter() - t0)
+        groups.append(sum(_parquet_rows(f) for f in target.glob("*.parquet")))
+    return {"seconds": [round(x, 3) for x in seconds], "groups": groups}
+
+
+def _parquet_rows(path: Path) -> int:
+    """The rows of one Parquet file."""
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
 def _paths(root: Path, size: int, grow: float) -> tuple[int, Path, Path, Path]:
     extra = int(size * grow)
     return extra, root / f"journal-{size}-{extra}", root / f"held-{size}-{extra}", root / f"reports-{size}"
@@ -217,6 +252,10 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     print(f"Spark started in {started_s:.1f} s ({args.master}, {jvm}, load {os.getloadavg()[0]:.2f})",
           file=sys.stderr, flush=True)
     try:
+        if args.phase == "floor":
+            _, journal, _, _ = _paths(args.dir, size, args.grow)
+            with tempfile.TemporaryDirectory(prefix="edgeq-floor-") as out:
+                return spark_floor(spark, journal, Path(out)) | {"spark_start_s": started_s, "jvm": jvm}
         row = run_size(spark, args.dir, size, grow=args.grow, say=say, phase=args.phase)
     finally:
         spark.stop()
@@ -272,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the JVM's compiler: as edgeq pipeline run chooses it by the journal's size (auto), "
                              "or C1 only (quick), or the JVM's default, whatever the size")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # one size, in a child process
-    parser.add_argument("--phase", choices=("full", "incremental"), default="full", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true",
+                        help="also time Spark's own cost in a fresh JVM: start-up, then 12 small distinct queries "
+                             "over the first size's journal (what bounds a run over a small journal)")
+    parser.add_argument("--phase", choices=("full", "incremental", "floor"), default="full", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     def say(text: str) -> None:
@@ -295,6 +337,16 @@ def main(argv: list[str] | None = None) -> int:
             if row is None:
                 return 1
             results.append(row)
+            if args.floor and size == sizes[0]:
+                floor = _child(args, root, size, "floor")
+                if floor is None:
+                    return 1
+                results.append({"spark_floor": floor})
+                rest = sorted(floor["seconds"][1:])
+                print(f"Spark alone (a fresh JVM, {floor['jvm']}): started in {floor['spark_start_s']:.1f} s; "
+                      f"a first small query over the {size:,}-row journal {floor['seconds'][0]:.1f} s, "
+                      f"{len(rest)} more distinct ones {rest[len(rest) // 2]:.2f} s each (median), "
+                      f"{sum(floor['seconds']):.1f} s in all", flush=True)
     finally:
         if args.dir is None and not args.generate_only:
             shutil.rmtree(root, ignore_errors=True)

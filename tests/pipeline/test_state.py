@@ -198,3 +198,33 @@ def test_a_bundle_keeps_each_datasets_columns_and_types_and_leaves_no_view(spark
     with pytest.raises(ValueError, match="column n of clash is StringType"):
         writer.write_bundle(state, "again", {"first": first, "clash": clash})
     assert not (tmp_path / "out" / STATE_DIR / f"g{writer.generation:06d}" / "again").exists()
+
+
+def _dictionary_encoded(directory: Path) -> list[str]:
+    """The columns of the Parquet files under ``directory`` that have a dictionary page."""
+    found = []
+    for path in sorted(directory.rglob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        for group in range(meta.num_row_groups):
+            for i in range(meta.num_columns):
+                column = meta.row_group(group).column(i)
+                if column.has_dictionary_page or any("DICTIONARY" in e for e in column.encodings):
+                    found.append(f"{path.relative_to(directory)}:{column.path_in_schema}")
+    return found
+
+
+def test_the_state_is_written_without_dictionary_encoding(spark: SparkSession, tmp_path: Path) -> None:
+    # Its columns are mostly per-uid ids and times, nearly all distinct: a dictionary is built,
+    # overflows and is re-encoded plainly, the largest share of writing the uid status.
+    out = tmp_path / "out"
+    writer, state = StateWriter(spark, LocalFiles(), str(out), None), State()
+    # Repeated values, which Parquet would otherwise keep in a dictionary.
+    frame = spark.sql("SELECT id % 2 AS bucket, id AS n, concat('DEV', id % 3) AS origin FROM range(2000)")
+    writer.write_bundle(state, "uids", {"uids": frame}, buckets={0, 1})
+    writer.write_bundle(state, "rows", {"kinds": frame.drop("bucket")})
+    writer.write_whole(state, "queues", frame)
+    writer.write_bucketed(state, "expired", frame, {0, 1})
+    assert len(list(out.rglob("*.parquet"))) >= 6
+    assert _dictionary_encoded(out) == []
+    back = read_dataset(spark, state, "uids", {0, 1})
+    assert back is not None and sorted(r["n"] for r in back.collect()) == list(range(2000))
