@@ -42,7 +42,7 @@ from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
 
 from edgeq.journal import JOURNAL_COLUMNS
 
-__all__ = ["generate", "last_batch", "main", "move_parts", "spark_floor"]
+__all__ = ["FLOOR_KEYS", "generate", "last_batch", "main", "move_parts", "spark_floor"]
 
 START_MS = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 QUEUES = ("ORDERS", "TELEMETRY", "ALERTS", "AUDIT")
@@ -164,8 +164,9 @@ def spark_floor(spark: Any, journal: Path, out: Path, *, queries: int = 12) -> d
     small, distinct queries over ``journal`` run one after another, each grouping the journal by
     one of :data:`FLOOR_KEYS` (in turn; two kinds of aggregate) and writing the result as one
     Parquet file under ``out``. Returns each query's seconds (the first holds the JVM's warm-up)
-    and the groups each wrote. The job runs a few dozen such queries (survey, state bundles,
-    reports), which bounds how short a run can be on this machine."""
+    and the groups each wrote. A run of the job is seventeen queries (the survey, three state
+    bundles, twelve reports, the totals), each larger than these, which bounds how short a
+    run can be on this machine."""
     from edgeq.sync.pipeline.job import read_journal
     from pyspark.sql import functions as F
 
