@@ -215,7 +215,7 @@ def _dictionary_encoded(directory: Path) -> list[str]:
 
 def test_the_state_is_written_without_dictionary_encoding(spark: SparkSession, tmp_path: Path) -> None:
     # Its columns are mostly per-uid ids and times, nearly all distinct: a dictionary is built,
-    # overflows and is re-encoded plainly: a quarter of the time writing the uid status took.
+    # overflows and is re-encoded plainly: a quarter of the uid status stage's task time.
     out = tmp_path / "out"
     writer, state = StateWriter(spark, LocalFiles(), str(out), None), State()
     # Repeated values, which Parquet would otherwise keep in a dictionary.
