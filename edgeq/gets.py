@@ -141,9 +141,6 @@ class Gets:
         """
         self.expiry.touch(queue)
         now = self.clock()
-        # Only a plain get's delete must wait for the disk: an assured get's lock,
-        # lost in a power cut, leaves the message visible exactly as an undo would
-        # (its getter died too), and discarding an expired message twice is harmless.
 
         def body(tx: Tx) -> tuple[_Scan, MessageRow | None, list[Pending]]:
             q = readable_queue(tx, self.qm_name, queue) if remove else require_queue(tx, self.qm_name, queue)
@@ -167,7 +164,10 @@ class Gets:
             self.sink.record(tx, events)
             return found, damaged, events
 
-        # Concurrent gets: one thread writes them together (edgeq.flat).
+        # Concurrent gets: one thread writes them together (edgeq.flat). Only a plain get's
+        # delete must wait for the disk: an assured get's lock, lost in a power cut, leaves
+        # the message visible exactly as an undo would (its getter died too), and
+        # discarding an expired message twice is harmless.
         found, damaged, events = self.sink.run(body, durable=remove and confirm_id is None)
         self.sink.dispatch(events)
         if damaged is not None:
