@@ -154,6 +154,31 @@ def test_missing_and_malformed_input_give_clear_errors(spark: SparkSession, tmp_
         run_pipeline(spark, tmp_path / "bad", tmp_path / "bad" / "reports")
 
 
+def test_rows_lacking_a_required_column_are_refused_and_the_previous_run_is_kept(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A part file whose schema allows nulls (not edgeq export's) holding a row without a uid:
+    the rebuild it causes is refused, saying so, and the state and reports already there stay."""
+    import pyarrow as pa
+
+    journal, out = tmp_path / "journal", tmp_path / "reports"
+    written = generate(journal, 1_200, devices=6, days=2, file_rows=400)
+    assert run_pipeline(spark, journal, out).journal_rows == written
+    kept = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    part = sorted(journal.glob("date=*/part-*.parquet"))[1]
+    table = pq.read_table(part)
+    at = table.schema.get_field_index("uid")
+    uids = table.column("uid").to_pylist()
+    nullable = table.schema.set(at, pa.field("uid", pa.string(), nullable=True))
+    pq.write_table(table.set_column(at, nullable.field(at), pa.array([None, *uids[1:]], pa.string())), part)
+    with pytest.raises(MalformedJournal, match=r"1 journal row.* lack a column .*re-export"):
+        run_pipeline(spark, journal, out)
+    assert {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == kept
+    with pytest.raises(MalformedJournal, match="lack a column"):  # a first run into a new directory
+        run_pipeline(spark, journal, tmp_path / "new")
+    assert not [p for p in (tmp_path / "new").rglob("*") if p.is_file()]  # no state, no report
+
+
 def test_several_journals_that_cannot_go_together_are_refused_naming_them(
     spark: SparkSession, home_journal: HomeJournal, tmp_path: Path
 ) -> None:
