@@ -3,6 +3,7 @@
     python -m benchmarks.pipeline_bench                      # 1M and 10M rows on local[2], each grown by 1%
     python -m benchmarks.pipeline_bench --rows 5k,1M --master 'local[*]'
     python -m benchmarks.pipeline_bench --generate-only --rows 100M --dir /data/journal
+    python -m benchmarks.pipeline_bench --rows 1M --tasks           # also the executors' task time
 
 The generator writes Parquet directly in ``edgeq export``'s layout
 (``date=YYYY-MM-DD/part-FIRST-LAST.parquet``, the journal's columns), so the job
@@ -42,7 +43,7 @@ from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
 
 from edgeq.journal import JOURNAL_COLUMNS
 
-__all__ = ["FLOOR_KEYS", "generate", "last_batch", "main", "move_parts", "spark_floor"]
+__all__ = ["FLOOR_KEYS", "generate", "last_batch", "main", "move_parts", "spark_floor", "task_seconds"]
 
 START_MS = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 QUEUES = ("ORDERS", "TELEMETRY", "ALERTS", "AUDIT")
@@ -184,6 +185,27 @@ def spark_floor(spark: Any, journal: Path, out: Path, *, queries: int = 12) -> d
     return {"seconds": [round(x, 3) for x in seconds], "groups": groups}
 
 
+def task_seconds(log_dir: Path) -> dict[str, float]:
+    """The executors' work in the one application whose Spark event log is under ``log_dir``
+    (``spark.eventLog.dir``, uncompressed): run time and CPU time of every task of every
+    completed stage, summed (seconds). Divided by the cores, the least wall time that work
+    could take however well its jobs were overlapped."""
+    # Spark 4 rolls the log: a directory per application, its events in files events_N_APP.
+    (app,) = list(log_dir.iterdir())
+    logs = sorted(app.glob("events_*"), key=lambda p: int(p.name.split("_")[1])) if app.is_dir() else [app]
+    run_ms = cpu_ns = 0
+    for log in logs:
+        with log.open(encoding="utf-8") as lines:
+            for line in lines:
+                if '"SparkListenerStageCompleted"' not in line:
+                    continue
+                stage = json.loads(line)["Stage Info"]
+                totals = {a.get("Name"): a.get("Value") for a in stage.get("Accumulables", [])}
+                run_ms += int(totals.get("internal.metrics.executorRunTime") or 0)
+                cpu_ns += int(totals.get("internal.metrics.executorCpuTime") or 0)
+    return {"task_s": round(run_ms / 1000, 1), "task_cpu_s": round(cpu_ns / 1e9, 1)}
+
+
 def _parquet_rows(path: Path) -> int:
     """The rows of one Parquet file."""
     import pyarrow.parquet as pq
@@ -234,9 +256,6 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any, phase:
 def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     """Start Spark as ``edgeq pipeline run`` would for a journal of ``size`` rows and time one
     phase of :func:`run_size` in it."""
-    from edgeq.sync.pipeline.job import spark_session
-    from edgeq.sync.pipeline.session import QUICK_JIT
-
     t0 = time.perf_counter()
     conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
     conf["spark.ui.showConsoleProgress"] = "false"
@@ -246,8 +265,27 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
 
         _, journal, _, out = _paths(args.dir, size, args.grow)
         rows = rows_to_read([check_journal(str(journal))], str(out))
+    events = Path(tempfile.mkdtemp(prefix="edgeq-bench-events-")) if args.tasks and args.phase != "floor" else None
+    try:
+        return _timed(args, size, say, conf, rows, events, t0)
+    finally:
+        if events is not None:
+            shutil.rmtree(events, ignore_errors=True)
+
+
+def _timed(args: argparse.Namespace, size: int, say: Any, conf: dict[str, str], rows: int | None,
+           events: Path | None, t0: float) -> dict[str, Any]:
+    """:func:`_one_size`'s run, in a JVM started with ``conf`` for ``rows``; with ``events``, its
+    event log there and the executors' task time (:func:`task_seconds`) in the result."""
+    from edgeq.sync.pipeline.job import spark_session
+    from edgeq.sync.pipeline.session import QUICK_JIT
+
+    if events is not None:
+        conf = conf | {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+                       "spark.eventLog.compress": "false"}
     spark = spark_session(args.master, conf=conf, journal_rows=rows)
     started_s = round(time.perf_counter() - t0, 1)
+    cores = spark.sparkContext.defaultParallelism
     jvm = "quick JIT (C1 only)" if QUICK_JIT in spark.sparkContext.getConf().get(
         "spark.driver.extraJavaOptions", "") else "default JIT"
     print(f"Spark started in {started_s:.1f} s ({args.master}, {jvm}, load {os.getloadavg()[0]:.2f})",
@@ -261,7 +299,11 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     finally:
         spark.stop()
     key = "spark_start_s" if args.phase == "full" else "incremental_spark_start_s"
-    return row | {key: started_s, "jvm": jvm}
+    row |= {key: started_s, "jvm": jvm}
+    if events is not None:  # written whole once the context has stopped
+        prefix = "" if args.phase == "full" else "incremental_"
+        row |= {prefix + k: v for k, v in (task_seconds(events) | {"cores": cores}).items()}
+    return row
 
 
 def _child(args: argparse.Namespace, root: Path, size: int, phase: str) -> dict[str, Any] | None:
@@ -271,12 +313,21 @@ def _child(args: argparse.Namespace, root: Path, size: int, phase: str) -> dict[
     starts cold like any other run, not in the JVM the full run warmed up."""
     command = [sys.executable, "-m", "benchmarks.pipeline_bench", "--one", str(size), "--phase", phase,
                "--dir", str(root), "--grow", str(args.grow), "--master", args.master,
-               "--driver-memory", args.driver_memory, "--jvm", args.jvm]
+               "--driver-memory", args.driver_memory, "--jvm", args.jvm] + (["--tasks"] if args.tasks else [])
     child = subprocess.run(command + (["--quiet"] if args.quiet else []), stdout=subprocess.PIPE, text=True)
     if child.returncode != 0:
         print(f"the {size:,}-row {phase} run failed (exit {child.returncode})", file=sys.stderr)
         return None
     return dict(json.loads(child.stdout.strip().splitlines()[-1]))
+
+
+def _tasks(row: dict[str, Any], prefix: str) -> str:
+    """``--tasks``' figures of one run, as printed (empty without them)."""
+    if prefix + "task_s" not in row:
+        return ""
+    task, cores = row[prefix + "task_s"], row[prefix + "cores"]
+    return (f"\n{'':>12}   tasks {task:.1f} s (CPU {row[prefix + 'task_cpu_s']:.1f} s) on {cores} cores: "
+            f"at least {task / cores:.1f} s of wall time")
 
 
 def _measure(args: argparse.Namespace, root: Path, size: int) -> dict[str, Any] | None:
@@ -285,7 +336,7 @@ def _measure(args: argparse.Namespace, root: Path, size: int) -> dict[str, Any] 
     if row is None:
         return None
     print(f"{row['rows']:>12,} rows  {row['seconds']:8.1f} s  {row['rows_per_s']:>12,} rows/s  (full, "
-          f"load {row['load']:.2f})", flush=True)
+          f"load {row['load']:.2f})" + _tasks(row, ""), flush=True)
     if args.grow:
         inc = _child(args, root, size, "incremental")
         if inc is None:
@@ -293,8 +344,8 @@ def _measure(args: argparse.Namespace, root: Path, size: int) -> dict[str, Any] 
         inc["incremental_jvm"] = inc.pop("jvm", None)  # chosen by the rows it reads: maybe not the full run's
         row |= inc | {"incremental_ratio": round(inc["incremental_seconds"] / row["seconds"], 3)}
         print(f"{row['grown_rows']:>12,} new   {row['incremental_seconds']:8.1f} s  "
-              f"{row['incremental_ratio']:>12.1%} of the full run  (incremental, load {row['incremental_load']:.2f})",
-              flush=True)
+              f"{row['incremental_ratio']:>12.1%} of the full run  (incremental, load {row['incremental_load']:.2f})"
+              + _tasks(row, "incremental_"), flush=True)
     return row
 
 
@@ -315,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", action="store_true",
                         help="also time Spark's own cost in a fresh JVM: start-up, then 12 small distinct queries "
                              "over the first size's journal (what bounds a run over a small journal)")
+    parser.add_argument("--tasks", action="store_true",
+                        help="also sum the executors' task time of each run (Spark's event log): divided by the "
+                             "cores, the least wall time the run's work could take")
     parser.add_argument("--phase", choices=("full", "incremental", "floor"), default="full", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
