@@ -24,6 +24,7 @@ ACTIONS = {
     "get_confirm": "benchmarks.cases.get_confirm:child_get_confirm",
     "put_threads": "benchmarks.cases.put_threads:child_put_threads",
     "aio_puts": "benchmarks.cases.aio_puts:child_aio_puts",
+    "rule_cost": "benchmarks.cases.rule_cost:child_rule_cost",
     "get_confirm_threads": "benchmarks.cases.get_confirm_threads:child_get_confirm_threads",
     "depth": "benchmarks.cases.depth:child_depth",
     "expiry": "benchmarks.cases.expiry:child_expiry",

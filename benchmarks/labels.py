@@ -56,6 +56,7 @@ _VARIANTS_BY_CASE = {
         "edgeq-signed-tls": "edgeq, signed, HTTPS",
     },
     "fleet": {"edgeq": "edgeq serve, signed devices"},
+    "rule_cost": {"edgeq": "edgeq, no rule", "edgeq-counters": "edgeq, counters rule bound"},
     "aio_puts": {
         "edgeq": "edgeq AsyncQueueManager (32 worker threads)",
         "edgeq-1-worker": "edgeq AsyncQueueManager, 1 worker thread (no flush to share)",
@@ -103,6 +104,8 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "get_confirm": f"get+confirm @ {human(size)} backlog",
         "put_threads": f"durable single puts, {size} thread{'s' if size != 1 else ''}",
         "aio_puts": f"asyncio durable puts, {size} coroutine{'s' if size != 1 else ''}",
+        "rule_cost": "a bound rule's cost: durable single puts" if size == 1 else
+                     f"a bound rule's cost: put_many of {human(size)}",
         "get_confirm_threads": f"get+confirm, {size} consumer thread{'s' if size != 1 else ''}",
         "drain": f"drain: {int(extra.get('per_consumer', 4))} processes, {human(size)} msgs",
         "depth": f"depth inquiry @ {human(size)}",

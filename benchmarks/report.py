@@ -48,6 +48,15 @@ def _coroutines(m: dict[str, float]) -> str:
     return text
 
 
+def _rule_cost(m: dict[str, float]) -> str:
+    """A rule-cost row: its ratio to the same puts without the rule first."""
+    text = ""
+    if "vs_no_rule" in m:
+        text = f"**{m['vs_no_rule']:.2f}x without the rule** (median of the rounds' ratios); "
+    detail = _lat(m) if m.get("size") == 1 else f"median of {m.get('batches', 0):.0f} batches"
+    return text + detail + f"; fsync p50 {m.get('fsync_p50_us', 0):,.0f} µs"
+
+
 def _wakeup(m: dict[str, float]) -> str:
     """A wake-up row: put returned → get returned, median first (the headline)."""
     text = (f"p50 {m.get('p50_ms', 0):.2f} ms, p90 {m.get('p90_ms', 0):.2f} ms, p99 {m.get('p99_ms', 0):.2f} ms, "
@@ -105,6 +114,7 @@ HEADLINES: dict[str, Headline] = {
     "get_confirm": Headline("ops_per_s", "ops/s", True, _lat),
     "put_threads": Headline("ops_per_s", "msg/s", True, _threads),
     "aio_puts": Headline("ops_per_s", "msg/s", True, _coroutines),
+    "rule_cost": Headline("msgs_per_s", "msg/s", True, _rule_cost),
     "get_confirm_threads": Headline("ops_per_s", "ops/s", True, _threads),
     "drain": Headline("msgs_per_s", "msg/s", True,
                       lambda m: (f"**{m.get('duplicates', 0):.0f} dup, {m.get('losses', 0):.0f} lost**, "
@@ -231,7 +241,8 @@ def render(results: list[Result], targets: list[Target], meta: dict[str, Any]) -
         f"fsync of a 4 KiB append, before / after the run: {_probe(meta.get('fsync_before'))} / "
         f"{_probe(meta.get('fsync_after'))}",
         "",
-        "Results (one fresh process per row; edgeq advantage > 1 means edgeq is better by that factor):",
+        "Results (one fresh process per row, but the two rows of a bound rule's cost share one, alternating; "
+        "edgeq advantage > 1 means edgeq is better by that factor):",
         "",
         *_results_table(results),
         "",

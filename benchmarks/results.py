@@ -16,6 +16,7 @@ HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
     "get_confirm": ("ops_per_s", True),
     "put_threads": ("ops_per_s", True),
     "aio_puts": ("ops_per_s", True),
+    "rule_cost": ("msgs_per_s", True),
     "get_confirm_threads": ("ops_per_s", True),
     "drain": ("msgs_per_s", True),
     "depth": ("median_ms", False),

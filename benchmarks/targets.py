@@ -102,6 +102,7 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     out += _sync_targets(results, s)
     out += _fleet_targets(results, s)
     out.append(_aio_target(results))
+    out += _rule_targets(results, s)
     out += _waiting_targets(results)
     out += _thread_targets(results)
     return out
@@ -168,6 +169,23 @@ def _thread_targets(results: list[Result]) -> list[Target]:
         eight = _metric(results, case, "edgeq", "ops_per_s", 8)
         out.append(_ratio(f"{what}, 8 threads vs 1 (edgeq)", "≥ 4x edgeq's own 1-thread rate", eight, one, 4,
                           "ops/s"))
+    return out
+
+
+def _rule_targets(results: list[Result], s: Settings) -> list[Target]:
+    """A bound rule (``counters``) costs its own work: put_many ≥ 0.7x, single puts ≥ 0.8x without it."""
+    out = []
+    cases = ((s.batch_size, f"put_many of {human(s.batch_size)}", 0.7), (1, "single puts", 0.8))
+    for size, what, floor in cases:
+        bare = _metric(results, "rule_cost", "edgeq", "msgs_per_s", size)
+        ruled = _metric(results, "rule_cost", "edgeq-counters", "msgs_per_s", size)
+        ratio = _metric(results, "rule_cost", "edgeq-counters", "vs_no_rule", size)
+        out.append(_judge(
+            f"{what} with the counters rule vs without", f"≥ {floor}x, side by side in one process",
+            None if ratio is None else ratio >= floor,
+            f"{ratio:.2f}x (median of the rounds' ratios; medians {ruled:,.0f} vs {bare:,.0f} msg/s)"
+            if ratio is not None and ruled is not None and bare is not None else "",
+        ))
     return out
 
 

@@ -6,14 +6,19 @@ In order, for each request (docs/admin.md, "On the device"):
 1. **Decoded** within bounds (:meth:`AdminRequest.from_bytes`), else refused as malformed.
 2. **Authenticated**: signed, by a key this device trusts, and the signature verifies.
    Anything else is refused; such a refusal is remembered under a digest of the request's
-   bytes, never under the id it claims (so a forged or damaged copy cannot stand in for the
-   genuine request, which still runs when it arrives), and its reply goes only to
+   bytes (the newest :data:`MAX_REFUSED` of them), never under the id it claims (so a forged
+   or damaged copy cannot stand in for the genuine request, which still runs when it
+   arrives), and its reply goes only to
    :data:`ADMIN_REPLY_QUEUE`, never to a queue the unauthenticated request names.
 3. **Already answered?** A request remembered under its id is answered from the remembered
    reply and not run again (a duplicate, a replay, a resend after a lost reply).
 4. **Allowed**: for this device, an action the key may run, created within the remembered
    window (:data:`RETENTION_MS`, so a replay of a forgotten request is refused rather than
-   run again) and not in the future beyond :data:`MAX_SKEW_MS`, not expired.
+   run again) and not in the future beyond :data:`MAX_SKEW_MS`, not expired. Expired is
+   judged on this device's clock alone (:func:`deadline_ms`): the lifetime the request's
+   message had left when it arrived (carried as remaining milliseconds, counted down by the
+   server), never longer than the signed lifetime ``expires_ms - created_ms``; the
+   operator's absolute ``expires_ms`` is never compared with this clock.
 5. **Started**: the marker reply ("interrupted: outcome unknown, inquire") is remembered
    in one transaction with the check of step 3. Then the action runs (in its own
    transactions), then its reply replaces the marker. A crash in between leaves the marker:
@@ -59,7 +64,9 @@ from edgeq.uid import MessageUID
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-__all__ = ["INTERRUPTED", "LEASE_MS", "MAX_SKEW_MS", "RETENTION_MS", "AdminExecutor"]
+__all__ = [
+    "INTERRUPTED", "LEASE_MS", "MAX_REFUSED", "MAX_SKEW_MS", "RETENTION_MS", "AdminExecutor", "deadline_ms",
+]
 
 log = logging.getLogger("edgeq.admin")
 
@@ -67,11 +74,32 @@ log = logging.getLogger("edgeq.admin")
 RETENTION_MS: Final = 30 * 86_400_000
 #: How far in the future (operator clock ahead of the device's) a request may be created.
 MAX_SKEW_MS: Final = 86_400_000
+#: Refusals of unauthenticated requests remembered at most (the oldest forgotten first): what a
+#: broken or hostile server sending distinct garbage may make a device keep. A forgotten one
+#: sent again is refused again, with a reply of its own.
+MAX_REFUSED: Final = 1_000
 #: How long one ``process_admin`` holds the admin lease without renewing it.
 LEASE_MS: Final = 600_000
 #: The reply of a request whose action started and never recorded its outcome.
 INTERRUPTED: Final = ("interrupted: outcome unknown, inquire (the action started on this device and its outcome "
                       "was never recorded, e.g. the process was killed; it is not run again)")
+
+
+def deadline_ms(request: AdminRequest, arrived_ms: int, remaining_ms: int | None) -> int | None:
+    """When ``request``, arrived at ``arrived_ms`` (this device's clock) with ``remaining_ms``
+    of its message's lifetime left (None: no message, or one without expiry), expires here;
+    None: never. Bounded by the signed lifetime, a duration on the operator's clock, so a
+    server cannot lengthen it; the operator's ``expires_ms`` itself is no deadline here.
+
+    >>> from edgeq.adminwire import AdminRequest
+    >>> r = AdminRequest.create("sweep", device="D", reply_qmgr="H", created_ms=1_000, key_id="k",
+    ...                         expires_ms=121_000)
+    >>> deadline_ms(r, 900_000, 30_000), deadline_ms(r, 900_000, None), deadline_ms(r, 900_000, 500_000)
+    (930000, 1020000, 1020000)
+    """
+    lifetime = None if request.expires_ms is None else request.expires_ms - request.created_ms
+    found = [arrived_ms + left for left in (remaining_ms, lifetime) if left is not None]
+    return min(found) if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +110,7 @@ class _Outcome:
     reply: AdminReply
     stamp: int
     reply_queue: str | None
+    key: str  #: what the reply is remembered under (``admin_replies``)
 
 
 class AdminExecutor:
@@ -133,13 +162,18 @@ class AdminExecutor:
 
     # -- executing -----------------------------------------------------------------------------
 
-    def execute(self, data: bytes) -> AdminReply:
-        """Check and run one encoded request, at most once; its reply (see the module docstring)."""
+    def execute(self, data: bytes, remaining_ms: int | None = None) -> AdminReply:
+        """Check and run one encoded request, at most once; its reply (see the module docstring).
+        ``remaining_ms``: the lifetime its message had left on arrival (None: its signed lifetime)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidType(f"execute_admin takes the request's bytes, not {type(data).__name__}")
-        return self._execute(bytes(data), "").reply
+        if remaining_ms is not None and (
+                isinstance(remaining_ms, bool) or not isinstance(remaining_ms, int) or remaining_ms < 0):
+            raise InvalidArgument(
+                f"remaining_ms must be an int of 0 or more (milliseconds) or None, not {remaining_ms!r}")
+        return self._execute(bytes(data), "", self.host.now_ms(), remaining_ms).reply
 
-    def _execute(self, data: bytes, claimed_id: str) -> _Outcome:
+    def _execute(self, data: bytes, claimed_id: str, arrived_ms: int, remaining_ms: int | None) -> _Outcome:
         now = self.host.now_ms()
         try:
             request = AdminRequest.from_bytes(data)
@@ -161,7 +195,7 @@ class AdminExecutor:
                 data, request.request_id, request.target,
                 f"refused: the signature does not verify with key {request.key_id!r}: the request was changed "
                 "after it was signed (tampered), or signed with another key", now)
-        return self._authenticated(request, key, now)
+        return self._authenticated(request, key, now, deadline_ms(request, arrived_ms, remaining_ms))
 
     def _unauthenticated(self, data: bytes, request_id: str, target: str | None, reason: str, now: int) -> _Outcome:
         """Refuse a request that is not from a trusted key: remembered under the digest of its
@@ -174,13 +208,14 @@ class AdminExecutor:
             admin = AdminTx(conn)
             known = admin.remembered(record_key)
             if known is not None:
-                return _Outcome(_decoded(known), known.stamp, None)
+                return _Outcome(_decoded(known), known.stamp, None, record_key)
             stamp = Tx(conn).stamps(now, 1)
             admin.prune(now - RETENTION_MS - MAX_SKEW_MS)
+            admin.prune_refused(MAX_REFUSED - 1)
             admin.remember(record_key, now, reply.to_bytes(), stamp, final=True)
-        return _Outcome(reply, stamp, None)
+        return _Outcome(reply, stamp, None, record_key)
 
-    def _refusal(self, request: AdminRequest, key: AdminKey, now: int) -> str | None:
+    def _refusal(self, request: AdminRequest, key: AdminKey, now: int, deadline: int | None) -> str | None:
         """Why an authenticated request must not run, or None."""
         if request.device != self.host.name:
             return (f"refused: the request is for queue manager {request.device}, and this is {self.host.name}: "
@@ -195,13 +230,15 @@ class AdminExecutor:
         if request.created_ms > now + MAX_SKEW_MS:
             return ("refused: the request was created more than a day in the future by this device's clock: "
                     "check the operator's and the device's clocks")
-        if request.expires_ms is not None and request.expires_ms <= now:
-            return "expired before execution: the request's expiry passed before this device ran it"
+        if deadline is not None and deadline <= now:
+            return "expired before execution: the request's lifetime ran out before this device ran it"
         return None
 
-    def _authenticated(self, request: AdminRequest, key: AdminKey, now: int) -> _Outcome:
+    def _authenticated(
+        self, request: AdminRequest, key: AdminKey, now: int, deadline: int | None
+    ) -> _Outcome:
         rid, target = request.request_id, request.target
-        reason = self._refusal(request, key, now)
+        reason = self._refusal(request, key, now, deadline)
         # The refusal, or the marker: remembered in the transaction that finds nothing remembered.
         first = AdminReply(rid, self.host.name, "failed", (item(target, reason or INTERRUPTED),), reason or INTERRUPTED,
                            now)
@@ -211,20 +248,20 @@ class AdminExecutor:
             if known is not None:
                 log.info("admin request %s (%s) answered from its remembered reply: not run again", rid,
                          request.action)
-                return _Outcome(_decoded(known), known.stamp, request.reply_queue)
+                return _Outcome(_decoded(known), known.stamp, request.reply_queue, rid)
             stamp = Tx(conn).stamps(now, 1)
             admin.prune(now - RETENTION_MS - MAX_SKEW_MS)
             admin.remember(rid, now, first.to_bytes(), stamp, final=reason is not None)
         if reason is not None:
             log.warning("admin request %s (%s) by key %s refused: %s", rid, request.action, request.key_id, reason)
-            return _Outcome(first, stamp, request.reply_queue)
+            return _Outcome(first, stamp, request.reply_queue, rid)
         items, message = run_action(self.host, self.db, request)
         reply = self._reply(request, items, message, now)
         with self.db.write() as conn:
             AdminTx(conn).finish(rid, now, reply.to_bytes(), stamp)
         log.info("admin request %s (%s %s) by key %s: %s", rid, request.action, target or "", request.key_id,
                  reply.message)
-        return _Outcome(reply, stamp, request.reply_queue)
+        return _Outcome(reply, stamp, request.reply_queue, rid)
 
     def _reply(self, request: AdminRequest, items: list[dict[str, object]], message: str, now: int) -> AdminReply:
         """The reply of an action that ran; if its values cannot travel (too large, a value no
@@ -247,6 +284,8 @@ class AdminExecutor:
         if ADMIN_QUEUE not in self.host.queue_names():
             return []
         token = secrets.token_hex(8)
+        # Read before the browse: each message's remaining lifetime is measured no earlier.
+        arrived = self.host.now_ms()
         if not self._lease(token):
             log.info("another process_admin holds the admin lease of %s: leaving the requests to it", self.host.name)
             return []
@@ -255,7 +294,8 @@ class AdminExecutor:
             for message in self.host.browse(ADMIN_QUEUE, limit=limit):
                 if not self._lease(token):
                     break  # taken over (this run outlived its lease): the new holder carries on
-                outcome = self._execute(message.data, _claimed_id(message))
+                outcome = self._execute(
+                    message.data, _claimed_id(message), arrived, message.remaining_expiry_ms)
                 self._send(outcome)
                 if message.uid is not None:
                     with contextlib.suppress(MessageNotFound):  # purged meanwhile (a request may purge it)
@@ -284,6 +324,11 @@ class AdminExecutor:
             log.error("the reply to admin request %s cannot be put on %s (%s); it stays remembered: a resend of "
                       "the request gets it", reply.request_id or "(no id)", queue, exc)
             return
+        if result.status != "refused" and result.uid.stamp != outcome.stamp:
+            # Put under a new uid (the old one is below the settled mark: docs/protocol.md): the
+            # record follows it, so a replay while this copy waits is the same message again.
+            with self.db.write() as conn:
+                AdminTx(conn).restamp(outcome.key, result.uid.stamp)
         if result.status == "refused":
             log.error("the reply to admin request %s was refused by %s (%s); it stays remembered: a resend of the "
                       "request gets it", reply.request_id or "(no id)", queue, result.detail)

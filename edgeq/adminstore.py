@@ -1,7 +1,8 @@
 """The SQL of remote administration on a device: the operator keys it trusts (table
 ``admin_keys``), the replies it remembers (table ``admin_replies``, what makes execution
 exactly once) and the lease that lets one ``process_admin`` run at a time (``edgeq_meta``
-key ``admin.lease``).
+key ``admin.lease``: its holder's token, PID and, where the system tells, the process's
+start time, so a later process given the same PID does not hold it up).
 
 A remembered reply is stored as a small CBOR record: the reply's bytes, the stamp of the
 uid its message gets (reserved once, so the reply is the same message however often it is
@@ -16,6 +17,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 import cbor2
@@ -131,9 +133,27 @@ class AdminTx:
             "UPDATE admin_replies SET executed_ms = ?, reply = ? WHERE request_id = ?", (executed_ms, blob, key)
         )
 
+    def restamp(self, key: str, stamp: int) -> None:
+        """The reply remembered under ``key`` went out as the message of stamp ``stamp``."""
+        row = self.conn.execute("SELECT reply FROM admin_replies WHERE request_id = ?", (key,)).fetchone()
+        if row is not None:
+            blob = cbor2.loads(row[0])
+            self.conn.execute("UPDATE admin_replies SET reply = ? WHERE request_id = ?",
+                              (cbor2.dumps({**blob, "stamp": stamp}), key))
+
     def prune(self, before_ms: int) -> int:
         """Forget the replies recorded before ``before_ms`` (the ``executed_ms`` index); how many."""
         return self.conn.execute("DELETE FROM admin_replies WHERE executed_ms < ?", (before_ms,)).rowcount
+
+    def prune_refused(self, keep: int) -> int:
+        """Forget all but the ``keep`` most recent refusals of unauthenticated requests (under
+        :data:`REFUSED_PREFIX`); how many were forgotten."""
+        low, high = REFUSED_PREFIX, REFUSED_PREFIX[:-1] + chr(ord(REFUSED_PREFIX[-1]) + 1)
+        return self.conn.execute(
+            "DELETE FROM admin_replies WHERE request_id >= ? AND request_id < ? AND request_id NOT IN "
+            "(SELECT request_id FROM admin_replies WHERE request_id >= ? AND request_id < ? "
+            "ORDER BY executed_ms DESC, request_id DESC LIMIT ?)", (low, high, low, high, keep)
+        ).rowcount
 
     def history(self, limit: int) -> list[AdminRecord]:
         """The ``limit`` most recently recorded replies, newest first."""
@@ -163,9 +183,12 @@ class AdminTx:
         row = self.conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (_LEASE_KEY,)).fetchone()
         if row is not None:
             holder = _lease(str(row[0]))
-            if holder is not None and holder[0] != token and holder[2] > now_ms and _alive(holder[1]):
+            if (holder is not None and holder[0] != token and holder[2] > now_ms
+                    and _alive(holder[1], holder[3])):
                 return False
-        value = json.dumps({"token": token, "pid": os.getpid(), "until_ms": until_ms}, separators=(",", ":"))
+        pid = os.getpid()
+        value = json.dumps({"token": token, "pid": pid, "started": _started(pid), "until_ms": until_ms},
+                           separators=(",", ":"))
         self.conn.execute(
             "INSERT INTO edgeq_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (_LEASE_KEY, value),
@@ -185,21 +208,34 @@ def _actions_text(actions: Sequence[str]) -> str:
     return "*" if "*" in actions else json.dumps(list(actions), separators=(",", ":"))
 
 
-def _lease(value: str) -> tuple[str, int, int] | None:
-    """(token, pid, until_ms) of a stored lease; None if unreadable (then it is taken over)."""
+def _lease(value: str) -> tuple[str, int, int, int | None] | None:
+    """(token, pid, until_ms, its process's start time or None) of a stored lease; None if
+    unreadable (then it is taken over)."""
     try:
         body = json.loads(value)
-        token, pid, until = body["token"], body["pid"], body["until_ms"]
-    except (ValueError, KeyError, TypeError):
+        token, pid, until, started = body["token"], body["pid"], body["until_ms"], body.get("started")
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not (isinstance(token, str) and type(pid) is int and type(until) is int):
+    if not (isinstance(token, str) and type(pid) is int and type(until) is int
+            and (started is None or type(started) is int)):
         return None
-    return token, pid, until
+    return token, pid, until, started
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (True where that cannot be told: the lease's
-    time then decides)."""
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, from Linux's ``/proc``): with the
+    pid, what tells a lease's holder from a later process given the same pid. None where it
+    cannot be read (another system: the pid alone, and the lease's time, decide)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return int(stat.rpartition(")")[2].split()[19])  # field 22, counted after the name's ")"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """Whether process ``pid``, started at ``started`` (None: not known), runs on this host
+    (True where that cannot be told: the lease's time then decides)."""
     if os.name != "posix" or pid <= 0:
         return True
     try:
@@ -207,5 +243,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except OSError:  # it exists, owned by another user
-        return True
-    return True
+        pass
+    now = None if started is None else _started(pid)
+    return now is None or now == started

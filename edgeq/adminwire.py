@@ -3,8 +3,10 @@ device executes, and the reply the device sends back. Pure: no I/O, no store.
 
 A request travels as a message on the device's admin queue (:data:`ADMIN_QUEUE`), its data
 :meth:`AdminRequest.to_bytes`, its correlation id the request id's bytes and, when the request
-has ``expires_ms``, an absolute expiry (``Int64``): it expires there like any message
-(:func:`request_message`). The reply travels on the request's reply queue, normally
+has ``expires_ms``, that expiry (``Int64``) on the home store: it expires there like any
+message (:func:`request_message`), and a pull hands the device what it has left. The device
+never compares ``expires_ms`` with its own clock: it keeps the remaining lifetime it got,
+at most the signed ``expires_ms - created_ms`` (:func:`edgeq.adminexec.deadline_ms`). The reply travels on the request's reply queue, normally
 :data:`ADMIN_REPLY_QUEUE` (:func:`reply_message`). Both are CBOR maps (schema
 :data:`ADMIN_SCHEMA`, key ``"v"``), decoded within fixed bounds (:mod:`edgeq.cbor`: no tags,
 bounded size, nesting and items) and checked field by field; anything else raises
@@ -260,7 +262,8 @@ class AdminRequest:
     parameters (plain data; for define-queue and alter-queue the keywords of
     ``QueueManager.define_queue`` and ``alter_queue``); ``device``: the queue manager that
     must execute it; the reply goes to queue ``reply_queue`` for queue manager
-    ``reply_qmgr``; ``created_ms`` / ``expires_ms``: epoch ms on the operator's clock;
+    ``reply_qmgr``; ``created_ms`` / ``expires_ms``: epoch ms on the operator's clock (a
+    device takes only their difference, the lifetime);
     ``key_id``: the operator key that signs it.
     """
 

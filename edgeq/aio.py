@@ -237,8 +237,8 @@ class AsyncQueueManager:
     async def _wait_for(
         self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None, seconds: float
     ) -> list[Message]:
-        """Attempts, one after each change of the store, until one finds something or
-        ``seconds`` pass."""
+        """Attempts, one after each change of the store (or when a message waiting out its
+        redelivery delay is due), until one finds something or ``seconds`` pass."""
         loop = asyncio.get_running_loop()
         deadline = None if math.isinf(seconds) else loop.time() + seconds
         bell = self._doorbell(qm, loop)
@@ -247,7 +247,12 @@ class AsyncQueueManager:
             while True:
                 seen = bell.rings
                 got = await self._lock(qm, queue, count, hold, filter)
-                if got or not await bell.after(seen, deadline):
+                if got:
+                    return got
+                later = await asyncio.wrap_future(self._spawn(qm._gets.due_in, queue))  # edgeq.waiting
+                due = None if later is None else loop.time() + later
+                wake = due if deadline is None else deadline if due is None else min(due, deadline)
+                if not await bell.after(seen, wake) and wake == deadline:
                     return got
         finally:
             bell.leave()

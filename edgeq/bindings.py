@@ -180,11 +180,27 @@ class RuleBook:
             require_queue(Tx(conn), self.qm_name, queue)
             return RuleTx(conn).stats(queue)
 
-    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
-        """Add to a queue's counters, once per durable event id; return whether applied."""
+    def apply_stats_each(
+        self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
+    ) -> list[bool]:
+        """Add a batch of ``(increments, event_id)`` to a queue's counters in one write,
+        once per durable event id; return whether each was applied."""
         check_name(queue, "queue name")
-        for counter, n in increments.items():
-            if not isinstance(counter, str) or isinstance(n, bool) or not isinstance(n, int):
-                raise InvalidType(f"increments map counter names to ints, not {counter!r}: {n!r}")
-        with self.sink.write() as tx:
-            return RuleTx(tx.conn).apply_stats(queue, increments, event_id)
+        if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
+            raise InvalidType("apply_stats_each takes a list of (increments, event_id) pairs")
+        for item in batch:
+            _check_increment(item)
+        with self.sink.write(durable=durable) as tx:
+            return RuleTx(tx.conn).apply_stats(queue, batch)
+
+
+def _check_increment(item: object) -> None:
+    """Refuse what is not an ``(increments, event_id)`` pair of counter names to ints."""
+    if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], Mapping):
+        raise InvalidType(f"apply_stats_each takes (increments, event_id) pairs, not {item!r}")
+    increments, event_id = item
+    if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
+        raise InvalidType(f"an event id is an int or None, not {event_id!r}")
+    for counter, n in increments.items():
+        if not isinstance(counter, str) or isinstance(n, bool) or not isinstance(n, int):
+            raise InvalidType(f"increments map counter names to ints, not {counter!r}: {n!r}")

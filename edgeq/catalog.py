@@ -4,7 +4,9 @@ against their budgets."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgeq.bindings import RuleSpec, build_bindings, check_specs
@@ -15,10 +17,18 @@ from edgeq.errors import InvalidArgument, QueueExists, QueueNotEmpty, QueueNotFo
 from edgeq.events import EventSink
 from edgeq.meta import journal_is_explicit
 from edgeq.names import check_name
-from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage, check_attributes, require_queue
+from edgeq.queues import (
+    QueueAttributes,
+    QueueUsage,
+    StoreUsage,
+    check_attributes,
+    check_redelivery,
+    require_queue,
+)
 from edgeq.rulestore import RuleTx
 from edgeq.sealer import Sealer
 from edgeq.store import QueueRow, Tx
+from edgeq.types import DEFAULT_MAX_REDELIVERY_DELAY_MS, DEFAULT_REDELIVERY_DELAY_MS
 
 if TYPE_CHECKING:
     from edgeq.rules import QueueRule
@@ -46,24 +56,32 @@ class QueueCatalog:
         self.overflowed = overflowed if overflowed is not None else OverflowTally()
 
     def define_queue(self, name: str, rules: Sequence[RuleSpec] | None, encryption: str | None,
-                     **attributes: Any) -> None:
+                     exist_ok: bool = False, **attributes: Any) -> None:
         """Define a local queue with ``attributes`` (those of ``QueueManager.define_queue``)."""
-        self.define(name, attributes, rules, {"encryption": self.sealer.cipher(encryption)})
+        self.define(name, attributes, rules, {"encryption": self.sealer.cipher(encryption)}, exist_ok=exist_ok)
 
     def define(
         self, name: str, attributes: dict[str, Any], rules: Sequence[RuleSpec] | None,
-        kind: Mapping[str, str | None] | None = None,
+        kind: Mapping[str, str | None] | None = None, *, exist_ok: bool = False,
     ) -> None:
-        """Define a queue of any kind: validated attributes, bindings stored with it."""
+        """Define a queue of any kind: validated attributes, bindings stored with it. With
+        ``exist_ok``, a queue defined already exactly so (kind, attributes, rules) is left as it is."""
         check_name(name, "queue name")
         attrs = check_attributes(attributes)
         _remote_only(attrs, (kind or {}).get("kind"))
+        defaults = (DEFAULT_REDELIVERY_DELAY_MS, DEFAULT_MAX_REDELIVERY_DELAY_MS)
+        _check_delays(attrs, name, (kind or {}).get("kind"), defaults)
         specs = check_specs(rules) if rules is not None else []
         built = build_bindings(self.host, name, specs)  # validates every config before anything is stored
         with self.sink.write() as tx:
-            if tx.queue(name) is not None:
+            existing = tx.queue(name)
+            if existing is not None:
+                if exist_ok:
+                    _check_same(tx, existing, {"kind": "local", **attrs, **(kind or {})}, specs, self.qm_name)
+                    return
                 raise QueueExists(
-                    f"queue {name!r} is already defined on {self.qm_name}: use alter_queue to change it"
+                    f"queue {name!r} is already defined on {self.qm_name}: use alter_queue to change it "
+                    "(or exist_ok=True to accept the same definition)"
                 )
             _check_backout(tx, name, attrs.get("backout_threshold"), attrs.get("backout_queue"),
                            (kind or {}).get("kind"), (kind or {}).get("encryption"))
@@ -93,6 +111,7 @@ class QueueCatalog:
         with self.sink.write() as tx:
             queue = require_queue(tx, self.qm_name, name)
             _remote_only(attributes, queue.kind)
+            _check_delays(attributes, name, queue.kind, (queue.redelivery_delay_ms, queue.max_redelivery_delay_ms))
             if "backout_threshold" in attributes or "backout_queue" in attributes:
                 _check_backout(
                     tx, name, attributes.get("backout_threshold", queue.backout_threshold),
@@ -122,7 +141,12 @@ class QueueCatalog:
         self.expiry.touch(name)
         self.expiry.discard_expired(name, "depth")
         with self.sink.db.read() as conn:
-            return QueueUsage.from_row(require_queue(Tx(conn), self.qm_name, name), self.overflowed.get(name))
+            queue = require_queue(Tx(conn), self.qm_name, name)
+            usage = QueueUsage.from_row(queue, self.overflowed.get(name))
+            if not self.sink.db.read_only:
+                return usage
+            count, size = Tx(conn).expired_totals(queue.id, self.clock())  # kept, so left out
+            return replace(usage, depth=usage.depth - count, bytes=usage.bytes - size)
 
     def store_usage(self) -> StoreUsage:
         """What the store holds, as stored (nothing is discarded: a monitor may read this
@@ -163,7 +187,7 @@ class QueueCatalog:
 
     def define_remote_queue(
         self, name: str, *, target_qmgr: str, target_queue: str | None, mode: Literal["async", "sync"],
-        rules: Sequence[RuleSpec] | None, encryption: str | None, **attributes: Any,
+        rules: Sequence[RuleSpec] | None, encryption: str | None, exist_ok: bool = False, **attributes: Any,
     ) -> None:
         """Define a remote queue with ``attributes`` (see ``QueueManager.define_remote_queue``)."""
         check_name(target_qmgr, "target queue manager name")
@@ -176,16 +200,17 @@ class QueueCatalog:
             "kind": "remote", "target_qmgr": target_qmgr, "target_queue": target_queue or name, "mode": mode,
             "encryption": self.sealer.cipher(encryption),
         }
-        self.define(name, attrs, rules, kind)
+        self.define(name, attrs, rules, kind, exist_ok=exist_ok)
         self._sync_queue_defined()
 
-    def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
+    def define_home_server_queue(self, name: str, *, server: str, exist_ok: bool = False, **attributes: Any) -> None:
         """Define a home-server queue (see ``QueueManager.define_home_server_queue``)."""
         check_name(server, "home server name")
         rules = attributes.pop("rules", None)
         cipher = self.sealer.cipher(attributes.pop("encryption", None))
         defaults: dict[str, Any] = {"default_priority": 4, "ordering": "priority"}
-        self.define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher})
+        self.define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher},
+                    exist_ok=exist_ok)
         self._sync_queue_defined()
 
     def queues_of_kind(self, kind: str) -> list[QueueAttributes]:
@@ -235,16 +260,47 @@ def _check_backout(
         )
 
 
+def _check_delays(attributes: Mapping[str, Any], name: str, kind: str | None, current: tuple[int, int]) -> None:
+    """The redelivery delays ``attributes`` give queue ``name`` (``current``: its first and
+    most, kept where not given) make sense: the first no longer than the most; none on a
+    remote queue (nothing gets from it here)."""
+    if not any(key in attributes for key in ("redelivery_delay_ms", "max_redelivery_delay_ms")):
+        return
+    if kind == "remote":
+        raise InvalidArgument(
+            f"{name!r} is a remote queue: nothing gets from it here, so nothing is redelivered; "
+            "give the redelivery delay to the queue the messages are got from"
+        )
+    check_redelivery(attributes.get("redelivery_delay_ms", current[0]),
+                     attributes.get("max_redelivery_delay_ms", current[1]))
+
+
 def _remote_only(attributes: Mapping[str, Any], kind: str | None) -> None:
     """``refusal_limit`` means something on a remote queue only, ``compression`` on a remote
     or home-server queue only (what crosses the wire): refuse them elsewhere."""
     if "refusal_limit" in attributes and kind != "remote":
         raise InvalidArgument(
             "refusal_limit applies to remote queues only (how often their target may refuse a message "
-            "before it is given up): leave it out here"
+            "before it moves to the dead-letter queue): leave it out here"
         )
     if attributes.get("compression") is not None and kind not in ("remote", "home"):
         raise InvalidArgument(
             "compression applies to remote and home-server queues only (how their batches cross the "
             "wire to and from the home server): leave it out here"
+        )
+
+
+def _check_same(tx: Tx, existing: QueueRow, wanted: Mapping[str, Any], specs: Sequence[tuple[str, Any]],
+                qm_name: str) -> None:
+    """Refuse (:class:`QueueExists`) a queue defined otherwise than ``wanted`` and ``specs`` say:
+    ``exist_ok`` accepts the same definition again, never silently keeps another one."""
+    differ = [f"{key} {getattr(existing, key)!r}, not {value!r}" for key, value in wanted.items()
+              if getattr(existing, key) != value]
+    stored = [(b.name, b.config) for b in RuleTx(tx.conn).bindings(existing.name)]
+    if stored != [(spec, json.loads(json.dumps(dict(config), sort_keys=True))) for spec, config in specs]:
+        differ.append(f"rules {[name for name, _ in stored]}, not {[name for name, _ in specs]}")
+    if differ:
+        raise QueueExists(
+            f"queue {existing.name!r} is already defined on {qm_name}, otherwise: {'; '.join(differ)}; "
+            "change it with alter_queue (or delete it first)"
         )

@@ -12,9 +12,16 @@ time and memory linear in its size and bounded by :class:`DecodeLimits`, whateve
   tags is decoded as plain CBOR first, in linear time; in a walked body, not at all);
 * **nesting** at most ``max_depth`` containers deep (a body is a map of arrays of maps of
   field maps of field arrays: five);
-* **items** at most ``max_items``: a body no longer than that cannot hold more, so only a
-  longer one is first walked (:func:`count_items`, without building anything) to bound
-  the memory a dense body of tiny items would take once decoded (~60x its size);
+* **items** at most ``max_items``, of them **containers** (arrays and maps, the dear
+  ones: each a Python object the garbage collector then tracks) at most
+  ``max_containers``, and **entries** of one array or map at most ``max_length``: a body
+  no longer than ``max_items`` cannot hold more items, nor more containers than it has
+  bytes of the two major types (counted at C speed), so only a longer one, or one with
+  more such bytes, is first walked (:func:`count_items`, without building anything, in
+  Python, which yields the GIL as it goes) and refused at the first header past a
+  bound, before cbor2's decoder (which holds the GIL until it is done) builds anything:
+  what a dense body of tiny items would take once decoded is ~60x its size in memory
+  and half a second per million items;
 * map keys are text or byte strings (no hashing of nested structures) and appear once;
   a CBOR integer is at most 64 bits (bignums being tags), so every number formats fast.
 
@@ -53,17 +60,26 @@ class MalformedBody(EdgeqError):
 @dataclass(frozen=True, slots=True)
 class DecodeLimits:
     """What one body may hold: ``max_depth`` nested containers, ``max_items`` data items
-    (each string, number, array, map... counts one; a map entry two)."""
+    (each string, number, array, map... counts one; a map entry two), ``max_length``
+    entries in one definite-length array or map (a map's entry: a key and its value),
+    ``max_containers`` arrays and maps in all."""
 
     max_depth: int = 16
     max_items: int = 1_000_000
+    max_length: int = 1_000_000
+    max_containers: int = 1_000_000
 
     def __post_init__(self) -> None:
-        if self.max_depth < 1 or self.max_items < 1:
+        if min(self.max_depth, self.max_items, self.max_length, self.max_containers) < 1:
             raise InvalidArgument(f"decode limits must be positive: {self}")
 
 
 DEFAULT_LIMITS: Final = DecodeLimits()
+#: Every byte but the initial bytes of arrays and maps (0x80-0xbf): what ``bytes.translate``
+#: deletes to count, at C speed, the most containers a body can hold.
+_NOT_CONTAINER_HEADS: Final = bytes(b for b in range(256) if not 0x80 <= b < 0xC0)
+#: What a sender whose body is past a bound can do.
+_SMALLER: Final = "send smaller batches (fewer messages, or fewer fields a message)"
 
 
 class _TagRefused(Exception):
@@ -120,7 +136,7 @@ def describe(value: object, limit: int = 60) -> str:
 def loads(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     """Decode exactly one CBOR item from ``raw`` within ``limits``; raise
     :class:`MalformedBody` (saying what is wrong) on anything else."""
-    if len(raw) > limits.max_items:
+    if len(raw) > limits.max_items or len(raw.translate(None, _NOT_CONTAINER_HEADS)) > limits.max_containers:
         count_items(raw, limits)
     stream = io.BytesIO(raw)
     decoder = cbor2.CBORDecoder(stream, semantic_decoders=_NO_TAGS, max_depth=limits.max_depth,
@@ -136,6 +152,12 @@ def loads(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     if stream.tell() != len(raw):
         raise MalformedBody(f"{len(raw) - stream.tell()} trailing bytes after the CBOR body")
     return value
+
+
+def _too_long(kind: int, entries: int, max_length: int) -> NoReturn:
+    what = "an array" if kind == _ARRAY else "a map"
+    raise MalformedBody(f"body holds {what} of {entries} entries, more than {max_length} (this end's limit): "
+                        f"refused before decoding; {_SMALLER}")
 
 
 # What each initial byte of a CBOR item is (RFC 8949, 3): its kind, and how many bytes of
@@ -159,14 +181,17 @@ _HEADS: Final = tuple(_head(byte) for byte in range(256))
 def count_items(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> int:
     """How many data items the CBOR item at the start of ``raw`` holds (itself included),
     walked without building any of them; raise :class:`MalformedBody` past
-    ``limits.max_items`` items or ``limits.max_depth`` levels, at a tag, or where ``raw``
+    ``limits.max_items`` items, ``limits.max_containers`` arrays and maps or
+    ``limits.max_depth`` levels, at the header of an array or map announcing more than
+    ``limits.max_length`` entries, at a tag, or where ``raw``
     ends before the item does. Linear in ``raw``; strings are skipped, not read.
 
     >>> count_items(bytes.fromhex("a2617601647479706563707574"))  # {"v": 1, "type": "put"}
     5
     """
-    end, pos, items = len(raw), 0, 1
-    max_items, max_depth = limits.max_items, limits.max_depth
+    end, pos, items, containers = len(raw), 0, 1, 0
+    max_items, max_depth, max_length = limits.max_items, limits.max_depth, limits.max_length
+    max_containers = limits.max_containers
     heads = _HEADS
     # The innermost open container's remaining items (-1: indefinite, until a break code),
     # the enclosing ones' on the stack; the body is the one item of a container around it.
@@ -202,6 +227,12 @@ def count_items(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> int:
                     raise MalformedBody("body is not valid CBOR (it ends inside a string): truncated?")
             elif kind in (_ARRAY, _MAP, _OPEN):
                 count = -1 if kind == _OPEN else arg if kind == _ARRAY else 2 * arg
+                if arg > max_length and kind != _OPEN:
+                    _too_long(kind, arg, max_length)
+                containers += 1
+                if containers > max_containers:
+                    raise MalformedBody(
+                        f"body holds more than {max_containers} CBOR arrays and maps: {_SMALLER}")
                 if count:
                     if count > end - pos:  # each item takes a byte at least
                         raise MalformedBody(f"body is not valid CBOR (a container of {arg} items in "

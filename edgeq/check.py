@@ -5,7 +5,7 @@
 * every message row, in **one streaming SELECT** over the table itself (never an
   index: the index may be the damaged part): its checksum (``edgeq_crc``, the same
   :data:`~edgeq.integrity.CRC_SQL` a put computes) and the values the checksum does
-  not cover (state, lock, order key, backout count). The same pass counts each
+  not cover (state, lock, order key, backout count, redelivery time). The same pass counts each
   queue's rows and bytes, to hold against its ``depth`` and ``bytes`` counters
   (:mod:`edgeq.checkscan`);
 * the queues, rule bindings, rule events, journal rows, and the store's identity

@@ -106,8 +106,11 @@ class ExpiryPolicy:
 
         Walks the deadline index only, so unexpired messages are never read.
         Without rules it is one DELETE; with rules it goes in batches, each
-        batch's rules firing after its commit.
+        batch's rules firing after its commit. A store this user may only read keeps
+        them (nothing is discarded): its readers leave them out instead.
         """
+        if self.sink.db.read_only:
+            return 0
         if not self.sink.observed(name, "expired"):
             with self.sink.write() as tx:
                 return tx.delete_expired(require_queue(tx, self.qm_name, name).id, self.clock())
@@ -124,7 +127,10 @@ class ExpiryPolicy:
         self.touch(name)
         self.discard_expired(name, "depth")
         with self.sink.db.read() as conn:
-            return require_queue(Tx(conn), self.qm_name, name).depth
+            queue = require_queue(Tx(conn), self.qm_name, name)
+            if self.sink.db.read_only:  # kept, so left out of the count
+                return queue.depth - Tx(conn).expired_totals(queue.id, self.clock())[0]
+            return queue.depth
 
     def sweep_expired(self, name: str | None = None) -> int:
         """Discard expired messages now, on ``name`` or every queue; return how many

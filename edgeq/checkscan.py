@@ -30,7 +30,7 @@ _COVERED: dict[str, tuple[str, ...]] = {
     "fields": ("blob", "null"), "data": ("blob",),
 }
 _UNCOVERED = {"seq": ("integer",), "rank": ("integer",), "backout_count": ("integer",),
-              "confirm_id": ("integer", "null")}
+              "confirm_id": ("integer", "null"), "not_before": ("integer", "null")}
 _DETAIL_COLS = ("id", "queue_id", "origin", "stamp", "state", "confirm_id", "rank", "priority", "backout_count", "crc")
 
 
@@ -169,7 +169,8 @@ def verdict_sql(queues: Mapping[int, QueueInfo]) -> str:
         WHEN state NOT IN (0, 1, 2) THEN 'state'
         WHEN (state = 0) != (confirm_id IS NULL) THEN 'lock'
         WHEN typeof(seq) != 'integer' OR typeof(rank) != 'integer' OR typeof(backout_count) != 'integer'
-             OR typeof(confirm_id) NOT IN ('integer', 'null') OR backout_count < 0 THEN 'value'
+             OR typeof(confirm_id) NOT IN ('integer', 'null') OR typeof(not_before) NOT IN ('integer', 'null')
+             OR backout_count < 0 THEN 'value'
         WHEN crc IS NULL OR crc IS NOT {CRC_SQL} THEN 'crc'
         WHEN queue_id NOT IN ({odd}) AND rank != CASE WHEN queue_id IN ({fifo}) THEN 0 ELSE priority END
              THEN 'rank'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from edgeq.errors import InvalidArgument
@@ -33,6 +34,7 @@ class ManualClock:
     def __init__(self, start_ms: int) -> None:
         self._now = int(start_ms)
         self._lock = threading.Lock()
+        self._watchers: list[Callable[[], None]] = []
 
     def __call__(self) -> int:
         with self._lock:
@@ -45,8 +47,29 @@ class ManualClock:
             raise InvalidArgument(f"advance() takes a non-negative step, not {ms} ms")
         with self._lock:
             self._now += ms
+        self._moved()
 
     def set(self, now_ms: int) -> None:
         """Set the clock to ``now_ms`` (it may go backwards, like a real wall clock)."""
         with self._lock:
             self._now = int(now_ms)
+        self._moved()
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` whenever the clock is moved (a queue manager wakes its waiting
+        gets: a redelivery delay may have ended); return what stops it."""
+        with self._lock:
+            self._watchers.append(callback)
+
+        def unwatch() -> None:
+            with self._lock:
+                if callback in self._watchers:
+                    self._watchers.remove(callback)
+
+        return unwatch
+
+    def _moved(self) -> None:
+        with self._lock:
+            watchers = list(self._watchers)
+        for callback in watchers:
+            callback()

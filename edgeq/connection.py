@@ -10,6 +10,7 @@ nowhere else (the huey storage model).
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from typing import TypeVar
 from edgeq.combining import GROUP_LIMIT, Combiner, CombineStats, release_statements
 from edgeq.commits import SyncBarrier, SyncStats
 from edgeq.damage import damaged
-from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
+from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError, StoreReadOnly
 from edgeq.flat import Lead
 from edgeq.integrity import register
 from edgeq.types import Durability
@@ -55,12 +56,47 @@ def store_error(exc: sqlite3.Error | UnicodeDecodeError, path: str) -> StoreErro
     text = str(exc)
     if is_damage(exc):
         return damaged(f"SQLite cannot read it ({text})", path=path)
+    if "readonly" in text or "read-only" in text:
+        return StoreReadOnly(
+            f"{path} is read-only here ({read_only_reason(Path(path))}), and this needs to write to it: "
+            "commands that only read it (depth, browse, queue list, sync status) work; to change it, run "
+            "as a user who may write the file and its directory"
+        )
     if "locked" in text or "busy" in text:
         return StoreBusy(
             f"{path}: the database stayed locked by another connection past the busy "
             f"timeout ({text}); retry, or raise QueueManager(timeout=...)"
         )
     return StoreError(f"{path}: the SQLite store failed: {text}")
+
+
+def read_only_reason(path: Path) -> str:
+    """Why this user cannot write the store at ``path``, in a few words (for :class:`StoreReadOnly`)."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "its filesystem is mounted read-only"
+        if not os.access(path, os.W_OK):
+            return f"the file is not writable by this user (mode {path.stat().st_mode & 0o777:o})"
+    except OSError as exc:
+        return f"it cannot be examined: {exc.strerror or exc}"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return (f"its directory {path.parent} is not writable by this user, and SQLite keeps its write-ahead "
+                f"log beside the file ({path.name}-wal, {path.name}-shm)")
+    return "SQLite opened it read-only"
+
+
+def open_address(path: str) -> tuple[str, bool]:
+    """What to hand ``sqlite3.connect`` for ``path``, and whether it is a URI: the path itself, or
+    for a store this user cannot write, a read-only URI (``mode=ro``), ``immutable=1`` when SQLite
+    could not make its shared-memory file beside it and there is no write-ahead log to read."""
+    file = Path(path)
+    if not file.is_file() or (os.access(file, os.W_OK) and os.access(file.parent, os.W_OK | os.X_OK)):
+        return path, False
+    uri = f"{file.resolve().as_uri()}?mode=ro"
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    if not os.access(file.parent, os.W_OK | os.X_OK) and not wal.exists() and not shm.exists():
+        uri += "&immutable=1"  # nobody writes it through a log: the file alone is the whole truth
+    return uri, True
 
 
 def check_foreign(path: Path, *, newest: int | None = None) -> bool:
@@ -138,6 +174,9 @@ class ConnectionFactory:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
         self.path = str(path)
+        #: Whether this user may only read the store (see :func:`open_address`): then nothing is
+        #: discarded by a check point, and readers leave expired messages out instead.
+        self.read_only = open_address(self.path)[1]
         self.durability: Durability = durability
         self.timeout = float(timeout)
         self._local = threading.local()
@@ -164,9 +203,10 @@ class ConnectionFactory:
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: edgeq issues BEGIN/COMMIT itself, so the
         # sqlite3 module never opens a deferred transaction behind its back.
+        address, read_only = open_address(self.path)
         try:
             conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                address, timeout=self.timeout, isolation_level=None, check_same_thread=False, uri=read_only
             )
         except sqlite3.Error as exc:
             raise StoreError(
@@ -177,8 +217,8 @@ class ConnectionFactory:
             conn.set_trace_callback(self._tracer)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
+            mode = conn.execute("PRAGMA journal_mode" if read_only else "PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal" and not read_only:
                 raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode}); use a local filesystem")
             # NORMAL at either durability: in WAL mode a commit then never waits for the
             # disk under the write lock; at "full" write() waits for a shared flush after

@@ -27,9 +27,12 @@ from edgeq.store import Tx
 from edgeq.types import MAX_CONFIRM_ID, FieldValue
 from edgeq.waiting import Waker
 
-__all__ = ["Consumer", "Listener", "check_readable"]
+__all__ = ["TRACEBACK_EVERY_MS", "Consumer", "Listener", "check_readable"]
 
 log = logging.getLogger("edgeq")
+
+#: A listener logs the traceback of a message's failing callback at most this often.
+TRACEBACK_EVERY_MS = 60_000
 
 
 def _confirm_id() -> int:
@@ -71,12 +74,25 @@ class _Taker:
         except MessageNotFound as exc:
             log.warning("message %s of %s could not be confirmed: %s", message.uid, self.queue, exc)
 
-    def failed(self, confirm_id: int, message: Message) -> None:
-        """Undo an assured get: visible again, one more backout (a backout queue may take it)."""
+    def failed(self, confirm_id: int, message: Message) -> tuple[bool, str]:
+        """Undo an assured get that failed: one more backout, got again after the queue's
+        redelivery delay (a backout queue may take it instead). Returns whether it was
+        undone, and what became of it, for a log line."""
         try:
-            self.gets.undo(self.queue, confirm_id)
+            _, due = self.gets.undo_due(self.queue, confirm_id)
         except ConfirmIdNotFound as exc:
-            log.warning("message %s of %s could not be undone: %s", message.uid, self.queue, exc)
+            return False, f"it could not be undone: {exc}"
+        backouts = f"undone (backout {message.backout_count + 1})"
+        if message.uid is None or (message.uid.origin, message.uid.stamp) not in due:
+            return True, f"{backouts} and moved to the queue's backout queue"
+        at = due[(message.uid.origin, message.uid.stamp)]
+        if at is None:
+            return True, f"{backouts}, offered again at once (no redelivery delay)"
+        return True, f"{backouts}, offered again in {max(0, at - self.gets.clock()) / 1000:g} s"
+
+    def due_in(self) -> float | None:
+        """Seconds until a message of the queue waiting out a redelivery delay may be got."""
+        return self.gets.due_in(self.queue)
 
 
 class Consumer:
@@ -112,7 +128,7 @@ class Consumer:
         if self._ended:
             raise StopIteration
         try:
-            got = self._waker.until(self._taker.take, self._wait)
+            got = self._waker.until(self._taker.take, self._wait, due=self._taker.due_in)
         except QueueManagerClosed:
             got = []
         if not got:
@@ -133,7 +149,9 @@ class Consumer:
             if done:
                 self._taker.done(message)
             else:
-                self._taker.failed(confirm_id, message)
+                undone, what = self._taker.failed(confirm_id, message)
+                if not undone:
+                    log.warning("message %s of %s: %s", message.uid, self.queue, what)
 
     def close(self) -> None:
         """Stop consuming: the message in hand, if any, is undone (visible again, one
@@ -181,6 +199,7 @@ class Listener:
         self._error: BaseException | None = None
         self._delivered = 0
         self._failed = 0
+        self._traced: dict[str, int] = {}  # uid -> when its callback's traceback was last logged (clock ms)
         self._threads = [
             threading.Thread(target=self._run, name=f"edgeq-listen:{queue}:{n}", daemon=True) for n in range(threads)
         ]
@@ -249,7 +268,7 @@ class Listener:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self._waker.until(self._deliver, math.inf, stop=self._stopping.is_set)
+                self._waker.until(self._deliver, math.inf, stop=self._stopping.is_set, due=self._taker.due_in)
             except QueueManagerClosed:
                 return
             except BaseException as exc:  # the store's error, not the callback's: stop, and say why
@@ -270,17 +289,31 @@ class Listener:
         try:
             self._callback(message)
         except BaseException as exc:
-            if confirm_id is not None:
-                self._taker.failed(confirm_id, message)
+            what = self._taker.failed(confirm_id, message)[1] if confirm_id is not None else "it is gone (confirm=False)"
             with self._lock:
                 self._failed += 1
             if not isinstance(exc, Exception):
                 raise  # SystemExit and the like stop the listener
-            log.exception("the listener's callback failed on message %s of %s; %s", message.uid, self.queue,
-                          "it was undone (one more backout)" if confirm_id is not None else "it is gone (confirm=False)")
+            traced = self._trace_due(str(message.uid))
+            log.error("the listener's callback failed on message %s of %s (%s: %s); %s%s", message.uid, self.queue,
+                      type(exc).__name__, exc, what, "" if traced else " (traceback logged within the last minute)",
+                      exc_info=exc if traced else None)
         else:
             if confirm_id is not None:
                 self._taker.done(message)
             with self._lock:
                 self._delivered += 1
         return got
+
+    def _trace_due(self, uid: str) -> bool:
+        """Whether a failure of message ``uid`` gets its traceback logged: at most once
+        per :data:`TRACEBACK_EVERY_MS` a message (a poison message's next failures log
+        one line each). Only uids traced within that time are remembered."""
+        now = self._taker.gets.clock()
+        with self._lock:
+            last = self._traced.get(uid)
+            if last is not None and 0 <= now - last < TRACEBACK_EVERY_MS:
+                return False
+            self._traced = {u: t for u, t in self._traced.items() if 0 <= now - t < TRACEBACK_EVERY_MS}
+            self._traced[uid] = now
+            return True

@@ -71,6 +71,11 @@ def _name_ok(value: object) -> bool:
     return isinstance(value, str) and _NAME.fullmatch(value) is not None
 
 
+def _delays_ok(delays: tuple[object, object]) -> bool:
+    first, most = delays
+    return type(first) is int and type(most) is int and first >= 0 and most >= 0
+
+
 def _limit_ok(value: object) -> bool:
     return value is None or (type(value) is int and value > 0)
 
@@ -79,11 +84,12 @@ def queue_problem(
     id: object, name: object, ordering: object, kind: object, default_priority: object, depth: object,
     size: object, mode: object, encryption: object, on_full: object, created_ms: object,
     limits: tuple[object, ...], names: tuple[object, ...], *, compression: object = None,
+    delays: tuple[object, object] = (0, 0),
 ) -> str | None:
     """What is out of range in a queue row as read back (None: nothing): ``size`` is its
     ``bytes``, ``limits`` its positive-or-None attributes, ``names`` its optional queue and
-    queue manager names, ``compression`` its codec (None or one edgeq knows). Cheap: it
-    runs whenever a queue row is read.
+    queue manager names, ``compression`` its codec (None or one edgeq knows), ``delays``
+    its redelivery delays (ints, never negative). Cheap: it runs whenever a queue row is read.
 
     >>> queue_problem(1, "Q", "fifo", "local", 4, 0, 0, None, None, "reject", 5, (None, 10), (None,))
     >>> queue_problem(1, "Q", "fifo", "local", 68, 0, 0, None, None, "reject", 5, (), ())
@@ -96,7 +102,8 @@ def queue_problem(
         and ordering in _ORDERINGS and kind in _KINDS and default_priority in _PRIORITIES
         and type(default_priority) is int and type(depth) is int and depth >= 0 and type(size) is int
         and mode in _MODES and encryption in _CIPHERS and on_full in _ON_FULL and type(created_ms) is int
-        and compression in _COMPRESSIONS
+        and compression in _COMPRESSIONS and type(delays[0]) is int and type(delays[1]) is int
+        and delays[0] >= 0 and delays[1] >= 0
     )
     for v in limits:
         if v is not None and (type(v) is not int or v <= 0):
@@ -123,12 +130,13 @@ def queue_problem(
         "a limit": all(map(_limit_ok, limits)),
         "a target or server name": all(v is None or _name_ok(v) for v in names),
         "compression": compression in _COMPRESSIONS,
+        "a redelivery delay": _delays_ok(delays),
     }
     values = {
         "id": id, "name": name, "ordering": ordering, "kind": kind, "default_priority": default_priority,
         "depth": depth, "bytes": size, "mode": mode, "encryption": encryption, "on_full": on_full,
         "created_ms": created_ms, "a limit": limits, "a target or server name": names,
-        "compression": compression,
+        "compression": compression, "a redelivery delay": delays,
     }
     label = next((label for label, ok in checks.items() if not ok), "a value")
     return f"{label} {values.get(label)!r} is out of range"
@@ -185,6 +193,10 @@ class StoredQueue(Protocol):
     def backout_queue(self) -> str | None: ...
     @property
     def compression(self) -> str | None: ...
+    @property
+    def redelivery_delay_ms(self) -> int: ...
+    @property
+    def max_redelivery_delay_ms(self) -> int: ...
 
 
 Q = TypeVar("Q", bound=StoredQueue)
@@ -199,6 +211,7 @@ def checked_queue(q: Q, conn: sqlite3.Connection) -> Q:
         (q.expiry_ms, q.cap_expiry_ms, q.max_depth, q.max_message_bytes, q.depth_threshold, q.max_bytes,
          q.refusal_limit, q.backout_threshold),
         (q.target_qmgr, q.target_queue, q.server, q.backout_queue), compression=q.compression,
+        delays=(q.redelivery_delay_ms, q.max_redelivery_delay_ms),
     )
     if problem is not None:
         raise damaged(f"the row of queue {q.name!r} holds a value no edgeq writes: {problem}", conn)

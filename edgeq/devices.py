@@ -1,12 +1,13 @@
 """What a home server durably knows about its devices (table ``devices``): when it last
 heard from each and its clock offset, and, for authenticated sync, each device's
-public key, the queues it may push to, and whether it was revoked."""
+public key, the queues it may push to, and whether it was revoked; and what it refused
+of their puts (table ``device_refusals``: per device, queue and reason)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +18,7 @@ from edgeq.errors import DeviceNotFound, InvalidArgument, InvalidType
 from edgeq.names import check_name
 from edgeq.types import Clock
 
-__all__ = ["DeviceRecord", "DeviceRegistry", "DeviceTx"]
+__all__ = ["DeviceRecord", "DeviceRefusal", "DeviceRegistry", "DeviceTx"]
 
 _COLS = "name, added_ms, last_seen_ms, clock_offset_ms, agent, public_key, queues, revoked_ms"
 
@@ -57,6 +58,24 @@ class DeviceRecord:
             return None
         when = datetime.fromtimestamp(self.revoked_ms / 1000, tz=UTC)
         return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRefusal:
+    """What a home server refused of one device's puts to one queue, for one reason
+    (``no-queue``, ``queue-full``, ``too-large`` or ``refused``): how many messages, the
+    first and last time (server clock, ms) and the last refusal's text."""
+
+    device: str
+    queue: str
+    reason: str
+    count: int
+    first_ms: int
+    last_ms: int
+    last_detail: str
+
+
+_REFUSAL_COLS = "device, queue, reason, count, first_ms, last_ms, last_detail"
 
 
 def _record(row: tuple[Any, ...], conn: sqlite3.Connection) -> DeviceRecord:
@@ -112,6 +131,22 @@ class DeviceTx:
     def all(self) -> list[DeviceRecord]:
         """Every known device, by name."""
         return [_record(row, self.conn) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]
+
+    def refused(self, device: str, queue: str, refused: Mapping[str, tuple[int, str]], now_ms: int) -> None:
+        """Count ``device``'s messages refused on ``queue``: per reason, (how many, the last text)."""
+        self.conn.executemany(
+            f"INSERT INTO device_refusals ({_REFUSAL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (device, queue, reason) DO UPDATE SET count = count + excluded.count, "
+            "last_ms = excluded.last_ms, last_detail = excluded.last_detail",
+            [(device, queue, reason, n, now_ms, now_ms, detail) for reason, (n, detail) in refused.items()],
+        )
+
+    def refusals(self, device: str | None) -> list[DeviceRefusal]:
+        """What was refused (of ``device``; None: of every device), the latest first."""
+        where, args = ("WHERE device = ? ", (device,)) if device is not None else ("", ())
+        rows = self.conn.execute(
+            f"SELECT {_REFUSAL_COLS} FROM device_refusals {where}ORDER BY last_ms DESC, device, queue, reason", args)
+        return [DeviceRefusal(*row) for row in rows]
 
 class DeviceRegistry:
     """The devices a home server knows: contact, clock offset, keys, revocation."""
@@ -174,3 +209,21 @@ class DeviceRegistry:
         check_name(name, "device name")
         with self.db.read() as conn:
             return DeviceTx(conn).get(name)
+
+    def record_refusals(self, device: str, queue: str, refused: Mapping[str, tuple[int, str]]) -> None:
+        """Note that the server refused ``device``'s messages on ``queue`` now: per reason,
+        (how many, the last refusal's text). One transaction; nothing if none was refused."""
+        check_name(device, "device name")
+        check_name(queue, "queue name")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n, _ in refused.values()):
+            raise InvalidArgument(f"refusal counts must be positive ints, not {dict(refused)!r}")
+        if refused:
+            with self.db.write() as tx:
+                DeviceTx(tx).refused(device, queue, refused, self.clock())
+
+    def refusals(self, device: str | None = None) -> list[DeviceRefusal]:
+        """What the server refused, per device, queue and reason (of ``device`` only, if given)."""
+        if device is not None:
+            check_name(device, "device name")
+        with self.db.read() as conn:
+            return DeviceTx(conn).refusals(device)

@@ -35,6 +35,7 @@ __all__ = [
     "StoreBusy",
     "StoreError",
     "StoreFull",
+    "StoreReadOnly",
 ]
 
 
@@ -62,6 +63,10 @@ class ExpiryError(InvalidArgument):
 
 class StoreError(EdgeqError):
     """The database file cannot be used: not SQLite, not edgeq's, corrupt, or too new."""
+
+
+class StoreReadOnly(StoreError):
+    """The store may be read but not written by this user (file, directory or filesystem)."""
 
 
 class NameMismatch(StoreError):

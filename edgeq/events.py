@@ -23,7 +23,9 @@ from edgeq.damage import index_damaged
 from edgeq.dispatch import Dispatcher, Pending
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.journal import (
+    DEVICE_KINDS,
     JournalEntry,
+    JournalKind,
     JournalSide,
     JournalTx,
     RemoteExpiryResult,
@@ -32,7 +34,7 @@ from edgeq.journal import (
 )
 from edgeq.names import check_name
 from edgeq.rows import is_expired, plain_size
-from edgeq.store import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact
 from edgeq.types import Clock, EventKind, RemovalReason, Where
 from edgeq.verify import diagnose, lenient, stripped
 
@@ -101,6 +103,13 @@ class EventSink:
         if not self.observed(queue, kind):
             return []
         return [Pending(kind, queue, now_ms, row=row, where=where, reason=reason) for row in rows]
+
+    def added(self, queue: str, rows: Iterable[NewMessage], now_ms: int) -> list[Pending]:
+        """One ``added`` event per row put; empty if nothing wants them. The rows are
+        kept as put: a rule's copy is made only if it reads the message."""
+        if not self.observed(queue, "added"):
+            return []
+        return [Pending("added", queue, now_ms, new=row) for row in rows]
 
     def record(self, tx: Tx, events: list[Pending]) -> None:
         """Make the events durable in the caller's transaction: rule events and journal entries.
@@ -221,7 +230,7 @@ class EventSink:
     def remote_expiries(self, device: str, entries: Sequence[JournalEntry], clock_offset_ms: int) -> int:
         """Record the expiries a device reports, unchecked; return how many were new."""
         self._check_remote(device, clock_offset_ms, "journal_remote_expiries")
-        rows = [_device_expiry_row(device, e, clock_offset_ms) for e in entries if e.kind == "expired"]
+        rows = [_device_expiry_row(device, e, clock_offset_ms) for e in entries if e.kind in DEVICE_KINDS]
         with self.write() as tx:
             before = tx.conn.total_changes
             JournalTx(tx.conn).add(rows)
@@ -256,9 +265,11 @@ class EventSink:
 
 
 def _device_expiry_row(device: str, e: JournalEntry, clock_offset_ms: int) -> tuple[object, ...]:
-    """The journal row of an expiry ``device`` reported, its times rebased to our clock."""
+    """The journal row of an expiry (or dead-lettering) ``device`` reported, its times
+    rebased to our clock."""
+    kind: JournalKind = next((k for k in DEVICE_KINDS if k == e.kind), "expired")
     return entry_row(
-        "expired", "device", e.at_ms - clock_offset_ms, e.queue, e.uid, e.origin,
+        kind, "device", e.at_ms - clock_offset_ms, e.queue, e.uid, e.origin,
         check_point=e.check_point, size=e.size, created_ms=e.created_ms,
         arrived_ms=None if e.arrived_ms is None else e.arrived_ms - clock_offset_ms,
         clock_offset_ms=clock_offset_ms, device=device,

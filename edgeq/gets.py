@@ -86,7 +86,7 @@ class Gets:
         with self.sink.db.read() as conn:
             tx = Tx(conn)
             q = require_queue(tx, self.qm_name, queue)
-            found = tolerant(conn, lambda: self._scan(tx, q, PAGE, limit, now, wanted))
+            found = tolerant(conn, lambda: self._scan(tx, q, PAGE, limit, now, wanted, due=False))
         if found.damaged is None:
             return [to_message(row, now) for row in found.plain]
         with self.sink.write() as wtx:  # read in the snapshot above: quarantined unless taken since
@@ -98,7 +98,10 @@ class Gets:
         raise found.error or self.sealer.damaged(queue, found.damaged)
 
     def _discard_expired(self, queue: str, now: int, wanted: Mapping[str, FieldValue] | None) -> None:
-        """Browse's check point: discard the expired ready messages (that match)."""
+        """Browse's check point: discard the expired ready messages (that match); on a store this
+        user may only read, they are kept (browse's scan leaves them out)."""
+        if self.sink.db.read_only:
+            return
         events: list[Pending] = []
         error: IntegrityError | None = None
         with self.sink.write() as tx:
@@ -149,7 +152,7 @@ class Gets:
             # Common case: nothing expired anywhere on the queue, so one page of
             # exactly `count` rows is all a get reads.
             page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, PAGE)
-            found = tolerant(tx.conn, lambda: self._scan(tx, q, page, count, now, wanted))
+            found = tolerant(tx.conn, lambda: self._scan(tx, q, page, count, now, wanted, due=True))
             chosen = found.chosen
             # A damaged row met after others were chosen is left for the next call.
             damaged = found.damaged if not chosen else None
@@ -175,15 +178,17 @@ class Gets:
         return [to_message(row, now) for row in found.plain]
 
     def _scan(
-        self, tx: Tx, q: QueueRow, page: int, count: int | None, now: int, wanted: Mapping[str, FieldValue] | None
+        self, tx: Tx, q: QueueRow, page: int, count: int | None, now: int, wanted: Mapping[str, FieldValue] | None,
+        *, due: bool,
     ) -> _Scan:
         """Walk ready messages in get order: the first ``count`` (None: all) live matches,
         the ids of the expired matches met before them (to discard), or the row that
         failed its check and stopped the walk. Each row is checked before its deadline
-        is believed; rows the index gives twice, or that are not ready, are skipped."""
+        is believed; rows the index gives twice, or that are not ready, are skipped.
+        ``due``: only messages whose redelivery delay has passed (a get; browse shows all)."""
         found = _Scan()
         seen: set[tuple[str, int]] = set()  # uids: one row twice, or two rows of one uid
-        for rows in tx.ready(q.id, page):
+        for rows in tx.ready(q.id, page, now if due else None):
             for row in rows:
                 uid = (row.origin, row.stamp)
                 if row.state != _READY or uid in seen:
@@ -314,6 +319,14 @@ class Gets:
         """Undo whatever ``confirm_id`` locked, or only the messages ``uids`` of it (see
         ``QueueManager.undo``). If a locked row fails its check, only the damaged rows
         are quarantined and :class:`IntegrityError` is raised: undoing again undoes the rest."""
+        return self.undo_due(queue, confirm_id, count_backout=count_backout, uids=uids)[0]
+
+    def undo_due(
+        self, queue: str, confirm_id: int, *, count_backout: bool = True,
+        uids: Sequence[MessageUID | str] | None = None,
+    ) -> tuple[int, dict[tuple[str, int], int | None]]:
+        """:meth:`undo`, and when each message backed out with a count may be got again
+        (by uid; None: at once; one moved to the backout queue is not there)."""
         confirm_id = check_confirm_id(confirm_id)
         if not isinstance(count_backout, bool):
             raise InvalidType(f"count_backout must be True or False, not {count_backout!r}")
@@ -354,7 +367,7 @@ class Gets:
         self.sink.dispatch(events)
         if error is not None:
             raise error
-        return len(rows)
+        return len(rows), undone.due
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
         """Delete one message by uid, whatever its state (a damaged one is quarantined
@@ -384,9 +397,21 @@ class Gets:
                 return tx.delete_all(require_queue(tx, self.qm_name, name).id)
         return self.expiry.remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, DISCARD_BATCH), "removed", reason="purged")
 
+    def due_in(self, queue: str) -> float | None:
+        """Seconds until the earliest message of ``queue`` now waiting out a redelivery
+        delay may be got (None: none waits, or no such queue). For waiting gets only
+        (``Waker.until``'s ``due``): never on the path of a get that finds a message."""
+        now = self.clock()
+        with self.sink.db.read() as conn:
+            tx = Tx(conn)
+            q = tx.queue(queue)
+            at = None if q is None else tx.next_due(q.id, now)
+        return None if at is None else (at - now) / 1000
+
     def release_locks(self, queue: str) -> int:
         """Undo every assured-get lock on a queue (its getter is gone), each counting a
-        backout (so its threshold applies); return how many."""
+        backout (so its threshold applies) but handed back at once, without a
+        redelivery delay (the getter failed, maybe not the message); return how many."""
         self.expiry.touch(queue)
         now = self.clock()
         with self.sink.write() as tx:
@@ -396,7 +421,8 @@ class Gets:
                 tx.back_out(ids)
                 undone = Undone()
             else:
-                undone = self.backout.undo_gets(tx, q, tolerant(tx.conn, lambda: tx.rows(ids)), now, count=True)
+                rows = tolerant(tx.conn, lambda: tx.rows(ids))
+                undone = self.backout.undo_gets(tx, q, rows, now, count=True, delay=False)
                 self.sink.record(tx, undone.events)
         self.backout.settle(undone)
         self.sink.dispatch(undone.events)

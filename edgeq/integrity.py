@@ -4,9 +4,11 @@ Every message row carries ``crc``, a CRC-32 over everything that gives it meanin
 and does not change with its state: the queue it belongs to, its uid, priority,
 times, expiry, deadline, correlation id, reply-to, report option, key id, fields
 and data (as stored: sealed rows are covered as sealed, so the check needs no
-key). State, lock, order and backout count change as a message moves through
-its life and are not covered; a flip there can reorder or hide a message but
-never hand out different data.
+key). State, lock, order, backout count and redelivery time (``not_before``, v10)
+change as a message moves through its life and are not covered; a flip there can
+reorder, hide or delay a message but never hand out different data (``edgeq check``
+checks their types). So a column of that kind added later leaves every existing
+row's checksum as it was: nothing to recompute when an old store migrates.
 
 The same function is registered on every connection as the SQL function
 ``edgeq_crc(...)`` (:data:`CRC_SQL`), so migrations, ``retime`` and ``edgeq check``

@@ -9,11 +9,16 @@ transaction as the change itself:
 * ``expired``: a message was discarded for expiry here (side ``server``, with its
   MQe check point), or a device reported one that expired there (side ``device``,
   under the server's queue name, time rebased to the server's clock);
-* ``delivered``: a message was got (or an assured get confirmed).
+* ``delivered``: a message was got (or an assured get confirmed);
+* ``dead-lettered``: a message moved to the dead-letter queue (``edgeq.deadletter``),
+  its reason in ``check_point`` (``refused``), under the queue it left; a device
+  reports its own to the server with its expiries (side ``device``);
+* ``discarded``: a dead-lettered message the operator deleted from the dead-letter
+  queue (``QueueManager.dlq_delete``; ``check_point`` ``deleted``), reported likewise.
 
 A device (``journal="device"``; the default for a store with a remote or
-home-server queue and no explicit setting) records only the expiries in its
-store, as an outbox the sync agent reports to the server and then trims; the
+home-server queue and no explicit setting) records only the expiries and
+dead-letterings in its store, as an outbox the sync agent reports to the server and then trims; the
 server accepts the device's own messages and those it pulled from the server
 (:func:`remote_expiry_refusal`). ``edgeq export`` turns a
 server's journal into Parquet for the analytics pipeline.
@@ -24,14 +29,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, get_args
 
 from edgeq.damage import damaged
 from edgeq.names import origin_qmgr
 
 __all__ = [
+    "DEVICE_KINDS",
     "JOURNAL_COLUMNS",
     "JournalEntry",
+    "JournalKind",
     "JournalSide",
     "JournalTx",
     "RemoteExpiryResult",
@@ -40,7 +47,9 @@ __all__ = [
 ]
 
 JournalSide: TypeAlias = Literal["server", "device"]
-JournalKind: TypeAlias = Literal["accepted", "expired", "delivered"]
+JournalKind: TypeAlias = Literal["accepted", "expired", "delivered", "dead-lettered", "discarded"]
+#: The kinds a device journals, and reports to its home server (``/v1/expiries``).
+DEVICE_KINDS: tuple[JournalKind, ...] = ("expired", "dead-lettered", "discarded")
 #: What a server made of one expiry a device reported: ``recorded`` (new, kept),
 #: ``already`` (kept before: a repeat is kept once), ``refused`` (see the detail).
 RemoteExpiryStatus: TypeAlias = Literal["recorded", "already", "refused"]
@@ -111,7 +120,7 @@ class JournalTx:
         return int(value)
 
 
-_KINDS = frozenset({"accepted", "expired", "delivered"})
+_KINDS = frozenset(get_args(JournalKind))
 _SIDES = frozenset({"server", "device"})
 
 
@@ -169,8 +178,8 @@ def remote_expiry_refusal(device: str, entry: JournalEntry) -> str | None:
     >>> remote_expiry_refusal("DEV1", reported("HOME.44", "ORDERS"))[:8]
     'foreign:'
     """
-    if entry.kind != "expired":
-        return f"not an expiry: {entry.uid} is reported as {entry.kind!r}"
+    if entry.kind not in DEVICE_KINDS:
+        return f"not a kind a device reports: {entry.uid} is reported as {entry.kind!r}"
     origin = entry.uid.rpartition(".")[0]
     if origin_qmgr(origin) == device:
         return None

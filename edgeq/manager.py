@@ -16,7 +16,7 @@ from edgeq.bindings import RuleBook, attach_stored
 from edgeq.budget import OverflowTally, check_store_budget
 from edgeq.catalog import QueueCatalog
 from edgeq.checkpoints import ExpiryPolicy
-from edgeq.clock import system_clock
+from edgeq.clock import ManualClock, system_clock
 from edgeq.connection import ConnectionFactory, check_foreign
 from edgeq.crypto import CIPHERS, StoreKeys
 from edgeq.damage import damaged
@@ -29,6 +29,7 @@ from edgeq.holds import Holds
 from edgeq.journal import JournalSide
 from edgeq.manager_admin import AdminVerbs
 from edgeq.manager_consumers import ConsumerVerbs
+from edgeq.manager_deadletter import DeadLetterVerbs
 from edgeq.manager_exchange import ExchangeVerbs
 from edgeq.manager_queues import QueueVerbs
 from edgeq.manager_remote_admin import RemoteAdminVerbs
@@ -53,7 +54,7 @@ __all__ = ["QueueManager"]
 log = logging.getLogger("edgeq")
 
 
-class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, ConsumerVerbs):
+class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, ConsumerVerbs, DeadLetterVerbs):
     """A queue manager: named local queues, durable in one SQLite file.
 
     >>> import tempfile, os
@@ -105,7 +106,8 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
     points in :class:`~edgeq.manager_queues.QueueVerbs`; transmission, settling, the
     journal, held puts and devices in :class:`~edgeq.manager_exchange.ExchangeVerbs`;
     rules, keys and damage in :class:`~edgeq.manager_admin.AdminVerbs`; operator keys and
-    admin requests (remote administration) in :class:`~edgeq.manager_remote_admin.RemoteAdminVerbs`.
+    admin requests (remote administration) in :class:`~edgeq.manager_remote_admin.RemoteAdminVerbs`;
+    the dead-letter queue in :class:`~edgeq.manager_deadletter.DeadLetterVerbs`.
     """
 
 
@@ -156,6 +158,8 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         # Waiting gets sleep here; every commit that changed a row wakes them (edgeq.waiting).
         self._waker = Waker(self._db, close_timeout_s=timeout)
         self._db.on_commit = self._waker.notify
+        # A manual clock moved on may end a redelivery delay: waiting gets look again.
+        self._unwatch = clock.watch(self._waker.notify) if isinstance(clock, ManualClock) else None
         # Nothing is written before the file is recognised, and a new store is made
         # whole or not at all: a failed open leaves no file behind (edgeq.meta).
         if check_foreign(self.path, newest=SCHEMA_VERSION):
@@ -229,6 +233,9 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         loops end and listeners stop, a listener's callback in progress finishing
         first (for up to ``timeout`` seconds)."""
         self._waker.close()
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         self._expiry.stop_sweeper()
         if self._db.closed:
             return
@@ -391,7 +398,8 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         """Take up to ``count`` messages in one transaction (see :meth:`get`); with
         ``wait``, as soon as there is at least one (an empty list when the wait ends)."""
         return self._waker.until(
-            lambda: self._gets.get_many(queue, count, confirm_id=confirm_id, filter=filter), wait
+            lambda: self._gets.get_many(queue, count, confirm_id=confirm_id, filter=filter), wait,
+            due=lambda: self._gets.due_in(queue),
         )
 
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
@@ -438,13 +446,16 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         uids: Sequence[MessageUID | str] | None = None,
     ) -> int:
         """Undo whatever ``confirm_id`` locked: an assured get's messages become visible
-        again (``backout_count`` + 1); an assured put's locked copies are removed.
-        Returns how many messages it undid.
+        again (``backout_count`` + 1) once their queue's redelivery delay has passed
+        (``redelivery_delay_ms``, doubling per backout: a failed delivery, deliberate or
+        not, is not handed straight back; see :meth:`define_queue`); an assured put's
+        locked copies are removed. Returns how many messages it undid.
 
         On a queue with a ``backout_threshold``, a message whose count reaches it is
         moved to the queue's ``backout_queue`` instead (see :meth:`define_queue`).
-        ``count_backout=False`` hands the messages back without counting a backout
-        (nothing is moved): for a getter that stops before it tried to process them.
+        ``count_backout=False`` hands the messages back at once without counting a
+        backout (nothing is moved, nothing delayed): for a getter that stops before it
+        tried to process them.
         ``uids`` undoes only those messages of ``confirm_id`` (the rest stay locked,
         to confirm or undo later): a batch partly processed.
         """
@@ -458,6 +469,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
     def release_locks(self, queue: str) -> int:
         """Undo every assured-get lock on a queue (its getter is gone); return how many.
 
-        Each released message is visible again with ``backout_count`` + 1.
+        Each released message is visible again at once (no redelivery delay: its
+        getter is gone, maybe not because of it) with ``backout_count`` + 1.
         """
         return self._gets.release_locks(queue)

@@ -3,7 +3,7 @@ the quarantine and ``edgeq check``. Part of :class:`~edgeq.manager.QueueManager`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from edgeq.bindings import BindingInfo, RuleBook
@@ -92,11 +92,31 @@ class AdminVerbs:
         """
         return self._rulebook.queue_stats(queue)
 
-    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
+    def apply_stats(
+        self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None, durable: bool = True
+    ) -> bool:
         """Add to a queue's counters (for rules). With the ``event_id`` of a durable event
         the increment is applied once, however often the event is delivered; returns
-        whether it was applied."""
-        return self._rulebook.apply_stats(queue, increments, event_id=event_id)
+        whether it was applied. ``durable=False``: written without waiting for the disk
+        (a power cut may lose it; a process crash does not)."""
+        return self._rulebook.apply_stats_each(queue, [(increments, event_id)], durable=durable)[0]
+
+    def apply_stats_each(
+        self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
+    ) -> list[bool]:
+        """:meth:`apply_stats` for a batch of ``(increments, event_id)`` pairs, in one write
+        (for a rule's batch hook); returns whether each was applied.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1"); qm.define_queue("Q")
+        >>> qm.apply_stats_each("Q", [({"seen": 1}, 7), ({"seen": 1}, 7), ({"seen": 2}, None)])
+        [True, False, True]
+        >>> qm.queue_stats("Q")
+        {'seen': 3}
+        >>> qm.close()
+        """
+        return self._rulebook.apply_stats_each(queue, batch, durable=durable)
 
 
     # -- encryption at rest ------------------------------------------------------------------

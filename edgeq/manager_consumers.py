@@ -39,7 +39,8 @@ class ConsumerVerbs:
         With ``confirm=True`` (the default) each message is got assured and confirmed
         when the loop body finishes with it (when the next one is asked for). Used as a
         context manager, an exception leaving the block undoes the message in hand
-        (visible again, ``backout_count`` + 1) and ``break`` confirms it. A bare
+        (``backout_count`` + 1; got again after the queue's redelivery delay) and
+        ``break`` confirms it. A bare
         ``for`` loop cannot tell ``break`` from an exception, so leaving one early
         undoes the message in hand: it is never lost, and may come again.
         ``confirm=False`` takes each message for good when it is handed out.
@@ -72,9 +73,11 @@ class ConsumerVerbs:
         or leaving it as a context manager) or the queue manager closes.
 
         With ``confirm=True`` (the default) each message is got assured: the
-        callback returning confirms it; the callback raising undoes it (visible again,
-        ``backout_count`` + 1, so a queue's backout threshold applies) and is logged,
-        and the listener carries on. An error of the store itself (a damaged row, the
+        callback returning confirms it; the callback raising undoes it
+        (``backout_count`` + 1, so a queue's backout threshold applies; got again after
+        the queue's redelivery delay, the messages behind it meanwhile) and is logged
+        in one line (its traceback at most once a minute per message), and the
+        listener carries on. An error of the store itself (a damaged row, the
         queue deleted) stops the listener and is kept in its ``error``.
         ``confirm=False`` takes each message for good before the callback runs.
 

@@ -4,14 +4,16 @@ held puts and devices. Part of :class:`~edgeq.manager.QueueManager`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from edgeq.devices import DeviceRecord, DeviceRegistry
+from edgeq.devices import DeviceRecord, DeviceRefusal, DeviceRegistry
 from edgeq.events import EventSink
 from edgeq.holds import HeldGroup, HeldUsage, Holds
 from edgeq.journal import JournalEntry, RemoteExpiryResult
 from edgeq.message import Message
+from edgeq.puts import Puts
+from edgeq.restored import Restoration, check_restored, last_restoration, origin_seen, settled_marks
 from edgeq.transmit import Refusal, SyncOverview, Transmitter
 from edgeq.uid import MessageUID
 
@@ -22,7 +24,10 @@ class ExchangeVerbs:
     """What the sync agent and the home server call (a mixin of ``QueueManager``: it uses
     the parts the queue manager builds)."""
 
+    name: str
+    _origin: str
     _transmitter: Transmitter
+    _puts: Puts
     _sink: EventSink
     _holds: Holds
     _devices: DeviceRegistry
@@ -46,7 +51,9 @@ class ExchangeVerbs:
 
     def settled_below(self) -> int:
         """This store's low-water mark: no uid of its :attr:`origin` with a stamp below it
-        is held on a remote queue, so none will ever be transmitted again. The sync agent
+        is held where it may be transmitted from with its uid (a remote queue, the
+        dead-letter queue, a queue whose backout queue is remote), so none will ever be
+        transmitted again (a put of one on a remote queue gives it a new uid). The sync agent
         sends it on every request; the receiver then forgets those uids (:meth:`settle`).
 
         >>> import tempfile, os
@@ -108,18 +115,57 @@ class ExchangeVerbs:
         duplicates (of ``origin`` only, if given): bounded by what senders still hold."""
         return self._transmitter.remembered_count(origin)
 
+    # -- a store restored from a backup (docs/protocol.md) ----------------------------------
+    def check_restored(self, server: str, *, settled: int | None, seen: int | None) -> Restoration | None:
+        """The sync agent's check at hello: ``server`` has settled this store's origin below
+        ``settled`` and seen stamps up to ``seen``. If the store is behind that (restored
+        from an older copy), it takes a new incarnation for everything it issues from now
+        on, and keeps a record (:meth:`restoration`); returns it, or None.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> old = qm.origin; last = qm.settled_below() - 1
+        >>> qm.check_restored("HOME", settled=last + 1, seen=last) is None  # what it sent: not behind
+        True
+        >>> found = qm.check_restored("HOME", settled=last + 9, seen=last + 8)  # stamps it never issued
+        >>> (found.old_origin, found.new_origin) == (old, qm.origin) != (old, old)
+        True
+        >>> qm.close()
+        """
+        found = check_restored(self._sink, self.name, self._origin, server, settled=settled, seen=seen)
+        if found is not None:
+            self._origin = self._puts.origin = self._transmitter.origin = found.new_origin
+        return found
+
+    def restoration(self) -> Restoration | None:
+        """When this store was last found restored from an older copy, and what was done
+        (None: never). ``edgeq sync status`` shows it."""
+        return last_restoration(self._sink)
+
+    def origin_seen(self, origin: str) -> tuple[int | None, int | None]:
+        """What this queue manager (a home server) has seen of a sender's store ``origin``:
+        its settled mark and the highest stamp of it held or remembered (None: none)."""
+        return origin_seen(self._sink, origin)
+
+    def settled_marks(self, origins: Collection[str]) -> dict[str, int]:
+        """The settled mark of each of ``origins`` that has one: a uid of that origin below
+        it was settled by its sender, so it is a resend, never a new message."""
+        return settled_marks(self._sink, origins)
+
     def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
         """The target of remote queue ``queue`` refused these ``(uid, reason)``: count one
-        refusal each and give up those refused ``refusal_limit`` times (default
-        ``edgeq.transmit.DEFAULT_REFUSAL_LIMIT``), removed with reason ``refused``
-        (a bound ``dead-letter`` rule keeps a copy). The sync agent calls it.
+        refusal each, and move those refused ``refusal_limit`` times (default
+        ``edgeq.transmit.DEFAULT_REFUSAL_LIMIT``) to the dead-letter queue, in the same
+        transaction (rules see them removed, reason ``refused``); one it cannot take
+        stays (``Refusal.kept``, logged). The sync agent calls it.
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
         >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
         >>> uid = qm.put("ORDERS", Message(b"x"))
-        >>> [(r.count, r.given_up) for r in qm.refused("ORDERS", [(uid, "no-queue")])]
+        >>> [(r.count, r.dead_lettered) for r in qm.refused("ORDERS", [(uid, "no-queue")])]
         [(1, False)]
         >>> qm.close()
         """
@@ -259,3 +305,22 @@ class ExchangeVerbs:
     def device(self, name: str) -> DeviceRecord | None:
         """What this queue manager knows of device ``name`` (None: nothing)."""
         return self._devices.device(name)
+
+    def record_refusals(self, device: str, queue: str, refused: Mapping[str, tuple[int, str]]) -> None:
+        """Note that this home server refused messages of ``device`` on ``queue`` now: per
+        reason code, (how many, the last refusal's text); counted, never a row per message."""
+        self._devices.record_refusals(device, queue, refused)
+
+    def device_refusals(self, device: str | None = None) -> list[DeviceRefusal]:
+        """What this home server refused, per device, queue and reason, the latest first.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.record_refusals("DEV1", "METRICS", {"no-queue": (2, "no-queue: no queue 'METRICS'")})
+        >>> qm.record_refusals("DEV1", "METRICS", {"no-queue": (1, "no-queue: no queue 'METRICS'")})
+        >>> [(r.device, r.queue, r.reason, r.count) for r in qm.device_refusals()]
+        [('DEV1', 'METRICS', 'no-queue', 3)]
+        >>> qm.close()
+        """
+        return self._devices.refusals(device)

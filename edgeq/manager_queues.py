@@ -11,7 +11,7 @@ from edgeq.catalog import QueueCatalog
 from edgeq.checkpoints import ExpiryPolicy
 from edgeq.gets import Gets
 from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage
-from edgeq.types import OnFull, Ordering
+from edgeq.types import DEFAULT_MAX_REDELIVERY_DELAY_MS, DEFAULT_REDELIVERY_DELAY_MS, OnFull, Ordering
 
 __all__ = ["QueueVerbs"]
 
@@ -42,8 +42,13 @@ class QueueVerbs:
         on_full: OnFull = "reject",
         backout_threshold: int | None = None,
         backout_queue: str | None = None,
+        redelivery_delay_ms: int = DEFAULT_REDELIVERY_DELAY_MS,
+        max_redelivery_delay_ms: int = DEFAULT_MAX_REDELIVERY_DELAY_MS,
+        exist_ok: bool = False,
     ) -> None:
-        """Define a local queue; raise :class:`QueueExists` if it is defined already.
+        """Define a local queue; raise :class:`QueueExists` if it is defined already, unless
+        ``exist_ok`` and it is defined exactly so (kind, attributes, rules): a script that
+        defines its queues can run again. A queue defined otherwise is still refused.
 
         The flash budget: ``max_bytes`` bounds the data plus fields the queue holds
         (as stored), beside ``max_depth``; ``on_full`` is what a put does when either
@@ -71,19 +76,30 @@ class QueueVerbs:
         removed with reason ``"backout"``. Give both, or neither (docs/consumers.md,
         "Poison messages").
 
+        Redelivery delay: a message whose assured get is undone with a backout (its
+        consumer failed) is got again only ``redelivery_delay_ms`` later (1 s; 0: at
+        once), doubling with each further backout up to ``max_redelivery_delay_ms``
+        (5 minutes), and never after it expires; other messages are got meanwhile
+        (docs/consumers.md, "Redelivery delay").
+
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
         >>> qm.define_queue("ALERTS", expiry_ms=30_000, ordering="fifo")
         >>> qm.queue_attributes("ALERTS").ordering
         'fifo'
+        >>> qm.define_queue("ALERTS", expiry_ms=30_000, ordering="fifo", exist_ok=True)  # again: no error
+        >>> qm.define_queue("ALERTS", expiry_ms=60_000, ordering="fifo", exist_ok=True)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        edgeq.errors.QueueExists: queue 'ALERTS' is already defined on DEV1, otherwise: expiry_ms 30000, not 60000; ...
         >>> qm.close()
         """
         self._catalog.define_queue(
-            name, rules, encryption, expiry_ms=expiry_ms, cap_expiry_ms=cap_expiry_ms, max_depth=max_depth,
+            name, rules, encryption, exist_ok, expiry_ms=expiry_ms, cap_expiry_ms=cap_expiry_ms, max_depth=max_depth,
             max_message_bytes=max_message_bytes, default_priority=default_priority, ordering=ordering,
             depth_threshold=depth_threshold, max_bytes=max_bytes, on_full=on_full,
             backout_threshold=backout_threshold, backout_queue=backout_queue,
+            redelivery_delay_ms=redelivery_delay_ms, max_redelivery_delay_ms=max_redelivery_delay_ms,
         )
 
     def define_remote_queue(
@@ -105,6 +121,7 @@ class QueueVerbs:
         on_full: OnFull = "reject",
         refusal_limit: int | None = None,
         compression: str | None = None,
+        exist_ok: bool = False,
     ) -> None:
         """Define a remote queue: puts are kept here (durably, expiry running) and
         transmitted to ``target_queue`` (default: the same name) on queue manager
@@ -115,10 +132,11 @@ class QueueVerbs:
         setting journals its expiries from now on (``journal_mode == "device"``),
         for the sync agent to report. ``max_bytes`` and ``on_full`` bound what waits
         here as for :meth:`define_queue`; ``refusal_limit``: how many times the target
-        may refuse a message before it is given up (reason ``"refused"``; None: the
-        sync agent's default). ``compression="zstd"`` (needs ``pip install 'edgeq[zstd]'``)
-        or ``"zlib"``: the sync agent sends this queue's batches compressed as a whole,
+        may refuse a message before it moves to the dead-letter queue (rules see it
+        removed, reason ``"refused"``; None: the sync agent's default).
+        ``compression="zstd"`` (needs ``pip install 'edgeq[zstd]'``) or ``"zlib"``: the sync agent sends this queue's batches compressed as a whole,
         to a server that takes that codec (negotiated at hello; docs/protocol.md).
+        ``exist_ok`` as for :meth:`define_queue`.
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
@@ -133,15 +151,17 @@ class QueueVerbs:
             cap_expiry_ms=cap_expiry_ms, max_depth=max_depth, max_message_bytes=max_message_bytes,
             default_priority=default_priority, rules=rules, encryption=encryption, depth_threshold=depth_threshold,
             max_bytes=max_bytes, on_full=on_full, refusal_limit=refusal_limit, compression=compression,
+            exist_ok=exist_ok,
         )
 
-    def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
+    def define_home_server_queue(self, name: str, *, server: str, exist_ok: bool = False, **attributes: Any) -> None:
         """Define a home-server queue: a local queue that the sync agent fills by pulling,
         from home server ``server``, the messages addressed to this queue manager's
         ``name`` (held there on the queue ``<this qm name>.<name>``). Other keywords
         are those of :meth:`define_queue`, and ``compression`` (``"zstd"``, ``"zlib"``):
         the agent asks the server for this queue's batches compressed. As with :meth:`define_remote_queue`, a
-        store never given a ``journal`` setting journals its expiries from now on.
+        store never given a ``journal`` setting journals its expiries from now on. ``exist_ok``
+        as for :meth:`define_queue`.
 
         >>> import tempfile, os
         >>> from edgeq import QueueManager
@@ -151,7 +171,7 @@ class QueueVerbs:
         ('HOME', 'device')
         >>> qm.close()
         """
-        self._catalog.define_home_server_queue(name, server=server, **attributes)
+        self._catalog.define_home_server_queue(name, server=server, exist_ok=exist_ok, **attributes)
 
     def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
         """Change some of a queue's attributes (same keywords as :meth:`define_queue`).
@@ -164,7 +184,8 @@ class QueueVerbs:
         (remote queues only) and ``compression`` (remote and home-server queues; from the
         next request) as for :meth:`define_remote_queue`; ``backout_threshold``
         and ``backout_queue`` as for :meth:`define_queue` (set both to None to stop
-        moving poison messages). Returns the new attributes.
+        moving poison messages); ``redelivery_delay_ms`` and ``max_redelivery_delay_ms``
+        from the next backout on. Returns the new attributes.
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager

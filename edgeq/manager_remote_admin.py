@@ -61,12 +61,15 @@ class RemoteAdminVerbs:
         """The operator keys this queue manager trusts, by id."""
         return self._admin().keys()
 
-    def execute_admin(self, request: bytes) -> AdminReply:
+    def execute_admin(self, request: bytes, *, remaining_ms: int | None = None) -> AdminReply:
         """Check and run one admin request (the bytes of an :class:`~edgeq.adminwire.AdminRequest`),
         at most once; return its reply (also remembered). Never raises for what the request holds:
         a malformed, unsigned, tampered, untrusted, forbidden, misrouted, replayed or expired
         request gets a failed reply and is not run; a request answered before gets the same
         reply again without running; an action that fails gets a failed reply with the reason.
+        ``remaining_ms``: the lifetime the request had left when it arrived (its message's
+        remaining expiry); None counts its signed lifetime from now. Its expiry is judged on
+        this clock alone (:func:`edgeq.adminexec.deadline_ms`).
 
         >>> import tempfile, os
         >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -82,7 +85,7 @@ class RemoteAdminVerbs:
         'success'
         >>> qm.close()
         """
-        return self._admin().execute(request)
+        return self._admin().execute(request, remaining_ms)
 
     def process_admin(self, *, limit: int = 100) -> list[AdminReply]:
         """Run up to ``limit`` requests waiting on the admin queue (``SYSTEM.ADMIN``), each as

@@ -20,7 +20,8 @@ from edgeq.schema import SCHEMA_VERSION, migrate
 from edgeq.types import Clock
 from edgeq.uid import new_incarnation
 
-__all__ = ["create_store", "journal_is_explicit", "journal_setting", "name_needed", "open_identity"]
+__all__ = ["create_store", "journal_is_explicit", "journal_setting", "name_needed", "open_identity",
+           "renew_incarnation"]
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,48}")
 _INCARNATION = re.compile(r"[a-z0-9]{1,16}")
@@ -108,6 +109,16 @@ def open_identity(db: ConnectionFactory, path: Path, name: str | None, clock: Cl
             f"open it with name={stored!r} (or name=None), or use another file"
         )
     return stored, f"{stored}{INCARNATION_SEPARATOR}{incarnation}"
+
+
+def renew_incarnation(conn: sqlite3.Connection, name: str, above: int) -> str:
+    """Draw the store a new incarnation, its stamp clock raised to at least ``above``, in the
+    caller's transaction; return the new origin. Processes that opened the store before
+    keep the old incarnation until they reopen it, their stamps above ``above``."""
+    token = new_incarnation()
+    conn.execute("UPDATE edgeq_meta SET value = ? WHERE key = 'incarnation'", (token,))
+    conn.execute("UPDATE edgeq_clock SET stamp = max(stamp, ?) WHERE id = 1", (above,))
+    return f"{name}{INCARNATION_SEPARATOR}{token}"
 
 
 def _schema_digest(conn: sqlite3.Connection) -> str:

@@ -155,8 +155,12 @@ class Puts:
         remembered = tx.remembered_many(q.id, [k for k in keys if k not in held]) if keys else set()
         # No copy of a row unless a rule or the journal wants its event.
         observed_expired, observed_added = self.sink.observed(queue, "expired"), self.sink.observed(queue, "added")
+        settled = self._settled_for(tx, q, keys)
         for offset, message in enumerate(messages):
             uid = message.uid or MessageUID._trusted(self.origin, first + offset)
+            if settled and uid.stamp < settled and uid.origin == self.origin:
+                # Its target takes this store's uids below the mark for resends: a new one.
+                uid = MessageUID._trusted(self.origin, first + offset)
             row = self._row(q, uid, message, first + offset, confirm_id, now)
             error, existing = self._refusal(q, uid, message, row, seen, held, remembered)
             if isinstance(error, PutResult):
@@ -186,8 +190,16 @@ class Puts:
             rows.append(sealed)
             results.append(PutResult(uid, "replaced" if existing is not None else "stored"))
             if observed_added:
-                events.extend(self.sink.events(queue, "added", [as_stored(queue, row)], now))
+                events.append(Pending("added", queue, now, new=row))  # copied only if a rule reads it
         return results, rows
+
+    def _settled_for(self, tx: Tx, q: QueueRow, keys: Sequence[tuple[str, int]]) -> int:
+        """The store's settled mark if this batch puts uids of its own origin on a remote
+        queue (a copy of a message got here, a rule's copy), else 0: below the mark the
+        target would take them for resends (docs/protocol.md), so they are put with new ones."""
+        if q.kind != "remote" or not any(origin == self.origin for origin, _ in keys):
+            return 0
+        return tx.transmission_low_water(self.origin)
 
     def _row(
         self, q: QueueRow, uid: MessageUID, message: Message, seq: int, confirm_id: int | None, now: int

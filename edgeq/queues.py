@@ -12,15 +12,27 @@ from edgeq.errors import InvalidArgument, InvalidType, QueueNotFound
 from edgeq.message import check_priority
 from edgeq.names import check_name
 from edgeq.store import QueueRow, Tx
-from edgeq.types import ON_FULL, OnFull, Ordering, QueueKind
+from edgeq.types import (
+    DEFAULT_MAX_REDELIVERY_DELAY_MS,
+    DEFAULT_REDELIVERY_DELAY_MS,
+    MAX_REDELIVERY_DELAY_MS,
+    ON_FULL,
+    OnFull,
+    Ordering,
+    QueueKind,
+)
 
-__all__ = ["QueueAttributes", "QueueUsage", "StoreUsage", "check_attributes", "readable_queue", "require_queue"]
+__all__ = [
+    "QueueAttributes", "QueueUsage", "StoreUsage", "check_attributes", "check_redelivery", "readable_queue",
+    "require_queue",
+]
 
 _POSITIVE = (
     "expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold", "max_bytes", "refusal_limit",
     "backout_threshold",
 )
-ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering", "on_full", "backout_queue", "compression")
+_DELAYS = ("redelivery_delay_ms", "max_redelivery_delay_ms")
+ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering", "on_full", "backout_queue", "compression", *_DELAYS)
 _MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
 
 
@@ -41,13 +53,19 @@ class QueueAttributes:
     ``"reject"`` (raise :class:`~edgeq.errors.QueueFull`), ``"discard-oldest"`` or
     ``"discard-lowest-priority"`` (discard ready messages to make room; see
     ``docs/storage.md``, "Flash budget"). ``refusal_limit`` (remote queues): how
-    many times the target may refuse a message before it is given up (None: the
-    sync agent's default).
+    many times the target may refuse a message before it moves to the dead-letter
+    queue (None: the sync agent's default).
 
     ``backout_threshold`` and ``backout_queue`` (local and home-server queues; both
     or neither): a message whose assured gets were undone ``backout_threshold``
     times is moved to ``backout_queue`` instead of being delivered again (IBM MQ's
     BOTHRESH/BOQNAME; ``docs/consumers.md``, "Poison messages").
+
+    ``redelivery_delay_ms`` and ``max_redelivery_delay_ms``: a message whose assured get
+    was undone with a backout (its consumer failed) is got again only after
+    ``redelivery_delay_ms`` (0: at once), doubling with each further backout up to
+    ``max_redelivery_delay_ms``, and never after it expires (``docs/consumers.md``,
+    "Redelivery delay").
 
     ``compression`` (remote and home-server queues): ``"zstd"`` or ``"zlib"`` to send
     their batches compressed as a whole, where the server takes it (``docs/protocol.md``,
@@ -79,6 +97,8 @@ class QueueAttributes:
     backout_threshold: int | None = None
     backout_queue: str | None = None
     compression: str | None = None
+    redelivery_delay_ms: int = DEFAULT_REDELIVERY_DELAY_MS
+    max_redelivery_delay_ms: int = DEFAULT_MAX_REDELIVERY_DELAY_MS
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
@@ -90,7 +110,7 @@ class QueueAttributes:
             row.default_priority, ordering, row.created_ms, row.depth_threshold,
             kind, row.target_qmgr, row.target_queue, row.mode, row.server, row.encryption,
             row.max_bytes, _on_full(row.on_full), row.refusal_limit, row.backout_threshold, row.backout_queue,
-            row.compression,
+            row.compression, row.redelivery_delay_ms, row.max_redelivery_delay_ms,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -166,11 +186,33 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
                 check_name(value, "backout queue name")
         elif key == "compression":
             check_compression(value)
+        elif key in _DELAYS:
+            low = 0 if key == "redelivery_delay_ms" else 1
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidType(f"{key} must be an int of milliseconds, not {value!r}")
+            if not low <= value <= MAX_REDELIVERY_DELAY_MS:
+                raise InvalidArgument(
+                    f"{key} must be from {low} to {MAX_REDELIVERY_DELAY_MS} ms (a day), not {value}"
+                    + (" (0: a failed message is offered again at once)" if low == 0 else "")
+                )
         else:
             raise InvalidArgument(
                 f"unknown queue attribute {key!r}: use one of {', '.join(ATTRIBUTE_NAMES)}"
             )
     return attrs
+
+
+def check_redelivery(first_ms: int, most_ms: int) -> None:
+    """A queue's redelivery delays, as they will be once defined or altered, make sense
+    together: the first is no longer than the most it grows to.
+
+    >>> check_redelivery(1_000, 300_000)
+    """
+    if first_ms > most_ms:
+        raise InvalidArgument(
+            f"redelivery_delay_ms ({first_ms}) is longer than max_redelivery_delay_ms ({most_ms}): the delay "
+            "starts at the first and doubles up to the second; raise max_redelivery_delay_ms or lower the first"
+        )
 
 
 def require_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from edgeq.integrity import row_crc
+from edgeq.types import DEFAULT_MAX_REDELIVERY_DELAY_MS, DEFAULT_REDELIVERY_DELAY_MS
 
 __all__ = ["MessageRow", "NewMessage", "QueueRow", "as_stored", "is_intact", "new_crc", "stored_size"]
 
@@ -78,6 +79,8 @@ class QueueRow:
     backout_threshold: int | None = None  # v9: backouts before a message is moved, not redelivered
     backout_queue: str | None = None  # v9: where it is moved (None: kept, rules told)
     compression: str | None = None  # v10: the codec its batches cross the wire in (None: none)
+    redelivery_delay_ms: int = DEFAULT_REDELIVERY_DELAY_MS  # v10: a backed-out message's first wait
+    max_redelivery_delay_ms: int = DEFAULT_MAX_REDELIVERY_DELAY_MS  # v10: what it doubles up to
 
 
 class NewMessage(NamedTuple):

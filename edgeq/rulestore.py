@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
@@ -233,23 +234,38 @@ class RuleTx:
 
     # -- counters ----------------------------------------------------------------------
 
-    def apply_stats(self, queue: str, increments: Mapping[str, int], event_id: int | None) -> bool:
-        """Add ``increments`` to a queue's counters, once per durable event id; return whether applied."""
-        if event_id is not None:
-            cur = self.conn.execute("INSERT OR IGNORE INTO stats_applied (event_id) VALUES (?)", (event_id,))
-            if cur.rowcount == 0:
-                return False  # a redelivery after a crash: already counted
+    def apply_stats(self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]]) -> list[bool]:
+        """Add each ``(increments, event_id)`` of ``batch`` to a queue's counters, once per
+        durable event id; return whether each was applied. A constant number of statements."""
+        ids = [event_id for _, event_id in batch if event_id is not None]
+        fresh: set[int] = set()
+        if ids:
+            fresh = {r[0] for r in self.conn.execute(
+                "INSERT OR IGNORE INTO stats_applied (event_id) SELECT value FROM json_each(?) "
+                "RETURNING event_id",
+                (json.dumps(ids),),
+            )}
             # Ids below the oldest event still held can never be delivered again.
             self.conn.execute(
                 "DELETE FROM stats_applied WHERE event_id < coalesce((SELECT min(id) FROM rule_events), ?)",
-                (event_id,),
+                (min(ids),),
             )
-        self.conn.executemany(
-            "INSERT INTO queue_stats (queue, counter, value) VALUES (?, ?, ?) "
-            "ON CONFLICT (queue, counter) DO UPDATE SET value = value + excluded.value",
-            [(queue, name, int(n)) for name, n in increments.items()],
-        )
-        return True
+        applied, totals = [], Counter[str]()
+        for increments, event_id in batch:
+            # An id already counted (a redelivery after a crash), or twice in this batch, counts once.
+            ok = event_id is None or event_id in fresh
+            if ok and event_id is not None:
+                fresh.remove(event_id)
+            applied.append(ok)
+            if ok:
+                totals.update(increments)
+        if totals:
+            self.conn.executemany(
+                "INSERT INTO queue_stats (queue, counter, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (queue, counter) DO UPDATE SET value = value + excluded.value",
+                [(queue, name, int(n)) for name, n in totals.items()],
+            )
+        return applied
 
     def stats(self, queue: str) -> dict[str, int]:
         """A queue's counters, by name."""

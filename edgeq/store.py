@@ -11,13 +11,13 @@ module only knows rows.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Generator, Iterable, Iterator, Mapping, Sequence
 
 from edgeq.damage import advance, checked_queue, missing_queue
 from edgeq.integrity import CRC_SQL
 from edgeq.records import MessageRow, NewMessage, QueueRow, as_stored, is_intact, new_crc, stored_size
 from edgeq.syncstore import forget_refusals, prune_refusals
-from edgeq.types import MessageState
+from edgeq.types import DEAD_LETTER_QUEUE_KEY, DEFAULT_DEAD_LETTER_QUEUE, MessageState
 
 __all__ = ["MessageRow", "NewMessage", "QueueRow", "Tx", "as_stored", "is_intact", "new_crc", "stored_size"]
 
@@ -31,7 +31,8 @@ _MSG_COLS = (
 _QUEUE_COLS = (
     "id, name, expiry_ms, cap_expiry_ms, max_depth, max_message_bytes, default_priority, "
     "ordering, created_ms, depth, depth_threshold, kind, target_qmgr, target_queue, mode, server, encryption, "
-    "bytes, max_bytes, on_full, refusal_limit, backout_threshold, backout_queue, compression"
+    "bytes, max_bytes, on_full, refusal_limit, backout_threshold, backout_queue, compression, "
+    "redelivery_delay_ms, max_redelivery_delay_ms"
 )
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -175,11 +176,7 @@ class Tx:
     def delete_expired(self, queue_id: int, now_ms: int) -> int:
         """Delete every expired row of a queue at once (no copies kept); return how many."""
         # Sum first, then delete: RETURNING buffers a row per message (+50-90% on 1M).
-        count, size = self.conn.execute(
-            "SELECT count(*), ifnull(sum(length(data) + ifnull(length(fields), 0)), 0) FROM messages "
-            "WHERE queue_id = ? AND deadline <= ?",
-            (queue_id, now_ms),
-        ).fetchone()
+        count, size = self.expired_totals(queue_id, now_ms)
         if count:
             self.conn.execute("DELETE FROM messages WHERE queue_id = ? AND deadline <= ?", (queue_id, now_ms))
             self._move_depth(queue_id, -count, -size)
@@ -289,25 +286,30 @@ class Tx:
         rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? LIMIT ?", (queue_id, limit))
         return [row[0] for row in rows]
 
-    def ready(self, queue_id: int, page: int) -> Iterator[list[MessageRow]]:
-        """Ready messages in get order, a page at a time (keyset pagination).
+    def ready(self, queue_id: int, page: int, due_at: int | None = None) -> Iterator[list[MessageRow]]:
+        """Ready messages in get order, a page at a time (keyset pagination); with
+        ``due_at`` (epoch ms), only those whose redelivery delay has passed by then.
 
         Paging by ``(rank, seq)`` rather than OFFSET lets the caller delete rows
-        between pages and keeps every page an index seek.
+        between pages and keeps every page an index seek. The delay is a filter on
+        the rows the ready index gives (never an index of its own: get order stays
+        the index's order, and a message never delayed costs one comparison).
         """
+        # ?3 is NULL for browse: every ready message, delayed or not.
+        due = "AND (?3 IS NULL OR coalesce(not_before, 0) <= ?3)"
         after: tuple[int, int] | None = None
         while True:
             if after is None:
                 rows = self.conn.execute(
-                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = {_READY} "
-                    "ORDER BY rank DESC, seq LIMIT ?",
-                    (queue_id, page),
+                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ?1 AND state = {_READY} "
+                    f"{due} ORDER BY rank DESC, seq LIMIT ?2",
+                    (queue_id, page, due_at),
                 ).fetchall()
             else:
                 rows = self.conn.execute(
-                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ? AND state = {_READY} "
-                    "AND (rank < ? OR (rank = ? AND seq > ?)) ORDER BY rank DESC, seq LIMIT ?",
-                    (queue_id, after[0], after[0], after[1], page),
+                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ?1 AND state = {_READY} "
+                    f"{due} AND (rank < ?4 OR (rank = ?4 AND seq > ?5)) ORDER BY rank DESC, seq LIMIT ?2",
+                    (queue_id, page, due_at, after[0], after[1]),
                 ).fetchall()
             if not rows:
                 return
@@ -315,6 +317,15 @@ class Tx:
             yield [MessageRow(*row[:-2]) for row in rows]
             if len(rows) < page:
                 return
+
+    def expired_totals(self, queue_id: int, now_ms: int) -> tuple[int, int]:
+        """How many messages of the queue are past their deadline, and their bytes as stored."""
+        count, size = self.conn.execute(
+            "SELECT count(*), ifnull(sum(length(data) + ifnull(length(fields), 0)), 0) FROM messages "
+            "WHERE queue_id = ? AND deadline <= ?",
+            (queue_id, now_ms),
+        ).fetchone()
+        return int(count), int(size)
 
     def has_expired(self, queue_id: int, now_ms: int) -> bool:
         """Whether any message of the queue, in any state, is past its deadline (index probe)."""
@@ -457,16 +468,51 @@ class Tx:
         return {origin: int(stamp) for origin, stamp in rows}
 
     def transmission_low_water(self, origin: str) -> int:
-        """The lowest stamp of ``origin`` still held on any remote queue, or (none held)
-        the next stamp this store will issue: no uid of ``origin`` below it will ever be
-        transmitted again."""
+        """The lowest stamp of ``origin`` still held where it may be transmitted from with its
+        uid (a remote queue; the dead-letter queue and a queue whose backout queue is remote,
+        whence it moves there unchanged), or (none held) the next stamp this store will
+        issue: no uid of ``origin`` below it will ever be transmitted again."""
         (held,) = self.conn.execute(
             "SELECT min((SELECT min(stamp) FROM messages WHERE queue_id = q.id AND origin = ?)) "
-            "FROM queues q WHERE q.kind = 'remote'",
-            (origin,),
+            "FROM queues q WHERE q.kind = 'remote' "
+            "OR q.name = ifnull((SELECT value FROM edgeq_meta WHERE key = ?), ?) "
+            "OR q.backout_queue IN (SELECT name FROM queues WHERE kind = 'remote')",
+            (origin, DEAD_LETTER_QUEUE_KEY, DEFAULT_DEAD_LETTER_QUEUE),
         ).fetchone()
         (last,) = self.conn.execute("SELECT stamp FROM edgeq_clock WHERE id = 1").fetchone()
         return int(last) + 1 if held is None else min(int(held), int(last) + 1)
+
+    def last_stamp(self) -> int:
+        """The last stamp this store issued (0: none yet)."""
+        (last,) = self.conn.execute("SELECT stamp FROM edgeq_clock WHERE id = 1").fetchone()
+        return int(last)
+
+    def held_below(self, origin: str, below: int) -> int:
+        """How many messages of ``origin`` the remote queues hold with a stamp below ``below``."""
+        (count,) = self.conn.execute(
+            "SELECT count(*) FROM messages WHERE origin = ? AND stamp < ? "
+            "AND queue_id IN (SELECT id FROM queues WHERE kind = 'remote')",
+            (origin, below),
+        ).fetchone()
+        return int(count)
+
+    def settled_marks(self, origins: Collection[str]) -> dict[str, int]:
+        """The settled mark of each of these origins that has one (one SELECT)."""
+        if not origins:
+            return {}
+        marks = ", ".join("?" for _ in origins)
+        rows = self.conn.execute(f"SELECT origin, below FROM settled_origins WHERE origin IN ({marks})", [*origins])
+        return {str(origin): int(below) for origin, below in rows}
+
+    def highest_seen(self, origin: str) -> int | None:
+        """The highest stamp of ``origin`` held (any queue, any state) or remembered as
+        confirmed: one index seek per queue, and one."""
+        (seen,) = self.conn.execute(
+            "SELECT max(ifnull((SELECT max((SELECT max(stamp) FROM messages WHERE queue_id = q.id AND origin = ?1)) "
+            "FROM queues q), 0), ifnull((SELECT max(stamp) FROM confirmed_uids WHERE origin = ?1), 0))",
+            (origin,),
+        ).fetchone()
+        return int(seen) or None
 
     def remembered_count(self, origin: str | None) -> int:
         """How many confirmed uids are remembered (of ``origin``, or in all)."""
@@ -479,10 +525,28 @@ class Tx:
         return int(count)
 
     def back_out(self, ids: Iterable[int], *, count: bool = True) -> None:
-        """Undo an assured get: visible again where it was, with one more backout
+        """Undo an assured get: visible again where it was, at once, with one more backout
         (``count=False``: handed back, the count unchanged)."""
         self.conn.executemany(
             f"UPDATE messages SET state = {_READY}, confirm_id = NULL, backout_count = backout_count + {int(count)} "
             "WHERE id = ?",
             [(i,) for i in ids],
         )
+
+    def back_out_until(self, due: Iterable[tuple[int, int | None]]) -> None:
+        """Undo failed assured gets, each (id, not-before epoch ms): ready again where it
+        was, with one more backout, and got again no earlier than that (None: at once)."""
+        self.conn.executemany(
+            f"UPDATE messages SET state = {_READY}, confirm_id = NULL, backout_count = backout_count + 1, "
+            "not_before = ? WHERE id = ?",
+            [(at, i) for i, at in due],
+        )
+
+    def next_due(self, queue_id: int, now_ms: int) -> int | None:
+        """The earliest time after ``now_ms`` a ready message of a queue waiting out a
+        redelivery delay may be got (None: none waits); one seek of the delayed index."""
+        (at,) = self.conn.execute(
+            f"SELECT min(not_before) FROM messages WHERE queue_id = ? AND not_before > ? AND state = {_READY}",
+            (queue_id, now_ms),
+        ).fetchone()
+        return None if at is None else int(at)

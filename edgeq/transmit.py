@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from edgeq.args import check_count, check_stamp, check_uid
+from edgeq.backout import Undone
 from edgeq.checkpoints import ExpiryPolicy
+from edgeq.deadletter import DeadLetters
 from edgeq.errors import InvalidArgument, InvalidType, RemoteUnavailable
 from edgeq.events import EventSink
 from edgeq.gets import Gets
@@ -24,10 +26,11 @@ from edgeq.uid import MessageUID
 
 __all__ = ["DEFAULT_REFUSAL_LIMIT", "Refusal", "SyncOverview", "SyncQueue", "Transmitter"]
 
-#: How many refusals by its target a remote queue's message may meet before it is given
-#: up (removed, rules told with reason ``refused``), on a queue whose ``refusal_limit`` is
-#: None. With the agent's default backoff (1 s doubling up to 300 s per failing queue)
-#: that is about 8.5 minutes of a queue refused as a whole.
+#: How many refusals by its target a remote queue's message may meet before it moves to
+#: the dead-letter queue (``edgeq.deadletter``; rules see it removed, reason ``refused``),
+#: on a queue whose ``refusal_limit`` is None. With the agent's default backoff (1 s
+#: doubling up to 300 s per failing queue) that is about 8.5 minutes of a queue refused as
+#: a whole.
 DEFAULT_REFUSAL_LIMIT: Final = 10
 _STATE_KEY = "sync"  # edgeq_meta: "sync" holds the agent's state, "sync.<queue>" each queue's
 _MAX_REASON = 500  # characters of a refusal reason kept
@@ -39,7 +42,8 @@ class Refusal:
 
     uid: MessageUID
     count: int  #: how often its target has refused it, this time included
-    given_up: bool  #: it reached the limit: removed from the queue, rules told (reason ``refused``)
+    dead_lettered: bool  #: it reached the limit and moved to the dead-letter queue (rules: ``refused``)
+    kept: bool = False  #: it reached the limit, the dead-letter queue could not take it: it stays (logged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +60,7 @@ class SyncQueue:
     refusals: int  #: how often, all of them together
     last_refusal: str | None
     last_refusal_ms: int | None
-    refusal_limit: int | None  #: refusals before a message is given up (None for a home-server queue)
+    refusal_limit: int | None  #: refusals before a message is dead-lettered (None for a home-server queue)
     state: dict[str, Any]  #: what the sync agent last recorded for the queue
 
 
@@ -66,6 +70,8 @@ class SyncOverview:
 
     agent: dict[str, Any]
     queues: list[SyncQueue]
+    dead_letter_queue: str  #: the store's dead-letter queue
+    dead_letter_depth: int  #: the messages it holds (0 while it is not defined)
 
 
 class Transmitter:
@@ -78,6 +84,7 @@ class Transmitter:
         self.clock = sink.clock
         self.expiry = expiry
         self.gets = gets
+        self.dead_letters = DeadLetters(qm_name, sink, gets.sealer, gets.backout)
         self._hook: Callable[[str], None] | None = None
 
     def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:
@@ -167,12 +174,13 @@ class Transmitter:
     # -- refusals and sync state -------------------------------------------------------------
 
     def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
-        """Count one refusal of each ``(uid, reason)`` of remote queue ``queue`` and give up
-        (remove, reason ``refused``) those that reached the queue's ``refusal_limit``, in
-        one transaction; uids no longer held are skipped."""
+        """Count one refusal of each ``(uid, reason)`` of remote queue ``queue`` and move those
+        that reached the queue's ``refusal_limit`` to the dead-letter queue, in one
+        transaction (those it cannot take stay); uids no longer held are skipped."""
         checked = [(check_uid(uid), _reason(why)) for uid, why in refusals]
         self.expiry.touch(queue)
         now = self.clock()
+        undone = Undone()
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
             if q.kind != "remote":
@@ -186,12 +194,17 @@ class Transmitter:
                 counts = SyncTx(tx.conn).refuse(q.id, [(u.origin, u.stamp, why) for u, why in counted], now)
             limit = DEFAULT_REFUSAL_LIMIT if q.refusal_limit is None else q.refusal_limit
             over = {key for key, count in counts.items() if 0 < limit <= count}
+            why = {(u.origin, u.stamp): (counts[(u.origin, u.stamp)], w) for u, w in counted}
             # Their refusal rows go with them (Tx.delete), in this transaction.
-            removed = tx.delete(q.id, [held[key].id for key in over])
-            events = self.sink.events(queue, "removed", removed, now, reason="refused")
-            self.sink.record(tx, events)
-        self.sink.dispatch(events)
-        return [Refusal(u, counts[(u.origin, u.stamp)], (u.origin, u.stamp) in over) for u, _ in counted]
+            due = [held[key] for key in over]
+            moved = self.dead_letters.give_up(tx, q, due, why, now, undone) if due else set()
+            self.sink.record(tx, undone.events)
+        self.gets.backout.settle(undone)
+        self.sink.dispatch(undone.events)
+        return [
+            Refusal(u, counts[key], held[key].id in moved, key in over and held[key].id not in moved)
+            for u, _ in counted for key in [(u.origin, u.stamp)]
+        ]
 
     def sync_overview(self) -> SyncOverview:
         """Every remote and home-server queue with its backlog, refusals and recorded sync
@@ -201,7 +214,11 @@ class Transmitter:
             stored = {key: json.loads(value) for key, value in sync.meta_items(_STATE_KEY).items()}
             totals = sync.refusal_totals()
             queues = []
+            dlq = self.dead_letters.queue_name(tx)
+            dlq_depth = 0
             for q in tx.queues():
+                if q.name == dlq:
+                    dlq_depth = q.depth
                 if q.kind not in ("remote", "home"):
                     continue
                 messages, refusals, last_ms, last = totals.get(q.id, (0, 0, None, None))
@@ -213,7 +230,7 @@ class Transmitter:
                     (DEFAULT_REFUSAL_LIMIT if q.refusal_limit is None else q.refusal_limit) if remote else None,
                     stored.get(f"{_STATE_KEY}.{q.name}", {}),
                 ))
-        return SyncOverview(stored.get(_STATE_KEY, {}), queues)
+        return SyncOverview(stored.get(_STATE_KEY, {}), queues, dlq, dlq_depth)
 
     def record_sync_state(self, states: Mapping[str, Mapping[str, Any] | None]) -> None:
         """Keep what the sync agent knows of each queue (``""``: of itself) in the store, as

@@ -15,13 +15,27 @@ from edgeq.values import Int32, Int64
 __all__ = [
     "CHECK_POINTS",
     "CONFIRM_STATUSES",
+    "DEAD_LETTER_QUEUE_KEY",
+    "DEFAULT_DEAD_LETTER_QUEUE",
+    "DEFAULT_MAX_REDELIVERY_DELAY_MS",
+    "DEFAULT_REDELIVERY_DELAY_MS",
+    "DLQ_ATTEMPTS",
+    "DLQ_AT_MS",
+    "DLQ_ORIGINAL_EXPIRY",
+    "DLQ_PREFIX",
+    "DLQ_QUEUE",
+    "DLQ_REASON",
+    "DLQ_REFUSAL",
+    "DLQ_WHERE",
     "EVENT_KINDS",
     "FIELD_CODES",
     "MAX_CONFIRM_ID",
     "MAX_INT64",
+    "MAX_REDELIVERY_DELAY_MS",
     "MAX_STAMP",
     "ON_FULL",
     "PUT_STATUSES",
+    "REMOVAL_REASONS",
     "Clock",
     "ConfirmStatus",
     "Durability",
@@ -55,12 +69,31 @@ Durability: TypeAlias = Literal["full", "normal"]
 Where: TypeAlias = Literal["add", "get", "browse", "activate", "delete", "depth", "sweep"]
 #: Why a message left a queue other than by expiring.
 #: overflow: discarded to make room under a queue's ``on_full`` strategy; refused: a
-#: remote queue's message the target kept refusing, given up (``refusal_limit``);
+#: remote queue's message its target refused ``refusal_limit`` times, moved to the dead-letter queue;
 #: backout: moved to the queue's ``backout_queue``, its assured gets undone
-#: ``backout_threshold`` times (IBM MQ's BOTHRESH/BOQNAME).
+#: ``backout_threshold`` times (IBM MQ's BOTHRESH/BOQNAME); resent: moved from the
+#: dead-letter queue back to the queue it left (``QueueManager.dlq_resend``).
 RemovalReason: TypeAlias = Literal[
-    "got", "confirmed", "deleted", "purged", "transmitted", "quarantined", "overflow", "refused", "backout"
+    "got", "confirmed", "deleted", "purged", "transmitted", "quarantined", "overflow", "refused", "backout",
+    "resent",
 ]
+#: The dead-letter queue of every store unless its operator names another
+#: (``QueueManager.set_dead_letter_queue``): IBM MQ's name. Made when first needed.
+DEFAULT_DEAD_LETTER_QUEUE: Final = "SYSTEM.DEAD.LETTER.QUEUE"
+#: The ``edgeq_meta`` key naming the dead-letter queue its operator chose (absent: the default).
+DEAD_LETTER_QUEUE_KEY: Final = "dead_letter_queue"
+#: The header a dead-lettered message carries, as fields (IBM MQ's MQDLH), all under
+#: ``DLQ_PREFIX`` (a re-send removes them): why (``refused``, or a rule's reason), the
+#: queue it left, the target's last refusal, how often it was refused, when (epoch ms),
+#: and for a ``dead-letter`` rule's copy of an expired message, its check point and expiry.
+DLQ_PREFIX: Final = "dlq."
+DLQ_REASON: Final = "dlq.reason"
+DLQ_QUEUE: Final = "dlq.queue"
+DLQ_REFUSAL: Final = "dlq.refusal"
+DLQ_ATTEMPTS: Final = "dlq.attempts"
+DLQ_AT_MS: Final = "dlq.at_ms"
+DLQ_WHERE: Final = "dlq.where"
+DLQ_ORIGINAL_EXPIRY: Final = "dlq.original_expiry"
 #: What a put does when a queue (or the store) is full: refuse it (``QueueFull``), or
 #: make room by discarding the oldest ready messages, or the lowest-priority oldest.
 OnFull: TypeAlias = Literal["reject", "discard-oldest", "discard-lowest-priority"]
@@ -75,6 +108,7 @@ EventKind: TypeAlias = Literal[
 ]
 EVENT_KINDS: Final = get_args(EventKind)
 CHECK_POINTS: Final = get_args(Where)
+REMOVAL_REASONS: Final = get_args(RemovalReason)
 
 #: What ``put_each`` did with each message. stored: kept (locked if assured);
 #: replaced: a resend replaced an unconfirmed copy; unconfirmed: an unconfirmed copy
@@ -107,3 +141,9 @@ FIELD_CODES: Final[Mapping[str, type]] = {"?": bool, "i": Int32, "l": Int64, "s"
 MAX_INT64: Final = 2**63 - 1
 MAX_STAMP: Final = MAX_INT64
 MAX_CONFIRM_ID: Final = MAX_INT64
+#: A message backed out (a failed delivery) is got again only after a delay: a queue's
+#: ``redelivery_delay_ms`` (0: at once), doubling with each backout up to its
+#: ``max_redelivery_delay_ms``; both at most ``MAX_REDELIVERY_DELAY_MS`` (a day).
+DEFAULT_REDELIVERY_DELAY_MS: Final = 1_000
+DEFAULT_MAX_REDELIVERY_DELAY_MS: Final = 300_000
+MAX_REDELIVERY_DELAY_MS: Final = 86_400_000

@@ -29,6 +29,11 @@ attempt, and sleeps only while the count is unchanged; the watcher, whenever it
 starts watching, re-reads ``data_version`` and then counts a change, so a commit
 it could not have seen still makes every waiter try again.
 
+A message waiting out its redelivery delay (``edgeq.backout``) becomes gettable with no
+change to the store: after an empty attempt the waiter asks when the queue's earliest
+delayed message is due (one indexed read, on this path only) and sleeps no longer than
+that. A :class:`~edgeq.clock.ManualClock` moved forward counts as a change.
+
 Closing the queue manager (:meth:`Waker.close`) wakes every waiter: a waiting get
 raises :class:`~edgeq.errors.QueueManagerClosed`.
 """
@@ -146,10 +151,14 @@ class Waker:
     # -- waiting ---------------------------------------------------------------------------
 
     def until(
-        self, attempt: Callable[[], list[T]], wait: object, *, stop: Callable[[], bool] | None = None
+        self, attempt: Callable[[], list[T]], wait: object, *, stop: Callable[[], bool] | None = None,
+        due: Callable[[], float | None] | None = None,
     ) -> list[T]:
         """Call ``attempt`` until it returns something, for at most ``wait`` (see
-        :func:`check_wait`; None: once), retrying only after the store changed.
+        :func:`check_wait`; None: once), retrying only after the store changed, or
+        when ``due()`` (asked after each empty attempt) says something becomes
+        available without a change: in that many seconds (a message's redelivery
+        delay ending; None: nothing will).
 
         Returns what ``attempt`` returned, or an empty list when the wait ended (or
         ``stop()`` became true: call :meth:`poke` after making it so). Raises
@@ -165,13 +174,19 @@ class Waker:
         if got or seconds <= 0:
             return got
         with self._registered():
-            while self._sleep(token, deadline, stop):
+            while True:
+                with self.busy():
+                    later = due() if due is not None else None
+                wake = deadline if later is None else min(deadline, time.monotonic() + max(later, 0.0))
+                if not self._sleep(token, wake, stop) and (
+                    wake >= deadline or (stop is not None and stop())
+                ):
+                    return []
                 token = self._changes
                 with self.busy():
                     got = attempt()
                 if got:
                     return got
-        return []
 
     @contextmanager
     def busy(self) -> Iterator[None]:

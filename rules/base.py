@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import FrozenInstanceError
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from edgeq.errors import InvalidArgument
 from edgeq.message import Message
@@ -32,35 +32,100 @@ class RuleHost(Protocol):
         """The queues defined, sorted."""
         ...
 
-    def apply_stats(self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None) -> bool:
+    def apply_stats(
+        self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None, durable: bool = True
+    ) -> bool:
         """Add to a queue's persistent counters (see ``QueueManager.apply_stats``)."""
         ...
 
+    def apply_stats_each(
+        self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
+    ) -> list[bool]:
+        """Add a batch of increments in one write (see ``QueueManager.apply_stats_each``)."""
+        ...
 
-@dataclass(frozen=True, slots=True)
-class RuleEvent:
-    """What happened, as a rule hook receives it.
+
+class _Values:
+    """The values of a :class:`RuleEvent`, assignable while it is made."""
+
+    __slots__ = (
+        "_load", "_message", "at_ms", "depth", "id", "kind", "queue", "queue_manager", "reason", "where",
+    )
+    kind: EventKind
+    queue: str
+    queue_manager: str
+    at_ms: int
+    where: Where | None
+    reason: RemovalReason | None
+    depth: int | None
+    id: int | None
+    _message: Message | None
+    _load: Callable[[], Message | None] | None
+
+
+class RuleEvent(_Values):
+    """What happened, as a rule hook receives it (immutable).
 
     ``id`` is stable for the events edgeq records durably (``expired`` and
     ``removed`` on queues with persisted rule bindings): after a crash the same
     event is delivered again with the same id, so a rule can deduplicate. Other
     events, and those on queues with only in-process rules, have ``id=None``.
 
-    ``message`` is an immutable copy (None for queue-level events); ``where`` is
-    set for ``expired`` (the MQe check point), ``reason`` for ``removed`` and
+    ``message`` is an immutable copy (None for queue-level events), made when it is
+    first read: a rule that never reads it (``counters``) never pays for it. ``where``
+    is set for ``expired`` (the MQe check point), ``reason`` for ``removed`` and
     ``duplicate``, ``depth`` for ``threshold``; ``at_ms`` is when it happened
-    (epoch ms, from the queue manager's clock).
+    (epoch ms, from the queue manager's clock). ``load`` (edgeq's) makes the message.
+
+    >>> RuleEvent("threshold", "Q", "DEV1", 5, depth=100)
+    RuleEvent(kind='threshold', queue='Q', queue_manager='DEV1', at_ms=5, message=None, where=None, \
+reason=None, depth=100, id=None)
     """
 
-    kind: EventKind
-    queue: str
-    queue_manager: str
-    at_ms: int
-    message: Message | None = None
-    where: Where | None = None
-    reason: RemovalReason | None = None
-    depth: int | None = None
-    id: int | None = None
+    __slots__ = ()
+
+    def __new__(
+        cls, kind: EventKind, queue: str, queue_manager: str, at_ms: int, message: Message | None = None,
+        where: Where | None = None, reason: RemovalReason | None = None, depth: int | None = None,
+        id: int | None = None, *, load: Callable[[], Message | None] | None = None,
+    ) -> RuleEvent:
+        # Filled as a plain _Values, then made a RuleEvent: immutable from then on, and made at a
+        # third of what object.__setattr__ per field costs (every put of a watched queue makes one).
+        event = _Values()
+        event.kind, event.queue, event.queue_manager, event.at_ms = kind, queue, queue_manager, at_ms
+        event.where, event.reason, event.depth, event.id = where, reason, depth, id
+        event._message, event._load = message, load
+        event.__class__ = cls
+        return cast(RuleEvent, event)
+
+    @property
+    def message(self) -> Message | None:
+        """The message's copy, made on first reading."""
+        load = self._load
+        if load is not None:
+            object.__setattr__(self, "_message", load())
+            object.__setattr__(self, "_load", None)
+        return self._message
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: a RuleEvent is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}: a RuleEvent is immutable")
+
+    def _values(self) -> tuple[object, ...]:
+        return (self.kind, self.queue, self.queue_manager, self.at_ms, self.message, self.where, self.reason,
+                self.depth, self.id)
+
+    def __eq__(self, other: object) -> bool:
+        return self._values() == other._values() if isinstance(other, RuleEvent) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        names = ("kind", "queue", "queue_manager", "at_ms", "message", "where", "reason", "depth", "id")
+        return f"RuleEvent({', '.join(f'{n}={v!r}' for n, v in zip(names, self._values(), strict=True))})"
 
 
 class QueueRule:
@@ -68,7 +133,8 @@ class QueueRule:
 
     Every hook is a no-op here; override the ones you need. Hooks run *after*
     the change has committed, outside the caller's transaction, in the thread
-    that made the change, in binding order. A rule may itself put messages (for
+    that made the change, in binding order: each rule is given all the events of
+    one commit (:meth:`on_events`) before the next rule. A rule may itself put messages (for
     example a copy of an expired one onto a dead-letter queue) through
     ``self.queue_manager``. A hook that raises is logged on the ``edgeq.rules``
     logger and never breaks the operation; for durable events it is retried and
@@ -110,6 +176,16 @@ class QueueRule:
         """Called once when the rule is bound to ``queue`` on ``queue_manager``."""
         self.queue_manager = queue_manager
         self.queue = queue
+
+    def on_events(self, events: Sequence[RuleEvent]) -> None:
+        """The events of one commit on this rule's queue, in order: override it to handle
+        them together (one write for all). The default calls each event's own hook.
+
+        A batch hook that raises fails every durable event of the batch; each is then
+        retried alone, as ``on_events([event])`` (see ``docs/rules.md``).
+        """
+        for event in events:
+            getattr(self, f"on_{event.kind}")(event)
 
     def on_activated(self, event: RuleEvent) -> None:
         """The queue was activated (first used since the queue manager opened)."""

@@ -9,6 +9,7 @@ from edgeq.rules.base import QueueRule, RuleEvent
 
 from edgeq.errors import DuplicateMessage, InvalidArgument, QueueNotFound
 from edgeq.names import check_name
+from edgeq.types import DLQ_AT_MS, DLQ_ORIGINAL_EXPIRY, DLQ_QUEUE, DLQ_REASON, DLQ_WHERE
 from edgeq.values import Int64
 
 if TYPE_CHECKING:
@@ -34,8 +35,13 @@ class DeadLetterRule(QueueRule):
     The copy keeps the message's uid (so a redelivered event never makes a second
     copy), is marked ``resend``, and carries fields ``dlq.queue``,
     ``dlq.reason``, ``dlq.where`` (for expiry), ``dlq.original_expiry`` and
-    ``dlq.at_ms``. Each copy adds one to the source queue's ``dead_lettered``
+    ``dlq.at_ms`` (``edgeq.types``: the header the store's own dead-letter queue
+    uses too). Each copy adds one to the source queue's ``dead_lettered``
     counter.
+
+    A remote queue's message refused ``refusal_limit`` times needs no rule: it
+    moves to the store's dead-letter queue by itself (``edgeq.deadletter``); a
+    rule with reason ``refused`` keeps a copy in its own queue as well.
 
     >>> import tempfile, os
     >>> from edgeq import QueueManager, Message, Int64
@@ -81,11 +87,11 @@ class DeadLetterRule(QueueRule):
         if message is None or qm is None:
             return
         fields = dict(message.fields)
-        fields.update({"dlq.queue": event.queue, "dlq.reason": reason, "dlq.at_ms": Int64(event.at_ms)})
+        fields.update({DLQ_QUEUE: event.queue, DLQ_REASON: reason, DLQ_AT_MS: Int64(event.at_ms)})
         if event.where is not None:
-            fields["dlq.where"] = event.where
+            fields[DLQ_WHERE] = event.where
         if message.expiry is not None:
-            fields["dlq.original_expiry"] = message.expiry
+            fields[DLQ_ORIGINAL_EXPIRY] = message.expiry
         remaining = message.remaining_expiry_ms
         expiry = Int64(event.at_ms + remaining) if self.keep_expiry and remaining is not None else None
         try:

@@ -78,7 +78,7 @@ class OperatorKey:
     def load(cls, path: Path, key_id: str | None = None) -> OperatorKey:
         """The key in ``path`` (a PEM file of ``edgeq admin keygen``, mode 0600); its id is
         :func:`operator_key_id` unless ``key_id`` names another."""
-        key = load_private_key(path)
+        key = load_private_key(path, "operator key")
         return cls(key, key_id or operator_key_id(public_bytes(key)))
 
 
@@ -169,9 +169,10 @@ class AdminClient:
         """Sign a request for ``device``, record it, and queue it for the device's next pull.
 
         ``action`` is one of :data:`~edgeq.adminwire.ACTIONS`; ``target`` the queue it acts on;
-        ``params`` the action's parameters (``docs/admin.md``). ``expires_ms`` (epoch ms):
-        if the device has not taken it by then, it is never executed (its message expires
-        like any other, and :attr:`AdminHandle.status` says ``expired``)."""
+        ``params`` the action's parameters (``docs/admin.md``). ``expires_ms`` (epoch ms, this
+        client's clock): if the device has not taken it by then, it is never executed (its
+        message expires like any other, and :attr:`AdminHandle.status` says ``expired``); the
+        device gets the lifetime left, never this instant (``docs/protocol.md``)."""
         key = self._signing_key()
         record = self.qm.device(device)
         if record is None:
@@ -332,7 +333,8 @@ class AdminHandle:
 
     @property
     def status(self) -> RequestStatus:
-        """``pending``, ``replied``, or ``expired`` (never executed: it expired first)."""
+        """``pending``, ``replied``, ``expired`` (never executed: its expiry passed before any
+        pull handed it over) or ``unknown`` (handed over, no reply by its expiry: it may have run)."""
         return self.record.status(self.client.clock())
 
     @property
@@ -342,7 +344,7 @@ class AdminHandle:
 
     def wait(self, timeout: float | None = None) -> AdminReply | None:
         """Wait up to ``timeout`` seconds (None: for ever) for the reply; None if none came
-        by then, or if the request expired before execution."""
+        by then, or if its expiry passed with no reply (see :attr:`status`)."""
         return self.client.wait_all([self], timeout)[self.request_id].reply
 
 

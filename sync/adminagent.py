@@ -105,11 +105,13 @@ def merged(first: PushReport, second: PushReport) -> PushReport:
         earlier = queues.get(name)
         queues[name] = later if earlier is None else QueueReport(
             name, later.direction, earlier.moved + later.moved, earlier.refused + later.refused,
-            earlier.given_up + later.given_up, later.error, later.code)
+            earlier.dead_lettered + later.dead_lettered, earlier.dlq_kept + later.dlq_kept, later.error,
+            later.code)
     return PushReport(
         sent=first.sent + second.sent, transmitted=first.transmitted + second.transmitted,
         duplicates=first.duplicates + second.duplicates, expired=first.expired + second.expired,
-        refused=first.refused + second.refused, given_up=first.given_up + second.given_up,
+        refused=first.refused + second.refused, dead_lettered=first.dead_lettered + second.dead_lettered,
+        dlq_kept=first.dlq_kept + second.dlq_kept,
         requeued=first.requeued + second.requeued, batches=first.batches + second.batches,
         expiries_reported=first.expiries_reported + second.expiries_reported,
         seconds=first.seconds + second.seconds,

@@ -5,30 +5,52 @@ A request is recorded before its message is put on the device's admin queue, so 
 device ever answers a request the server does not know; its answer is recorded once, so a
 reply delivered twice changes nothing (only a refusal of an unauthenticated copy gives way
 to the genuine request's answer: :meth:`AdminRecords.reply`).
-A request with no reply whose ``expires_ms`` has passed reads as ``expired``
-("expired before execution": its message expired before the device took it, or the
-device refused it as expired and its refusal has not come back).
+A request is ``delivered`` once a pull of the server has handed it to its device
+(:meth:`AdminRecords.handed_over`, before the pull's answer leaves). With no reply after
+its ``expires_ms`` it reads as ``expired`` ("expired before delivery: never executed")
+only if it was never handed over, so the server's own expiry dropped it unread; a request
+handed over reads as ``unknown`` ("outcome unknown until the device answers"): it may have
+run and its reply be lost or late. A reply, however late, shows the real outcome.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
-from edgeq.adminwire import AdminReply, AdminRequest
+from edgeq.adminwire import ADMIN_QUEUE, AdminReply, AdminRequest
 from edgeq.connection import ConnectionFactory
 from edgeq.damage import damaged
 from edgeq.errors import AdminError
+from edgeq.types import MessageState
 
-__all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "plain_json", "unauthenticated"]
+__all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "plain_json", "recent", "unauthenticated"]
 
-#: ``pending``: sent, no reply yet; ``replied``: the device answered (see ``rc``);
-#: ``expired``: no reply and its expiry has passed: it was never executed.
-RequestStatus: TypeAlias = Literal["pending", "replied", "expired"]
+#: ``pending``: sent, no reply yet, its expiry (if any) not passed; ``replied``: the device
+#: answered (see ``rc``); ``expired``: no reply, its expiry passed, never handed to the device:
+#: never executed; ``unknown``: no reply, its expiry passed, handed to the device: it may have
+#: run, and its outcome is unknown until the device answers.
+RequestStatus: TypeAlias = Literal["pending", "replied", "expired", "unknown"]
+#: How each status without a reply reads, wherever the operator looks (CLI, console, JSON-less views).
+_SAID: Final[Mapping[str, str]] = {
+    "pending": "pending", "expired": "expired before delivery: never executed",
+    "unknown": "outcome unknown until the device answers",
+}
 
 _COLS = "request_id, device, action, target, request, created_ms, expires_ms, replied_ms, rc, reply"
+#: Whether a pull holds the request's message locked right now (handing it over: the mark
+#: follows the get), for requests not yet marked: the locked messages of the admin queues
+#: are read once per query (a set SQLite builds), not once per request: the admin queues
+#: found among the queues, then their locked messages only (the confirm-id index).
+_IN_FLIGHT = (
+    f"a.replied_ms IS NULL AND a.delivered_ms IS NULL AND (a.device || '.{ADMIN_QUEUE}', a.request_id) "
+    "IN (SELECT q.name, lower(hex(m.correlation_id)) FROM queues q CROSS JOIN messages m "
+    f"ON m.queue_id = q.id WHERE q.name LIKE '%.{ADMIN_QUEUE}' AND m.confirm_id IS NOT NULL "
+    f"AND m.state = {MessageState.GET_LOCKED:d})"
+)
+_SELECT = f"SELECT {_COLS}, delivered_ms, {_IN_FLIGHT} FROM admin_requests a"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,32 +69,40 @@ class AdminRecord:
     #: the signed request exactly as sent (to send it again: the device answers a repeat
     #: from its remembered reply)
     request: bytes
+    #: when a pull of the server first handed it to the device (None: never)
+    delivered_ms: int | None = None
+    #: a pull holds its message right now (being handed over: as good as delivered)
+    in_flight: bool = False
+
+    @property
+    def delivered(self) -> bool:
+        """Whether the device may have it: a pull handed it over, or is handing it over."""
+        return self.delivered_ms is not None or self.in_flight
 
     def status(self, now_ms: int) -> RequestStatus:
-        """``replied``, ``expired`` (no reply and past its expiry at ``now_ms``) or ``pending``.
+        """How it stands at ``now_ms``: see :data:`RequestStatus`.
 
+        >>> from dataclasses import replace
         >>> r = AdminRecord("ab", "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"")
-        >>> r.status(1_999), r.status(2_000)
-        ('pending', 'expired')
+        >>> r.status(1_999), r.status(2_000), replace(r, delivered_ms=1_500).status(2_000)
+        ('pending', 'expired', 'unknown')
         """
         if self.replied_ms is not None:
             return "replied"
-        if self.expires_ms is not None and now_ms >= self.expires_ms:
-            return "expired"
-        return "pending"
+        if self.expires_ms is None or now_ms < self.expires_ms:
+            return "pending"
+        return "unknown" if self.delivered else "expired"
 
     def describe(self, now_ms: int) -> str:
-        """The status in words, as the operator reads it.
+        """The status in words, the same wherever the operator reads it (``edgeq admin``, the console).
 
-        >>> AdminRecord("ab", "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"").describe(5_000)
-        'expired before execution'
+        >>> from dataclasses import replace
+        >>> r = AdminRecord("ab", "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"")
+        >>> r.describe(5_000), replace(r, in_flight=True).describe(5_000)
+        ('expired before delivery: never executed', 'outcome unknown until the device answers')
         """
         status = self.status(now_ms)
-        if status == "expired":
-            return "expired before execution"
-        if status == "pending":
-            return "pending"
-        return f"replied: {self.rc}"
+        return f"replied: {self.rc}" if status == "replied" else _SAID[status]
 
     def as_dict(self, now_ms: int) -> dict[str, Any]:
         """For JSON output: the request, its status and, once replied, the reply."""
@@ -80,6 +110,7 @@ class AdminRecord:
         return {
             "request_id": self.request_id, "device": self.device, "action": self.action, "target": self.target,
             "created_ms": self.created_ms, "expires_ms": self.expires_ms, "status": self.status(now_ms),
+            "described": self.describe(now_ms), "delivered_ms": self.delivered_ms,
             "replied_ms": self.replied_ms, "rc": self.rc,
             "reply": None if reply is None else {
                 "rc": reply.rc, "message": reply.message, "executed_ms": reply.executed_ms,
@@ -112,7 +143,16 @@ def _record(row: tuple[Any, ...], conn: sqlite3.Connection) -> AdminRecord:
             reply = AdminReply.from_bytes(bytes(row[9]))
         except AdminError as exc:
             raise damaged(f"the reply recorded for admin request {row[0]!r} is unreadable ({exc})", conn) from exc
-    return AdminRecord(row[0], row[1], row[2], row[3], row[5], row[6], row[7], row[8], reply, bytes(row[4]))
+    return AdminRecord(row[0], row[1], row[2], row[3], row[5], row[6], row[7], row[8], reply, bytes(row[4]),
+                       row[10], bool(row[11]))
+
+
+def recent(conn: sqlite3.Connection, limit: int) -> list[AdminRecord]:
+    """The latest ``limit`` requests on ``conn`` (any connection to the home store, the
+    console's read-only one too): those with no reply first, each part newest first."""
+    rows = conn.execute(
+        f"{_SELECT} ORDER BY a.replied_ms IS NOT NULL, a.created_ms DESC, a.request_id LIMIT ?", (limit,))
+    return [_record(row, conn) for row in rows]
 
 
 def unauthenticated(reply: AdminReply) -> bool:
@@ -169,8 +209,19 @@ class AdminRecords:
     def get(self, request_id: str) -> AdminRecord | None:
         """The request ``request_id`` (None: this server never sent it)."""
         with self._db.read() as conn:
-            row = conn.execute(f"SELECT {_COLS} FROM admin_requests WHERE request_id = ?", (request_id,)).fetchone()
+            row = conn.execute(f"{_SELECT} WHERE a.request_id = ?", (request_id,)).fetchone()
             return None if row is None else _record(row, conn)
+
+    def handed_over(self, device: str, request_ids: Iterable[str], now_ms: int) -> int:
+        """Mark the requests a pull of ``device`` is handing over as delivered (the first time
+        counts); call it after the get and before the pull's answer leaves. How many were new."""
+        ids = list(request_ids)
+        if not ids:
+            return 0
+        with self._db.write() as conn:
+            return conn.execute(
+                f"UPDATE admin_requests SET delivered_ms = ? WHERE device = ? AND delivered_ms IS NULL "
+                f"AND request_id IN ({', '.join('?' * len(ids))})", (now_ms, device, *ids)).rowcount
 
     def reply(self, reply: AdminReply, data: bytes, now_ms: int) -> Literal["recorded", "already", "unknown"]:
         """Record ``reply`` (``data``: its bytes as received) for its request, if that request
@@ -194,22 +245,22 @@ class AdminRecords:
             return "recorded"
 
     def pending(self, device: str | None = None) -> list[AdminRecord]:
-        """The requests with no reply yet, oldest first (expired ones included: see
-        :meth:`AdminRecord.status`)."""
-        sql = f"SELECT {_COLS} FROM admin_requests WHERE replied_ms IS NULL"
-        return self._select(sql, device, "created_ms")
+        """The requests with no reply yet, oldest first (expired and unknown ones included:
+        see :meth:`AdminRecord.status`)."""
+        sql = f"{_SELECT} WHERE a.replied_ms IS NULL"
+        return self._select(sql, device, "a.created_ms")
 
     def replied(self, device: str | None = None, *, limit: int = 100) -> list[AdminRecord]:
         """The last ``limit`` replied requests, the most recent reply first."""
-        sql = f"SELECT {_COLS} FROM admin_requests WHERE replied_ms IS NOT NULL"
-        return self._select(sql, device, "replied_ms DESC", limit)
+        sql = f"{_SELECT} WHERE a.replied_ms IS NOT NULL"
+        return self._select(sql, device, "a.replied_ms DESC", limit)
 
     def _select(self, sql: str, device: str | None, order: str, limit: int | None = None) -> list[AdminRecord]:
         args: list[object] = []
         if device is not None:
-            sql += " AND device = ?"
+            sql += " AND a.device = ?"
             args.append(device)
-        sql += f" ORDER BY {order}, request_id"
+        sql += f" ORDER BY {order}, a.request_id"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)

@@ -33,6 +33,8 @@ cannot be reached (or refuses the device) makes the daemon back off as a whole.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +43,7 @@ from types import TracebackType
 import httpx
 from edgeq.sync.adminagent import AdminRelay, merged
 from edgeq.sync.clockbounds import ServerClockBounds
-from edgeq.sync.daemon import Daemon
+from edgeq.sync.daemon import Daemon, DaemonState
 from edgeq.sync.expiries import ExpiryReporter
 from edgeq.sync.link import ServerLink
 from edgeq.sync.pull import Puller
@@ -51,10 +53,13 @@ from edgeq.sync.status import SyncStatus, render_metrics, sync_status
 from edgeq.sync.transport import SyncError, Transport
 
 from edgeq.clock import system_clock
+from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
 from edgeq.types import Clock
 
 __all__ = ["HelloInfo", "Progress", "PullReport", "PushReport", "QueueReport", "SyncAgent", "SyncError"]
+
+log = logging.getLogger("edgeq.sync.agent")
 
 
 class SyncAgent:
@@ -109,7 +114,7 @@ class SyncAgent:
         self.admin = AdminRelay(self._link, admin)
         self._daemon = Daemon(qm, self._cycle, online=lambda: self._link.online, backoff_base_s=backoff_base_s,
                               backoff_max_s=backoff_max_s, server_url=self.transport.server_url,
-                              on_backoff=self._backing_off)
+                              on_backoff=self._backing_off, on_state=self._daemon_state)
         #: whether the daemon's cycles also pull home-server queues
         self.pull_enabled = True
         self.progress: Callable[[Progress], None] | None = None
@@ -118,8 +123,13 @@ class SyncAgent:
     # -- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the daemon (if running), unregister the transmitter, close the HTTP client."""
+        """Stop the daemon (if running), write what the status has not been told yet (times the
+        store is spared between writes), unregister the transmitter, close the HTTP client."""
         self.stop()
+        try:
+            self._link.health.flush(force=True)
+        except EdgeqError as exc:  # the store closed first: the status is older than the agent knows
+            log.warning("the last sync state could not be written: %s", exc, extra={"event": "state-lost"})
         self.qm.set_transmitter(None)
         self._pusher.close()
         self.transport.close()
@@ -235,9 +245,10 @@ class SyncAgent:
         """:meth:`start`, then block until :meth:`stop` (or Ctrl-C)."""
         self._daemon.run(interval_s)
 
-    def request_stop(self) -> None:
-        """Ask :meth:`run` to return (safe from a signal handler); it stops the agent."""
-        self._daemon.request_stop()
+    def request_stop(self, reason: str = "stopped") -> None:
+        """Ask :meth:`run` to return (safe from a signal handler); it stops the agent and logs
+        its exit with ``reason`` (a signal's name, say), kept for ``edgeq sync status``."""
+        self._daemon.request_stop(reason)
 
     def stop(self) -> None:
         """Stop the background cycle, waiting for one in progress. No-op if not running."""
@@ -248,6 +259,19 @@ class SyncAgent:
         the server could be reached. A queue that failed alone waits on its own backoff."""
         pushed, pulled = self.sync_once(due_only=True)
         return not pushed.stopped and (pulled is None or not pulled.stopped)
+
+    def _daemon_state(self, state: DaemonState, reason: str | None) -> None:
+        """Keep the daemon's own record where ``edgeq sync status`` reads it: its pid and start,
+        its last cycle (timestamps alone written at most every minute), its exit and why."""
+        now, health = self._link.clock(), self._link.health
+        if state == "start":
+            health.agent(pid=os.getpid(), started_ms=now, last_cycle_ms=None, exited_ms=None,
+                         exit_reason=None)
+        elif state == "cycle":
+            health.agent(last_cycle_ms=now)
+        else:
+            health.agent(exited_ms=now, exit_reason=reason)
+        health.flush(force=state != "cycle")
 
     def _backing_off(self, delay_s: float) -> None:
         """The daemon waits ``delay_s`` after a failed cycle: keep when it retries, for the status."""

@@ -2,8 +2,9 @@
 
 :class:`SignatureAuthenticator` is an ``authenticate=`` for
 :func:`edgeq.sync.server.create_app`. For every request it checks, in order
-(cheap checks first, nothing stored on any refusal), steps 1-5 on the raw body
-**before it is decoded** (the signature covers the body's hash), 6 after:
+(cheap checks first, nothing stored on any refusal), steps 1-2 **before the body is
+read** (:meth:`SignatureAuthenticator.check_headers`), 3-5 on the raw body **before it is
+decoded** (the signature covers the body's hash), 6 after:
 
 1. the four signature headers are present and well formed (401);
 2. the timestamp is within ``skew_ms`` of the server clock (401);
@@ -56,6 +57,7 @@ __all__ = [
     "AuthRequest",
     "Authenticator",
     "Forbidden",
+    "HeaderChecker",
     "SignatureAuthenticator",
     "TwoStageAuthenticator",
     "Unauthorized",
@@ -115,6 +117,16 @@ class TwoStageAuthenticator(Protocol):
         ...
 
 
+@runtime_checkable
+class HeaderChecker(Protocol):
+    """An authenticator that can refuse a request from its headers alone, before its body is
+    read (:meth:`AuthGate.check_headers`). :class:`SignatureAuthenticator` is one."""
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        """Raise to refuse a request whose headers cannot be those of an authentic one."""
+        ...
+
+
 class AuthGate:
     """Whether each request must be authenticated, decided as it arrives, and by whom.
 
@@ -159,6 +171,21 @@ class AuthGate:
             log.warning("a device is registered: authentication is on, every request must now be signed",
                         extra={"event": "auth-on", "auth": "required"})
         return True
+
+    @property
+    def settled(self) -> bool:
+        """Whether :meth:`required` answers without reading the store (``required``, ``off``,
+        or ``auto`` once on): then :meth:`check_headers` may run on the event loop."""
+        return self._on or self.mode != "auto"
+
+    def check_headers(self, request: AuthRequest) -> None:
+        """Stage zero, before the body is read (pure, but for :meth:`required`: see
+        :attr:`settled`): an authenticator that can judge the headers alone
+        (:class:`HeaderChecker`) refuses a request without a well-formed signature here,
+        by raising."""
+        authenticate = self.authenticate
+        if isinstance(authenticate, HeaderChecker) and self.required():
+            authenticate.check_headers(request.headers)
 
     def admit(self, request: AuthRequest) -> Callable[[AuthRequest], None] | None:
         """Stage one, before the body is decoded (in a worker thread): refuse by raising,
@@ -207,6 +234,34 @@ class SignatureAuthenticator:
     def authenticate(self, request: AuthRequest) -> DeviceRecord:
         """The verified device of ``request``; raises :class:`Unauthorized`."""
         headers = request.headers
+        device, timestamp, nonce, now = self._check_headers(headers)
+        record = self.qm.device(device)
+        if record is None or record.public_key is None:
+            raise Unauthorized(f"unknown device {device}: register it with edgeq server devices add {device}")
+        if record.revoked_ms is not None:
+            raise Unauthorized(f"device {device} is revoked (since {record.revoked_at})")
+        signature = _signature(headers[H_SIGNATURE])
+        payload = canonical(request.method, request.path, device, timestamp, nonce, request.body)
+        try:
+            self._public_key(record.public_key).verify(signature, payload)
+        except InvalidSignature:
+            raise Unauthorized(
+                f"bad signature for device {device}: wrong key, or the request was altered") from None
+        try:
+            fresh = self.nonces.add(device, nonce, timestamp + self.skew_ms, now)
+        except NoncesFull as exc:
+            raise p.ProtocolError("busy", f"too many recent requests: {exc}") from exc
+        if not fresh:
+            raise Unauthorized(f"replayed request: nonce {nonce} of {device} was already used")
+        return record
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        """Steps 1 and 2 from the headers alone, before the body is read (a request with no
+        signature at all is refused without its body, up to the body limit, being read)."""
+        self._check_headers(headers)
+
+    def _check_headers(self, headers: Mapping[str, str]) -> tuple[str, int, str, int]:
+        """(device, timestamp, nonce, the server's now) of well-formed, timely signature headers."""
         missing = [h for h in (H_DEVICE, H_TIMESTAMP, H_NONCE, H_SIGNATURE) if not headers.get(h)]
         if missing:
             raise Unauthorized(
@@ -230,24 +285,7 @@ class SignatureAuthenticator:
         nonce = headers[H_NONCE]
         if not NONCE_RE.fullmatch(nonce):
             raise Unauthorized("bad X-Edgeq-Nonce: 16 to 64 characters of A-Z, a-z, 0-9, '_', '-'")
-        record = self.qm.device(device)
-        if record is None or record.public_key is None:
-            raise Unauthorized(f"unknown device {device}: register it with edgeq server devices add {device}")
-        if record.revoked_ms is not None:
-            raise Unauthorized(f"device {device} is revoked (since {record.revoked_at})")
-        signature = _signature(headers[H_SIGNATURE])
-        payload = canonical(request.method, request.path, device, timestamp, nonce, request.body)
-        try:
-            self._public_key(record.public_key).verify(signature, payload)
-        except InvalidSignature:
-            raise Unauthorized(f"bad signature for device {device}: wrong key, or the request was altered") from None
-        try:
-            fresh = self.nonces.add(device, nonce, timestamp + self.skew_ms, now)
-        except NoncesFull as exc:
-            raise p.ProtocolError("busy", f"too many recent requests: {exc}") from exc
-        if not fresh:
-            raise Unauthorized(f"replayed request: nonce {nonce} of {device} was already used")
-        return record
+        return device, timestamp, nonce, now
 
     def _public_key(self, raw: bytes) -> Ed25519PublicKey:
         key = self._keys.get(raw)

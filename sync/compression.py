@@ -54,8 +54,10 @@ H_ENCODING: Final = "X-Edgeq-Encoding"
 H_ACCEPT: Final = "X-Edgeq-Accept-Encoding"
 #: Bodies shorter than this go as they are: a hello, an error, a confirm of one uid.
 MIN_BYTES: Final = 256
-#: The most a device decompresses one answer to: an answer it could not hold plain either.
-MAX_ANSWER_BYTES: Final = 1 << 30
+#: The most a device decompresses one answer to: four times the largest body a server takes
+#: by default (16 MiB), room for a pull of large messages, and what an edge device can
+#: spare; a server answering more (hostile or broken) is refused before the memory is spent.
+MAX_ANSWER_BYTES: Final = 64 << 20
 
 
 def negotiate(offered: object, supported: Sequence[Codec]) -> list[Codec]:

@@ -4,7 +4,9 @@ The password is stored as a salted scrypt hash under ``console.password`` in
 ``edgeq_meta`` (key/value: no migration), beside ``console.secret``, the key that
 signs session cookies. Both live in the store, not in process memory, so every
 ``edgeq serve --workers N`` process accepts the same sessions, and setting a new
-password (a new secret) logs every session out.
+password (a new secret) logs every session out. Signing out revokes the one session:
+its id is kept under ``console.revoked.<id>`` until the session would have ended, so a
+copy of its cookie is refused by every process (:func:`revoke_session`).
 
 >>> import tempfile, os
 >>> from edgeq import QueueManager
@@ -19,6 +21,8 @@ True
 >>> token = cred.new_session(now_ms=1_000)
 >>> cred.session_valid(token, now_ms=2_000), cred.session_valid(token + "x", now_ms=2_000)
 (True, False)
+>>> revoke_session(path, token, now_ms=2_000); load_credential(path, token).session_valid(token, now_ms=2_000)
+False
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from pathlib import Path
 
 from edgeq.errors import EdgeqError
 
-__all__ = ["ConsoleCredential", "NoConsolePassword", "load_credential", "set_password"]
+__all__ = ["ConsoleCredential", "NoConsolePassword", "load_credential", "revoke_session", "set_password"]
 
 PASSWORD_KEY, SECRET_KEY = "console.password", "console.secret"
+#: the prefix of a revoked session's key in ``edgeq_meta`` (its value: when it would have ended)
+REVOKED_PREFIX = "console.revoked."
 #: scrypt's cost: ~16 MiB and tens of ms per check, dear for a guesser, cheap for a login
 _N, _R, _P = 2**14, 8, 1
 #: how long a login lasts
@@ -65,12 +71,14 @@ def set_password(path: str | Path, password: str) -> None:
     conn.close()
 
 
-def load_credential(path: str | Path) -> ConsoleCredential | None:
-    """The console credential stored at ``path``, or None if no password was set."""
+def load_credential(path: str | Path, session: str | None = None) -> ConsoleCredential | None:
+    """The console credential stored at ``path``, or None if no password was set; with the
+    ``session`` token a request carries, whether it was revoked (``revoked``), in the same query."""
+    revoked = REVOKED_PREFIX + _session_id(session)
     conn = _connect(path)
     try:
-        rows = dict(conn.execute("SELECT key, value FROM edgeq_meta WHERE key IN (?, ?)",
-                                 (PASSWORD_KEY, SECRET_KEY)).fetchall())
+        rows = dict(conn.execute("SELECT key, value FROM edgeq_meta WHERE key IN (?, ?, ?)",
+                                 (PASSWORD_KEY, SECRET_KEY, revoked)).fetchall())
     finally:
         conn.close()
     if PASSWORD_KEY not in rows or SECRET_KEY not in rows:
@@ -80,10 +88,27 @@ def load_credential(path: str | Path) -> ConsoleCredential | None:
         if scheme != "scrypt":
             raise ValueError(scheme)
         return ConsoleCredential(int(n), int(r), int(p), bytes.fromhex(salt), bytes.fromhex(digest),
-                                 bytes.fromhex(str(rows[SECRET_KEY])))
+                                 bytes.fromhex(str(rows[SECRET_KEY])), revoked in rows)
     except ValueError:
         raise EdgeqError(f"the console password stored in {path} is damaged: set it again with "
                          f"`edgeq server set-console-password --db {path}`") from None
+
+
+def revoke_session(path: str | Path, session: str, *, now_ms: int) -> None:
+    """Revoke ``session`` (a token :meth:`ConsoleCredential.new_session` made) until it would
+    have ended, and forget the revocations of sessions that have ended since."""
+    expires = session.partition(".")[0]
+    with _connect(path) as conn:
+        conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                     (REVOKED_PREFIX + _session_id(session), expires))
+        conn.execute("DELETE FROM edgeq_meta WHERE key >= ? AND key < ? AND CAST(value AS INTEGER) <= ?",
+                     (REVOKED_PREFIX, REVOKED_PREFIX[:-1] + "/", now_ms))
+    conn.close()
+
+
+def _session_id(session: str | None) -> str:
+    """The random part of a session token (``expires.id.mac``): what a revocation names."""
+    return (session or "").split(".")[1] if (session or "").count(".") == 2 else ""
 
 
 def _connect(path: str | Path) -> sqlite3.Connection:
@@ -100,6 +125,8 @@ class ConsoleCredential:
     salt: bytes
     digest: bytes
     secret: bytes
+    #: whether the session :func:`load_credential` was asked about was signed out
+    revoked: bool = False
 
     def verify(self, password: str) -> bool:
         """Whether ``password`` is the operator's (constant-time comparison)."""
@@ -114,8 +141,9 @@ class ConsoleCredential:
         return f"{body}.{self._sign(body)}"
 
     def session_valid(self, token: str | None, *, now_ms: int) -> bool:
-        """Whether ``token`` is a session this secret signed and that has not ended."""
-        if not token or token.count(".") != 2:
+        """Whether ``token`` is a session this secret signed and that has not ended (nor been
+        signed out: ``revoked``, for the token :func:`load_credential` was given)."""
+        if not token or token.count(".") != 2 or self.revoked:
             return False
         body, _, mac = token.rpartition(".")
         if not hmac.compare_digest(self._sign(body), mac):

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeq.sync.adminrecords import recent
+
 from edgeq.types import MessageState
 
 __all__ = ["ConsoleView", "DeviceRow", "QueueRow", "read_console"]
@@ -49,7 +51,9 @@ class DeviceRow:
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One queue: its depth, bytes, oldest message's age and the last hour's expiries by check point."""
+    """One queue: its depth (as ``QueueManager.depth`` counts it: expired messages left out),
+    the expired messages it still holds (no check point discarded them yet), bytes as
+    stored, its oldest unexpired message's age and the last hour's expiries by check point."""
 
     name: str
     kind: str
@@ -57,6 +61,7 @@ class QueueRow:
     bytes: int
     oldest_age_ms: int | None
     expiries_hour: dict[str, int]
+    expired: int
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,11 @@ class ConsoleView:
     devices: list[DeviceRow]
     queues: list[QueueRow]
     expiries: list[tuple[int, str, str, str | None, str | None]]  # at, queue, uid, check point, device
-    refusals: list[tuple[int, str, str, int, str]]  # last at, queue, origin, count, reason
+    #: last at, queue, device (or this store's origin), times, reason, whether this server refused it
+    refusals: list[tuple[int, str, str, int, str, bool]]
     parked: list[tuple[int, str, str, str, int, str]]  # event, queue, binding, rule, attempts, error
-    admin: list[tuple[str, str, str, str | None, int, int | None, str | None]]  # id, device, action, target, ...
+    #: id, device, action, target, sent at, how it stands (the words ``edgeq admin`` uses)
+    admin: list[tuple[str, str, str, str | None, int, str]]
     throughput: list[int] = field(default_factory=list)  # accepted per minute, oldest first
     expired: list[int] = field(default_factory=list)  # expired per minute, oldest first
 
@@ -83,21 +90,17 @@ def read_console(path: str | Path, *, now_ms: int,
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         return ConsoleView(
             now_ms=now_ms,
-            devices=_devices(conn, bounds or {}),
+            devices=_devices(conn, bounds or {}, tables),
             queues=_queues(conn, now_ms),
             expiries=conn.execute(
                 "SELECT at_ms, queue, uid, check_point, device FROM journal WHERE kind = 'expired' "
                 "ORDER BY id DESC LIMIT ?", (RECENT,)).fetchall(),
-            refusals=conn.execute(
-                "SELECT r.last_ms, q.name, r.origin, r.count, r.last_reason FROM refusals r "
-                "JOIN queues q ON q.id = r.queue_id ORDER BY r.last_ms DESC LIMIT ?", (RECENT,)).fetchall(),
+            refusals=_refusals(conn, tables),
             parked=conn.execute(
                 "SELECT event_id, queue, binding, rule, attempts, ifnull(last_error, '') FROM rule_failures "
                 "WHERE parked = 1 ORDER BY last_ms DESC LIMIT ?", (RECENT,)).fetchall(),
-            admin=conn.execute(
-                "SELECT request_id, device, action, target, created_ms, replied_ms, rc FROM admin_requests "
-                "ORDER BY replied_ms IS NOT NULL, created_ms DESC LIMIT ?", (RECENT,)).fetchall()
-            if "admin_requests" in tables else [],
+            admin=[(r.request_id, r.device, r.action, r.target, r.created_ms, r.describe(now_ms))
+                   for r in recent(conn, RECENT)] if "admin_requests" in tables else [],
             throughput=_per_minute(conn, "accepted", now_ms),
             expired=_per_minute(conn, "expired", now_ms),
         )
@@ -105,11 +108,23 @@ def read_console(path: str | Path, *, now_ms: int,
         conn.close()
 
 
-def _devices(conn: sqlite3.Connection, bounds: Mapping[str, tuple[int, int]]) -> list[DeviceRow]:
+def _refusals(conn: sqlite3.Connection, tables: set[str]) -> list[tuple[int, str, str, int, str, bool]]:
+    """The latest refusals: what this server refused of its devices (``device_refusals``), and
+    what targets refused of this store's own remote queues (``refusals``, by message)."""
+    here = ("SELECT last_ms, queue, device, count, last_detail, 1 FROM device_refusals UNION ALL "
+            if "device_refusals" in tables else "")
+    rows = conn.execute(
+        f"{here}SELECT r.last_ms, q.name, r.origin, r.count, r.last_reason, 0 FROM refusals r "
+        "JOIN queues q ON q.id = r.queue_id ORDER BY 1 DESC LIMIT ?", (RECENT,))
+    return [(at, queue, who, count, reason, bool(mine)) for at, queue, who, count, reason, mine in rows]
+
+
+def _devices(conn: sqlite3.Connection, bounds: Mapping[str, tuple[int, int]], tables: set[str]) -> list[DeviceRow]:
     # One query per table, grouped by device: a page costs the same for 5 devices or 500.
     pushes = dict(conn.execute(
         "SELECT device, count(*) FROM journal WHERE kind = 'accepted' AND device IS NOT NULL GROUP BY device"))
-    refusals = _by_device(conn, "SELECT origin, sum(count) FROM refusals GROUP BY origin")
+    refusals = dict(conn.execute("SELECT device, sum(count) FROM device_refusals GROUP BY device")
+                    if "device_refusals" in tables else ())
     held = _by_device(conn, f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
                             "GROUP BY origin")
     rows = conn.execute("SELECT name, last_seen_ms, clock_offset_ms, revoked_ms, public_key IS NOT NULL "
@@ -129,16 +144,20 @@ def _by_device(conn: sqlite3.Connection, sql: str) -> dict[str, int]:
 
 
 def _queues(conn: sqlite3.Connection, now_ms: int) -> list[QueueRow]:
-    oldest = dict(conn.execute("SELECT queue_id, min(arrived_ms) FROM messages GROUP BY queue_id"))
+    """Each queue; its expired messages (one range of the deadline index per queue) are not
+    in its depth, as no reader is ever given them (the console discards nothing itself)."""
+    oldest = dict(conn.execute("SELECT queue_id, min(arrived_ms) FROM messages WHERE deadline IS NULL "
+                               "OR deadline > ? GROUP BY queue_id", (now_ms,)))
     expiries: dict[str, dict[str, int]] = {}
     for queue, point, n in conn.execute(
             "SELECT queue, ifnull(check_point, '?'), count(*) FROM journal WHERE kind = 'expired' AND at_ms >= ? "
             "GROUP BY queue, check_point", (now_ms - HOUR_MS,)):
         expiries.setdefault(queue, {})[point] = n
-    return [QueueRow(name, kind, depth, size, None if qid not in oldest else max(0, now_ms - oldest[qid]),
-                     expiries.get(name, {}))
-            for qid, name, kind, depth, size in conn.execute(
-                "SELECT id, name, kind, depth, bytes FROM queues ORDER BY name")]
+    return [QueueRow(name, kind, depth - expired, size, None if qid not in oldest else max(0, now_ms - oldest[qid]),
+                     expiries.get(name, {}), expired)
+            for qid, name, kind, depth, size, expired in conn.execute(
+                "SELECT id, name, kind, depth, bytes, (SELECT count(*) FROM messages m WHERE m.queue_id = q.id "
+                "AND m.deadline IS NOT NULL AND m.deadline <= ?) FROM queues q ORDER BY name", (now_ms,))]
 
 
 def _per_minute(conn: sqlite3.Connection, kind: str, now_ms: int) -> list[int]:

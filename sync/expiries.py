@@ -1,5 +1,6 @@
-"""The device's expiry reports: its journal is an outbox of expiries, sent to the home
-server (``/v1/expiries``) after each push and trimmed once the server has answered.
+"""The device's expiry reports: its journal is an outbox of expiries (and of messages moved
+to its dead-letter queue or deleted from it, ``edgeq.deadletter``), sent to the home server
+(``/v1/expiries``) after each push and trimmed once the server has answered.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from edgeq.sync import protocol as p
 from edgeq.sync.link import ServerLink, decode_results
 from edgeq.sync.transport import Unreachable
 
+from edgeq.journal import DEVICE_KINDS
+
 __all__ = ["ExpiryReporter"]
 
 log = logging.getLogger("edgeq.sync.agent")
+
 
 
 class ExpiryReporter:
@@ -39,7 +43,7 @@ class ExpiryReporter:
         sent = 0
         limit = min(self.link.batch_size, self.link.ensure_hello().max_batch)
         names = self._server_queue_names()
-        while entries := [e for e in self.qm.journal_since(0, limit) if e.kind == "expired"]:
+        while entries := [e for e in self.qm.journal_since(0, limit) if e.kind in DEVICE_KINDS]:
             wire = p.encode_expiries([replace(e, queue=names.get(e.queue, e.queue)) for e in entries])
             body = {"type": "expiries", "now_ms": self.link.clock(), "entries": wire}
             answer = self.link.call(p.PATH_EXPIRIES, body, "expiries")

@@ -1,12 +1,14 @@
 """How each queue's sync is going, as the agent sees it: when it last succeeded, its last
-error and that error's code, how many of its messages were given up, and its own retry
+error and that error's code, how many of its messages were dead-lettered, and its own retry
 schedule, so that one failing queue (refused, forbidden, missing on the server) waits on
 its own backoff while the other queues and the other direction go on.
 
 The agent keeps this in the device's store (``QueueManager.record_sync_state``), where
 ``edgeq sync status`` reads it from another process. To spare flash storage an idle
 agent does not write every cycle: a state is written when something other than its
-timestamps changed, else at most every :data:`REFRESH_MS`.
+timestamps changed (a first success or attempt counts: "never" becomes a time), else at
+most every :data:`REFRESH_MS`, and in full when the agent closes (``edgeq sync --once``
+ends, a daemon stops).
 
 The hints say what to do, and where: a queue missing on the server is defined *there*
 (``edgeq queue define X --db <its store>``), a forbidden queue is allowed there.
@@ -72,12 +74,33 @@ def missing_hint(server: str, queue: str, purpose: str = "") -> str:
             f"(edgeq queue define {queue} --db <the server's store>)")
 
 
-def refusal_hint(server: str, target: str, code: str, why: str, limit: int) -> str:
-    """One line about messages of a remote queue refused with reason ``why``: what happened,
-    what to do, and what happens to them meanwhile."""
+def refusal_hint(
+    server: str, target: str, code: str, why: str, limit: int, *, dlq: str, refused: int = 1, moved: int = 0,
+    kept: int = 0,
+) -> str:
+    """One line about ``refused`` messages of a remote queue refused with reason ``why``: what
+    happened, what to do, and what happens to them: ``moved`` of them reached their limit
+    and moved to dead-letter queue ``dlq``, ``kept`` reached it and stay (it could not take
+    them), the rest stay and are offered again.
+
+    >>> refusal_hint("HOME", "M", "queue-full", "full", 3, dlq="DLQ", refused=2, moved=1)
+    'HOME refused them: full; 1 refused 3 times moved to dead-letter queue DLQ (edgeq dlq resend \
+once the cause is fixed); 1 stay here and are offered again, each at most 3 times before it moves to \
+dead-letter queue DLQ'
+    """
     what = missing_hint(server, target) if code == "no-queue" else f"{server} refused them: {why}"
-    return (f"{what}; they stay here and are offered again, each at most {limit} times before it is "
-            "given up to this queue's dead-letter handling (rules see reason 'refused')")
+    said = [what]
+    if moved:
+        said.append(f"{moved} refused {limit} times moved to dead-letter queue {dlq} "
+                    "(edgeq dlq resend once the cause is fixed)")
+    if kept:
+        said.append(f"{kept} refused {limit} times stay here, offered again: dead-letter queue {dlq} "
+                    "could not take them (the log says why)")
+    if refused > moved + kept:
+        who = "they" if said == [what] else refused - moved - kept
+        said.append(f"{who} stay here and are offered again, each at most {limit} times before it moves "
+                    f"to dead-letter queue {dlq}")
+    return "; ".join(said)
 
 
 def forbidden_hint(device: str, server: str, target: str, detail: str) -> str:
@@ -98,7 +121,7 @@ class QueueHealth:
     last_error_ms: int | None = None
     failures: int = 0  #: attempts in a row that moved nothing and failed
     next_retry_ms: int | None = None  #: the queue waits for its backoff until then (None: every round)
-    given_up: int = 0  #: messages given up after their refusal limit, in all
+    dead_lettered: int = 0  #: messages moved to the dead-letter queue at their refusal limit, in all
     retry_at: float | None = field(default=None, compare=False)  #: monotonic seconds (this process only)
 
     def state(self) -> dict[str, Any]:
@@ -188,10 +211,11 @@ class Health:
             h.retry_at = mono + delay
             h.next_retry_ms = now + round(delay * 1000)
 
-    def gave_up(self, queue: str, count: int) -> None:
-        """``count`` messages of the remote queue reached their refusal limit."""
+    def moved_to_dlq(self, queue: str, count: int) -> None:
+        """``count`` messages of the remote queue reached their refusal limit and moved to
+        the dead-letter queue."""
         with self._lock:
-            self._of(queue, "push").given_up += count
+            self._of(queue, "push").dead_lettered += count
 
     def agent(self, **fields: Any) -> None:
         """Update the agent's own record (``server``, ``last_error``, ``next_retry_ms``, ...)."""
@@ -207,21 +231,24 @@ class Health:
             return ({name: QueueHealth(**{**h.state(), "retry_at": h.retry_at}) for name, h in queues.items()},
                     dict(self._agent))
 
-    def flush(self) -> None:
+    def flush(self, *, force: bool = False) -> None:
         """Write the states that changed to the store (one transaction), timestamps alone
-        at most every :data:`REFRESH_MS`."""
+        at most every :data:`REFRESH_MS` (at once with ``force``)."""
         now = self.clock()
         with self._lock:
+            if force and self._queues is None:
+                return  # nothing learnt yet: nothing to write
             queues = self._load()
             changed: dict[str, dict[str, Any]] = {}
             for name, h in queues.items():
                 state = h.state()
                 before, when = self._written.get(name, ({}, 0))
-                if _significant(state) != _significant(before) or (state != before and now - when >= REFRESH_MS):
+                if _significant(state) != _significant(before) or (
+                        state != before and (force or now - when >= REFRESH_MS)):
                     changed[name] = state
             agent_before, agent_when = self._written.get("", ({}, 0))
             if _significant(self._agent) != _significant(agent_before) or (
-                    self._agent != agent_before and now - agent_when >= REFRESH_MS):
+                    self._agent != agent_before and (force or now - agent_when >= REFRESH_MS)):
                 changed[""] = dict(self._agent)
             if not changed:
                 return
@@ -231,4 +258,6 @@ class Health:
 
 
 def _significant(state: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in state.items() if k not in _TIMESTAMPS}
+    """What a change of must be written at once: all but the timestamps' values (whether each
+    is set counts)."""
+    return {k: v is None if k in _TIMESTAMPS else v for k, v in state.items()}

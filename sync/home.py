@@ -17,23 +17,28 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from edgeq.sync import protocol as p
+from edgeq.sync.adminrecords import AdminRecords
+from edgeq.sync.health import missing_hint, refusal_code
 from edgeq.sync.holds import HoldGate, HoldPolicy
 from edgeq.sync.metrics import Metrics
 from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
 from edgeq.sync.sessions import DeviceSessions, DeviceState
 
 from edgeq import __version__
+from edgeq.adminwire import ADMIN_QUEUE
 from edgeq.clock import system_clock
 from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.journal import remote_expiry_refusal
 from edgeq.manager import QueueManager
+from edgeq.message import Message
 from edgeq.names import check_origin, origin_qmgr
 from edgeq.types import MAX_CONFIRM_ID, Clock
+from edgeq.uid import MessageUID
 
 __all__ = ["HomeService", "ServerLimits", "device_queue_name"]
 
@@ -93,9 +98,17 @@ class HomeService:
             )
         # The hello's offset stays as measured (metrics, the devices table, legacy puts):
         # expiries are rebased on the device's own bounds of this clock (``server_ms``).
-        state.seen(now)
+        if state.seen(now) and not hello:  # a hello writes its own record
+            self._contact(state, now)
         self._settle(name, body)
         return state, sent, now
+
+    def _contact(self, state: DeviceState, now: int) -> None:
+        """Write the device's last contact (``devices.last_seen_ms``, read by the console and
+        ``edgeq server devices list``): every request counts, written at most every
+        :data:`~edgeq.sync.sessions.SEEN_WRITE_MS` per device by this process."""
+        self.qm.record_device(state.name)
+        state.seen_stored(now)
 
     def _settle(self, device: str, body: Mapping[str, Any]) -> None:
         """Forget the confirmed uids the device says it has settled: every request of an
@@ -128,6 +141,7 @@ class HomeService:
         offset = state.said_hello(sent_ms=sent, now_ms=now, agent=body.get("agent"))
         # Stored the journal's way round: the device's clock minus ours.
         self.qm.record_device(state.name, clock_offset_ms=-offset, agent=state.agent)
+        state.seen_stored(now)
         log.info(
             "hello from %s", state.name,
             extra={"event": "hello", "device": state.name, "clock_offset_ms": offset,
@@ -141,7 +155,26 @@ class HomeService:
             "max_body_bytes": self.limits.max_body_bytes,
             "max_batch": self.limits.max_batch,
             "server_version": __version__,
+            **self._store_seen(body),
         }
+
+    def _store_seen(self, body: Mapping[str, Any]) -> dict[str, int]:
+        """What this server has seen of the hello's store (its ``origin``, checked by
+        :meth:`_settle`): its settled mark and highest stamp, so that a store restored
+        from an older copy learns it is behind and takes a new incarnation."""
+        origin = body.get("origin")
+        if not isinstance(origin, str) or p.opt_int(body, "settled") is None:
+            return {}  # an older agent: it would not look
+        settled, seen = self.qm.origin_seen(origin)
+        return {key: value for key, value in (("settled", settled), ("seen", seen)) if value is not None}
+
+    def _resent(self, device: str, uids: Iterable[MessageUID]) -> set[MessageUID]:
+        """The device's own uids below its store's settled mark: it settled them (delivered,
+        or dropped there), so they are resends (a store restored from a backup sends them
+        again), never new messages. One SELECT per request."""
+        own = [uid for uid in uids if uid.qmgr == device]
+        marks = self.qm.settled_marks({uid.origin for uid in own}) if own else {}
+        return {uid for uid in own if uid.stamp < marks.get(uid.origin, 0)}
 
     def put(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Stage one: store the batch locked and invisible, one transaction."""
@@ -155,29 +188,48 @@ class HomeService:
         base = p.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent, offset_ms=state.clock_offset_ms)
         state.put_bounds(sent, server_ms)
         transit = now - base
-        messages = [w.to_message(base) for w in wire]
+        resent = self._resent(state.name, [w.uid for w in wire])
+        messages = [w.to_message(base) for w in wire if w.uid not in resent]
         started = time.perf_counter()
-        results: list[dict[str, Any]]
+        answered: dict[MessageUID, dict[str, Any]] = {uid: p.result(uid, "duplicate") for uid in resent}
         try:
             # Expired holds undone and the device's quota checked first (over it: the
             # put is refused whole, 429 ``over-quota``, and nothing is stored).
             with self.holds.admit(state, queue, messages):
                 outcome = self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id()) if messages else []
-            results = [p.result(r.uid, r.status, r.detail if r.status == "refused" else None) for r in outcome]
+            answered |= {r.uid: p.result(r.uid, r.status, r.detail if r.status == "refused" else None)
+                         for r in outcome}
         except QueueNotFound as exc:
-            results = [p.result(m.uid, "refused", f"no-queue: {exc}") for m in wire]
+            answered |= {m.uid: p.result(m.uid, "refused", f"no-queue: {exc}") for m in wire if m.uid not in resent}
+        results = [answered[w.uid] for w in wire]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("received", tally["stored"] + tally["replaced"])
         self.metrics.count("duplicates", tally["duplicate"] + tally["unconfirmed"])
         self.metrics.count("expired_on_arrival", tally["expired"])
         self.metrics.count("refused", tally["refused"])
+        if tally["refused"]:
+            self._record_refusals(state.name, queue, results)
         log.info(
             "put %d message(s) from %s to %s", len(wire), state.name, queue,
             extra={"event": "put", "device": state.name, "queue": queue, "count": len(wire),
-                   "transit_ms": transit, "results": dict(tally),
+                   "transit_ms": transit, "results": dict(tally), "resent": len(resent),
                    "ms": round((time.perf_counter() - started) * 1000, 2)},
         )
         return {"type": "put", "now_ms": self.clock(), "queue": queue, "results": results}
+
+    def _record_refusals(self, device: str, queue: str, results: list[dict[str, Any]]) -> None:
+        """Record what this put refused, per reason (counted, with the last text), where the
+        console, ``edgeq server refusals list`` and ``/metrics`` read it: the device keeps the
+        messages and offers them again, and the server's operator must see why."""
+        refused: dict[str, tuple[int, str]] = {}
+        for r in results:
+            if r["s"] == "refused":
+                why = str(r.get("why") or "refused")
+                code = refusal_code(why)
+                if code == "no-queue":  # the queue manager's advice is for a Python caller: said for the CLI
+                    why = f"no-queue: {missing_hint(self.qm.name, queue)}"
+                refused[code] = (refused.get(code, (0, ""))[0] + 1, why)
+        self.qm.record_refusals(device, queue, refused)
 
     def confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Stage two: make the batch visible, one transaction."""
@@ -193,6 +245,10 @@ class HomeService:
             results = [p.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:
             results = [p.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
+        resent = self._resent(state.name, uids)
+        if resent:  # settled by the device, so confirmed before: the device may delete its copy
+            results = [p.result(r["u"], "already") if r["s"] in ("unknown", "refused") and uid in resent else r
+                       for uid, r in zip(uids, results, strict=True)]
         tally = Counter(r["s"] for r in results)
         if tally["confirmed"] or tally["expired"]:
             self.holds.changed(state.name)  # it holds less: its next put is measured afresh
@@ -206,7 +262,8 @@ class HomeService:
         return {"type": "confirm", "now_ms": self.clock(), "queue": queue, "results": results}
 
     def expiries(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A device reports the expiries of its journal; they join ours (side ``device``).
+        """A device reports the expiries of its journal, and the messages it moved to its
+        dead-letter queue; they join ours (side ``device``).
 
         Answered entry by entry (``results``, in request order): ``recorded``,
         ``already`` (a repeat), ``refused`` with ``why`` (malformed, or foreign: not the
@@ -230,12 +287,16 @@ class HomeService:
             ]
         done = iter(answers)
         results: list[dict[str, Any]] = []
+        dead_lettered = 0
         for item in items:
             status, why = next(done) if item.entry is not None else ("refused", item.why)
             results.append(p.result(item.uid, status, why if status == "refused" else None))
+            dead = item.entry is not None and item.entry.kind == "dead-lettered"
+            dead_lettered += status == "recorded" and dead
         tally = Counter(r["s"] for r in results)
         recorded = tally["recorded"]
-        self.metrics.count("device_expiries", recorded)
+        self.metrics.count("device_expiries", recorded - dead_lettered)
+        self.metrics.count("device_dead_lettered", dead_lettered)
         refused = [{"u": r["u"], "why": r["why"]} for r in results if r["s"] == "refused"]
         log.info(
             "%d expiry report(s) from %s", len(items), state.name,
@@ -267,6 +328,8 @@ class HomeService:
                      extra={"event": "pull", "device": state.name, "queue": held, "count": 0, "missing": True})
             return {"type": "pull", "now_ms": self.clock(), "queue": queue, "messages": [], "more": False,
                     "missing": True}
+        if queue == ADMIN_QUEUE and got:
+            self._handing_over(state.name, got, now)
         messages = [p.WireMessage.from_message(m).to_wire() for m in got]
         self.metrics.count("pulled", len(messages))
         log.info(
@@ -277,6 +340,16 @@ class HomeService:
         return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages, "more": len(got) == limit,
                 # What this queue may still offer the device: it forgets the rest of what it remembers.
                 "held": self.qm.held_low_water(held)}
+
+    def _handing_over(self, device: str, got: list[Message], now: int) -> None:
+        """Mark the admin requests this pull hands ``device`` as delivered, before its answer
+        leaves: from then on one whose expiry passes with no reply may have run, and reads as
+        "outcome unknown" rather than "never executed" (docs/admin.md)."""
+        records = AdminRecords(str(self.qm.path))
+        try:
+            records.handed_over(device, [m.correlation_id.hex() for m in got if m.correlation_id], now)
+        finally:
+            records.close()
 
     def pull_confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The device stored what it pulled: delete those messages here."""

@@ -71,6 +71,9 @@ def new_key_pair(private_path: Path, *, overwrite: bool = False) -> KeyPair:
     """Make an Ed25519 key pair: the private key at ``private_path`` (0600), the
     public key next to it (``.pub``). Refuses to overwrite unless told to."""
     public_path = public_path_for(private_path)
+    if not private_path.parent.is_dir():
+        raise KeyFileError(f"cannot write {private_path}: directory {private_path.parent} does not exist "
+                           f"(create it first, e.g. mkdir -p {private_path.parent})")
     if not overwrite:
         for path in (private_path, public_path):
             if path.exists():
@@ -90,13 +93,17 @@ def new_key_pair(private_path: Path, *, overwrite: bool = False) -> KeyPair:
     return KeyPair(private_path, public_path, raw, fingerprint(raw))
 
 
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """A device's private key; refused if group or others may read the file (POSIX)."""
+def load_private_key(path: Path, what: str = "device key") -> Ed25519PrivateKey:
+    """A private key (``what`` names it in errors: the device's or the operator's); refused if
+    it is a public key, or if group or others may read the file (POSIX)."""
     try:
         mode = path.stat().st_mode
         data = path.read_bytes()
     except OSError as exc:
-        raise KeyFileError(f"cannot read the device key {path}: {exc.strerror or exc}") from exc
+        raise KeyFileError(f"cannot read the {what} {path}: {exc.strerror or exc}") from exc
+    if b"-----BEGIN PUBLIC KEY-----" in data:
+        private = path.with_suffix(".key") if path.suffix != ".key" else path.with_name(path.stem + "-private.key")
+        raise KeyFileError(f"{path} is a public key; give the private key file, e.g. {private} (the {what})")
     if os.name == "posix" and mode & 0o077:
         raise KeyFileError(
             f"{path} is readable by others (mode {mode & 0o777:o}): run chmod 600 {path}"

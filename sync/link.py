@@ -154,7 +154,8 @@ class ServerLink:
         try:
             body = self.transport.call(
                 p.PATH_HELLO,
-                {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}", **offer},
+                {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}",
+                 "origin": self.qm.origin, "settled": self.qm.settled_below(), **offer},
                 "hello",
             )
         except SyncError:
@@ -173,8 +174,10 @@ class ServerLink:
                 max_body_bytes=p.req_int(body, "max_body_bytes", low=1024),
                 max_batch=p.req_int(body, "max_batch", low=1),
             )
+            settled, seen = p.opt_int(body, "settled"), p.opt_int(body, "seen")
         except p.ProtocolError as exc:
             raise Unreachable(f"bad hello answer from {self.transport.server_url}: {exc.detail}") from exc
+        self._compare(info.server, settled, seen)
         self.server_clock.reset()
         self.server_clock.add(started, server_now, received)
         self.server_codecs = accepted(body.get("compression"), self.codecs)
@@ -186,6 +189,21 @@ class ServerLink:
             extra={"event": "hello", "server": info.server, "offset_ms": info.offset_ms, "rtt_ms": info.rtt_ms},
         )
         return info
+
+    def _compare(self, server: str, settled: int | None, seen: int | None) -> None:
+        """Whether the store is behind what the server has seen of it (restored from an
+        older copy): then it takes a new incarnation, said in a warning and the status."""
+        found = self.qm.check_restored(server, settled=settled, seen=seen)
+        if found is None:
+            return
+        log.warning(
+            "this store was found restored from an older copy: %s had settled its origin %s below stamp %s "
+            "and seen stamps up to %s; it now issues uids as %s, and the %d message(s) it holds of %s below "
+            "that mark are answered by the server as already delivered",
+            server, found.old_origin, found.resent_below, found.seen, found.new_origin, found.resends,
+            found.old_origin,
+            extra={"event": "restored", **found.as_dict()},
+        )
 
     def ensure_hello(self) -> HelloInfo:
         """The last hello's answer, or a new hello's if none was made or one is due."""

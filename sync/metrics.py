@@ -6,7 +6,7 @@ which own that state.
 
 >>> from edgeq.sync.sessions import DeviceSessions
 >>> m, sessions = Metrics(), DeviceSessions()
->>> m.count("received", 3); sessions.device("DEV1").seen(1_763_683_200_000)
+>>> m.count("received", 3); _ = sessions.device("DEV1").seen(1_763_683_200_000)
 >>> text = m.render(sessions)
 >>> "edgeq_sync_messages_received_total 3" in text
 True
@@ -20,8 +20,11 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from edgeq.sync.sessions import DeviceSessions
 
+    from edgeq.devices import DeviceRefusal
     from edgeq.queues import StoreUsage
 
 __all__ = ["Metrics"]
@@ -37,6 +40,8 @@ _COUNTERS: dict[str, str] = {
     "messages_pulled": "Messages sent to devices by pulls (home-server queues).",
     "messages_pull_confirmed": "Pulled messages the devices confirmed (deleted here).",
     "device_expiries": "Expiries devices reported from their own journals (recorded in the server's journal).",
+    "device_dead_lettered": "Messages devices reported moved to their dead-letter queues (refused by this "
+                            "server refusal_limit times): waiting there for an operator.",
 }
 _ALIASES = {
     "received": "messages_received",
@@ -81,10 +86,12 @@ class Metrics:
         with self._lock:
             return self._counters[_ALIASES.get(name, name)]
 
-    def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None) -> str:
+    def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None,
+               refusals: Sequence[DeviceRefusal] | None = None) -> str:
         """The Prometheus text exposition format (version 0.0.4), with the per-device
-        gauges of ``sessions`` and the store's and queues' of ``usage``
-        (``qm.store_usage()``; none without either)."""
+        gauges of ``sessions``, the store's and queues' of ``usage`` (``qm.store_usage()``)
+        and what the server refused per device, queue and reason, ``refusals``
+        (``qm.device_refusals()``, counted in the store since it was made; none without them)."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)
@@ -117,7 +124,25 @@ class Metrics:
         ]
         if usage is not None:
             lines += _usage_lines(usage)
+        if refusals is not None:
+            lines += _refusal_lines(refusals)
         return "\n".join(lines) + "\n"
+
+
+def _refusal_lines(refusals: Sequence[DeviceRefusal]) -> list[str]:
+    """What the server refused, per device, queue and reason: a counter kept in the store
+    (so it survives restarts and every ``--workers`` process shows the same).
+
+    >>> from edgeq.devices import DeviceRefusal
+    >>> _refusal_lines([DeviceRefusal("DEV1", "METRICS", "no-queue", 4, 0, 0, "")])[-1]
+    'edgeq_sync_device_refusals_total{device="DEV1",queue="METRICS",reason="no-queue"} 4'
+    """
+    metric = "edgeq_sync_device_refusals_total"
+    lines = [f"# HELP {metric} Messages the server refused, per device, queue and reason (kept in its store).",
+             f"# TYPE {metric} counter"]
+    lines += [f'{metric}{{device="{_escape(r.device)}",queue="{_escape(r.queue)}",reason="{_escape(r.reason)}"}} '
+              f"{r.count}" for r in sorted(refusals, key=lambda r: (r.device, r.queue, r.reason))]
+    return lines
 
 
 def _usage_lines(usage: StoreUsage) -> list[str]:

@@ -18,7 +18,8 @@ Outermost first, as :func:`protocol_middleware` lists them:
    as well (:mod:`edgeq.sync.compression`);
 5. :class:`Authentication` (only with an :class:`~edgeq.sync.auth.AuthGate`) asks the
    gate whether the request must be authenticated and, if so, checks its signature
-   over the raw body **before decoding it**, then decodes it and authorises what it
+   headers **before reading the body**, its signature over the raw body **before
+   decoding it**, then decodes it and authorises what it
    asks (401, 403), before any route runs.
 
 The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :class:`ErrorBodies`
@@ -41,10 +42,10 @@ from anyio import CapacityLimiter
 from edgeq.sync import protocol as p
 from edgeq.sync.auth import AuthGate, AuthRequest, Forbidden
 from edgeq.sync.compression import H_ENCODING, unframe
-from edgeq.sync.home import DEFAULT_MAX_BODY_BYTES
+from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
 from edgeq.sync.metrics import Metrics
 from edgeq.sync.signing import H_DEVICE
-from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits
+from edgeq.sync.wire import DecodeLimits
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -105,14 +106,15 @@ class CborBody:
 
 class BodyDecoder:
     """Decode request bodies off the event loop: at most ``threads`` at a time, each
-    within ``limits`` (so in time and memory linear in its size, and bounded).
+    within ``limits`` (default: :func:`~edgeq.sync.protocol.body_limits` of the default
+    batch), so in time and memory linear in its size, and bounded.
     ``codecs`` are those a compressed body may come in (default: every one this process
     runs, :func:`edgeq.compression.available`; none: compressed bodies are refused, and
     the hello offers none)."""
 
-    def __init__(self, limits: DecodeLimits = DEFAULT_LIMITS, *, threads: int = DECODE_THREADS,
+    def __init__(self, limits: DecodeLimits | None = None, *, threads: int = DECODE_THREADS,
                  codecs: Sequence[Codec] | None = None) -> None:
-        self.limits = limits
+        self.limits = p.body_limits(DEFAULT_MAX_BATCH) if limits is None else limits
         self.codecs: tuple[Codec, ...] = available() if codecs is None else tuple(codecs)
         self._threads = CapacityLimiter(threads)
 
@@ -279,7 +281,9 @@ class Authentication:
     store: device keys, nonces): first from the headers and the **raw** body, before it
     is decoded (an unsigned or badly signed body is refused without being decoded,
     whatever it holds); then the decoded body (what the device asks for). It refuses
-    by raising: :class:`~edgeq.sync.auth.Forbidden` is 403 ``forbidden``, a
+    by raising (an unsigned request before its body is even read, if the authenticator
+    can tell from the headers: :meth:`~edgeq.sync.auth.AuthGate.check_headers`):
+    :class:`~edgeq.sync.auth.Forbidden` is 403 ``forbidden``, a
     :class:`~edgeq.sync.protocol.ProtocolError` keeps its code, anything else is 401
     ``unauthorized``."""
 
@@ -293,8 +297,10 @@ class Authentication:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
-        raw = await request.body()
         path, headers = request.url.path, request.headers
+        heads = AuthRequest(None, path, headers, b"", None, request.method)
+        await self._ask(self.gate.check_headers, heads, scope, inline=self.gate.settled)
+        raw = await request.body()
         then = await self._ask(self.gate.admit, AuthRequest(None, path, headers, raw, None, request.method), scope)
         body = await self.decoder.read(request)
         if then is not None:
@@ -304,10 +310,12 @@ class Authentication:
         await self.app(scope, _replay(raw, receive), send)
 
     @staticmethod
-    async def _ask(stage: Callable[[AuthRequest], _T], auth: AuthRequest, scope: Scope) -> _T:
-        """Run one stage in the thread pool; its refusal as a ProtocolError (logged)."""
+    async def _ask(stage: Callable[[AuthRequest], _T], auth: AuthRequest, scope: Scope, *,
+                   inline: bool = False) -> _T:
+        """Run one stage in the thread pool (``inline``: here, for a stage that reads nothing);
+        its refusal as a ProtocolError (logged)."""
         try:
-            return await run_in_threadpool(stage, auth)
+            return stage(auth) if inline else await run_in_threadpool(stage, auth)
         except p.ProtocolError:
             raise
         except Exception as exc:

@@ -30,12 +30,13 @@ import cbor2
 from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 
 from edgeq.errors import EdgeqError
-from edgeq.journal import JournalEntry, RemoteExpiryStatus
+from edgeq.journal import DEVICE_KINDS, JournalEntry, RemoteExpiryStatus
 from edgeq.message import Message
 from edgeq.types import (
     CHECK_POINTS,
     FIELD_CODES,
     MAX_INT64,
+    REMOVAL_REASONS,
     ConfirmStatus,
     FieldValue,
     PutStatus,
@@ -59,6 +60,7 @@ __all__ = [
     "PullConfirmStatus",
     "PutStatus",
     "WireMessage",
+    "body_limits",
     "decode_body",
     "decode_expiries",
     "decode_expiry_items",
@@ -166,9 +168,37 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     return cbor2.dumps({"v": PROTOCOL_VERSION, **body})
 
 
+#: The data items one message of a full batch may take on average: its fixed keys and
+#: values take at most 19, each field 4 (its name, ``[code, value]``): room for 3 fields
+#: in a batch of the server's largest size, many more in the agent's usual 500.
+ITEMS_PER_MESSAGE: Final = 32
+#: The arrays and maps one message of a full batch may take on average: its own map, its
+#: fields' map and one array a field: room for 6 fields (decoding a container costs ~30
+#: times a number: a Python object the garbage collector tracks).
+CONTAINERS_PER_MESSAGE: Final = 8
+#: Items (and containers), entries of one array or map, and nesting a body needs besides
+#: its batch: the body map's own keys, a hello's lists (the deepest body: a map of arrays
+#: of maps of field maps of ``[code, value]`` arrays is 5 levels).
+BODY_ITEMS: Final = 1_024
+BODY_DEPTH: Final = 8
+
+
+def body_limits(max_batch: int) -> DecodeLimits:
+    """What a request body may cost to decode on a server taking batches of ``max_batch``:
+    ``max_batch`` entries in one array or map, :data:`ITEMS_PER_MESSAGE` items and
+    :data:`CONTAINERS_PER_MESSAGE` arrays and maps a message.
+
+    >>> body_limits(5_000)
+    DecodeLimits(max_depth=8, max_items=161024, max_length=5000, max_containers=41024)
+    """
+    return DecodeLimits(max_depth=BODY_DEPTH, max_items=max_batch * ITEMS_PER_MESSAGE + BODY_ITEMS,
+                        max_length=max(max_batch, BODY_ITEMS),
+                        max_containers=max_batch * CONTAINERS_PER_MESSAGE + BODY_ITEMS)
+
+
 def decode_body(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Decode and check one body: exactly one CBOR map of a supported version, decoded
-    within ``limits`` (:mod:`edgeq.sync.wire`: no tags, bounded depth and items).
+    within ``limits`` (:mod:`edgeq.sync.wire`: no tags, bounded depth, items and entries).
 
     Raises :class:`ProtocolError` ``malformed`` (not CBOR, truncated, trailing
     bytes, a tag, too deep, not a map) or ``unsupported-version``.
@@ -535,7 +565,8 @@ def device_queue_name(device: str, queue: str) -> str:
 
 
 def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
-    """A device's journaled expiries, for ``/v1/expiries`` (times on the device clock).
+    """A device's journaled expiries, for ``/v1/expiries`` (times on the device clock); a
+    dead-lettering or discard goes the same way, with ``k`` (its kind) and its reason in ``w``.
 
     >>> e = JournalEntry(7, "expired", "device", 1_000, "ORDERS", "DEV1.5", "DEV1", check_point="get")
     >>> encode_expiries([e])
@@ -543,7 +574,7 @@ def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
     """
     return [
         {"u": e.uid, "q": e.queue, "t": e.at_ms, "w": e.check_point, "n": e.size, "c": e.created_ms,
-         "a": e.arrived_ms}
+         "a": e.arrived_ms, **({} if e.kind == "expired" else {"k": e.kind})}
         for e in entries
     ]
 
@@ -553,11 +584,16 @@ def _expiry_entry(raw: object) -> JournalEntry:
     if not isinstance(raw, dict):
         raise _invalid("each expiry entry must be a map")
     uid = _uid(raw.get("u"))
-    where = raw.get("w")
-    if where not in CHECK_POINTS:
+    where, kind = raw.get("w"), raw.get("k", "expired")
+    if kind not in DEVICE_KINDS:
+        raise _invalid(f"entry {uid}: 'k' must be one of {', '.join(DEVICE_KINDS)}, not {describe(kind)}")
+    if kind != "expired":
+        if where not in REMOVAL_REASONS:
+            raise _invalid(f"{kind} entry {uid}: 'w' must be a removal reason, not {describe(where)}")
+    elif where not in CHECK_POINTS:
         raise _invalid(f"expiry entry {uid}: 'w' must be an expiry check point, not {describe(where)}")
     return JournalEntry(
-        0, "expired", "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,
+        0, kind, "device", req_int(raw, "t", high=2**62), req_name(raw, "q"), str(uid), uid.origin,
         check_point=where, size=opt_int(raw, "n", high=2**62), created_ms=opt_int(raw, "c", high=2**62),
         arrived_ms=opt_int(raw, "a", high=2**62),
     )

@@ -14,7 +14,8 @@ Queues fail independently: a queue the server refuses as a whole (forbidden, too
 invalid) is recorded as that queue's failure and the others go on; only a server that
 cannot be reached (or refuses this device) stops the push. Each message the server
 refuses is counted in the store (``QueueManager.refused``); one refused as often as its
-queue's ``refusal_limit`` is given up there (reason ``refused``: dead-letter handling).
+queue's ``refusal_limit`` moves to the store's dead-letter queue in that transaction, or,
+if that queue cannot take it, stays and is offered again (``edgeq.deadletter``).
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ class Pusher:
             level, "push: %d transmitted%s", report.transmitted, f" ({report.error})" if report.error else "",
             extra={"event": "push", "sent": report.sent, "transmitted": report.transmitted,
                    "duplicates": report.duplicates, "expired": report.expired, "refused": report.refused,
-                   "given_up": report.given_up, "requeued": report.requeued, "batches": report.batches,
+                   "dead_lettered": report.dead_lettered, "requeued": report.requeued,
+                   "batches": report.batches,
                    "seconds": round(report.seconds, 3), "error": report.error},
         )
         return report
@@ -140,7 +142,7 @@ class Pusher:
         be reached (or refuses this device) stops the whole push (raised)."""
         name, target = attrs.name, attrs.target_queue or attrs.name
         queue = report.queues[name] = QueueReport(name, "push")
-        before = (report.transmitted, report.refused, report.given_up)
+        before = (report.transmitted, report.refused, report.dead_lettered, report.dlq_kept)
         last_why, refused_request = None, False
         try:
             last_why = self._push_queue(attrs, report, progress)
@@ -160,12 +162,15 @@ class Pusher:
         if queue.error is None and queue.refused and last_why is not None:
             queue.code = refusal_code(last_why)
             limit = DEFAULT_REFUSAL_LIMIT if attrs.refusal_limit is None else attrs.refusal_limit
-            queue.error = refusal_hint(server, target, queue.code, last_why, limit)
+            queue.error = refusal_hint(server, target, queue.code, last_why, limit,
+                                       dlq=self.qm.dead_letter_queue(), refused=queue.refused,
+                                       moved=queue.dead_lettered, kept=queue.dlq_kept)
             log.warning("%d message(s) of %s refused (%s): %s", queue.refused, name, queue.code, queue.error,
                         extra={"event": "refused", "queue": name, "target": target, "count": queue.refused,
-                               "given_up": queue.given_up, "code": queue.code, "why": last_why})
-        if queue.given_up:
-            self.link.health.gave_up(name, queue.given_up)
+                               "dead_lettered": queue.dead_lettered, "dlq_kept": queue.dlq_kept,
+                               "code": queue.code, "why": last_why})
+        if queue.dead_lettered:
+            self.link.health.moved_to_dlq(name, queue.dead_lettered)
         if queue.error is None:
             self.link.health.succeeded(name, "push")
         else:
@@ -173,10 +178,11 @@ class Pusher:
         return refused_request
 
     @staticmethod
-    def _tally(queue: QueueReport, report: PushReport, before: tuple[int, int, int]) -> None:
+    def _tally(queue: QueueReport, report: PushReport, before: tuple[int, int, int, int]) -> None:
         queue.moved = report.transmitted - before[0]
         queue.refused = report.refused - before[1]
-        queue.given_up = report.given_up - before[2]
+        queue.dead_lettered = report.dead_lettered - before[2]
+        queue.dlq_kept = report.dlq_kept - before[3]
 
     def _push_queue(
         self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None,
@@ -241,21 +247,28 @@ class Pusher:
         return last_why
 
     def _count_refusals(self, name: str, skipped: set[MessageUID], report: PushReport, count: bool) -> str | None:
-        """Count the refusals since the last call in the store (one transaction) and give
-        up those at their limit; returns the last reason, if any were refused."""
+        """Count the refusals since the last call in the store (one transaction), where those
+        at their limit move to the dead-letter queue (or stay, if it cannot take them:
+        ``edgeq.deadletter`` logs why); returns the last reason, if any were refused."""
         pending, self._pending = self._pending, []
         if not pending:
             return None
         skipped.update(MessageUID.parse(uid) for uid, _ in pending)
         if count:
             why = dict(pending)
-            for outcome in self.qm.refused(name, pending):
-                if outcome.given_up:
-                    report.given_up += 1
+            outcomes = self.qm.refused(name, pending)
+            dlq = self.qm.dead_letter_queue() if any(o.dead_lettered for o in outcomes) else ""
+            for outcome in outcomes:
+                if outcome.dead_lettered:
+                    report.dead_lettered += 1
                     self._attempted.discard(outcome.uid)
-                    log.warning("gave up %s of %s: refused %d times", outcome.uid, name, outcome.count,
-                                extra={"event": "gave-up", "queue": name, "uid": str(outcome.uid),
-                                       "refusals": outcome.count, "why": why.get(str(outcome.uid))})
+                    log.warning("%s of %s refused %d times: moved to dead-letter queue %s", outcome.uid, name,
+                                outcome.count, dlq,
+                                extra={"event": "dead-lettered", "queue": name, "uid": str(outcome.uid),
+                                       "refusals": outcome.count, "why": why.get(str(outcome.uid)),
+                                       "dlq": dlq})
+                elif outcome.kept:
+                    report.dlq_kept += 1
         return pending[-1][1]
 
     def _show(self, progress: Callable[[Progress], None], queue: str, done: int, started: float) -> None:

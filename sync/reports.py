@@ -29,7 +29,8 @@ class QueueReport:
     direction: str  #: ``"push"`` (a remote queue) or ``"pull"`` (a home-server queue)
     moved: int = 0  #: transmitted (push) or received (pull)
     refused: int = 0  #: refused by the server (push) or by the local queue (pull): kept where they were
-    given_up: int = 0  #: refused ``refusal_limit`` times: removed, rules told (reason ``refused``)
+    dead_lettered: int = 0  #: refused ``refusal_limit`` times: moved to the dead-letter queue
+    dlq_kept: int = 0  #: refused ``refusal_limit`` times, the dead-letter queue could not take them: kept
     error: str | None = None  #: what went wrong, and what to do about it
     code: str | None = None  #: ``no-queue``, ``forbidden``, ``queue-full``, ``too-large``, ``unreachable``, ...
 
@@ -41,7 +42,8 @@ class QueueReport:
     def as_dict(self) -> dict[str, object]:
         """For a JSON summary."""
         return {"direction": self.direction, "moved": self.moved, "refused": self.refused,
-                "given_up": self.given_up, "error": self.error, "code": self.code}
+                "dead_lettered": self.dead_lettered, "dlq_kept": self.dlq_kept, "error": self.error,
+                "code": self.code}
 
 
 @dataclass(slots=True)
@@ -53,7 +55,8 @@ class PushReport:
     duplicates: int = 0  #: the server already had them confirmed
     expired: int = 0  #: the server discarded them as expired (on arrival or while locked)
     refused: int = 0  #: the server refused them (queue full, too large, no such queue): kept here
-    given_up: int = 0  #: refused ``refusal_limit`` times: removed here, rules told (reason ``refused``)
+    dead_lettered: int = 0  #: refused ``refusal_limit`` times: moved to the dead-letter queue
+    dlq_kept: int = 0  #: refused ``refusal_limit`` times, the dead-letter queue could not take them: kept
     requeued: int = 0  #: the server did not know them at confirm: they will be put again
     batches: int = 0
     expiries_reported: int = 0  #: this device's journaled expiries sent to the server
@@ -70,8 +73,8 @@ class PushReport:
 
     @property
     def complete(self) -> bool:
-        """Whether everything went: no error, nothing refused or given up."""
-        return self.ok and not self.refused and not self.given_up
+        """Whether everything went: no error, nothing refused or dead-lettered."""
+        return self.ok and not self.refused and not self.dead_lettered
 
     @property
     def rate(self) -> float:

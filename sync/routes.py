@@ -114,8 +114,9 @@ class HomeRoutes:
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: the counters and per-device gauges in the Prometheus text format."""
-        usage = await run_in_threadpool(self.service.qm.store_usage)
-        text = self.service.metrics.render(self.service.sessions, usage)
+        qm = self.service.qm
+        usage, refusals = await run_in_threadpool(lambda: (qm.store_usage(), qm.device_refusals()))
+        text = self.service.metrics.render(self.service.sessions, usage, refusals)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

@@ -30,8 +30,9 @@ from edgeq.sync.holds import HoldPolicy
 from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES, HomeService, ServerLimits
 from edgeq.sync.metrics import Metrics
 from edgeq.sync.middleware import BodyDecoder
+from edgeq.sync.protocol import body_limits
 from edgeq.sync.routes import HomeRoutes, http_error
-from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits
+from edgeq.sync.wire import DecodeLimits
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
@@ -52,7 +53,7 @@ def create_app(
     auth: AuthMode | None = None,
     metrics: Metrics | None = None,
     holds: HoldPolicy | None = None,
-    decode_limits: DecodeLimits = DEFAULT_LIMITS,
+    decode_limits: DecodeLimits | None = None,
     console: bool = False,
 ) -> Starlette:
     """The ASGI app serving ``qm`` as a home server.
@@ -65,7 +66,8 @@ def create_app(
     (:data:`~edgeq.sync.auth.AuthMode`) says: ``required`` (the default with an
     ``authenticate``), ``off`` (without), or ``auto``, as soon as ``qm`` has a
     registered device (:class:`~edgeq.sync.auth.AuthGate`, ``app.state.gate``).
-    ``decode_limits`` bound what decoding a body may cost; ``metrics`` counts;
+    ``decode_limits`` bound what decoding a body may cost (default: what a batch of
+    ``max_batch`` needs, :func:`~edgeq.sync.protocol.body_limits`); ``metrics`` counts;
     ``holds`` bounds unconfirmed puts (:class:`~edgeq.sync.holds.HoldPolicy`, whose
     timer is :class:`~edgeq.sync.holds.HoldKeeper`).
     ``console`` adds the operator console under ``/console`` (:mod:`edgeq.sync.console`;
@@ -76,7 +78,7 @@ def create_app(
         qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics(), holds=holds
     )
     gate = AuthGate(authenticate, mode=auth or ("off" if authenticate is None else "required"), qm=qm)
-    routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits))
+    routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits or body_limits(max_batch)))
     extra: list[BaseRoute] = []
     if console:
         from edgeq.sync.console import console_routes  # jinja2 only where the console is on

@@ -2,7 +2,8 @@
 its settled marks, which the service's correctness depends on.
 
 A device's session begins with its ``hello`` (the clock offset the server measures
-then), is refreshed by every request (last seen), and carries the device's own
+then), is refreshed by every request (last seen: also written to the store's
+``devices`` table, at most every :data:`SEEN_WRITE_MS`), and carries the device's own
 bounds of the server's clock from its latest put (``device_offset_ms``, the journal's
 offset). Sessions live in memory: after a restart the server answers
 ``hello-required`` until each device says hello again, so losing them loses no
@@ -30,10 +31,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceSessions", "DeviceState"]
+__all__ = ["SEEN_WRITE_MS", "DeviceSessions", "DeviceState"]
 
 #: An agent string is the device's to choose: keep no more of it than this.
 MAX_AGENT_CHARS = 200
+#: At most this often (ms) is a device's last contact written to the store (table ``devices``),
+#: per device and process: every request counts, the writes are coalesced.
+SEEN_WRITE_MS = 10_000
 
 
 @dataclass(slots=True)
@@ -49,13 +53,21 @@ class DeviceState:
     device_offset_ms: int | None = None
     hellos: int = 0
     agent: str = ""
+    #: when this process last wrote the device's last contact to the store (None: never)
+    stored_seen_ms: int | None = None
     #: held by each of the device's puts while its quota is checked and the batch stored
     #: (:class:`~edgeq.sync.holds.HoldGate`), so concurrent puts cannot overshoot it
     put_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def seen(self, now_ms: int) -> None:
-        """Note that the device was heard from at ``now_ms``."""
+    def seen(self, now_ms: int) -> bool:
+        """Note that the device was heard from at ``now_ms``; return whether that contact
+        is due to be written to the store (:data:`SEEN_WRITE_MS` since the last write)."""
         self.last_seen_ms = now_ms
+        return self.stored_seen_ms is None or not 0 <= now_ms - self.stored_seen_ms < SEEN_WRITE_MS
+
+    def seen_stored(self, now_ms: int) -> None:
+        """Note that the contact at ``now_ms`` was written to the store."""
+        self.stored_seen_ms = now_ms
 
     def said_hello(self, *, sent_ms: int, now_ms: int, agent: object = None) -> int:
         """Begin (or renew) the session: the hello was sent at ``sent_ms`` on the device's

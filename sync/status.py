@@ -19,17 +19,34 @@ figures are the agent's metrics (:func:`render_metrics`, Prometheus text format)
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from edgeq.sync.agentlock import running_daemon
 from edgeq.sync.health import Direction, QueueHealth
 from edgeq.sync.protocol import device_queue_name
 
 from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
+from edgeq.restored import Restoration
 from edgeq.transmit import SyncQueue
 
-__all__ = ["QueueStatus", "SyncStatus", "render_metrics", "sync_status"]
+__all__ = ["AgentProcess", "QueueStatus", "SyncStatus", "render_metrics", "sync_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentProcess:
+    """The store's sync agent daemon (``edgeq sync`` without ``--once``), as far as the store
+    and its agent lock tell: whether one runs now, and the record of the last one."""
+
+    #: a daemon holds the store's agent lock now: a live process (a reused pid cannot pass for it)
+    running: bool = False
+    pid: int | None = None  #: the running daemon's pid, else the last one's
+    started_ms: int | None = None  #: when it started (device clock)
+    #: when its last cycle ended (written at once the first time, then at most every minute)
+    last_cycle_ms: int | None = None
+    exited_ms: int | None = None  #: when the last one stopped (None: it runs, or it was killed)
+    exit_reason: str | None = None  #: why it stopped: a signal's name (SIGTERM, SIGINT), or ``stopped``
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +64,8 @@ class QueueStatus:
     last_error_ms: int | None
     refused: int  #: messages held here that the server refused (each is offered again)
     refusals: int  #: how often they were refused, all together
-    refusal_limit: int | None  #: refusals before a message is given up (push only)
-    given_up: int  #: messages given up after their refusal limit (reason ``refused``), in all
+    refusal_limit: int | None  #: refusals before a message moves to the dead-letter queue (push only)
+    dead_lettered: int  #: messages moved to the dead-letter queue at their refusal limit, in all
     next_retry_ms: int | None  #: the queue waits for its own backoff until then (None: every round)
     failing: bool  #: its last error is newer than its last success, or it holds refused messages
 
@@ -68,11 +85,19 @@ class SyncStatus:
     error_code: str | None
     next_retry_ms: int | None  #: when the agent tries again after such a failure
     queues: list[QueueStatus]
+    dead_letter_queue: str = ""  #: the store's dead-letter queue
+    dead_letter_depth: int = 0  #: the messages it holds, waiting for an operator (``edgeq dlq``)
+    #: when the store was last found restored from an older copy, and what was done (None: never)
+    restored: Restoration | None = None
+    #: whether a daemon runs, its pid and last cycle; with none running nothing is retried,
+    #: so no ``next_retry_ms`` is given (unless the status is a live agent's own)
+    agent: AgentProcess = AgentProcess()
 
     @property
     def failing(self) -> bool:
-        """Whether anything needs attention: the agent stopped, or a queue fails."""
-        return self.stopped or any(q.failing for q in self.queues)
+        """Whether anything needs attention: the agent stopped, a queue fails, or messages
+        wait in the dead-letter queue."""
+        return self.stopped or self.dead_letter_depth > 0 or any(q.failing for q in self.queues)
 
     def as_dict(self) -> dict[str, Any]:
         """For JSON (``edgeq sync status --json``)."""
@@ -83,14 +108,31 @@ def sync_status(
     qm: QueueManager, live: Mapping[str, QueueHealth] | None = None, agent: Mapping[str, Any] | None = None
 ) -> SyncStatus:
     """The sync status of ``qm``'s store as of its clock; ``live`` and ``agent``: states
-    newer than the stored ones (a running agent's)."""
+    newer than the stored ones (a live agent's, in this process: its retries stand). Without
+    them and with no daemon running, nothing will retry: no next retry is given."""
     overview = qm.sync_overview()
     now = qm.now_ms()
     record = {**overview.agent, **(agent or {})}
+    process = _process(qm, record)
     queues = [_queue(q, now, (live or {}).get(q.name), qm.name) for q in overview.queues]
+    retrying = process.running or live is not None
+    if not retrying:
+        queues = [replace(q, next_retry_ms=None) for q in queues]
     return SyncStatus(
         now, record.get("server"), bool(record.get("stopped")), record.get("last_error"),
-        record.get("last_error_code"), record.get("next_retry_ms") if record.get("stopped") else None, queues,
+        record.get("last_error_code"),
+        record.get("next_retry_ms") if record.get("stopped") and retrying else None, queues,
+        overview.dead_letter_queue, overview.dead_letter_depth, restored=qm.restoration(), agent=process,
+    )
+
+
+def _process(qm: QueueManager, record: Mapping[str, Any]) -> AgentProcess:
+    """The daemon as its lock (running or not, the holder's pid) and its record tell."""
+    running, pid = running_daemon(qm.path)
+    return AgentProcess(
+        running, pid if pid is not None else record.get("pid"), record.get("started_ms"),
+        record.get("last_cycle_ms"), None if running else record.get("exited_ms"),
+        None if running else record.get("exit_reason"),
     )
 
 
@@ -108,7 +150,7 @@ def _queue(q: SyncQueue, now: int, live: QueueHealth | None, device: str) -> Que
     return QueueStatus(
         q.name, direction, target, q.depth if q.kind == "remote" else None, oldest, h.last_success_ms,
         h.last_error, h.last_error_code, h.last_error_ms, q.refused_messages, q.refusals, q.refusal_limit,
-        h.given_up, h.next_retry_ms, h.failing or q.refused_messages > 0,
+        h.dead_lettered, h.next_retry_ms, h.failing or q.refused_messages > 0,
     )
 
 
@@ -121,7 +163,7 @@ _GAUGES: tuple[tuple[str, str, str], ...] = (
     ("last_error_timestamp_seconds", "gauge", "The queue's last error (device clock); label code."),
     ("refused_messages", "gauge", "Messages held on the device that the server refused."),
     ("refusals", "gauge", "How often those messages were refused, all together."),
-    ("given_up_total", "counter", "Messages given up after their refusal limit (rules see reason refused)."),
+    ("dead_lettered_total", "counter", "Messages moved to the dead-letter queue at their refusal limit."),
     ("next_retry_timestamp_seconds", "gauge", "When a failing queue is tried again (device clock)."),
     ("failing", "gauge", "1 while the queue fails (last error newer than last success, or refused messages held)."),
 )
@@ -139,7 +181,13 @@ def render_metrics(status: SyncStatus) -> str:
             for extra, value in _values(name, q):
                 lines.append(f"{metric}{{{labels}{extra}}} {value}")
     lines += ["# HELP edgeq_agent_stopped 1 while the agent cannot reach its server (or is refused as a device).",
-              "# TYPE edgeq_agent_stopped gauge", f"edgeq_agent_stopped {int(status.stopped)}"]
+              "# TYPE edgeq_agent_stopped gauge", f"edgeq_agent_stopped {int(status.stopped)}",
+              "# HELP edgeq_agent_running 1 while a sync agent daemon runs on this store (holds its agent lock).",
+              "# TYPE edgeq_agent_running gauge", f"edgeq_agent_running {int(status.agent.running)}",
+              "# HELP edgeq_agent_dead_letter_messages Messages waiting in the store's dead-letter queue.",
+              "# TYPE edgeq_agent_dead_letter_messages gauge",
+              f'edgeq_agent_dead_letter_messages{{queue="{_label(status.dead_letter_queue)}"}} '
+              f"{status.dead_letter_depth}"]
     return "\n".join(lines) + "\n"
 
 
@@ -154,9 +202,9 @@ def _values(name: str, q: QueueStatus) -> Iterator[tuple[str, str]]:
         return
     value: int | None = {
         "backlog_messages": q.backlog, "refused_messages": q.refused, "refusals": q.refusals,
-        "given_up_total": q.given_up,
+        "dead_lettered_total": q.dead_lettered,
     }.get(name)
-    if name in ("backlog_messages", "refused_messages", "refusals", "given_up_total"):
+    if name in ("backlog_messages", "refused_messages", "refusals", "dead_lettered_total"):
         if value is not None:
             yield "", str(value)
         return

@@ -273,11 +273,27 @@ def test_an_expired_request_is_answered_expired_before_execution_and_not_run(
 ) -> None:
     request = signed(dev, "define-queue", "LATE", expires_ms=T0 + 1_000)
     clock.advance(1_000)
-    reply = dev.execute_admin(request.to_bytes())
+    reply = dev.execute_admin(request.to_bytes(), remaining_ms=0)  # it arrived with no life left
     assert reply.rc == "failed" and reply.message.startswith("expired before execution")
     assert dev.queue_names() == []
     clock.set(T0)  # even if the clock steps back, the request was answered: remembered, never run
     assert dev.execute_admin(request.to_bytes()) == reply and dev.queue_names() == []
+
+
+def test_a_request_lives_its_lifetime_from_arrival_whatever_the_operators_deadline_says(
+    dev: QueueManager, clock: ManualClock
+) -> None:
+    # Made by an operator whose clock is 10 minutes behind this device's: its absolute
+    # deadline is long past here, its lifetime (1 minute, 30 s of it left) is not.
+    request = signed(dev, "define-queue", "FRESH", created_ms=T0 - 600_000, expires_ms=T0 - 540_000)
+    assert dev.execute_admin(request.to_bytes(), remaining_ms=30_000).rc == "success"
+    late = signed(dev, "define-queue", "STALE", expires_ms=T0 + 3_600_000)  # an hour, but it arrived spent
+    assert dev.execute_admin(late.to_bytes(), remaining_ms=0).message.startswith("expired before execution")
+    zero = signed(dev, "define-queue", "ZERO", expires_ms=clock())  # a lifetime of 0: over at once
+    assert dev.execute_admin(zero.to_bytes()).message.startswith("expired before execution")
+    assert dev.queue_names() == ["FRESH"]
+    with pytest.raises(InvalidArgument, match="remaining_ms"):
+        dev.execute_admin(request.to_bytes(), remaining_ms=-1)
 
 
 def test_a_request_that_expires_on_the_admin_queue_is_discarded_there_with_rules_told(

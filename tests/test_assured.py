@@ -56,13 +56,17 @@ def test_assured_get_confirm_deletes(qm: QueueManager, rule: Recorder) -> None:
         qm.confirm_get("Q", got.uid)
 
 
-def test_undo_restores_a_failed_assured_get_in_place(qm: QueueManager) -> None:
+def test_undo_restores_a_failed_assured_get_in_place(qm: QueueManager, clock: ManualClock) -> None:
     qm.define_queue("Q", ordering="fifo")
     qm.put("Q", Message(b"a"))
     qm.put("Q", Message(b"b"))
     got = qm.get("Q", confirm_id=3)
     assert got is not None and got.data == b"a" and got.backout_count == 0
     qm.undo("Q", 3)
+    other = qm.get("Q", confirm_id=5)  # a waits out its redelivery delay (1 s); b is not held up
+    assert other is not None and other.data == b"b"
+    qm.undo("Q", 5, count_backout=False)  # handed back: no backout, no delay
+    clock.advance(1_000)
     again = qm.get("Q", confirm_id=4)
     assert again is not None and again.data == b"a" and again.backout_count == 1
     with pytest.raises(ConfirmIdNotFound, match="confirm id 3"):

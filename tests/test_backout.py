@@ -44,9 +44,11 @@ def stored_rows(path: Path, queue: str) -> list[MessageRow]:
 
 @pytest.fixture
 def boq(qm: QueueManager) -> QueueManager:
-    """BOQ, and Q moving a message to BOQ at its third backout."""
+    """BOQ, and Q moving a message to BOQ at its third backout. Its queues redeliver at
+    once (``redelivery_delay_ms=0``): these tests count backouts; the delay is
+    tests/test_redelivery.py's."""
     qm.define_queue("BOQ")
-    qm.define_queue("Q", backout_threshold=3, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=3, backout_queue="BOQ")
     return qm
 
 
@@ -122,7 +124,7 @@ def test_rules_see_the_move_as_a_removal_for_backout(boq: QueueManager, rule: Re
 def test_the_dead_letter_and_counters_rules_know_backout(qm: QueueManager) -> None:
     qm.define_queue("DLQ")
     qm.define_queue("BOQ")
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ",
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ",
                     rules=["counters", ("dead-letter", {"queue": "DLQ", "reasons": ["backout"]})])
     qm.put("Q", Message(b"poison"))
     poison(qm, "Q", 1)
@@ -134,7 +136,7 @@ def test_the_dead_letter_and_counters_rules_know_backout(qm: QueueManager) -> No
 
 def test_undo_of_a_batch_moves_only_the_messages_at_the_threshold(qm: QueueManager) -> None:
     qm.define_queue("BOQ")
-    qm.define_queue("Q", backout_threshold=2, backout_queue="BOQ", ordering="fifo")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=2, backout_queue="BOQ", ordering="fifo")
     qm.put("Q", Message(b"a"))
     poison(qm, "Q", 1)  # a: 1 backout
     qm.put("Q", Message(b"b"))
@@ -146,7 +148,7 @@ def test_undo_of_a_batch_moves_only_the_messages_at_the_threshold(qm: QueueManag
 
 def test_release_locks_counts_a_backout_too(qm: QueueManager) -> None:
     qm.define_queue("BOQ")
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     qm.put("Q", Message(b"held by a getter that died"))
     assert qm.get("Q", confirm_id=7) is not None
     assert qm.release_locks("Q") == 1
@@ -155,7 +157,7 @@ def test_release_locks_counts_a_backout_too(qm: QueueManager) -> None:
 
 def test_undo_without_counting_a_backout_never_moves(qm: QueueManager) -> None:
     qm.define_queue("BOQ")
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     qm.put("Q", Message(b"handed back"))
     assert qm.get("Q", confirm_id=1) is not None
     assert qm.undo("Q", 1, count_backout=False) == 1
@@ -180,7 +182,7 @@ def test_an_expired_message_is_never_moved(boq: QueueManager, clock: ManualClock
 
 def test_a_message_without_expiry_stays_without_one_on_the_backout_queue(qm: QueueManager) -> None:
     qm.define_queue("BOQ", expiry_ms=1_000)  # the backout queue's own expiry does not re-time a move
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     qm.put("Q", Message(b"keep"))
     poison(qm, "Q", 1)
     [moved] = qm.browse("BOQ")
@@ -189,7 +191,7 @@ def test_a_message_without_expiry_stays_without_one_on_the_backout_queue(qm: Que
 
 def test_a_full_backout_queue_keeps_the_message_where_it_is(qm: QueueManager, caplog: pytest.LogCaptureFixture) -> None:
     qm.define_queue("BOQ", max_depth=1)
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     qm.put("BOQ", Message(b"occupant"))
     uid = qm.put("Q", Message(b"poison"))
     with caplog.at_level(logging.WARNING, logger="edgeq"):
@@ -204,7 +206,7 @@ def test_a_full_backout_queue_keeps_the_message_where_it_is(qm: QueueManager, ca
 
 def test_a_backout_queue_that_discards_to_make_room_makes_room(qm: QueueManager) -> None:
     qm.define_queue("BOQ", max_depth=1, on_full="discard-oldest")
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     on_boq = Recorder()
     qm.add_rule("BOQ", on_boq)
     qm.put("BOQ", Message(b"oldest"))
@@ -217,7 +219,7 @@ def test_a_backout_queue_that_discards_to_make_room_makes_room(qm: QueueManager)
 
 def test_a_uid_already_on_the_backout_queue_is_not_moved_twice(qm: QueueManager, caplog: pytest.LogCaptureFixture) -> None:
     qm.define_queue("BOQ")
-    qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     uid = qm.put("Q", Message(b"poison"))
     qm.put("BOQ", Message(b"a copy", uid=uid))
     with caplog.at_level(logging.WARNING, logger="edgeq"):
@@ -230,7 +232,7 @@ def test_a_uid_already_on_the_backout_queue_is_not_moved_twice(qm: QueueManager,
 def test_a_clear_queue_backs_out_to_an_encrypted_one(tmp_path: Path) -> None:
     with QueueManager(tmp_path / "d.db", name="DEV1", keys=STORE_KEYS) as qm:
         qm.define_queue("BOQ", encryption="aes-256-gcm")
-        qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+        qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
         qm.put("Q", Message(b"secret", fields={"k": "v"}))
         poison(qm, "Q", 1)
         [row] = stored_rows(tmp_path / "d.db", "BOQ")
@@ -242,7 +244,7 @@ def test_a_clear_queue_backs_out_to_an_encrypted_one(tmp_path: Path) -> None:
 
 def test_a_remote_queue_may_be_the_backout_queue(qm: QueueManager) -> None:
     qm.define_remote_queue("HOME.BOQ", target_qmgr="HOME")
-    qm.define_queue("Q", backout_threshold=1, backout_queue="HOME.BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="HOME.BOQ")
     uid = qm.put("Q", Message(b"for the operator at home"))
     poison(qm, "Q", 1)
     assert [m.uid for m in qm.next_for_transmission("HOME.BOQ", 10)] == [uid]
@@ -254,7 +256,7 @@ def test_a_remote_queue_may_be_the_backout_queue(qm: QueueManager) -> None:
 def test_attributes_are_defined_altered_and_shown(qm: QueueManager) -> None:
     qm.define_queue("BOQ")
     qm.define_queue("BOQ2")
-    qm.define_queue("Q", backout_threshold=5, backout_queue="BOQ")
+    qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=5, backout_queue="BOQ")
     a = qm.queue_attributes("Q")
     assert (a.backout_threshold, a.backout_queue) == (5, "BOQ")
     assert a.as_dict()["backout_queue"] == "BOQ"
@@ -355,7 +357,7 @@ def test_a_kill_mid_loop_leaves_every_message_on_exactly_one_queue(tmp_path: Pat
     path = tmp_path / "d.db"
     with QueueManager(path, name="DEV1") as qm:
         qm.define_queue("BOQ")
-        qm.define_queue("Q", backout_threshold=1, backout_queue="BOQ")
+        qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
         sent = {str(qm.put("Q", Message(f"m{i}".encode() * 50))) for i in range(400)}
     child = subprocess.Popen([sys.executable, "-c", _LOOP, str(path)], stdout=subprocess.PIPE, text=True)
     try:

@@ -24,12 +24,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CASES = {"import", "put_single", "put_batch", "put_threads", "aio_puts", "get_confirm", "get_confirm_threads", "drain", "depth",
+CASES = {"import", "put_single", "put_batch", "put_threads", "aio_puts", "rule_cost",
+         "get_confirm", "get_confirm_threads", "drain", "depth",
          "expiry", "check", "memory", "sync", "wakeup_same", "wakeup_other", "idle_wait"}
 #: Cases only libraries with a blocking get run (edgeq, persist-queue): not raw sqlite3.
 WAITING = {"wakeup_same", "wakeup_other", "idle_wait"}
 #: Cases with no peer at all: edgeq's asyncio API.
-EDGEQ_ONLY = {"aio_puts"}
+EDGEQ_ONLY = {"aio_puts", "rule_cost"}
 #: The fleet cases (signed + TLS sync, bytes on the wire, many devices): edgeq's own variants
 #: (and MQTT, for the bytes), not the queue libraries; and the targets they add.
 FLEET_CASES = {"sync_secure", "wire_bytes", "fleet"}
@@ -44,6 +45,7 @@ HEADLINE = {
     "get_confirm": "ops_per_s",
     "put_threads": "ops_per_s",
     "aio_puts": "ops_per_s",
+    "rule_cost": "msgs_per_s",
     "get_confirm_threads": "ops_per_s",
     "drain": "msgs_per_s",
     "depth": "median_ms",
@@ -159,7 +161,7 @@ def test_peers_are_measured_or_marked_not_installed(report: dict[str, Any]) -> N
 
 
 def test_targets(report: dict[str, Any]) -> None:
-    assert len(report["targets"]) == 17 + FLEET_TARGETS
+    assert len(report["targets"]) == 19 + FLEET_TARGETS
     assert {t["status"] for t in report["targets"]} <= {"PASS", "FAIL", "n/a"}
     names = [t["name"] for t in report["targets"]]
     assert "sync throughput (edgeq, exactly once)" in names
@@ -227,6 +229,18 @@ def test_aio_case_puts_from_1_and_100_coroutines(report: dict[str, Any]) -> None
     (target,) = [t for t in report["targets"] if t["name"].startswith("asyncio puts")]
     assert target["status"] in ("PASS", "FAIL")
 
+
+def test_rule_cost_puts_with_and_without_the_counters_rule_side_by_side(report: dict[str, Any]) -> None:
+    rows = {(r["lib"], r["size"]): r["metrics"] for r in report["results"]
+            if r["case"] == "rule_cost" and r["status"] == "ok"}
+    batch = report["settings"]["batch_size"]
+    assert set(rows) == {(lib, size) for lib in ("edgeq", "edgeq-counters") for size in (1, batch)}
+    for (lib, size), m in rows.items():
+        assert m["msgs_per_s"] > 0 and m["fsync_p50_us"] > 0 and m["depth"] > 0
+        assert ("vs_no_rule" in m) == (lib == "edgeq-counters"), (lib, size)
+    names = [t["name"] for t in report["targets"] if "counters rule" in t["name"]]
+    assert len(names) == 2
+    assert {t["status"] for t in report["targets"] if t["name"] in names} <= {"PASS", "FAIL"}
 
 
 def test_signed_tls_sync_is_measured_beside_plain(report: dict[str, Any]) -> None:

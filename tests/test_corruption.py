@@ -287,7 +287,8 @@ def read_everything(qm: QueueManager, store: Store, trial: Trial) -> None:
         trial.check("browse", store, queue, browsed, taken=False, hidden=locked)
         odd = trial.call("browse(filter)", qm.browse, queue, filter={"kind": "odd"}) or []
         trial.check("browse(filter)", store, queue, odd, taken=False, hidden=locked)
-        trial.call("undo", qm.undo, queue, GET_CONFIRM_ID)  # the child's get locks: visible again
+        # the child's get locks: handed back, visible again at once (no backout, so no redelivery delay)
+        trial.call("undo", qm.undo, queue, GET_CONFIRM_ID, count_backout=False)
         got = trial.call("assured get", qm.get, queue, confirm_id=PARENT_CONFIRM_ID)
         if got is not None:
             trial.check("assured get", store, queue, [got], taken=True)

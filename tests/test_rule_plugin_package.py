@@ -22,7 +22,8 @@ info = {r.name: r for r in installed_rules()}["audit-trail"]
 print(info.package, "|", info.summary)
 clock = ManualClock(1_763_683_200_000)
 qm = QueueManager(db, name="DEV1", clock=clock)
-qm.define_queue("Q", depth_threshold=2, ordering="fifo", rules=[("audit-trail", {"path": log})])
+qm.define_queue("Q", depth_threshold=2, ordering="fifo", rules=[("audit-trail", {"path": log})],
+                redelivery_delay_ms=0)                   # an undone get: back at once
 qm.put("Q", Message(b"late", expiry=Int64(1)))           # where=add: expired before it arrived
 qm.put("Q", Message(b"ahead", expiry=Int32(1)))
 qm.put("Q", Message(b"keep"))                             # depth 2: threshold

@@ -6,22 +6,33 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from edgeq import Message, QueueManager
-from edgeq.schema import SCHEMA_VERSION
+from sqlite_utils import Database
+
+from edgeq import QueueManager
+from edgeq.connection import APPLICATION_ID
+from edgeq.integrity import register, row_crc
+from edgeq.schema import MIGRATIONS, SCHEMA_VERSION
+
+from .conftest import T0
 
 
 def test_a_v8_store_gains_the_v9_columns_and_tables(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    with QueueManager(path, name="DEV1") as qm:
-        qm.define_remote_queue("OUT", target_qmgr="HOME")
-        qm.put("OUT", Message(b"kept"))
-    conn = sqlite3.connect(path)
-    for column in ("compression", "backout_queue", "backout_threshold"):  # the store as v8 left it
-        conn.execute(f"ALTER TABLE queues DROP COLUMN {column}")
-    for table in ("admin_replies", "admin_keys", "admin_requests"):
-        conn.execute(f"DROP TABLE {table}")
+    conn = sqlite3.connect(path, isolation_level=None)  # the store as v8 left it: its migrations only
+    register(conn)
+    for step in MIGRATIONS[:8]:
+        step(Database(conn))
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("PRAGMA user_version = 8")
-    conn.commit()
+    conn.execute("INSERT INTO edgeq_meta (key, value) VALUES ('name', 'DEV1'), ('incarnation', 'abc')")
+    conn.execute("INSERT INTO queues (name, default_priority, ordering, created_ms, depth, bytes, kind, target_qmgr, "
+                 "target_queue, mode) VALUES ('OUT', 4, 'priority', 1, 1, 4, 'remote', 'HOME', 'OUT', 'async')")
+    stamp = T0 * 1000
+    crc = row_crc("OUT", "DEV1:abc", stamp, 4, T0, T0, 0, None, None, None, None, None, None, None, None, b"kept")
+    conn.execute("INSERT INTO messages (queue_id, origin, stamp, state, rank, seq, priority, created_ms, arrived_ms, "
+                 "expiry_kind, backout_count, data, crc) VALUES (1, 'DEV1:abc', ?, 0, 4, ?, 4, ?, ?, 0, 0, ?, ?)",
+                 (stamp, stamp, T0, T0, b"kept", crc))
+    conn.execute("UPDATE edgeq_clock SET stamp = ?", (stamp,))
     conn.close()
     with QueueManager(path) as qm:
         attributes = qm.queue_attributes("OUT")
@@ -30,7 +41,7 @@ def test_a_v8_store_gains_the_v9_columns_and_tables(tmp_path: Path) -> None:
         qm.alter_queue("OUT", compression="zlib")
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("SELECT compression FROM queues WHERE name = 'OUT'").fetchone() == ("zlib",)
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"admin_replies", "admin_keys", "admin_requests"} <= tables

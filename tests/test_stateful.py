@@ -5,7 +5,9 @@ points), not from its code:
 
 * order: priority 9..0 then arrival on a priority queue, arrival only on a FIFO
   one; a confirmed assured put arrives at confirm time; an undone assured get
-  goes back to its place with ``backout_count + 1``;
+  goes back to its place with ``backout_count + 1``, and a get passes it by until
+  its redelivery delay has passed (the queue's first delay doubling per backout up
+  to its longest; never past its deadline; browse and depth still see it);
 * a message is expired iff its deadline <= now. Deadline: ``created + Int32``,
   or the ``Int64`` itself, or (no own expiry) ``arrived + queue expiry_ms``;
   ``cap_expiry_ms`` bounds it to ``arrived + cap`` at put;
@@ -100,6 +102,7 @@ class Msg:
     state: str = READY
     confirm_id: int | None = None
     backout: int = 0
+    not_before: int | None = None  # an undone get's redelivery time (None: none set)
 
     @property
     def size(self) -> int:
@@ -130,6 +133,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.max_depth: int | None = None
         self.max_bytes: int | None = None
         self.on_full: OnFull = "reject"
+        self.redelivery: tuple[int, int] = (0, 1)  # the queue's first and longest redelivery delay
 
     # -- set-up and tear-down ---------------------------------------------------------
 
@@ -140,17 +144,20 @@ class QueueMachine(RuleBasedStateMachine):
         max_depth=st.none() | st.integers(1, 6),
         max_bytes=st.none() | st.integers(3, 14),
         on_full=st.sampled_from(ON_FULL),
+        redelivery=st.tuples(st.integers(0, 20), st.integers(0, 40)),
     )
     def open_store(
         self, expiry_ms: int | None, cap_ms: int | None, fifo: bool, max_depth: int | None, max_bytes: int | None,
-        on_full: OnFull,
+        on_full: OnFull, redelivery: tuple[int, int],
     ) -> None:
         self.expiry_ms, self.cap_ms, self.fifo = expiry_ms, cap_ms, fifo
         self.max_depth, self.max_bytes, self.on_full = max_depth, max_bytes, on_full
+        self.redelivery = (redelivery[0], max(1, redelivery[0] + redelivery[1]))
         self.qm = QueueManager(self.path, name="DEV1", clock=self.clock, durability="normal")
         self.qm.define_queue(
             "Q", expiry_ms=expiry_ms, cap_expiry_ms=cap_ms, ordering="fifo" if fifo else "priority",
-            max_depth=max_depth, max_bytes=max_bytes, on_full=on_full,
+            max_depth=max_depth, max_bytes=max_bytes, on_full=on_full, redelivery_delay_ms=self.redelivery[0],
+            max_redelivery_delay_ms=self.redelivery[1],
         )
         self.qm.add_rule("Q", self.log)
 
@@ -317,6 +324,8 @@ class QueueMachine(RuleBasedStateMachine):
         self._touch()
         want = None
         for m in self._visible():
+            if m.not_before is not None and m.not_before > self.now:
+                continue  # waiting out its redelivery delay: a get passes it by
             if self._expired(m):
                 self._discard([m], "get")
                 continue
@@ -393,6 +402,10 @@ class QueueMachine(RuleBasedStateMachine):
         for m in mine:
             if m.state == GET_LOCKED:
                 m.state, m.confirm_id, m.backout = READY, None, m.backout + 1
+                first, most = self.redelivery  # doubling per backout, never past its deadline
+                delay = min(first * 2 ** (m.backout - 1), most)
+                at = self.now + delay if m.deadline is None else min(self.now + delay, m.deadline)
+                m.not_before = None if delay == 0 else at
             else:
                 del self.msgs[m.uid]
 
@@ -449,14 +462,14 @@ class QueueMachine(RuleBasedStateMachine):
             return
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            rows = conn.execute("SELECT origin, stamp, state, backout_count FROM messages").fetchall()
+            rows = conn.execute("SELECT origin, stamp, state, backout_count, not_before FROM messages").fetchall()
             (depth, held) = conn.execute("SELECT depth, bytes FROM queues WHERE name = 'Q'").fetchone()
             (size,) = conn.execute(
                 "SELECT ifnull(sum(length(data) + ifnull(length(fields), 0)), 0) FROM messages").fetchone()
         finally:
             conn.close()
-        stored = {f"{o}.{s}": (_DB_STATES[state], backout) for o, s, state, backout in rows}
-        model = {u: (m.state, m.backout) for u, m in self.msgs.items()}
+        stored = {f"{o}.{s}": (_DB_STATES[state], backout, at) for o, s, state, backout, at in rows}
+        model = {u: (m.state, m.backout, m.not_before) for u, m in self.msgs.items()}
         assert stored == model, f"store {stored} != model {model}"
         assert depth == len(rows)
         assert held == size, f"the queue keeps {held} bytes, its rows hold {size}"

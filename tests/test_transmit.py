@@ -1,7 +1,7 @@
 """The transmitter's bookkeeping for the sync agent, on a real store: refusals counted per
-message (given up at the queue's limit with reason ``refused``, their rows gone whenever the
-message leaves the queue, however it leaves), and the per-queue sync state the agent keeps
-for ``edgeq sync status``."""
+message (moved to the dead-letter queue at the queue's limit, rules told reason ``refused``,
+their rows gone whenever the message leaves the queue, however it leaves), and the
+per-queue sync state the agent keeps for ``edgeq sync status``."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def test_refusals_are_counted_per_message_and_the_last_reason_kept(qm: QueueMana
     clock.advance(1000)
     second = qm.refused("ORDERS", [(str(a), "no-queue: gone")])
 
-    assert [(r.uid, r.count, r.given_up) for r in first] == [(a, 1, False), (b, 1, False)]
-    assert [(r.uid, r.count, r.given_up) for r in second] == [(a, 2, False)]
+    assert [(r.uid, r.count, r.dead_lettered) for r in first] == [(a, 1, False), (b, 1, False)]
+    assert [(r.uid, r.count, r.dead_lettered) for r in second] == [(a, 2, False)]
     assert refusal_rows(qm) == [(a.origin, a.stamp, 2, "no-queue: gone"), (b.origin, b.stamp, 1, "queue full")]
     (row,) = qm.sync_overview().queues
     assert (row.name, row.kind, row.depth, row.refused_messages, row.refusals) == ("ORDERS", "remote", 2, 2, 3)
@@ -46,22 +46,23 @@ def test_refusals_are_counted_per_message_and_the_last_reason_kept(qm: QueueMana
     assert row.oldest_arrived_ms == T0 and row.refusal_limit == DEFAULT_REFUSAL_LIMIT
 
 
-def test_at_the_limit_the_message_is_removed_with_reason_refused(qm: QueueManager) -> None:
+def test_at_the_limit_the_message_moves_to_the_dead_letter_queue(qm: QueueManager) -> None:
     watcher = Recorder()
     qm.add_rule("ORDERS", watcher)
     uid = qm.put("ORDERS", Message(b"never taken"))
     for _ in range(DEFAULT_REFUSAL_LIMIT - 1):
         (outcome,) = qm.refused("ORDERS", [(uid, "no-queue")])
-        assert not outcome.given_up
+        assert not outcome.dead_lettered
     (outcome,) = qm.refused("ORDERS", [(uid, "no-queue")])
 
-    assert (outcome.count, outcome.given_up) == (DEFAULT_REFUSAL_LIMIT, True)
+    assert (outcome.count, outcome.dead_lettered) == (DEFAULT_REFUSAL_LIMIT, True)
     assert qm.depth("ORDERS") == 0 and watcher.removed() == [(b"never taken", "refused")]
+    assert [m.uid for m in qm.dlq_browse()] == [uid]  # moved, never deleted
     assert refusal_rows(qm) == []
     assert qm.refused("ORDERS", [(uid, "no-queue")]) == []  # no longer held: nothing counted
 
 
-def test_a_refused_message_goes_to_the_dead_letter_queue_by_default(tmp_path: Path, clock: ManualClock) -> None:
+def test_a_bound_dead_letter_rule_keeps_its_own_copy_too(tmp_path: Path, clock: ManualClock) -> None:
     with QueueManager(tmp_path / "d.db", name="DEV1", clock=clock) as qm:
         qm.define_queue("DLQ")
         qm.define_remote_queue("ORDERS", target_qmgr="HOME", rules=[("dead-letter", {"queue": "DLQ"})])
@@ -70,13 +71,14 @@ def test_a_refused_message_goes_to_the_dead_letter_queue_by_default(tmp_path: Pa
             qm.refused("ORDERS", [(uid, "queue full")])
         (copy,) = qm.browse("DLQ")
         assert copy.uid == uid and copy.fields["dlq.reason"] == "refused"
+        assert [m.uid for m in qm.dlq_browse()] == [uid]
 
 
 def test_the_limit_comes_from_the_queue(qm: QueueManager) -> None:
     qm.define_remote_queue("STRICT", target_qmgr="HOME", refusal_limit=1)
     uid = qm.put("STRICT", Message(b"x"))
     (outcome,) = qm.refused("STRICT", [(uid, "too large")])
-    assert outcome.given_up and qm.depth("STRICT") == 0
+    assert outcome.dead_lettered and qm.depth("STRICT") == 0
     assert qm.sync_overview().queues[1].refusal_limit == 1
 
 

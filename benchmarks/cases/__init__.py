@@ -21,6 +21,7 @@ CASES: dict[str, str] = {
     "put_batch": "benchmarks.cases.put_batch",
     "put_threads": "benchmarks.cases.put_threads",
     "aio_puts": "benchmarks.cases.aio_puts",
+    "rule_cost": "benchmarks.cases.rule_cost",
     "get_confirm": "benchmarks.cases.get_confirm",
     "get_confirm_threads": "benchmarks.cases.get_confirm_threads",
     "drain": "benchmarks.cases.drain",

@@ -16,6 +16,7 @@ Layout, one module per command group (see docs/cli.md):
 - ``pipeline``: ``export`` and ``pipeline run`` (the home server's journal);
 - ``demo``: ``demo`` and the tour it runs;
 - ``check``: ``check [--repair]`` (damage in a store);
+- ``dlq``: ``dlq browse|resend|delete|use`` (the dead-letter queue);
 - ``admin``: ``admin keygen|pending|replies|show`` and ``admin DEVICE queue|purge|sweep|rules|sync-status``
   (remote administration from the home server, adminviews.py shows its records).
 
@@ -39,6 +40,7 @@ from edgeq.cli.base import EdgeqGroup, log_to_stderr
 from edgeq.cli.check import check as check_command
 from edgeq.cli.consume import consume as consume_command
 from edgeq.cli.demo import demo as demo_command
+from edgeq.cli.dlq import dlq as dlq_group
 from edgeq.cli.keys import keys as keys_group
 from edgeq.cli.messages import browse, depth, get, put, sweep
 from edgeq.cli.options import GroupOptions, output_options, store_options
@@ -98,6 +100,7 @@ cli.add_command(pipeline_group)
 cli.add_command(demo_command)
 cli.add_command(check_command)
 cli.add_command(admin_group)
+cli.add_command(dlq_group)
 
 
 def main() -> None:

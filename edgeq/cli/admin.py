@@ -3,7 +3,7 @@
     edgeq admin keygen --out operator.key                               # the operator's key pair
     edgeq admin --db home.db --key operator.key DEV1 queue list --wait 30s
     edgeq admin --db home.db --key operator.key --all-devices queue depth ORDERS --wait 30s
-    edgeq admin --db home.db pending                                     # no reply yet (or expired)
+    edgeq admin --db home.db pending                                     # no reply yet
 
 A request is signed, recorded in the home store and queued for the device's next sync
 (:class:`edgeq.sync.admin.AdminClient`); ``--wait`` waits for the replies, otherwise the
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.format import DEVICE_NAME, DURATION, QUEUE_NAME, Limit, parse_device_name
+from edgeq.cli.format import DEVICE_NAME, DURATION, QUEUE_NAME, REQUEST_EXPIRY, Limit, parse_device_name
 from edgeq.cli.options import ADMIN, F, db_option, open_store, output_options, wants_json
 from edgeq.cli.queue import (
     _attributes,
@@ -103,9 +103,10 @@ _request_options = _stack(
     click.option("--wait", "wait_ms", type=DURATION, metavar="DURATION",
                  help="Wait this long for the replies (30s, 2m) and print them; exit 1 unless every "
                       "device replied success. Without it the request ids are printed."),
-    click.option("--expires", "expires_ms", type=DURATION, metavar="DURATION",
-                 help="A request the device has not taken within this (10m, 1h) is never executed: "
-                      "it shows as 'expired before execution'."),
+    click.option("--expires", "expires_ms", type=REQUEST_EXPIRY, metavar="DURATION",
+                 help="A request the device has not taken within this (10m, 1h; at least 1ms) is never "
+                      "executed: it shows as 'expired before delivery: never executed' (one handed over "
+                      "and not answered by then: 'outcome unknown until the device answers')."),
     output_options,
 )
 
@@ -193,7 +194,7 @@ def _send(ctx: click.Context, action: str, target: str | None = None, params: Ma
 
     opts = _options(ctx, wait_ms, expires_ms, as_json)
     client = _client(ctx, opts, signing=True)
-    expires = None if opts.expires_ms is None else client.clock() + max(1, opts.expires_ms)
+    expires = None if opts.expires_ms is None else client.clock() + opts.expires_ms
     if opts.all_devices:
         handles = client.request_all(action, target, params, expires_ms=expires)
     elif opts.device is not None:
@@ -272,7 +273,8 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
 @click.pass_context
 def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
     """List the requests with no reply yet, oldest first; one that expired before the device
-    took it shows as 'expired before execution'.
+    took it shows as 'expired before delivery: never executed'; one it took and has not
+    answered by its expiry as 'outcome unknown until the device answers' (it may have run).
 
     \b
     Examples:
@@ -481,17 +483,31 @@ def _rules(specs: Sequence[tuple[str, dict[str, Any]]]) -> list[object]:
 
 @queue.command("delete")
 @click.argument("name", type=QUEUE_NAME)
+@click.option("--yes", is_flag=True, help="With --all-devices: delete without asking first.")
 @_request_options
 @click.pass_context
-def queue_delete(ctx: click.Context, /, name: str, **request: Any) -> None:
+def queue_delete(ctx: click.Context, /, name: str, yes: bool, **request: Any) -> None:
     """Delete a queue on the device: expired messages are purged first (rules fire at
     'delete'), then it must be empty; one holding live messages is refused with their count.
+    With --all-devices it asks first (or give --yes).
 
     \b
-    Example:
+    Examples:
       edgeq admin --db home.db --key operator.key DEV1 queue delete OLD --wait 30s
+      edgeq admin --db home.db --key operator.key --all-devices queue delete OLD --yes
     """
+    if _options(ctx).all_devices and not yes:
+        _confirm(f"Delete queue {name} on every device this server knows?")
     _send(ctx, "delete-queue", name, **request)
+
+
+def _confirm(question: str) -> None:
+    """Ask ``question`` on a terminal; without one (a script, cron) fail, saying to give --yes."""
+    import sys
+
+    if not sys.stdin.isatty():
+        raise click.ClickException(f"{question.rstrip('?')}: not asked without a terminal; give --yes to do it")
+    click.confirm(question, abort=True, err=True)
 
 
 @queue.command("purge")

@@ -85,7 +85,7 @@ def format_record(record: AdminRecord, now_ms: int) -> str:
 
     >>> r = AdminRecord("ab" * 16, "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"")
     >>> print(format_record(r, 5_000))
-    DEV1 inquire-all: expired before execution (request abababababababababababababababab)
+    DEV1 inquire-all: expired before delivery: never executed (request abababababababababababababababab)
     """
     head = f"{record.device} {_what(record)}: {record.describe(now_ms)} (request {record.request_id})"
     reply = record.reply
@@ -112,7 +112,8 @@ def format_fanout(records: Sequence[AdminRecord], now_ms: int) -> str:
 
 
 def format_pending(records: Sequence[AdminRecord], now_ms: int) -> str:
-    """Requests with no reply: id, device, what, when sent, status (pending or expired)."""
+    """Requests with no reply: id, device, what, when sent, status (pending, expired before
+    delivery, or outcome unknown: :meth:`~edgeq.sync.adminrecords.AdminRecord.describe`)."""
     if not records:
         return "No admin request is waiting for a reply."
     rows = [(r.request_id, r.device, _what(r), format_time(r.created_ms), r.describe(now_ms)) for r in records]

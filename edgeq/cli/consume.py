@@ -25,12 +25,14 @@ from types import FrameType
 
 import click
 
+from edgeq.backout import redelivery_delay_ms
 from edgeq.cli.format import FIELD, QUEUE_NAME, _Parsed, format_duration, parse_duration
 from edgeq.cli.options import open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_message, message_json
 from edgeq.errors import ConfirmIdNotFound
 from edgeq.manager import QueueManager
 from edgeq.message import Message
+from edgeq.queues import QueueAttributes
 from edgeq.types import MAX_CONFIRM_ID, FieldValue
 
 __all__ = ["WAIT", "Stop", "consume", "fields_filter", "settle", "take", "write_out"]
@@ -203,7 +205,8 @@ def _print(message: Message, as_json: bool, first: bool) -> None:
 @click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @click.option("--exec", "command", metavar="CMD",
               help="Run CMD (with /bin/sh -c) for each message, the data on its stdin: exit 0 confirms the "
-                   "message, any other status undoes it (one more backout).")
+                   "message, any other status undoes it (one more backout; it comes again after the queue's "
+                   "redelivery delay, 1s doubling to 5m by default, the messages behind it meanwhile).")
 @click.option("--wait", type=WAIT, default="forever", show_default=True,
               help="Stop when no message came for this long (30s, 500ms, 2m; 0: once the queue is empty).")
 @click.option("--max", "limit", type=click.IntRange(min=1), help="Stop after this many messages.")
@@ -218,8 +221,10 @@ def consume(
     """Take the messages of QUEUE one by one, as they come: print each, or run a command on each.
 
     Each message is got assured and confirmed only once it is printed (and
-    flushed), or once CMD exited 0; if CMD fails it is undone (visible again, one
-    more backout, so the queue's backout threshold applies). Without --wait it
+    flushed), or once CMD exited 0; if CMD fails it is undone (one more backout,
+    so the queue's backout threshold applies) and offered again only after the
+    queue's redelivery delay (1s, doubling with each failure up to 5m, by default),
+    the messages behind it taken meanwhile: one line on stderr per failure. Without --wait it
     runs until stopped. SIGINT or SIGTERM stops it cleanly: the message in hand
     (and CMD, if running) is undone, not lost, and it exits 130 or 143.
 
@@ -283,7 +288,7 @@ def _hand_out(
         settle(qm, queue, confirm_id, got, done=False)
     else:
         settle(qm, queue, confirm_id, got, done=False, backout=True)
-        _failed(message, status)
+        _failed(qm.queue_attributes(queue), message, status)
     return True
 
 
@@ -291,10 +296,25 @@ def _within(wait: float) -> str:
     return "" if math.isinf(wait) else f" within {format_duration(round(wait * 1000))}"
 
 
-def _failed(message: Message, status: int) -> None:
+def _failed(attrs: QueueAttributes, message: Message, status: int) -> None:
+    """One line on stderr per failed command: the message's backout, and when it comes again."""
     what = f"signal {-status}" if status < 0 else f"status {status}"
     click.echo(f"Warning: the command exited with {what} on message {message.uid}: undone "
-               f"(backout {message.backout_count + 1})", err=True)
+               f"(backout {message.backout_count + 1}){_again(attrs, message)}", err=True)
+
+
+def _again(attrs: QueueAttributes, message: Message) -> str:
+    """What the undo did with a failed message, by the queue's settings (edgeq.backout)."""
+    backouts = message.backout_count + 1
+    if attrs.backout_threshold is not None and backouts >= attrs.backout_threshold:
+        return f", at its backout threshold: moved to {attrs.backout_queue}"
+    delay = redelivery_delay_ms(attrs.redelivery_delay_ms, attrs.max_redelivery_delay_ms, backouts)
+    left = message.remaining_expiry_ms
+    if delay == 0:
+        return ", offered again at once"
+    if left is not None and left <= delay:
+        return f", not offered again before it expires (in {format_duration(left)})"
+    return f", offered again in {format_duration(delay)}"
 
 
 def _quiet_stdout() -> None:

@@ -40,9 +40,11 @@ __all__ = [
     "QUEUE_NAME",
     "QUEUE_NAMES",
     "RELATIVE_EXPIRY",
+    "REQUEST_EXPIRY",
     "RULE",
     "Limit",
     "approx_duration",
+    "check_duration_range",
     "field_type",
     "format_duration",
     "format_field",
@@ -52,6 +54,7 @@ __all__ = [
     "parse_device_name",
     "parse_duration",
     "parse_field",
+    "parse_ms",
     "parse_queue_names",
     "parse_rule_spec",
     "parse_size",
@@ -74,21 +77,42 @@ _BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no"
 
 
 def parse_duration(text: str) -> int:
-    """Milliseconds from ``"250"`` (ms), ``"250ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"`` or ``"1h30m"``.
+    """Milliseconds from ``"250ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"`` or ``"1h30m"`` (and ``"0"``).
 
-    >>> parse_duration("1500"), parse_duration("1.5s"), parse_duration("1h 30m")
-    (1500, 1500, 5400000)
+    A bare number other than 0 is refused: ``30`` could mean 30 ms or 30 s, and a
+    message that lived 30 ms instead of 30 s vanished unnoticed.
+
+    >>> parse_duration("1500ms"), parse_duration("1.5s"), parse_duration("1h 30m"), parse_duration("0")
+    (1500, 1500, 5400000, 0)
     """
     text = text.strip()
     if text.isdigit():
-        return int(text)
+        if int(text) == 0:
+            return 0
+        raise ValueError(f"{text!r} has no unit: give one, e.g. {text}s for seconds or {text}ms for "
+                         "milliseconds (units: ms, s, m, h, d)")
+    return _units(text)
+
+
+def parse_ms(text: str) -> int:
+    """Milliseconds from a bare number, or a duration with a unit (``--expiry-ms``: the name says ms).
+
+    >>> parse_ms("1500"), parse_ms("30s")
+    (1500, 30000)
+    """
+    text = text.strip()
+    return int(text) if text.isdigit() else _units(text)
+
+
+def _units(text: str) -> int:
+    """Milliseconds from a number with a unit, or several (``1h30m``)."""
     total = Decimal(0)
     pos = 0
     while pos < len(text):
         match = _DURATION_PART.match(text, pos)
         if match is None or match.end() == pos:
             raise ValueError(
-                f"{text!r} is not a duration: give milliseconds (250) or a number with a unit "
+                f"{text!r} is not a duration: give a number with a unit "
                 "(250ms, 30s, 5m, 2h, 1d, or combined like 1h30m)"
             )
         try:
@@ -99,6 +123,20 @@ def parse_duration(text: str) -> int:
     if pos == 0:
         raise ValueError(f"{text!r} is not a duration: give e.g. 30s")
     return _whole(total, text, "milliseconds")
+
+
+def check_duration_range(ms: int, text: str, what: str, most: int | None = None, why: str = "") -> int:
+    """``ms`` if it is 1ms or more (and at most ``most``), else a ValueError naming ``what`` is.
+
+    The one rule for every expiry typed on the command line: 0 expires at once, so it is refused.
+
+    >>> check_duration_range(30_000, "30s", "a request's expiry")
+    30000
+    """
+    if ms >= 1 and (most is None or ms <= most):
+        return ms
+    span = "at least 1ms" if most is None else f"1ms to {format_duration(most)}"
+    raise ValueError(f"{text!r} is out of range: {what} is {span}{why}")
 
 
 def _whole(total: Decimal, text: str, unit: str) -> int:
@@ -392,13 +430,13 @@ class _Parsed(_ParamType):
 
 
 def _relative_expiry(text: str) -> int:
-    ms = parse_duration(text)
-    if not 1 <= ms <= MAX_RELATIVE_MS:
-        raise ValueError(
-            f"{text!r} is out of range: a relative expiry is 1ms to {format_duration(MAX_RELATIVE_MS)} "
-            "(a 32-bit int); use --expire-at for a later time"
-        )
-    return ms
+    return check_duration_range(parse_duration(text), text, "a relative expiry", MAX_RELATIVE_MS,
+                                " (a 32-bit int); use --expire-at for a later time")
+
+
+def _request_expiry(text: str) -> int:
+    return check_duration_range(parse_duration(text), text, "a request's expiry", None,
+                                " (a request that expires at once is never executed)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,10 +507,11 @@ def _int(text: str) -> int:
 
 DURATION = _Parsed("duration", parse_duration)
 RELATIVE_EXPIRY = _Parsed("duration", _relative_expiry)
+REQUEST_EXPIRY = _Parsed("duration", _request_expiry)
 EXPIRE_AT = _Parsed("time", parse_time)
 FIELD = _Parsed("name=value", parse_field)
 LIMIT = _Parsed("count|none", _limit(_int))
-DURATION_LIMIT = _Parsed("duration|none", _limit(parse_duration))
+DURATION_LIMIT = _Parsed("duration|none", _limit(parse_ms))
 BYTES_LIMIT = _Parsed("bytes|none", _limit(parse_size))
 HOLD = _Parsed("duration|none", _hold)
 QUEUE_NAME = _Parsed("queue", lambda text: _name(text, "queue name"))

@@ -20,7 +20,7 @@ from edgeq.rules.base import RuleEvent
 from edgeq.types import FieldValue
 from edgeq.values import Int32, Int64
 
-__all__ = ["browse", "depth", "get", "put", "sweep"]
+__all__ = ["browse", "depth", "get", "messages_text", "put", "sweep"]
 
 def _field_option(help: str) -> Callable[[F], F]:
     """``--field NAME=VALUE`` (or ``NAME:TYPE=VALUE``), repeatable, as ``fields``."""
@@ -70,6 +70,8 @@ def _correlation_id(text: str | None) -> bytes | None:
                "float, bool, bytes (hex). Repeatable.")
 @click.option("--correlation-id", help="Correlation id: UTF-8 text, or hex:ABCD for bytes.")
 @click.option("--reply-to", type=QUEUE_NAME, help="Name of the queue a reply should go to.")
+@click.option("--allow-empty", is_flag=True, help="Store an empty body (refused otherwise: an empty stdin "
+              "or argument is usually a mistake).")
 @output_options
 @click.pass_context
 def put(
@@ -82,13 +84,15 @@ def put(
     fields: tuple[tuple[str, FieldValue], ...],
     correlation_id: str | None,
     reply_to: str | None,
+    allow_empty: bool,
     as_json: bool,
 ) -> None:
     """Put a message on QUEUE and print its uid.
 
     DATA is the message body as UTF-8 text; omit it, or give '-', to read the body
-    (any bytes) from stdin. A message whose expiry has already passed is discarded
-    on arrival (MQe's "add" check) and a warning says so.
+    (any bytes) from stdin. An empty body is refused unless --allow-empty is given.
+    A message whose expiry has already passed would be discarded on arrival (MQe's
+    "add" check): it is refused (exit 1) and nothing is stored.
 
     \b
     Examples:
@@ -105,6 +109,9 @@ def put(
         body = sys.stdin.buffer.read()
     else:
         body = data.encode("utf-8")
+    if not body and not allow_empty:
+        where = "stdin was empty" if data in (None, "-") else "DATA is empty"
+        raise click.UsageError(f"{where}: refusing to store an empty message; give --allow-empty if it is meant")
     expiry: Int32 | Int64 | None = None
     if expire_after is not None:
         expiry = Int32(expire_after)
@@ -120,26 +127,32 @@ def put(
     )
     qm = open_store(ctx)
     require_queue(qm, queue_name)
+    if expire_at is not None and expire_at <= qm.now_ms():
+        _expired_on_arrival(format_time(expire_at))
     watch = _AddWatch()
     qm.add_rule(queue_name, watch)
     try:
         uid = qm.put(queue_name, message)
     except (QueueFull, MessageTooLarge) as exc:
         raise click.ClickException(str(exc).replace("alter_queue", f"`edgeq queue alter {queue_name}`")) from None
+    if watch.expired_on_add:
+        _expired_on_arrival(format_time(int(expiry)) if isinstance(expiry, Int64) else "its expiry")
     if wants_json(ctx, as_json):
-        emit_json({"uid": str(uid), "queue": queue_name, "stored": not watch.expired_on_add})
+        emit_json({"uid": str(uid), "queue": queue_name, "stored": True})
     else:
         click.echo(str(uid))
-    if watch.expired_on_add:
-        when = format_time(int(expiry)) if isinstance(expiry, Int64) else "its expiry"
-        click.echo(
-            f"Warning: the message had already expired ({when} has passed), so MQe's 'add' check "
-            "discarded it: nothing was stored.",
-            err=True,
-        )
 
 
-def _messages_text(messages: list[Message], as_json: bool, empty: str) -> str:
+def _expired_on_arrival(when: str) -> None:
+    """Fail (exit 1): a message whose expiry has passed is discarded on arrival, so nothing was stored."""
+    raise click.ClickException(
+        f"the message's expiry ({when}) has already passed, so MQe's 'add' check would discard it on "
+        "arrival: nothing was stored; give a later --expire-at (or --expire-after)"
+    )
+
+
+def messages_text(messages: list[Message], as_json: bool, empty: str) -> str:
+    """Messages as get and browse print them (text, or a JSON list); ``empty`` if there are none."""
     if as_json:
         return json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False)
     return "\n\n".join(format_message(m) for m in messages) if messages else empty
@@ -193,7 +206,7 @@ def get(
             if raw:
                 write_out(b"".join(message.data for message in messages))
             else:
-                text = _messages_text(messages, use_json, f"No message available on {queue_name}.")
+                text = messages_text(messages, use_json, f"No message available on {queue_name}.")
                 write_out(f"{text}\n".encode())
         except BaseException:
             settle(qm, queue_name, confirm_id, messages, done=False)
@@ -227,7 +240,7 @@ def browse(
     qm = open_store(ctx)
     require_queue(qm, queue_name)
     messages = qm.browse(queue_name, filter=_fields(fields), limit=limit)
-    click.echo(_messages_text(messages, wants_json(ctx, as_json), f"No messages to browse on {queue_name}."))
+    click.echo(messages_text(messages, wants_json(ctx, as_json), f"No messages to browse on {queue_name}."))
 
 
 @click.command()

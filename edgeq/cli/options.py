@@ -154,7 +154,8 @@ CREATE = StoreUse(
     unnamed="name its queue manager with --name (or EDGEQ_NAME), e.g. edgeq --db {db} --name DEV1 queue define ...",
     announce=True,
 )
-#: ``edgeq serve`` and ``edgeq sync``: create the store given ``--name``, silently (they log JSON on stderr).
+#: ``edgeq serve``: creates the store given ``--name``, silently (it logs JSON on stderr). ``edgeq sync``
+#: is EXISTING: a device's store is made by defining its queues, and a mistyped --db must not make one.
 SERVICE = StoreUse(create=True, unnamed="name its queue manager with --name")
 #: ``edgeq keys rotate`` and ``edgeq server devices ...``: administer a store that exists already.
 ADMIN = StoreUse(create=False, missing="give an existing store (e.g. the one of edgeq serve --db)")
@@ -241,9 +242,15 @@ def open_store(
 
 
 def require_queue(qm: QueueManager, queue: str) -> None:
-    """Fail with a command-line hint unless ``queue`` is defined."""
+    """Fail with a command-line hint unless ``queue`` is defined (a name differing only in case is suggested)."""
     names = qm.queue_names()
     if queue not in names:
+        same = [name for name in names if name.lower() == queue.lower()]
+        if same:
+            raise click.ClickException(
+                f"no queue {queue!r} on queue manager {qm.name}: did you mean {same[0]}? (queue names are "
+                "case-sensitive)"
+            )
         known = f"defined: {', '.join(names[:10])}" if names else "none are defined"
         raise click.ClickException(
             f"no queue {queue!r} on queue manager {qm.name} ({known}): "

@@ -12,13 +12,17 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import EdgeqGroup
-from edgeq.cli.format import DURATION
+from edgeq.cli.format import DURATION, format_duration
 from edgeq.cli.options import db_option, store_path
 
 if TYPE_CHECKING:
     from edgeq.sync.pipeline.export import Since
 
-__all__ = ["export", "pipeline"]
+__all__ = ["PRUNE_FLOOR_MS", "export", "pipeline"]
+
+#: The shortest ``--prune-after`` taken without ``--yes``: anything shorter removes what the
+#: operator is likely still looking at (the console's history reads the live journal).
+PRUNE_FLOOR_MS = 3_600_000
 
 
 def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Since:
@@ -43,18 +47,22 @@ def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Sin
               help="Journal entries read per batch (one part file per date per batch).")
 @click.option("--prune-after", type=DURATION, metavar="DURATION",
               help="Then remove from the store the exported journal entries older than this (30d, 12h...); "
-                   "never an entry not exported yet.")
+                   "never an entry not exported yet. The console's history reads the live journal, so it "
+                   "no longer shows what is pruned; under 1h needs --yes.")
+@click.option("--yes", is_flag=True, help="Prune with a --prune-after under 1h (0: every exported entry).")
 @click.option("--quiet", is_flag=True, help="Print only the one-line result.")
 @click.pass_context
 def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_rows: int,
-           prune_after: int | None, quiet: bool) -> None:
+           prune_after: int | None, yes: bool, quiet: bool) -> None:
     """Export a home server's journal as Parquet, partitioned by date, incrementally.
 
     Each run appends only the entries added since the last one (the directory's
     _edgeq_export.json holds the last journal id exported), so it can run from
     cron while the server serves: the store is opened read-only. With
     --prune-after, the exported entries older than the bound are then removed
-    from the store, in short transactions (journal retention).
+    from the store, in short transactions (journal retention); the console's
+    history reads the live journal, so it shows only what is left (a bound under
+    1h needs --yes). A device's store is refused: export the home server's.
 
     \b
     Examples:
@@ -66,6 +74,11 @@ def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_r
     from edgeq.sync.pipeline.export import export_journal
     from edgeq.sync.pipeline.prune import prune_journal
 
+    if prune_after is not None and prune_after < PRUNE_FLOOR_MS and not yes:
+        raise click.BadParameter(
+            f"{format_duration(prune_after)} would remove journal entries exported in the last hour too (0: "
+            "every one); the console's history reads the live journal and would no longer show them. Give "
+            "1h or more (e.g. 30d), or --yes if that is meant", ctx, param_hint="'--prune-after'")
     store = store_path(ctx, db)
     say = None if quiet else (lambda text: click.echo(text, err=True))
     result = export_journal(store, out, since=since, batch_rows=batch_rows, progress=say)

@@ -11,6 +11,7 @@ import click
 from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.format import (
     BYTES_LIMIT,
+    DURATION,
     DURATION_LIMIT,
     LIMIT,
     QM_NAME,
@@ -60,6 +61,12 @@ def _queue_options(f: F) -> F:
                           "--backout-queue instead of being delivered again (give both)."),
         click.option("--backout-queue", type=QUEUE_NAME,
                      help="Where --backout-threshold moves a message (a queue defined already)."),
+        click.option("--redelivery-delay", "redelivery_delay_ms", type=DURATION,
+                     help="A message whose consumer failed is offered again only after this (500ms, 1s; "
+                          "0: at once), doubling with each failure up to --max-redelivery-delay "
+                          "(default 1s)."),
+        click.option("--max-redelivery-delay", "max_redelivery_delay_ms", type=DURATION,
+                     help="The longest a failed message waits before it is offered again (default 5m)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -97,7 +104,9 @@ def _attributes(**given: Any) -> dict[str, Any]:
 def _value_text(key: str, value: object) -> str:
     if value is None:
         return "default" if key == "refusal_limit" else "none"
-    if key in ("expiry_ms", "cap_expiry_ms") and isinstance(value, int):
+    if key in ("expiry_ms", "cap_expiry_ms", "redelivery_delay_ms", "max_redelivery_delay_ms") and isinstance(
+        value, int
+    ):
         return f"{value} ({format_duration(value)})"
     if key == "max_bytes" and isinstance(value, int) and value >= 1024:
         return f"{value} ({format_size(value)})"
@@ -107,8 +116,8 @@ def _value_text(key: str, value: object) -> str:
 def _refusal_option(f: F) -> F:
     return click.option(
         "--refusal-limit", type=LIMIT,
-        help="Remote queues: how many times the target may refuse a message before it is given up "
-             "('none': the sync agent's default).",
+        help="Remote queues: how many times the target may refuse a message before it moves to the "
+             "dead-letter queue (`edgeq dlq`; 'none': the sync agent's default).",
     )(f)
 
 

@@ -5,10 +5,12 @@
     edgeq server devices revoke DEV1 --db home.db
     edgeq server held list --db home.db
     edgeq server held clear --device DEV1 --older-than 30m --db home.db
+    edgeq server refusals list --device DEV1 --db home.db
     edgeq server set-console-password --db home.db
 
 ``devices`` is the registry of devices allowed to sync (signed requests); ``held``
-shows and undoes the puts devices left unconfirmed. The home server itself runs
+shows and undoes the puts devices left unconfirmed; ``refusals`` what the server
+refused of the devices' messages. The home server itself runs
 with ``edgeq serve`` (:mod:`edgeq.cli.sync`), which may keep running meanwhile.
 """
 
@@ -32,7 +34,7 @@ from edgeq.cli.options import (
     store_path,
     wants_json,
 )
-from edgeq.cli.views import device_json, format_devices, format_held, held_json
+from edgeq.cli.views import device_json, format_devices, format_held, format_refusals, held_json, refusal_json
 
 if TYPE_CHECKING:
     from edgeq.devices import DeviceRecord
@@ -47,7 +49,7 @@ NEW_SERVER = StoreUse(create=True, unnamed="name the server's queue manager with
 
 @click.group("server")
 def server() -> None:
-    """Administer a home server's store: its devices, and the puts they left unconfirmed."""
+    """Administer a home server's store: its devices, the puts they left unconfirmed, what it refused."""
 
 
 @server.group("devices")
@@ -262,3 +264,32 @@ def held_clear(ctx: click.Context, device: str | None, older_than: int, db: Path
     whose = f"of {device}" if device is not None else "of every device"
     age = f", held {format_duration(older_than)} or longer" if older_than else ""
     click.echo(f"Undid {undone} unconfirmed put(s) {whose}{age}; a device's resend is stored afresh.")
+
+
+@server.group("refusals")
+def refusals() -> None:
+    """Messages the server refused (no such queue, queue full, too large), per device, queue and reason.
+
+    The device keeps a refused message and offers it again (up to its queue's refusal
+    limit, then it is dead-lettered there): fix the cause here, e.g. define the queue.
+    """
+
+
+@refusals.command("list")
+@_device_option
+@_server_db
+@output_options
+@click.pass_context
+def refusals_list(ctx: click.Context, device: str | None, db: Path | None, as_json: bool) -> None:
+    """Show what the server refused, per device, queue and reason, the latest first.
+
+    \b
+    Examples:
+      edgeq server refusals list --db home.db
+      edgeq server refusals list --device DEV1 --json --db home.db
+    """
+    found = open_store(ctx, ADMIN, db=db).device_refusals(device)
+    if wants_json(ctx, as_json):
+        emit_json([refusal_json(r) for r in found])
+    else:
+        click.echo(format_refusals(found))

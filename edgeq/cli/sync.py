@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ from edgeq.cli.options import (
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
+    from edgeq.restored import Restoration
     from edgeq.sync.agent import Progress
     from edgeq.sync.status import SyncStatus
 
@@ -122,6 +124,10 @@ def serve(
       edgeq serve --db home.db --workers 2
       edgeq serve --db home.db --console   # then open http://127.0.0.1:8470/console
       curl http://127.0.0.1:8470/metrics
+
+    \b
+    Exit status: 0 stopped (SIGINT/SIGTERM); 1 an error, e.g. the address is in use or the store
+    cannot be opened; 2 a usage mistake, e.g. TLS files unreadable, swapped or not a pair.
     """
     _need("uvicorn", "server")
     _need("starlette", "server")
@@ -135,6 +141,10 @@ def serve(
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls_cert is not None and tls_key is not None:
+        _check_tls(tls_cert, tls_key)
+    if worker_fd is None:  # a worker serves its supervisor's socket
+        _check_listen(host, port)
     if console:
         _check_console(host, tls_cert is not None)
     # A healthy agent holds up to two batches at once (one put while the last is confirmed).
@@ -212,6 +222,52 @@ def serve(
             nonces.close()
 
 
+def _check_listen(host: str, port: int) -> None:
+    """Fail (exit 1) naming the address when it cannot be listened on (in use, not allowed), before
+    anything is logged as served; uvicorn binds it again at once (with SO_REUSEADDR, as here)."""
+    import errno
+    import socket
+
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            why = {errno.EADDRINUSE: "the address is in use (another edgeq serve or another program listens "
+                                     "there): stop it, or give another --port",
+                   errno.EACCES: "permission denied (ports below 1024 need privileges): give another --port",
+                   errno.EADDRNOTAVAIL: "no interface of this machine has that address: give another --host"}
+            raise click.ClickException(
+                f"cannot listen on {host}:{port}: {why.get(exc.errno or 0, exc.strerror or str(exc))}") from None
+
+
+def _check_tls(cert: Path, key: Path) -> None:
+    """The certificate and its key, loaded as the server will: a usage mistake (exit 2) naming the file
+    that is unreadable, of the wrong kind (the two swapped) or not the other's pair."""
+    import ssl
+
+    def read(path: Path, option: str) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint=option) from None
+
+    cert_pem, key_pem = read(cert, "'--tls-cert'"), read(key, "'--tls-key'")
+    if b"PRIVATE KEY-----" in cert_pem:
+        raise click.BadParameter(f"{cert} holds a private key, not a certificate: are --tls-cert and --tls-key "
+                                 "swapped?", param_hint="'--tls-cert'")
+    if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
+        raise click.BadParameter(f"{cert} is not a PEM certificate", param_hint="'--tls-cert'")
+    if b"PRIVATE KEY-----" not in key_pem:
+        raise click.BadParameter(f"{key} is not a PEM private key (unencrypted)", param_hint="'--tls-key'")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError) as exc:
+        raise click.BadParameter(f"{key} is not a private key the server can use with {cert} ({exc})",
+                                 param_hint="'--tls-key'") from None
+
+
 def _check_console(host: str, tls: bool) -> None:
     """The console's password and session cookie must not cross a network in clear."""
     _need("jinja2", "server")
@@ -236,7 +292,7 @@ def _loopback(host: str) -> bool:
 
 @click.group("sync", cls=EdgeqGroup, invoke_without_command=True)
 @db_option("The device's store (default: the group's --db).")
-@name_option("The device's queue manager name (needed only to create the store).")
+@name_option("The device's queue manager name (checked against the store's; `edgeq queue define` makes a store).")
 @click.option("--server", "server_url", envvar="EDGEQ_SERVER", show_envvar=True,
               help="The home server's URL, e.g. http://home:8470 (required to run the agent).")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.01),
@@ -251,8 +307,8 @@ def _loopback(host: str) -> bool:
               help="Journal this device's expiries (stored with the store) and report them to the server.")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), envvar="EDGEQ_KEY",
               show_envvar=True, help="Sign every request with this device key (from `edgeq keys new`).")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Verify an https:// server against this CA certificate (PEM) instead of the system store.")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="EDGEQ_CA_FILE",
+              show_envvar=True, help="Verify an https:// server against this CA certificate (PEM) instead of the system store.")
 @click.option("--allow-insecure-http", is_flag=True,
               help="Allow plain http:// to a server that is not on loopback (trusted networks only).")
 @log_level_option
@@ -277,7 +333,7 @@ def sync(
 
     \b
     Exit status of --once: 0 every message moved; 1 something did not (a queue
-    failed, messages were refused or given up, or the server could not be reached);
+    failed, messages were refused or dead-lettered, or the server could not be reached);
     2 a usage mistake.
     """
     if ctx.invoked_subcommand is not None:
@@ -289,7 +345,7 @@ def sync(
     from edgeq.sync.agent import SyncAgent
     from edgeq.sync.logs import setup_json_logging
 
-    store = check_store(ctx, SERVICE, db=db, name=name)
+    store = check_store(ctx, EXISTING, db=db, name=name)  # a mistyped --db must not make an empty store
     setup_json_logging(log_level.upper())
     show = sys.stderr.isatty() if progress is None else progress
     from edgeq.sync.keys import load_private_key
@@ -327,7 +383,7 @@ def sync(
             pushed, pulled = agent.sync_once()
             summary = {
                 "pushed": {k: getattr(pushed, k) for k in ("sent", "transmitted", "duplicates", "expired",
-                                                            "refused", "given_up", "requeued", "batches",
+                                                            "refused", "dead_lettered", "requeued", "batches",
                                                             "expiries_reported", "error")},
                 "rate": round(pushed.rate, 1),
                 "pulled": None if pulled is None else {
@@ -342,7 +398,7 @@ def sync(
             return
 
         def _stop(signum: int, frame: FrameType | None) -> None:
-            agent.request_stop()
+            agent.request_stop(signal.Signals(signum).name)
 
         signal.signal(signal.SIGTERM, _stop)
         agent.run(interval)
@@ -358,7 +414,9 @@ def sync(
 @click.pass_context
 def status(ctx: click.Context, db: Path | None, as_json: bool, prometheus: bool) -> None:
     """Show how each remote and home-server queue syncs: backlog, oldest message's age,
-    last success, last error with its code, refused messages, next retry.
+    last success, last error with its code, refused messages, messages moved to the
+    dead-letter queue (DEAD-LETTERED, in all), next retry; and what the dead-letter
+    queue holds.
 
     It reads the device's store, so it works while `edgeq sync` runs, or after.
 
@@ -369,8 +427,8 @@ def status(ctx: click.Context, db: Path | None, as_json: bool, prometheus: bool)
       edgeq sync status --db device.db --prometheus > /var/lib/node_exporter/edgeq.prom
 
     \b
-    Exit status: 0 all is well; 1 a queue is failing or holds refused messages, or the
-    agent could not reach its server; 2 a usage mistake.
+    Exit status: 0 all is well; 1 a queue is failing or holds refused messages, messages
+    wait in the dead-letter queue, or the agent could not reach its server; 2 a usage mistake.
     """
     from edgeq.sync.status import render_metrics, sync_status
 
@@ -393,10 +451,12 @@ def format_sync_status(state: SyncStatus) -> str:
     >>> from edgeq.sync.status import QueueStatus, SyncStatus
     >>> q = QueueStatus("ORDERS", "push", "HOME/ORDERS", 2, 65_000, None, "HOME has no queue ORDERS: ...",
     ...                 "no-queue", 5_000, 2, 2, 10, 0, 12_000, True)
-    >>> print(format_sync_status(SyncStatus(10_000, "HOME", False, None, None, None, [q])))
-    QUEUE   DIRECTION  BACKLOG  OLDEST  LAST-SUCCESS  LAST-ERROR         REFUSED  GIVEN-UP  NEXT-RETRY  TARGET
-    ORDERS  push       2        1m 5s   never         no-queue (5s ago)  2        0         in 2s       HOME/ORDERS
+    >>> print(format_sync_status(SyncStatus(10_000, "HOME", False, None, None, None, [q], "DLQ", 1)))
+    QUEUE   DIRECTION  BACKLOG  OLDEST  LAST-SUCCESS  LAST-ERROR         REFUSED  DEAD-LETTERED  NEXT-RETRY  TARGET
+    ORDERS  push       2        1m 5s   never         no-queue (5s ago)  2        0              in 2s       HOME/ORDERS
+    agent: not running (no daemon has run on this store)
     ORDERS: HOME has no queue ORDERS: ...
+    DLQ: 1 message(s) could not be delivered: see edgeq dlq browse, then edgeq dlq resend once the cause is fixed
     """
     from edgeq.cli.format import approx_duration
     from edgeq.cli.views import format_table
@@ -410,20 +470,57 @@ def format_sync_status(state: SyncStatus) -> str:
         (q.queue, q.direction, "-" if q.backlog is None else str(q.backlog),
          "-" if q.oldest_age_ms is None else approx_duration(q.oldest_age_ms), ago(q.last_success_ms, "never"),
          "-" if q.last_error_code is None else f"{q.last_error_code} ({ago(q.last_error_ms)})",
-         str(q.refused), str(q.given_up),
+         str(q.refused), str(q.dead_lettered),
          "-" if q.next_retry_ms is None else ("now" if q.next_retry_ms <= now else
                                              f"in {approx_duration(q.next_retry_ms - now)}"),
          q.target)
         for q in state.queues
     ]
-    header = ("QUEUE", "DIRECTION", "BACKLOG", "OLDEST", "LAST-SUCCESS", "LAST-ERROR", "REFUSED", "GIVEN-UP",
-              "NEXT-RETRY", "TARGET")
+    header = ("QUEUE", "DIRECTION", "BACKLOG", "OLDEST", "LAST-SUCCESS", "LAST-ERROR", "REFUSED",
+              "DEAD-LETTERED", "NEXT-RETRY", "TARGET")
     lines = [format_table(header, rows) if rows else "No remote or home-server queues."]
+    lines.append(_agent_line(state, ago))
     if state.stopped:
         retry = "" if state.next_retry_ms is None else f"; next try in {approx_duration(max(0, state.next_retry_ms - now))}"
         lines.append(f"agent: {state.error_code}: {state.error}{retry}")
     lines += [f"{q.queue}: {q.last_error}" for q in state.queues if q.failing and q.last_error]
+    if state.dead_letter_depth:
+        lines.append(f"{state.dead_letter_queue}: {state.dead_letter_depth} message(s) could not be "
+                     "delivered: see edgeq dlq browse, then edgeq dlq resend once the cause is fixed")
+    if state.restored is not None:
+        lines.append(_restored_line(state.restored, now))
     return "\n".join(lines)
+
+
+def _agent_line(state: SyncStatus, ago: Callable[[int | None], str]) -> str:
+    """Whether a daemon runs (its pid, since when, its last cycle), or how the last one ended.
+
+    >>> from edgeq.sync.status import AgentProcess, SyncStatus
+    >>> gone = AgentProcess(False, 41, 1_000, 7_000, 8_000, "SIGTERM")
+    >>> _agent_line(SyncStatus(10_000, "HOME", False, None, None, None, [], agent=gone), lambda ms: f"{ms}")
+    'agent: not running (pid 41 stopped 8000 on SIGTERM; last cycle 7000)'
+    """
+    agent = state.agent
+    cycle = "none yet" if agent.last_cycle_ms is None else ago(agent.last_cycle_ms)
+    if agent.running:
+        return f"agent: running (pid {agent.pid}, since {ago(agent.started_ms)}, last cycle {cycle})"
+    if agent.pid is None:
+        return "agent: not running (no daemon has run on this store)"
+    if agent.exited_ms is None:
+        return (f"agent: not running (pid {agent.pid}, started {ago(agent.started_ms)}, ended without "
+                f"recording its exit: killed, or the machine stopped; last cycle {cycle})")
+    return (f"agent: not running (pid {agent.pid} stopped {ago(agent.exited_ms)} on {agent.exit_reason}; "
+            f"last cycle {cycle})")
+
+
+def _restored_line(found: Restoration, now: int) -> str:
+    """What ``edgeq sync status`` says of a store found restored from an older copy."""
+    from edgeq.cli.format import approx_duration
+
+    return (f"store: found restored from an older copy {approx_duration(max(0, now - found.at_ms))} ago "
+            f"({found.server} had settled {found.old_origin} below stamp {found.resent_below} and seen up to "
+            f"{found.seen}); it issues uids as {found.new_origin} since, and the {found.resends} message(s) "
+            f"it held below that mark are resends, answered by {found.server} as already delivered")
 
 
 def _show_progress(progress: Progress) -> None:

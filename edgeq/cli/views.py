@@ -22,7 +22,7 @@ from edgeq.cli.format import (
     format_size,
     format_time,
 )
-from edgeq.devices import DeviceRecord
+from edgeq.devices import DeviceRecord, DeviceRefusal
 from edgeq.holds import HeldGroup
 from edgeq.message import Message
 from edgeq.queues import QueueAttributes, QueueUsage
@@ -42,12 +42,14 @@ __all__ = [
     "format_message",
     "format_queue",
     "format_queue_table",
+    "format_refusals",
     "format_rules_table",
     "format_stats",
     "format_table",
     "held_json",
     "message_json",
     "queue_json",
+    "refusal_json",
 ]
 
 # -- messages and queues ------------------------------------------------------------------
@@ -150,6 +152,14 @@ def queue_json(
     return out
 
 
+def _redelivery_text(attrs: QueueAttributes) -> str:
+    """When a message whose consumer failed is offered again."""
+    if attrs.redelivery_delay_ms == 0:
+        return "at once after a failure"
+    first, most = format_duration(attrs.redelivery_delay_ms), format_duration(attrs.max_redelivery_delay_ms)
+    return f"after {first}, doubling with each failure up to {most}"
+
+
 def _limit_text(value: int | None, duration: bool) -> str:
     if value is None:
         return "none"
@@ -186,6 +196,8 @@ def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[Bindi
         rows = {**rows, "refusal_limit": "default" if attrs.refusal_limit is None else str(attrs.refusal_limit)}
     if attrs.backout_queue is not None:
         rows = {**rows, "backout": f"to {attrs.backout_queue} at {attrs.backout_threshold} undone gets"}
+    if attrs.kind != "remote":
+        rows = {**rows, "redelivery": _redelivery_text(attrs)}
     if attrs.encryption:
         rows = {**rows, "encryption": attrs.encryption}
     if attrs.compression:
@@ -337,6 +349,22 @@ def format_devices(devices: Sequence[DeviceRecord]) -> str:
         for d in devices
     ]
     return format_table(("DEVICE", "STATE", "KEY", "QUEUES", "LAST-SEEN"), rows)
+
+
+def refusal_json(r: DeviceRefusal) -> dict[str, Any]:
+    """What the server refused of one device on one queue for one reason, as JSON."""
+    return {"device": r.device, "queue": r.queue, "reason": r.reason, "count": r.count,
+            "first_ms": r.first_ms, "first": format_time(r.first_ms), "last_ms": r.last_ms,
+            "last": format_time(r.last_ms), "last_detail": r.last_detail}
+
+
+def format_refusals(refusals: Sequence[DeviceRefusal]) -> str:
+    """Refusals as a table: device, queue, reason, how many messages, the last time and text."""
+    if not refusals:
+        return "The server refused no device's messages."
+    rows = [(r.device, r.queue, r.reason, str(r.count), format_time(r.last_ms), _one_line(r.last_detail))
+            for r in refusals]
+    return format_table(("DEVICE", "QUEUE", "REASON", "MESSAGES", "LAST", "LAST-DETAIL"), rows)
 
 
 def held_json(group: HeldGroup, now_ms: int) -> dict[str, Any]:

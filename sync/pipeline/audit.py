@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["audit_devices", "audit_duplicates", "audit_gaps", "device_origins", "expiry_daily", "expiry_where"]
 
 _SUMS = ("accepted", "duplicates", "expired_unaccepted", "expired_on_device_after_accept",
-         "delivered_then_device_expired", "gaps", "unauditable")
+         "delivered_then_device_expired", "gaps", "unauditable", "dead_lettered")
 
 
 def device_origins(audit: DataFrame) -> DataFrame:
@@ -42,7 +42,7 @@ def audit_devices(audit: DataFrame, devices: DataFrame) -> DataFrame:
         )
         .select("origin", device_name().alias("device"), "accepted", "first_stamp", "last_stamp", "duplicates",
                 "expired_unaccepted", "expired_on_device_after_accept", "delivered_then_device_expired", "gaps",
-                "unauditable")
+                "unauditable", "dead_lettered")
     )
 
 

@@ -4,6 +4,7 @@ Layout (Hive-style, what Spark, pyarrow, DuckDB and pandas read as one table)::
 
     journal/
       _edgeq_export.json                         the watermark: last journal id exported
+      _edgeq_devices/devices.parquet             each device's last request (replaced by every run)
       date=2025-11-21/part-000000000001-000000004096.parquet
       date=2025-11-22/part-000000004097-000000008192.parquet
 
@@ -41,7 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, PipelineError, require
-from edgeq.sync.pipeline.layout import COLUMN_TYPES, MANIFEST, REQUIRED  # the layout the job reads
+from edgeq.sync.pipeline.layout import (  # the layout the job reads
+    COLUMN_TYPES,
+    CONTACT_TYPES,
+    CONTACTS,
+    MANIFEST,
+    REQUIRED,
+)
 
 from edgeq.connection import APPLICATION_ID
 from edgeq.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
@@ -145,6 +152,8 @@ class ExportResult:
     watermark: int = 0
     files: list[Path] = field(default_factory=list)
     server: str = ""
+    #: devices in the snapshot of the server's device records (their last requests) written beside
+    devices: int = 0
 
 
 def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
@@ -169,6 +178,13 @@ def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
         raise JournalNotFound(
             f"{db} has no journal (written by an edgeq older than schema 4): open it once with this "
             "edgeq, as QueueManager(..., journal='server'), so it records one"
+        )
+    side = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'journal'").fetchone()
+    if side is not None and side[0] == "device":
+        conn.close()
+        raise JournalNotFound(
+            f"{db} is a device's store: its journal holds only the expiries not yet reported to its home "
+            "server, which removes them once reported; export the home server's store (edgeq serve's --db)"
         )
     row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'name'").fetchone()
     return conn, str(row[0]) if row else ""
@@ -398,9 +414,32 @@ def export_journal(
             if pending > 0:
                 say(f"  {batch_last - (last_in_store - pending):,}/{pending:,} journal ids read, "
                     f"{result.rows:,} row(s) written")
+        result.devices = _write_contacts(pa, pq, out, conn)
         return result
     finally:
         conn.close()
+
+
+def _write_contacts(pa: Any, pq: Any, out: Path, conn: sqlite3.Connection) -> int:
+    """Replace the export's snapshot of the server's device records (:data:`CONTACTS`: each
+    device's last request, which the report's "last seen" is; requests leave no journal row
+    unless they change something); return how many devices it holds."""
+    try:
+        known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'devices'").fetchone()
+        rows = [] if known is None else conn.execute(  # a store from before schema 5 knows no device
+            "SELECT name, last_seen_ms FROM devices WHERE last_seen_ms IS NOT NULL ORDER BY name").fetchall()
+    except sqlite3.Error as exc:
+        raise PipelineError(f"reading the device records of the store failed: {exc}") from exc
+    types = {"int64": pa.int64(), "string": pa.string()}
+    schema = pa.schema([pa.field(name, types[kind], nullable=False) for name, kind in CONTACT_TYPES.items()])
+    table = pa.Table.from_pydict({"device": [r[0] for r in rows], "last_seen_ms": [r[1] for r in rows]},
+                                 schema=schema)
+    final = out / CONTACTS
+    final.parent.mkdir(exist_ok=True)
+    tmp = final.with_name(f".tmp-{final.name}")
+    pq.write_table(table, tmp)
+    os.replace(tmp, final)
+    return len(rows)
 
 
 def _write_batch(

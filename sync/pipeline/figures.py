@@ -51,6 +51,9 @@ def verdict(result: PipelineResult) -> tuple[bool | None, str]:
 
     >>> verdict(PipelineResult("j", "o", totals={"duplicates": 0, "gaps": 0}))
     (True, 'OK: no uid accepted twice, no gap')
+    >>> verdict(PipelineResult("j", "o", totals={"duplicates": 0, "gaps": 0, "dead_lettered": 2}))[1][:44]
+    'ATTENTION: 2 message(s) wait in their device'
+
     >>> verdict(PipelineResult("j", "o"))[0] is None
     True
     """
@@ -59,7 +62,13 @@ def verdict(result: PipelineResult) -> tuple[bool | None, str]:
         return None, "The audit's figures are not in this result: run the pipeline again to compute them."
     dups, gaps, unjudged = int(t["duplicates"]), int(t["gaps"]), int(t.get("unauditable", 0))
     tail = f"; {unjudged:,} uid(s) could not be judged (see the audit scope)" if unjudged else ""
+    dead = int(t.get("dead_lettered", 0))
+    if not dups and not gaps and dead:
+        return False, (f"ATTENTION: {dead:,} message(s) wait in their device's dead-letter queue (the "
+                       "server refused them): see audit_devices.dead_lettered, then edgeq dlq browse on the "
+                       f"device; no uid accepted twice, no gap{tail}")
     if not dups and not gaps:
         return True, f"OK: no uid accepted twice, no gap{tail}"
+    waiting = f"; {dead:,} message(s) wait in their device's dead-letter queue" if dead else ""
     return False, (f"ATTENTION: {dups:,} uid(s) accepted more than once, {gaps:,} gap(s): "
-                   f"see audit_duplicates and audit_gaps{tail}")
+                   f"see audit_duplicates and audit_gaps{waiting}{tail}")

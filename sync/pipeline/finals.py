@@ -44,9 +44,11 @@ def _need(spark: SparkSession, state: State, name: str) -> DataFrame:
     return frame.coalesce(1)
 
 
-def _builders(spark: SparkSession, state: State) -> dict[str, Callable[[], DataFrame]]:
+def _builders(spark: SparkSession, state: State,
+              contacts: DataFrame | None = None) -> dict[str, Callable[[], DataFrame]]:
     """How to make each report's DataFrame (by name, in :data:`REPORTS` order): made in the
-    thread that writes it, so that their planning overlaps too."""
+    thread that writes it, so that their planning overlaps too. ``contacts``: each device's
+    last request, from the servers' device records (None: the exports hold none)."""
 
     def need(name: str) -> Callable[[], DataFrame]:
         return lambda: _need(spark, state, name)
@@ -66,15 +68,15 @@ def _builders(spark: SparkSession, state: State) -> dict[str, Callable[[], DataF
         "audit_gaps": lambda: audit.audit_gaps(need("gaps")()),
         "throughput_hourly": lambda: traffic.throughput_hourly(need("throughput")()),
         "device_health": lambda: traffic.device_health(need("device_hourly")(), need("audit")(), devices(),
-                                                       need("device_expired")()),
+                                                       need("device_expired")(), contacts),
         "device_clock_hourly": lambda: traffic.device_clock_hourly(need("device_hourly")()),
     }
 
 
-def finals(spark: SparkSession, state: State) -> dict[str, DataFrame]:
+def finals(spark: SparkSession, state: State, contacts: DataFrame | None = None) -> dict[str, DataFrame]:
     """Every report's DataFrame (by name, in :data:`~edgeq.sync.pipeline.results.REPORTS`
-    order), from ``state``."""
-    return {name: build() for name, build in _builders(spark, state).items()}
+    order), from ``state`` (and the devices' last requests, ``contacts``)."""
+    return {name: build() for name, build in _builders(spark, state, contacts).items()}
 
 
 @dataclass(slots=True)
@@ -89,10 +91,11 @@ class Written:
 
 
 def write_reports(spark: SparkSession, state: State, out: str, *, limit: int,
-                  say: Callable[[str], None]) -> Written:
+                  say: Callable[[str], None], contacts: DataFrame | None = None) -> Written:
     """Write every report under ``out`` (``out/<name>/``, replaced) and compute the totals,
-    several at once (:data:`WRITERS`); the first failure (in report order) is raised."""
-    builders = _builders(spark, state)
+    several at once (:data:`WRITERS`); the first failure (in report order) is raised.
+    ``contacts``: each device's last request (:func:`~edgeq.sync.pipeline.inputs.read_contacts`)."""
+    builders = _builders(spark, state, contacts)
     done = Written()
 
     def write(index: int, name: str) -> None:
@@ -195,13 +198,14 @@ def totals(spark: SparkSession, state: State) -> dict[str, int | float]:
         ))))
 
     devices = partials.groupBy("origin").agg(
-        F.max("evidence").alias("evidence"), F.sum("unauditable").alias("unauditable"), F.sum("gaps").alias("gaps"))
+        F.max("evidence").alias("evidence"), F.sum("unauditable").alias("unauditable"),
+        F.sum("gaps").alias("gaps"), F.sum("dead_lettered").alias("dead_lettered"))
     parts = [
         figures(kinds, journal_rows=F.sum("entries"), accepted_entries=kind("accepted"),
                 delivered_entries=kind("delivered"), expired_entries=kind("expired")),
         figures(partials, accepted=F.sum("accepted"), delivered=F.sum("delivered")),
         figures(devices.filter(F.col("evidence") == 1), unauditable=F.sum("unauditable"), gaps=F.sum("gaps"),
-                devices=F.count("*")),
+                dead_lettered=F.sum("dead_lettered"), devices=F.count("*")),
         figures(_need(spark, state, "dups"), duplicates=F.count("*")),
         figures(daily, expired=F.sum("expired"), expired_server_only=F.sum("server_only"),
                 expired_device_only=F.sum("device_only"), expired_both=F.sum("both"),

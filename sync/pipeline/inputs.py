@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
 from edgeq.sync.pipeline.files import Files, is_local, join, local_path
-from edgeq.sync.pipeline.layout import COLUMN_TYPES, MANIFEST, REQUIRED, Part, parse_part
+from edgeq.sync.pipeline.layout import (
+    COLUMN_TYPES,
+    CONTACT_TYPES,
+    CONTACTS,
+    MANIFEST,
+    REQUIRED,
+    Part,
+    parse_part,
+)
 from edgeq.sync.pipeline.session import first_line, spark_errors
 
 if TYPE_CHECKING:
@@ -34,6 +42,7 @@ __all__ = [
     "check_servers",
     "find_journal",
     "journal_rows",
+    "read_contacts",
     "read_parts",
     "spark_schema",
 ]
@@ -52,6 +61,9 @@ class Journal:
     parts: list[Part] = field(default_factory=list)
     server: str | None = None
     watermark: int | None = None
+    #: whether the export holds the server's device records (:data:`~.layout.CONTACTS`; not
+    #: before this edgeq's export)
+    contacts: bool = False
 
     @property
     def key(self) -> str:
@@ -115,7 +127,7 @@ def find_journal(path: str, files: Files) -> Journal:
         if part is not None and (watermark is None or part.last <= watermark):
             parts.append(part)
     if not parts:
-        stray = [name for name, _ in files.list_files(path, "*.parquet")][:1]
+        stray = [name for name, _ in files.list_files(path, "*.parquet") if not name.startswith("_")][:1]
         if stray:
             raise MalformedJournal(
                 f"{path} holds Parquet files but not in edgeq export's date=YYYY-MM-DD/part-FIRST-LAST.parquet "
@@ -124,7 +136,8 @@ def find_journal(path: str, files: Files) -> Journal:
         hint = "it holds no entries yet" if text is not None else "it is not an export"
         raise JournalNotFound(f"{path} has no journal files ({hint}): run edgeq export --db home.db --out {path}")
     server = manifest.get("server")
-    return Journal(path, sorted(parts), server if isinstance(server, str) else None, watermark)
+    return Journal(path, sorted(parts), server if isinstance(server, str) else None, watermark,
+                   files.exists(join(path, CONTACTS)))
 
 
 def check_part_files(journal: str, parts: list[Part]) -> bool:
@@ -243,6 +256,22 @@ def spark_schema() -> Any:
 
     types = {"int64": LongType(), "string": StringType()}
     return StructType([StructField(n, types[t], nullable=n not in REQUIRED) for n, t in COLUMN_TYPES.items()])
+
+
+def read_contacts(spark: SparkSession, journals: Sequence[Journal]) -> DataFrame | None:
+    """Each device's last request to any of the servers (``device``, ``last_seen_ms``: the
+    latest of their device records as exported), or None if no export holds them."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    paths = [join(j.path, CONTACTS) for j in journals if j.contacts]
+    if not paths:
+        return None
+    types = {"int64": LongType(), "string": StringType()}
+    schema = StructType([StructField(n, types[t], nullable=False) for n, t in CONTACT_TYPES.items()])
+    with spark_errors(f"reading the device records beside {', '.join(j.path for j in journals)}"):
+        rows = spark.read.schema(schema).parquet(*paths)
+        return rows.groupBy("device").agg(F.max("last_seen_ms").alias("last_seen_ms"))
 
 
 def read_parts(spark: SparkSession, journal: str, parts: list[Part]) -> DataFrame:

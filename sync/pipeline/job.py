@@ -44,6 +44,7 @@ from edgeq.sync.pipeline.inputs import (
     check_servers,
     find_journal,
     journal_rows,
+    read_contacts,
     read_parts,
 )
 from edgeq.sync.pipeline.results import (
@@ -232,7 +233,7 @@ def _run(
     plan, state, writer, new_rows = _update(spark, journals, ofiles, out, plan, say)
     result.seconds["update"] = time.perf_counter() - t0
     say(f"  state updated ({result.seconds['update']:.1f} s)")
-    written = write_reports(spark, state, out, limit=collect_limit, say=say)
+    written = write_reports(spark, state, out, limit=collect_limit, say=say, contacts=read_contacts(spark, journals))
     result.counts = {name: written.counts[name] for name in REPORTS}
     result.rows = {name: written.rows[name] for name in REPORTS}
     result.seconds |= {name: written.seconds[name] for name in (*REPORTS, "totals")}

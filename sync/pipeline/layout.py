@@ -10,10 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["COLUMN_TYPES", "MANIFEST", "REQUIRED", "Part", "parse_part"]
+__all__ = ["COLUMN_TYPES", "CONTACTS", "CONTACT_TYPES", "MANIFEST", "REQUIRED", "Part", "parse_part"]
 
 #: The manifest file in the export directory (ignored by Spark: it starts with ``_``).
 MANIFEST = "_edgeq_export.json"
+#: The server's device records as of the last export (each device's last request), replaced
+#: by every ``edgeq export``: not journal rows (a request leaves none unless it changed something).
+#: In a directory of its own whose name starts with ``_``, which readers of the journal's
+#: partitions skip; the file's own name does not (Spark would skip it even when named).
+CONTACTS = "_edgeq_devices/devices.parquet"
+#: Parquet type of each of its columns.
+CONTACT_TYPES: dict[str, str] = {"device": "string", "last_seen_ms": "int64"}
 
 #: Parquet type of each journal column (``int64`` or ``string``), in the journal's order.
 COLUMN_TYPES: dict[str, str] = {

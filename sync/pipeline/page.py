@@ -175,9 +175,10 @@ def _audit(result: PipelineResult) -> str:
     out.append(html_table(
         result, "audit_devices",
         ("origin", "accepted", "first_stamp", "last_stamp", "duplicates", "gaps", "expired_unaccepted",
-         "delivered_then_device_expired", "unauditable"),
+         "delivered_then_device_expired", "unauditable", "dead_lettered"),
         ("origin", "accepted", "first created (UTC)", "last created (UTC)", "duplicates", "gaps",
-         "expired before acceptance", "delivered, then device copy expired", "not judged"),
+         "expired before acceptance", "delivered, then device copy expired", "not judged",
+         "waiting in the dead-letter queue"),
     ))
     return "".join(out)
 
@@ -218,9 +219,11 @@ def _latency(result: PipelineResult) -> str:
 
 
 def _devices(result: PipelineResult) -> str:
-    out = ["<h2>Devices</h2><p>When the journal last saw each device and its clock offset (device clock minus "
-           "server clock, as the sync server measured it). The journal does not record syncs, refusals or held "
-           "puts: <code>edgeq sync status</code> and <code>edgeq server held list</code> show those.</p>"]
+    out = ["<h2>Devices</h2><p>When each device last made a request to the server (its device record as "
+           "exported, or its last journal row if later) and its clock offset (device clock minus server clock, as "
+           "the sync server measured it). The journal does not record syncs, refusals or held puts: <code>edgeq "
+           "sync status</code>, <code>edgeq server refusals list</code> and <code>edgeq server held list</code> "
+           "show those.</p>"]
     hourly = result.rows.get("device_clock_hourly", [])
     if hourly:
         spread: dict[str, float] = {}

@@ -107,9 +107,9 @@ def summary_text(result: PipelineResult) -> str:
         "",
         "Exactly-once audit per origin device (duplicates and gaps must be 0)",
         report_table(result, "audit_devices", ("origin", "accepted", "first_stamp", "last_stamp", "duplicates",
-                                               "expired_unaccepted", "gaps"),
+                                               "expired_unaccepted", "gaps", "dead_lettered"),
                      ("origin", "accepted", "first created (UTC)", "last created (UTC)", "duplicates",
-                      "expired unaccepted", "gaps")),
+                      "expired unaccepted", "gaps", "dead-lettered")),
         says,
     ]
     if ok is False:

@@ -26,8 +26,9 @@ __all__ = [
 #: Version of the reports' schema (their names and columns, :data:`COLUMNS`), written to
 #: ``OUT/_edgeq_reports.json``. Version 1 had nine reports; version 2 added ``e2e_latency``,
 #: ``device_health``, ``device_clock_hourly``, the expiry categories for a device copy that
-#: expired after acceptance, and the audit's ``device`` and ``unauditable`` columns.
-SCHEMA_VERSION = 2
+#: expired after acceptance, and the audit's ``device`` and ``unauditable`` columns; version
+#: 3 added ``audit_devices.dead_lettered`` (messages waiting in a device's dead-letter queue).
+SCHEMA_VERSION = 3
 
 #: The reports, in the order they are written, with a one-line description.
 REPORTS: dict[str, str] = {
@@ -72,7 +73,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "expiry_where": ("queue", "side", "check_point", "messages"),
     "audit_devices": ("origin", "device", "accepted", "first_stamp", "last_stamp", "duplicates",
                       "expired_unaccepted", "expired_on_device_after_accept", "delivered_then_device_expired",
-                      "gaps", "unauditable"),
+                      "gaps", "unauditable", "dead_lettered"),
     "audit_duplicates": ("uid", "origin", "times", "queues", "first_ms", "last_ms"),
     "audit_gaps": ("origin", "uid", "stamp", "kinds", "first_seen_ms"),
     "throughput_hourly": ("hour", "hour_ms", "queue", "accepted", "delivered", "expired_entries",
@@ -125,6 +126,10 @@ TOTALS: dict[str, str] = {
     "expired_entries": "expired journal entries (both sides)",
     "duplicates": "uids accepted more than once (must be 0)",
     "gaps": "device uids in the journal never accepted nor expired (must be 0)",
+    "dead_lettered": (
+        "device messages waiting in their device's dead-letter queue (refused by the server refusal_limit "
+        "times; neither re-sent and accepted, expired nor deleted since): for an operator (edgeq dlq)"
+    ),
     "unauditable": (
         "device uids the audit could not judge: seen without acceptance, but they reached the server "
         "before the data the job has seen starts, so their acceptance may lie before it"

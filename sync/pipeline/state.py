@@ -50,7 +50,8 @@ STATE_DIR = "_state"
 #: Bumped whenever what the state holds changes: a state of another format is rebuilt.
 #: 2: several journals (per server), and the uid status's ``window_ms``.
 #: 3: the partials read off the uid status (audit, gaps, ...) split by bucket like it.
-STATE_FORMAT = 3
+#: 4: the uid status's ``dead_lettered`` and ``discarded``, the audit's ``dead_lettered``.
+STATE_FORMAT = 4
 _MANIFEST_PREFIX = "state-"
 
 #: The width of a new state's buckets (uid creation time, ms): a day. Narrower buckets make

@@ -122,15 +122,18 @@ def device_clock_hourly(state: DataFrame) -> DataFrame:
     )
 
 
-def device_health(hourly: DataFrame, audit: DataFrame, devices: DataFrame, expired: DataFrame | None) -> DataFrame:
+def device_health(hourly: DataFrame, audit: DataFrame, devices: DataFrame, expired: DataFrame | None,
+                  contacts: DataFrame | None = None) -> DataFrame:
     """Report ``device_health``: per device name, from its hourly activity, the audit of its
     origins (``audit``: the per-origin audit partials of every bucket; ``devices``: the
-    device origins) and what it reported expired (``expired``: device_expired partials)."""
+    device origins), what it reported expired (``expired``: device_expired partials) and its
+    last request (``contacts``: the servers' device records; ``last_seen_ms`` is the later of
+    that and its last journal row, a request too, whose record may trail it by 10 s)."""
     from pyspark.sql import functions as F
 
     activity = hourly.groupBy("device").agg(
         F.min("first_ms").alias("first_seen_ms"),
-        F.max("last_ms").alias("last_seen_ms"),
+        F.max("last_ms").alias("last_row_ms"),
         F.sum("accepted").cast("long").alias("accepted"),
         F.sum("uncorrected").cast("long").alias("uncorrected"),
         F.min("offset_min_ms").alias("offset_min_ms"),
@@ -147,6 +150,11 @@ def device_health(hourly: DataFrame, audit: DataFrame, devices: DataFrame, expir
         )
     )
     joined = activity.join(own, "device", "full_outer")
+    if contacts is not None:
+        joined = joined.join(F.broadcast(contacts.withColumnRenamed("last_seen_ms", "request_ms")), "device", "left")
+        last_seen = F.greatest(F.col("last_row_ms"), F.col("request_ms"))  # greatest skips a null
+    else:
+        last_seen = F.col("last_row_ms")
     if expired is not None:
         joined = joined.join(expired.groupBy("device").agg(F.sum("device_expired").cast("long").alias("device_expired")),
                              "device", "left")
@@ -155,7 +163,7 @@ def device_health(hourly: DataFrame, audit: DataFrame, devices: DataFrame, expir
     zero = F.lit(0).cast("long")
     return joined.select(
         "device", F.coalesce(F.col("origins"), F.array().cast("array<string>")).alias("origins"),
-        "first_seen_ms", "last_seen_ms",
+        "first_seen_ms", last_seen.alias("last_seen_ms"),
         *(F.coalesce(F.col(c), zero).alias(c) for c in ("accepted", "uncorrected")),
         "offset_min_ms", "offset_max_ms", "offset_last_ms",
         *(F.coalesce(F.col(c), zero).alias(c) for c in ("device_expired", "delivered_then_device_expired",

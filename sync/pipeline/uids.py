@@ -17,8 +17,12 @@ What a uid's rows say about it (``category``, for the expiry reconciliation):
 * 5 ``accepted_then_device_expired``: the same, accepted but not delivered yet;
 * 0: not expired.
 
-A **gap candidate** is a uid seen without any acceptance or expiry. It is a *gap* if it
-reached the server (its first ``arrived_ms``, else its first row) at or after ``from_ms``
+A uid **dead-lettered** (its device moved it to its dead-letter queue: the server refused
+it ``refusal_limit`` times) is waiting there until it is accepted (re-sent), expires or is
+deleted (``discarded``): the audit counts those waiting, never as gaps.
+
+A **gap candidate** is a uid seen without any acceptance, expiry or dead-lettering. It is a
+*gap* if it reached the server (its first ``arrived_ms``, else its first row) at or after ``from_ms``
 (the first server-side row the job has seen): its acceptance, if it had one, would be in
 the data. Before that, its acceptance may lie before the data: *unauditable*.
 """
@@ -55,7 +59,7 @@ __all__ = [
 DAY_MS = 86_400_000
 KEYS = ("bucket", "uid", "origin", "stamp")
 #: Bits of the ``kinds`` column: which kinds of row a uid has.
-KIND_BITS = {"accepted": 1, "delivered": 2, "expired": 4, "other": 8}
+KIND_BITS = {"accepted": 1, "delivered": 2, "expired": 4, "other": 8, "dead-lettered": 16, "discarded": 32}
 CATEGORIES = {1: "server_only", 2: "device_only", 3: "both", 4: "delivered_then_device_expired",
               5: "accepted_then_device_expired"}
 
@@ -97,7 +101,8 @@ def _columns() -> list[Col]:
 
     # Over :func:`_narrow`'s rows: the kind as its bit, the side as a flag each.
     code = F.col("kind_bit")
-    acc, dl, ex = (code == KIND_BITS[k] for k in ("accepted", "delivered", "expired"))
+    acc, dl, ex, dead, gone = (
+        code == KIND_BITS[k] for k in ("accepted", "delivered", "expired", "dead-lettered", "discarded"))
     srv, dev = F.col("side_server"), F.col("side_device")
     qid, at, jid = F.col("qid"), F.col("at_ms"), F.col("id")
     own_report = ex & dev & F.col("own_device")
@@ -121,6 +126,8 @@ def _columns() -> list[Col]:
         Col("exp_device_first_id", F.when(ex & dev, jid), "min"),
         Col("exp_device_qid", F.when(ex & dev, qid), "min_by:exp_device_first_id"),
         Col("self_reported", F.coalesce(own_report, F.lit(False)).cast("int"), "max"),
+        Col("dead_lettered", dead.cast("long"), "sum"),
+        Col("discarded", gone.cast("long"), "sum"),
         Col("kinds", code, "bit_or"),
         Col("first_seen_ms", at, "min"),
         Col("first_arrival_ms", F.col("arrived_ms"), "min"),
@@ -135,8 +142,9 @@ def _narrow(rows: DataFrame, spread: bool) -> DataFrame:
     wide partial buffers."""
     from pyspark.sql import functions as F
 
-    kind = (F.when(is_("kind", "accepted"), KIND_BITS["accepted"]).when(is_("kind", "delivered"), KIND_BITS["delivered"])
-            .when(is_("kind", "expired"), KIND_BITS["expired"]).otherwise(KIND_BITS["other"]))
+    kind = F.lit(KIND_BITS["other"])
+    for name in ("discarded", "dead-lettered", "expired", "delivered", "accepted"):
+        kind = F.when(is_("kind", name), KIND_BITS[name]).otherwise(kind)
     narrow = rows.select(
         "id", kind.alias("kind_bit"), is_("side", "server").alias("side_server"), is_("side", "device").alias("side_device"),
         "at_ms", "uid", "origin", "created_ms", "arrived_ms", "confirmed_ms", "clock_offset_ms", "window_ms",
@@ -166,7 +174,8 @@ def merge_status(frame: DataFrame) -> DataFrame:
 
 def derive(status: DataFrame, from_ms: int | None) -> DataFrame:
     """The uid status with what the audits need: ``is_accepted``, ``category`` (see the module),
-    ``gap``, ``unauditable``, ``held_expired``."""
+    ``gap``, ``unauditable``, ``held_expired``, ``dead_letter_waiting`` (moved to its device's
+    dead-letter queue, and since neither accepted, expired nor deleted there)."""
     from pyspark.sql import functions as F
 
     acc, dl = F.col("accepted") > 0, F.col("delivered") > 0
@@ -176,14 +185,15 @@ def derive(status: DataFrame, from_ms: int | None) -> DataFrame:
         F.when(~(es | ed), 0).when(ed & ~es & own & dl, 4).when(ed & ~es & own & acc, 5)
         .when(es & ed, 3).when(es, 1).otherwise(2)
     )
-    candidate = ~acc & ~es & ~ed
+    dead, gone = F.col("dead_lettered") > 0, F.col("discarded") > 0
+    candidate = ~acc & ~es & ~ed & ~dead & ~gone  # a dead-lettered uid is accounted for, not a gap
     arrival = F.coalesce(F.col("first_arrival_ms"), F.col("first_seen_ms"))
     # Each journal's own window in a run over several (edgeq.sync.pipeline.fleet), else the data's.
     early = F.coalesce(arrival < F.coalesce(F.col("window_ms"), F.lit(from_ms).cast("long")), F.lit(False))
     return status.select(
         "*", acc.alias("is_accepted"), dl.alias("is_delivered"), ed.alias("on_device"), category.alias("category"),
         (candidate & ~early).alias("gap"), (candidate & early).alias("unauditable"),
-        (~acc & es).alias("held_expired"),
+        (~acc & es).alias("held_expired"), (dead & ~acc & ~es & ~ed & ~gone).alias("dead_letter_waiting"),
     )
 
 
@@ -209,7 +219,9 @@ def audit_partial(derived: DataFrame) -> DataFrame:
         count_if(F.col("gap")).alias("gaps"),
         count_if(F.col("unauditable")).alias("unauditable"),
         count_if(F.col("is_delivered")).alias("delivered"),
-        F.max((acc | (F.col("self_reported") == 1)).cast("int")).alias("evidence"),
+        count_if(F.col("dead_letter_waiting")).alias("dead_lettered"),
+        F.max((acc | (F.col("self_reported") == 1) | (F.col("dead_lettered") > 0)).cast("int"))
+        .alias("evidence"),
     )
 
 

@@ -86,9 +86,10 @@ def _survey(rows: DataFrame, previous: State, *, incremental: bool, check_nulls:
     old_audit = read_dataset(rows.sparkSession, previous, "audit") if incremental else None
     if old_audit is not None:
         old_audit = one_partition(old_audit)[0]
-        # An origin that shows itself a device in the new rows (an acceptance, or an expiry it
-        # reported of its own message) and did not before: the buckets of its earlier uids.
-        evidence = is_("kind", "accepted") | (
+        # An origin that shows itself a device in the new rows (an acceptance, an expiry it
+        # reported of its own message, or a dead-lettering: as uids.audit_partial's evidence)
+        # and did not before: the buckets of its earlier uids.
+        evidence = is_("kind", "accepted") | is_("kind", "dead-lettered") | (
             is_("kind", "expired") & is_("side", "device") & (uids.device_name() == F.col("device")))
         new_devices = rows.filter(evidence).select("origin").distinct().join(
             device_origins(old_audit), "origin", "left_anti")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 
 from edgeq.sync.adminrecords import AdminRecord
@@ -60,8 +61,12 @@ def test_records_listings_and_fan_out() -> None:
         "DEVICE  STATUS   MESSAGE",
         "DEV1    failed   inquire-queue Q: no queue 'Q'",
         f"DEV2    pending  no reply yet (request {RID})"]
-    assert format_fanout([waiting], T0 + 1).splitlines()[1] == f"DEV2    expired before execution  request {RID}"
-    assert format_pending([waiting], T0 + 1).splitlines()[1].split()[-3:] == ["expired", "before", "execution"]
+    assert format_fanout([waiting], T0 + 1).splitlines()[1] == (
+        f"DEV2    expired before delivery: never executed  request {RID}")
+    assert format_pending([waiting], T0 + 1).splitlines()[1].split()[-5:] == [
+        "expired", "before", "delivery:", "never", "executed"]
+    handed = dataclasses.replace(waiting, delivered_ms=T0)  # a pull handed it over: it may have run
+    assert format_pending([handed], T0 + 1).splitlines()[1].endswith("outcome unknown until the device answers")
     assert format_replies([record]).splitlines()[1].split()[:5] == [RID, "DEV1", "inquire-queue", "Q",
                                                                     "2025-11-21T00:00:00.005Z"]
     assert format_pending([], T0) == "No admin request is waiting for a reply."

@@ -123,7 +123,7 @@ def test_each_message_goes_to_the_command_with_its_metadata(db: Path, run: Run, 
 def test_a_failing_command_undoes_and_the_backout_queue_takes_the_poison(db: Path, run: Run) -> None:
     with QueueManager(db) as qm:
         qm.define_queue("BOQ")
-        qm.alter_queue("Q", backout_threshold=2, backout_queue="BOQ")
+        qm.alter_queue("Q", backout_threshold=2, backout_queue="BOQ", redelivery_delay_ms=0)  # at once
     put(db, Message(b"poison"), Message(b"good"))
     command = 'test "$(cat)" != poison'  # fails on the poison only
     result = run("consume", "Q", "--wait", "0", "--exec", command)

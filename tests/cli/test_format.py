@@ -49,7 +49,7 @@ def convert(param_type: click.ParamType, *values: str) -> tuple[int, Any]:
 
 
 def test_values_are_parsed() -> None:
-    assert convert(DURATION, "1h30m", "250") == (0, [5_400_000, 250])
+    assert convert(DURATION, "1h30m", "250ms", "0") == (0, [5_400_000, 250, 0])
     assert convert(RELATIVE_EXPIRY, "30s") == (0, [30_000])
     assert convert(EXPIRE_AT, "2025-11-21T10:00:00+01:00", "1763715600000") == (0, [1763715600000] * 2)
     assert convert(FIELD, "n:int32=5", "site=north") == (0, [("n", Int32(5)), ("site", "north")])
@@ -61,6 +61,7 @@ def test_values_are_parsed() -> None:
 def test_limits_take_none_for_no_limit() -> None:
     assert convert(LIMIT, "1000", "none", "OFF", " unlimited ") == (0, [Limit(1000)] + [Limit(None)] * 3)
     assert convert(DURATION_LIMIT, "5m", "none") == (0, [Limit(300_000), Limit(None)])
+    assert convert(DURATION_LIMIT, "1500") == (0, [Limit(1500)])  # --expiry-ms: the name says ms
 
 
 @pytest.mark.parametrize(("param_type", "value", "needle"), [
@@ -105,8 +106,8 @@ def test_a_value_already_parsed_passes_through() -> None:
 
 
 def test_relative_expiry_reaches_the_int32_limit() -> None:
-    assert convert(RELATIVE_EXPIRY, str(2**31 - 1)) == (0, [2**31 - 1])
-    assert convert(RELATIVE_EXPIRY, str(2**31))[0] == 2
+    assert convert(RELATIVE_EXPIRY, f"{2**31 - 1}ms") == (0, [2**31 - 1])
+    assert convert(RELATIVE_EXPIRY, f"{2**31}ms")[0] == 2
 
 
 def test_every_field_type_is_read_and_named() -> None:

@@ -15,12 +15,12 @@ from edgeq import QueueManager, __version__
 from edgeq.cli import cli, main
 
 EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark")
-MODULES = ("admin", "check", "consume", "demo", "keys", "messages", "pipeline", "queue", "rules", "server", "sync")
+MODULES = ("admin", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules", "server", "sync")
 
 
 def test_every_command_is_registered_once() -> None:
     assert sorted(cli.commands) == [
-        "admin", "browse", "check", "consume", "demo", "depth", "export", "get", "keys", "pipeline", "purge", "put", "queue",
+        "admin", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys", "pipeline", "purge", "put", "queue",
         "rules", "serve", "server", "sweep", "sync",
     ]
 

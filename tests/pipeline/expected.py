@@ -146,7 +146,7 @@ def expiry_where(entries: list[JournalEntry]) -> list[Row]:
 
 
 def device_origins(entries: list[JournalEntry]) -> set[str]:
-    return {e.origin for e in entries if e.kind == "accepted" or (
+    return {e.origin for e in entries if e.kind in ("accepted", "dead-lettered") or (
         e.kind == "expired" and e.side == "device" and name_of(e.origin) == e.device)}
 
 
@@ -156,12 +156,17 @@ def from_ms(entries: list[JournalEntry]) -> int | None:
 
 
 def judged(s: Story, start: int | None) -> str | None:
-    """'gap', 'unauditable', or None (accepted or expired: accounted for)."""
-    if s.accepted or s.of("expired"):
+    """'gap', 'unauditable', or None (accepted, expired or dead-lettered: accounted for)."""
+    if s.accepted or s.of("expired") or s.of("dead-lettered") or s.of("discarded"):
         return None
     arrivals = [e.arrived_ms for e in s.rows if e.arrived_ms is not None]
     arrival = min(arrivals) if arrivals else min(e.at_ms for e in s.rows)
     return "unauditable" if start is not None and arrival < start else "gap"
+
+
+def dead_letter_waiting(s: Story) -> bool:
+    """Moved to its device's dead-letter queue and since neither accepted, expired nor deleted there."""
+    return bool(s.of("dead-lettered")) and not (s.accepted or s.of("expired") or s.of("discarded"))
 
 
 def audit(entries: list[JournalEntry]) -> tuple[list[Row], list[Row], list[Row]]:
@@ -180,6 +185,7 @@ def audit(entries: list[JournalEntry]) -> tuple[list[Row], list[Row], list[Row]]
             "delivered_then_device_expired": sum(s.category == "delivered_then_device_expired" for s in mine),
             "gaps": sum(judged(s, start) == "gap" for s in mine),
             "unauditable": sum(judged(s, start) == "unauditable" for s in mine),
+            "dead_lettered": sum(dead_letter_waiting(s) for s in mine),
         })
     duplicates = []
     for s in sorted(by_uid.values(), key=lambda s: s.uid):
@@ -206,7 +212,7 @@ def throughput_hourly(entries: list[JournalEntry]) -> list[Row]:
             row["accepted_bytes"] += e.size or 0
         elif e.kind == "delivered":
             row["delivered"] += 1
-        else:
+        elif e.kind == "expired":
             row["expired_entries"] += 1
     return [acc[k] for k in sorted(acc)]
 
@@ -322,6 +328,7 @@ def totals(entries: list[JournalEntry]) -> dict[str, int | float]:
         "duplicates": sum(s.accepted > 1 for s in by_uid.values()),
         "gaps": sum(judged(s, start) == "gap" for s in mine),
         "unauditable": sum(judged(s, start) == "unauditable" for s in mine),
+        "dead_lettered": sum(dead_letter_waiting(s) for s in mine),
         "devices": len(devices), "device_names": len({e.device for e in entries if e.device is not None}),
         "queues": len({e.queue for e in entries}),
         "uncorrected": sum(u for pairs in latency_values(entries).values() for _, u in pairs),

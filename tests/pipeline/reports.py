@@ -59,7 +59,8 @@ def sample(*, hours: int = 4, devices: int = 3, duplicates: int = 0, gaps: int =
         "audit_devices": [{"origin": f"{n}:k{i}x7q", "device": n, "accepted": 200, "first_stamp": STAMP,
                            "last_stamp": STAMP + 3_600_000_000, "duplicates": duplicates if i == 0 else 0,
                            "expired_unaccepted": 4, "expired_on_device_after_accept": 2,
-                           "delivered_then_device_expired": 2, "gaps": gaps if i == 0 else 0, "unauditable": 0}
+                           "delivered_then_device_expired": 2, "gaps": gaps if i == 0 else 0, "unauditable": 0,
+                           "dead_lettered": 0}
                           for i, n in enumerate(names)],
         "audit_duplicates": [{"uid": f"DEV1:k0x7q.{STAMP + i}", "origin": "DEV1:k0x7q", "times": 2,
                               "queues": ["ORDERS"], "first_ms": T0 + 60_000, "last_ms": T0 + 900_000}
@@ -83,7 +84,8 @@ def sample(*, hours: int = 4, devices: int = 3, duplicates: int = 0, gaps: int =
         "journal_rows": 1075, "accepted": 598, "accepted_entries": 600, "delivered": 420, "delivered_entries": 420,
         "expired": 25, "expired_server_only": 10, "expired_device_only": 9, "expired_both": 6,
         "delivered_then_device_expired": 4, "accepted_then_device_expired": 2, "expired_entries": 55,
-        "duplicates": duplicates, "gaps": gaps, "unauditable": 0, "devices": devices, "device_names": devices,
+        "duplicates": duplicates, "gaps": gaps, "unauditable": 0, "dead_lettered": 0,
+        "devices": devices, "device_names": devices,
         "queues": 2, "uncorrected": 200, "latency_p50_ms": 640.0, "latency_p99_ms": 2450.25,
         "e2e_p50_ms": 45_000.0, "e2e_p99_ms": 89_100.0,
     }

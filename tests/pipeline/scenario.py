@@ -47,6 +47,8 @@ class Truth:
     delivered_then_device_expired: set[str] = field(default_factory=set)
     #: accepted, not delivered, then the device's copy expired
     accepted_then_device_expired: set[str] = field(default_factory=set)
+    #: refused by the server, moved to their device's dead-letter queue and still waiting there
+    dead_letter_waiting: set[str] = field(default_factory=set)
 
 
 class Device:
@@ -138,7 +140,8 @@ class Scenario:
         """The device's next sync: its own expiries, rebased by its offset."""
         entries = dev.qm.journal_since()
         for e in entries:
-            self.truth.expired.setdefault(e.uid, set()).add("device")
+            if e.kind == "expired":
+                self.truth.expired.setdefault(e.uid, set()).add("device")
         added = self.home.journal_remote_expiries(dev.name, entries, clock_offset_ms=dev.offset_ms)
         if entries:
             dev.qm.journal_trim(entries[-1].id)
@@ -179,6 +182,8 @@ class Scenario:
                 self._expired_in_transit()
             if round_no == 18:
                 self._lost_reply_then_expiry()
+            if round_no == 20:
+                self._refused_to_the_dead_letter_queue()
             # the server's own traffic: local puts (origin HOME), consumers, a pull to DEV1, a sweep
             self.home.put("ORDERS", Message(b"local"))
             self.home.put("DEV1.INBOX", Message(b"config"))
@@ -239,6 +244,18 @@ class Scenario:
         dev.qm.sweep_expired("ORDERS")
         self.report_expiries(dev)
         (self.truth.delivered_then_device_expired if deliver else self.truth.accepted_then_device_expired).update(uids)
+
+    def _refused_to_the_dead_letter_queue(self) -> None:
+        """The server has no METRICS: each of three messages is refused up to its limit and moves
+        to the device's dead-letter queue; the operator deletes one there. Two wait: the audit
+        must say so (and count none as a gap)."""
+        dev = self.devices[2]
+        dev.qm.define_remote_queue("METRICS", target_qmgr="HOME", refusal_limit=1)
+        uids = dev.create(self.truth, "METRICS", 3)
+        dev.qm.refused("METRICS", [(uid, "no-queue: HOME has no queue METRICS") for uid in uids])
+        dev.qm.dlq_delete([uids[0]])
+        self.truth.dead_letter_waiting.update(uids[1:])
+        self.report_expiries(dev)
 
     def _non_assured_push(self) -> None:
         """A device message put on the server without the two-stage protocol, then consumed:

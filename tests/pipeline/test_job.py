@@ -113,6 +113,21 @@ def test_the_audit_finds_the_late_duplicate_and_the_non_assured_push(
     assert "ATTENTION: 1 uid(s) accepted more than once, 1 gap(s)" in summary_text(run)
 
 
+def test_the_audit_counts_messages_waiting_in_a_dead_letter_queue_in_its_own_column(
+    run: PipelineResult, home_journal: HomeJournal
+) -> None:
+    """Issue 28: three messages refused to DEV3's dead-letter queue, one deleted there: two wait.
+    None is a gap, and the audit does not say OK while they wait."""
+    waiting = home_journal.truth.dead_letter_waiting
+    devices = {MessageUID(r["origin"], 1).qmgr: r for r in run.rows["audit_devices"]}
+    assert {name: r["dead_lettered"] for name, r in devices.items()} == {"DEV1": 0, "DEV2": 0, "DEV3": 2}
+    assert run.totals["dead_lettered"] == len(waiting) == 2
+    assert not {r["uid"] for r in run.rows["audit_gaps"]} & waiting
+    assert "2 message(s) wait in their device's dead-letter queue" in summary_text(run)
+    kinds = {(r["kind"], r["side"]): r["entries"] for r in run.rows["journal_totals"]}
+    assert (kinds[("dead-lettered", "device")], kinds[("discarded", "device")]) == (3, 1)
+
+
 def test_every_figure_comes_from_the_full_data_not_the_collected_rows(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -198,7 +198,7 @@ def test_expired_before_execution_and_waits(client: AdminClient, home: QueueMana
     assert handle.status == "expired"
     assert handle.wait(None) is None  # returns at once: it can no longer run
     (record,) = client.pending()
-    assert record.describe(clock()) == "expired before execution"
+    assert record.describe(clock()) == "expired before delivery: never executed"  # no pull ever took it
     assert home.depth("DEV1.SYSTEM.ADMIN") == 0  # its message expired there like any other
 
 

@@ -254,9 +254,9 @@ def test_offline_devices_replays_and_requests_that_must_not_run(fleet: Fleet) ->
             "tampered": made("EVIL2").sign(key.private_key).replace_params(max_depth=1),
             "untrusted": AdminRequest.create("define-queue", "EVIL3", device="DEV1", reply_qmgr="HOME", created_ms=now,
                                              key_id="stranger").sign(stranger),
-            # Expired by the device's clock; carried without a message expiry, so the server
-            # hands it over and the device itself must refuse it.
-            "expired": made("EVIL4", created_ms=now - 2 * MINUTE, expires_ms=now - MINUTE).sign(key.private_key),
+            # A signed lifetime of 0 (expires_ms - created_ms): over before it arrived. Carried
+            # without a message expiry, so the server hands it over and the device must refuse it.
+            "expired": made("EVIL4", created_ms=now, expires_ms=now).sign(key.private_key),
         }
         with QueueManager(fleet.home_db) as home:
             for request in bad.values():
@@ -273,14 +273,14 @@ def test_offline_devices_replays_and_requests_that_must_not_run(fleet: Fleet) ->
         assert reasons["expired"].message.startswith("expired before execution")  # type: ignore[union-attr]
         assert not {"EVIL1", "EVIL2", "EVIL3", "EVIL4"} & set(dev.queue_names())
 
-    # -- a request whose expiry passes on the server is never executed: "expired before execution"
+    # -- a request whose expiry passes on the server is never executed, and said to be
     past = ManualClock(system_clock() - 10 * MINUTE)  # the operator's clock, ten minutes behind the server's
     with QueueManager(fleet.home_db, clock=past) as home, AdminClient(home, operator_key=fleet.operator_key) as late:
         expiring = late.request("DEV1", "define-queue", "NEVER", expires_ms=past() + MINUTE)
         fleet.sync_once("DEV1")  # the server finds it expired (by its clock) and never hands it over
         past.advance(2 * MINUTE)
         assert expiring.status == "expired"
-        assert [r.describe(past()) for r in late.pending()] == ["expired before execution"]
+        assert [r.describe(past()) for r in late.pending()] == ["expired before delivery: never executed"]
     with fleet.store("DEV1") as dev:
         assert "NEVER" not in dev.queue_names() and dev.depth(ADMIN_QUEUE) == 0
 

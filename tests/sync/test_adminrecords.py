@@ -12,9 +12,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from edgeq.sync.adminrecords import AdminRecords, unauthenticated
 
-from edgeq import QueueManager
-from edgeq.adminwire import AdminReply, AdminRequest
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.adminwire import AdminReply, AdminRequest, request_message
 from edgeq.errors import StoreError
+from edgeq.schema import MIGRATIONS
 from tests.conftest import T0
 
 KEY = Ed25519PrivateKey.generate()
@@ -56,8 +57,67 @@ def test_a_request_is_recorded_as_sent(records: AdminRecords) -> None:
     assert (got.device, got.action, got.target, got.created_ms, got.expires_ms, got.request) == (
         "DEV1", "inquire-all", None, T0, T0 + 10, request.to_bytes())
     assert (got.status(T0 + 9), got.status(T0 + 10), got.describe(T0 + 10)) == (
-        "pending", "expired", "expired before execution")
+        "pending", "expired", "expired before delivery: never executed")
     assert records.get("ab" * 16) is None
+
+
+def test_a_request_handed_over_reads_unknown_after_its_expiry(records: AdminRecords) -> None:
+    given, kept = sent(records, expires_ms=T0 + 10), sent(records, expires_ms=T0 + 10)
+    assert records.handed_over("DEV2", [given.request_id], T0 + 1) == 0  # not that device's request
+    assert records.handed_over("DEV1", [given.request_id], T0 + 1) == 1
+    assert records.handed_over("DEV1", [given.request_id], T0 + 5) == 0  # the first hand-over counts
+    got, never = records.get(given.request_id), records.get(kept.request_id)
+    assert got is not None and never is not None and got.delivered_ms == T0 + 1
+    assert (got.status(T0 + 10), got.describe(T0 + 10)) == (
+        "unknown", "outcome unknown until the device answers")
+    assert never.status(T0 + 10) == "expired" and never.delivered_ms is None
+    record(records, answer(given), T0 + 99)  # a late reply: its real outcome
+    got = records.get(given.request_id)
+    assert got is not None and got.describe(T0 + 100) == "replied: success"
+
+
+def test_a_request_a_pull_holds_before_its_mark_is_already_unknown(tmp_path: Path) -> None:
+    """The pull marks what it hands over right after its get: a request whose message a pull
+    holds locked (that moment) may be on its way to the device, and never reads "never executed"."""
+    with QueueManager(tmp_path / "home.db", name="HOME", clock=ManualClock(T0)) as home:
+        home.define_queue("DEV1.SYSTEM.ADMIN")
+        records = AdminRecords(str(home.path))
+        try:
+            held, waiting = sent(records, expires_ms=T0 + 10), sent(records, expires_ms=T0 + 10)
+            for request in (held, waiting):
+                home.put("DEV1.SYSTEM.ADMIN", request_message(request))
+            locked = home.get_many("DEV1.SYSTEM.ADMIN", 1, confirm_id=7)  # the pull's get, before its mark
+            assert [m.correlation_id for m in locked] == [bytes.fromhex(held.request_id)]
+            by_id = {r.request_id: r.status(T0 + 10) for r in records.pending()}
+            assert by_id == {held.request_id: "unknown", waiting.request_id: "expired"}
+        finally:
+            records.close()
+
+
+def test_requests_sent_before_the_mark_are_taken_as_handed_over_unless_waiting(tmp_path: Path) -> None:
+    path = tmp_path / "home.db"
+    with QueueManager(path, name="HOME", clock=ManualClock(T0)) as home:
+        home.define_queue("DEV1.SYSTEM.ADMIN")
+        records = AdminRecords(str(path))
+        try:
+            waiting, pulled = sent(records, expires_ms=T0 + 10), sent(records, expires_ms=T0 + 10)
+            home.put("DEV1.SYSTEM.ADMIN", request_message(waiting))  # the other's message is gone: pulled
+            home.put("DEV1.SYSTEM.ADMIN", Message(b"stray"))  # no correlation id: changes nothing
+        finally:
+            records.close()
+    conn = sqlite3.connect(path)  # the store as the migration before the mark left it
+    conn.execute("ALTER TABLE admin_requests DROP COLUMN delivered_ms")
+    conn.execute(f"PRAGMA user_version = {[m.__name__ for m in MIGRATIONS].index('_v13')}")
+    conn.commit()
+    conn.close()
+    QueueManager(path, clock=ManualClock(T0)).close()  # migrates
+    records = AdminRecords(str(path))
+    try:
+        by_id = {r.request_id: r.describe(T0 + 10) for r in records.pending()}
+        assert by_id == {waiting.request_id: "expired before delivery: never executed",
+                         pulled.request_id: "outcome unknown until the device answers"}
+    finally:
+        records.close()
 
 
 def test_a_reply_is_recorded_once_and_only_for_its_device(records: AdminRecords) -> None:

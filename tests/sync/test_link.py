@@ -23,7 +23,11 @@ def test_every_request_says_which_store_calls_and_what_it_settled(
 ) -> None:
     link = make_link()
     link.hello()
-    assert server.sessions.settle_due(device_qm.origin, device_qm.settled_below())  # nothing applied yet
+    (hello,) = network.bodies(p.PATH_HELLO)  # the hello says it too
+    assert (hello["origin"], hello["settled"]) == (device_qm.origin, device_qm.settled_below())
+    uid = device_qm.put("ORDERS", Message(b"x"))
+    device_qm.transmitted("ORDERS", [uid])  # the mark moves past it
+    assert server.sessions.settle_due(device_qm.origin, device_qm.settled_below())  # not applied yet
     answer = link.call(p.PATH_PULL, {"type": "pull", "now_ms": T0, "queue": "INBOX", "max": 5}, "pull")
     assert answer["type"] == "pull" and answer["missing"]  # the server holds no DEV1.INBOX
     (body,) = network.bodies(p.PATH_PULL)

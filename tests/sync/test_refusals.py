@@ -1,7 +1,7 @@
 """Messages the home server refuses (issue 15, defect 6), against the real server on loopback:
 each refusal is counted in the device's store, shown per queue with a hint that says what
-to do on the server, and after the queue's refusal limit the message leaves the remote
-queue with reason ``refused`` (the dead-letter rule keeps a copy). One refused or
+to do on the server, and after the queue's refusal limit the message moves to the store's
+dead-letter queue, rules told reason ``refused`` (a bound dead-letter rule keeps a copy too). One refused or
 forbidden queue never stops the other queues or the pulls (defect 5)."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_a_queue_missing_on_the_server_is_refused_visibly_with_a_hint_for_the_se
     assert status.failing and not status_of(agent, "ORDERS").failing
 
 
-def test_a_message_refused_limit_times_is_given_up_to_the_dead_letter_queue(
+def test_a_message_refused_limit_times_moves_to_the_dead_letter_queue(
     device_qm: QueueManager, home_qm: QueueManager, agent: SyncAgent, server: LiveServer
 ) -> None:
     device_qm.define_queue("DLQ")
@@ -62,18 +62,19 @@ def test_a_message_refused_limit_times_is_given_up_to_the_dead_letter_queue(
 
     for attempt in range(1, DEFAULT_REFUSAL_LIMIT):
         report = agent.push_once()
-        assert (report.refused, report.given_up) == (1, 0), attempt
+        assert (report.refused, report.dead_lettered) == (1, 0), attempt
         assert status_of(agent, "METRICS").refusals == attempt
     last = agent.push_once()
 
-    assert (last.refused, last.given_up) == (1, 1)
-    assert last.queues["METRICS"].given_up == 1 and not last.complete
+    assert (last.refused, last.dead_lettered) == (1, 1)
+    assert last.queues["METRICS"].dead_lettered == 1 and not last.complete
     assert device_qm.depth("METRICS") == 0
     assert watcher.removed() == [(b"lost", "refused")]
     (copy,) = device_qm.browse("DLQ")
     assert copy.uid == uid and copy.fields["dlq.reason"] == "refused" and copy.fields["n"] == 1
+    assert [m.uid for m in device_qm.dlq_browse()] == [uid]  # the store's own dead-letter queue
     status = status_of(agent, "METRICS")
-    assert (status.backlog, status.refused, status.refusals, status.given_up) == (0, 0, 0, 1)
+    assert (status.backlog, status.refused, status.refusals, status.dead_lettered) == (0, 0, 0, 1)
     assert agent.push_once().sent == 0  # never offered again
     assert server.metrics.value("refused") == DEFAULT_REFUSAL_LIMIT
 
@@ -85,9 +86,9 @@ def test_the_refusal_limit_is_set_per_remote_queue(
     device_qm.define_remote_queue("PATIENT", target_qmgr="HOME")
     device_qm.put("STRICT", Message(b"s"))
     device_qm.put("PATIENT", Message(b"p"))
-    assert agent.push_once().given_up == 0
+    assert agent.push_once().dead_lettered == 0
     report = agent.push_once()
-    assert report.queues["STRICT"].given_up == 1 and report.queues["PATIENT"].given_up == 0
+    assert report.queues["STRICT"].dead_lettered == 1 and report.queues["PATIENT"].dead_lettered == 0
     assert (device_qm.depth("STRICT"), device_qm.depth("PATIENT")) == (0, 1)
 
 
@@ -118,7 +119,7 @@ def test_a_refused_message_is_offered_once_per_push_however_long_the_backlog(
 
     report = agent.push_once()
 
-    assert (report.transmitted, report.refused, report.given_up) == (50, 1, 0)
+    assert (report.transmitted, report.refused, report.dead_lettered) == (50, 1, 0)
     assert status_of(agent, "ORDERS").refusals == 1
     assert report.queues["ORDERS"].code == "too-large"
 

@@ -5,6 +5,7 @@ manager on the same file, as the CLI does while (or after) the agent runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from edgeq.sync.agent import SyncAgent
@@ -37,7 +38,7 @@ def test_each_queue_shows_backlog_age_success_error_refusals_and_next_retry(
     metrics, orders, inbox = queues["METRICS"], queues["ORDERS"], queues["INBOX"]
     assert (metrics.direction, metrics.target, metrics.backlog, metrics.oldest_age_ms) == (
         "push", "HOME/METRICS", 1, 65_000)
-    assert (metrics.refused, metrics.refusals, metrics.given_up) == (1, 1, 0)
+    assert (metrics.refused, metrics.refusals, metrics.dead_lettered) == (1, 1, 0)
     assert (metrics.last_error_code, metrics.last_error_ms, metrics.last_success_ms) == (
         "no-queue", T0 + 60_000, None)
     assert metrics.failing and metrics.next_retry_ms == T0 + 61_000  # its own backoff: 1 s, then 2 s, ...
@@ -63,7 +64,10 @@ def test_the_figures_survive_the_agent_and_read_the_same_from_the_store(
     with QueueManager(tmp_path / "device.db", clock=device_clock) as again:
         after = sync_status(again)
 
-    assert after == while_running
+    # All but the retries: with the agent gone (and no daemon on the store) nothing is retried.
+    assert by_queue(while_running)["METRICS"].next_retry_ms is not None
+    assert after == dataclasses.replace(
+        while_running, queues=[dataclasses.replace(q, next_retry_ms=None) for q in while_running.queues])
 
 
 def test_the_metrics_carry_the_same_figures(
@@ -83,13 +87,13 @@ def test_the_metrics_carry_the_same_figures(
     assert 'edgeq_agent_queue_oldest_message_age_seconds{queue="METRICS",direction="push"} 2.5' in lines
     assert 'edgeq_agent_queue_refused_messages{queue="METRICS",direction="push"} 1' in lines
     assert 'edgeq_agent_queue_refusals{queue="METRICS",direction="push"} 1' in lines
-    assert 'edgeq_agent_queue_given_up_total{queue="METRICS",direction="push"} 0' in lines
+    assert 'edgeq_agent_queue_dead_lettered_total{queue="METRICS",direction="push"} 0' in lines
     assert 'edgeq_agent_queue_failing{queue="METRICS",direction="push",code="no-queue"} 1' in lines
     assert f'edgeq_agent_queue_next_retry_timestamp_seconds{{queue="METRICS",direction="push"}} {(T0 + 1000) / 1000}' in lines
     assert 'edgeq_agent_queue_failing{queue="ORDERS",direction="push",code=""} 0' in lines
     assert f'edgeq_agent_queue_last_success_timestamp_seconds{{queue="ORDERS",direction="push"}} {T0 / 1000}' in lines
     assert not any(line.startswith('edgeq_agent_queue_oldest_message_age_seconds{queue="ORDERS"') for line in lines)
-    assert "# TYPE edgeq_agent_queue_given_up_total counter" in lines
+    assert "# TYPE edgeq_agent_queue_dead_lettered_total counter" in lines
 
 
 def test_a_store_that_never_synced_shows_its_queues_waiting(device_qm: QueueManager) -> None:

@@ -227,6 +227,8 @@ def _assured(t: _Tour) -> None:
     t.say("get(confirm_id=202) locked it; the consumer fails before confirming, so undo(202):")
     t.qm.undo(ORDERS, 202)
     t.show(ORDERS)
+    t.say("A failed message comes back only after its redelivery delay (1s, doubling with each failure):")
+    t.advance(1_000)
     got = t.qm.get(ORDERS, confirm_id=203)
     assert got is not None and got.uid == uid  # the only visible message, undone above
     t.say("get(confirm_id=203) locked it again; this time the consumer confirms:")

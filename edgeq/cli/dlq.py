@@ -1,0 +1,169 @@
+"""The ``edgeq dlq ...`` commands: the store's dead-letter queue (``edgeq.deadletter``):
+browse what it holds and why, re-send (after fixing the cause) or delete, and name it."""
+
+from __future__ import annotations
+
+import click
+
+from edgeq.cli.base import EdgeqGroup, emit_json
+from edgeq.cli.format import QUEUE_NAME
+from edgeq.cli.messages import messages_text
+from edgeq.cli.options import open_store, output_options, wants_json
+from edgeq.deadletter import Resent
+from edgeq.manager import QueueManager
+from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE
+from edgeq.uid import MessageUID
+
+__all__ = ["dlq"]
+
+_ORIGINAL = click.option("--queue", "original", type=QUEUE_NAME, metavar="QUEUE",
+                         help="Only the messages that left this queue (their dlq.queue field).")
+_ALL = click.option("--all", "every", is_flag=True,
+                    help="Every message of the dead-letter queue (instead of UID).")
+
+
+@click.group(cls=EdgeqGroup)
+def dlq() -> None:
+    """The dead-letter queue: messages that could not be delivered.
+
+    A remote queue's message its target refused --refusal-limit times moves there (never
+    deleted), with fields saying why: dlq.reason, dlq.queue (the queue it left),
+    dlq.refusal (the target's last refusal), dlq.attempts and dlq.at_ms. It is
+    SYSTEM.DEAD.LETTER.QUEUE, made when first needed, unless `edgeq dlq use` names another.
+    Messages there keep their expiry. Fix the cause (say, define the queue on the
+    server), then re-send them.
+
+    \b
+    Examples:
+      edgeq --db dev.db dlq browse
+      edgeq --db dev.db dlq resend --all --queue METRICS
+      edgeq --db dev.db dlq resend 'DEV1:k3x9qa.1763683200000000'
+      edgeq --db dev.db dlq delete --all
+      edgeq --db dev.db dlq use MY.DLQ
+    """
+
+
+@dlq.command("browse")
+@_ORIGINAL
+@click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
+@output_options
+@click.pass_context
+def dlq_browse(ctx: click.Context, original: str | None, limit: int | None, as_json: bool) -> None:
+    """Show the dead-letter queue's messages with their dlq.* fields, without taking them.
+
+    \b
+    Examples:
+      edgeq --db dev.db dlq browse
+      edgeq --db dev.db --json dlq browse --queue METRICS --limit 10
+    """
+    qm = open_store(ctx)
+    found = qm.dlq_browse(queue=original, limit=limit)
+    empty = f"No messages on dead-letter queue {qm.dead_letter_queue()}" + (
+        f" that left {original}." if original else ".")
+    click.echo(messages_text(found, wants_json(ctx, as_json), empty))
+
+
+@dlq.command("resend")
+@click.argument("uid", required=False, metavar="UID")
+@_ALL
+@_ORIGINAL
+@output_options
+@click.pass_context
+def dlq_resend(ctx: click.Context, uid: str | None, every: bool, original: str | None, as_json: bool) -> None:
+    """Move UID (or --all) back to the queue it left, its dlq.* fields removed.
+
+    Do it once the cause is fixed: a remote queue's message is then offered to its
+    target again at the next sync, with a fresh refusal count. One that cannot go back
+    (its queue deleted or full, expired, locked) stays, and is listed with why; the
+    command then exits 1.
+
+    \b
+    Examples:
+      edgeq --db dev.db dlq resend --all
+      edgeq --db dev.db dlq resend --all --queue METRICS
+      edgeq --db dev.db dlq resend 'DEV1:k3x9qa.1763683200000000'
+    """
+    uids = _chosen(uid, every)
+    qm = open_store(ctx)
+    result = qm.dlq_resend(uids, queue=original)
+    if wants_json(ctx, as_json):
+        emit_json({"resent": [str(u) for u in result.moved], "kept": [{"uid": str(u), "why": why}
+                                                                     for u, why in result.kept]})
+    else:
+        click.echo(f"Re-sent {len(result.moved)} message(s) from dead-letter queue {qm.dead_letter_queue()}.")
+    _fail_if_kept(qm, result)
+
+
+@dlq.command("delete")
+@click.argument("uid", required=False, metavar="UID")
+@_ALL
+@output_options
+@click.pass_context
+def dlq_delete(ctx: click.Context, uid: str | None, every: bool, as_json: bool) -> None:
+    """Delete UID (or --all) from the dead-letter queue, for good.
+
+    \b
+    Examples:
+      edgeq --db dev.db dlq delete 'DEV1:k3x9qa.1763683200000000'
+      edgeq --db dev.db dlq delete --all
+    """
+    uids = _chosen(uid, every)
+    qm = open_store(ctx)
+    deleted = qm.dlq_delete(uids)
+    if wants_json(ctx, as_json):
+        emit_json({"deleted": deleted, "queue": qm.dead_letter_queue()})
+    else:
+        click.echo(f"Deleted {deleted} message(s) from dead-letter queue {qm.dead_letter_queue()}.")
+
+
+@dlq.command("use")
+@click.argument("queue_name", required=False, metavar="QUEUE", type=QUEUE_NAME)
+@click.option("--default", "default", is_flag=True, help="Back to SYSTEM.DEAD.LETTER.QUEUE.")
+@output_options
+@click.pass_context
+def dlq_use(ctx: click.Context, queue_name: str | None, default: bool, as_json: bool) -> None:
+    """Name the store's dead-letter queue (QUEUE), or go back to the --default; without
+    either, print which it is.
+
+    A named queue is not made for you: define it (`edgeq queue define QUEUE`). Until it
+    exists, and while it is full, messages that cannot be delivered stay where they are
+    and are offered again (the sync log says why).
+
+    \b
+    Examples:
+      edgeq --db dev.db dlq use
+      edgeq --db dev.db dlq use MY.DLQ
+      edgeq --db dev.db dlq use --default
+    """
+    if queue_name is not None and default:
+        raise click.UsageError("give QUEUE or --default, not both")
+    qm = open_store(ctx)
+    if queue_name is not None or default:
+        qm.set_dead_letter_queue(queue_name)
+    name = qm.dead_letter_queue()
+    defined = name in qm.queue_names()
+    if wants_json(ctx, as_json):
+        emit_json({"queue": name, "defined": defined})
+    elif defined:
+        click.echo(name)
+    elif name == DEFAULT_DEAD_LETTER_QUEUE:
+        click.echo(f"{name} (not made yet: it is, when a message first needs it)")
+    else:
+        click.echo(f"{name} (not defined: define it with edgeq queue define {name}; until then, "
+                   "messages that cannot be delivered stay where they are)")
+
+
+def _chosen(uid: str | None, every: bool) -> list[MessageUID | str] | None:
+    """The uids a command was given: one, or None for --all."""
+    if (uid is None) == (not every):
+        raise click.UsageError("give a UID or --all (one of them)")
+    return None if every else [uid] if uid is not None else None
+
+
+def _fail_if_kept(qm: QueueManager, result: Resent) -> None:
+    """Exit 1 naming what stayed on the dead-letter queue, and why."""
+    if result.kept:
+        lines = "; ".join(f"{uid} stays: {why}" for uid, why in result.kept[:20])
+        more = f" (and {len(result.kept) - 20} more)" if len(result.kept) > 20 else ""
+        raise click.ClickException(
+            f"{len(result.kept)} message(s) stay on {qm.dead_letter_queue()}: {lines}{more}")

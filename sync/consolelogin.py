@@ -1,0 +1,96 @@
+"""What a console sign-in may cost the server: password checks one at a time, and a client
+address that keeps guessing made to wait, longer after each wrong password.
+
+A scrypt check takes ~16 MiB and tens of ms, and the console runs in the sync server's
+process: unbounded, a flood of wrong logins (no credentials needed) grows its memory by
+16 MiB a check at once and slows devices' requests. :class:`LoginGuard` runs at most
+:data:`LOGIN_CHECKS` at a time, in a thread of lower priority, and refuses an address at
+once (429, no check, no sleep) while its delay runs: :data:`FIRST_DELAY_MS` after its
+first wrong password, doubling to at most :data:`MAX_DELAY_MS`. The table of addresses
+is bounded (:data:`MAX_ADDRESSES`, the longest untouched forgotten first) and lives in the
+process (each ``--workers`` process keeps its own).
+
+>>> guard = LoginGuard(clock=lambda: 0)
+>>> guard.failed("10.0.0.9"), guard.failed("10.0.0.9"), guard.wait_ms("10.0.0.9"), guard.wait_ms("10.0.0.8")
+(1000, 2000, 2000, 0)
+>>> guard.succeeded("10.0.0.9"); guard.wait_ms("10.0.0.9")
+0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final
+
+import anyio
+
+__all__ = ["CHECK_NICENESS", "FIRST_DELAY_MS", "LOGIN_CHECKS", "MAX_ADDRESSES", "MAX_DELAY_MS", "LoginGuard"]
+
+#: Password checks (scrypt, ~16 MiB each) run at once in one server process.
+LOGIN_CHECKS: Final = 1
+#: How long an address waits after its first wrong password; doubled after each further one.
+FIRST_DELAY_MS: Final = 1_000
+#: The longest an address waits between two guesses.
+MAX_DELAY_MS: Final = 5 * 60 * 1000
+#: Addresses whose wrong passwords are remembered (~100 bytes each).
+MAX_ADDRESSES: Final = 10_000
+#: How much nicer than the server's other threads the password checks' thread runs (Linux:
+#: per thread), so that devices' requests are served first while a flood of logins is checked.
+CHECK_NICENESS: Final = 10
+
+
+def _nicer() -> None:
+    """Lower the calling thread's scheduling priority, where the system allows (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(CHECK_NICENESS)
+
+
+class LoginGuard:
+    """Bounds the console's password checks: :meth:`check` runs one (at most
+    :data:`LOGIN_CHECKS` at a time), :meth:`wait_ms` says how long an address must still
+    wait before it may try again. ``clock`` is the server's (epoch ms)."""
+
+    def __init__(self, *, clock: Callable[[], int], checks: int = LOGIN_CHECKS) -> None:
+        self.clock = clock
+        self._checks = anyio.CapacityLimiter(checks)
+        self._threads = ThreadPoolExecutor(checks, thread_name_prefix="edgeq-login", initializer=_nicer)
+        #: address -> (wrong passwords in a row, epoch ms before which it may not try again)
+        self._failures: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def wait_ms(self, address: str) -> int:
+        """How long ``address`` must still wait before its next try (0: it may try now)."""
+        entry = self._failures.get(address)
+        return 0 if entry is None else max(0, entry[1] - self.clock())
+
+    def failed(self, address: str) -> int:
+        """Record a wrong password from ``address``; the delay it must now wait (ms)."""
+        count = self._failures.pop(address, (0, 0))[0] + 1
+        delay = min(FIRST_DELAY_MS << min(count - 1, 32), MAX_DELAY_MS)
+        self._failures[address] = (count, self.clock() + delay)
+        while len(self._failures) > MAX_ADDRESSES:
+            self._failures.popitem(last=False)
+        return delay
+
+    def succeeded(self, address: str) -> None:
+        """Forget ``address``'s wrong passwords."""
+        self._failures.pop(address, None)
+
+    async def check(self, address: str, verify: Callable[[], bool]) -> bool | None:
+        """Run ``verify`` (a password check) in the checks' own thread (run nicer than the
+        others: :data:`CHECK_NICENESS`) once a check slot is free:
+        its result; None, and nothing checked, if ``address`` must wait (:meth:`wait_ms`):
+        a wrong password it sent meanwhile started a delay."""
+        async with self._checks:
+            if self.wait_ms(address):
+                return None
+            ok = await asyncio.get_running_loop().run_in_executor(self._threads, verify)
+        if ok:
+            self.succeeded(address)
+        else:
+            self.failed(address)
+        return ok
