@@ -130,7 +130,8 @@ def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: Devi
 
     async def too_many(request: Request, address: str) -> Response:
         wait_s = -(-guard.wait_ms(address) // 1000)
-        said = f"Too many wrong passwords from {address}: try again in {wait_s} s."
+        source = "lately, from many addresses" if guard.flood_wait_ms() else f"from {address}"
+        said = f"Too many wrong passwords {source}: try again in {wait_s} s."
         response = await login_form(request, said, 429)
         response.headers["Retry-After"] = str(wait_s)
         return response

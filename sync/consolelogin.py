@@ -6,7 +6,9 @@ process: unbounded, a flood of wrong logins (no credentials needed) grows its me
 16 MiB a check at once and slows devices' requests. :class:`LoginGuard` runs at most
 :data:`LOGIN_CHECKS` at a time, in a thread of lower priority, and refuses an address at
 once (429, no check, no sleep) while its delay runs: :data:`FIRST_DELAY_MS` after its
-first wrong password, doubling to at most :data:`MAX_DELAY_MS`. The table of addresses
+first wrong password, doubling to at most :data:`MAX_DELAY_MS`; and every address while
+wrong passwords from all of them come faster than :data:`GLOBAL_PER_S` a second after a
+burst of :data:`GLOBAL_BURST` (a flood from many addresses). The table of addresses
 is bounded (:data:`MAX_ADDRESSES`, the longest untouched forgotten first) and lives in the
 process (each ``--workers`` process keeps its own).
 
@@ -29,7 +31,10 @@ from typing import Final
 
 import anyio
 
-__all__ = ["CHECK_NICENESS", "FIRST_DELAY_MS", "LOGIN_CHECKS", "MAX_ADDRESSES", "MAX_DELAY_MS", "LoginGuard"]
+__all__ = [
+    "CHECK_NICENESS", "FIRST_DELAY_MS", "GLOBAL_BURST", "GLOBAL_PER_S", "LOGIN_CHECKS", "MAX_ADDRESSES",
+    "MAX_DELAY_MS", "LoginGuard",
+]
 
 #: Password checks (scrypt, ~16 MiB each) run at once in one server process.
 LOGIN_CHECKS: Final = 1
@@ -37,6 +42,10 @@ LOGIN_CHECKS: Final = 1
 FIRST_DELAY_MS: Final = 1_000
 #: The longest an address waits between two guesses.
 MAX_DELAY_MS: Final = 5 * 60 * 1000
+#: Wrong passwords, from all addresses together, checked in a burst; then :data:`GLOBAL_PER_S`
+#: a second: a flood from many addresses costs at most that much scrypt (~15% of a core).
+GLOBAL_BURST: Final = 20
+GLOBAL_PER_S: Final = 2
 #: Addresses whose wrong passwords are remembered (~100 bytes each).
 MAX_ADDRESSES: Final = 10_000
 #: How much nicer than the server's other threads the password checks' thread runs (Linux:
@@ -61,14 +70,28 @@ class LoginGuard:
         self._threads = ThreadPoolExecutor(checks, thread_name_prefix="edgeq-login", initializer=_nicer)
         #: address -> (wrong passwords in a row, epoch ms before which it may not try again)
         self._failures: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        #: wrong passwords any address may still send before all wait (a token bucket), as of when
+        self._budget, self._budget_ms = float(GLOBAL_BURST), clock()
 
     def wait_ms(self, address: str) -> int:
         """How long ``address`` must still wait before its next try (0: it may try now)."""
         entry = self._failures.get(address)
-        return 0 if entry is None else max(0, entry[1] - self.clock())
+        return max(self.flood_wait_ms(), 0 if entry is None else entry[1] - self.clock())
+
+    def flood_wait_ms(self) -> int:
+        """How long every address must wait: wrong passwords came faster than the budget."""
+        budget = self._refill()
+        return 0 if budget >= 1 else -int((budget - 1) * 1000 // GLOBAL_PER_S)
+
+    def _refill(self) -> float:
+        now = self.clock()
+        self._budget = min(float(GLOBAL_BURST), self._budget + (now - self._budget_ms) * GLOBAL_PER_S / 1000)
+        self._budget_ms = now
+        return self._budget
 
     def failed(self, address: str) -> int:
         """Record a wrong password from ``address``; the delay it must now wait (ms)."""
+        self._budget = self._refill() - 1
         count = self._failures.pop(address, (0, 0))[0] + 1
         delay = min(FIRST_DELAY_MS << min(count - 1, 32), MAX_DELAY_MS)
         self._failures[address] = (count, self.clock() + delay)

@@ -27,6 +27,7 @@ from edgeq.sync import consoleauth
 from edgeq.sync import protocol as p
 from edgeq.sync.compression import H_ENCODING, MAX_ANSWER_BYTES
 from edgeq.sync.consoleauth import set_password
+from edgeq.sync.consolelogin import GLOBAL_BURST, GLOBAL_PER_S
 from edgeq.sync.keys import new_key_pair
 from edgeq.sync.transport import Transport, Unreachable
 from edgeq.sync.wire import MalformedBody, count_items, loads
@@ -209,6 +210,24 @@ def test_repeated_wrong_passwords_from_one_address_wait_longer_each_time(
     assert sign_in(guesser, "wrong-5").status_code == 403
     assert sign_in(guesser, "wrong-6").headers["retry-after"] == "1"
     assert checks.calls == 5
+
+
+def test_a_flood_from_many_addresses_is_checked_at_a_bounded_rate(
+    clients: Callable[[str], httpx.Client], server_clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each address guessing once escapes the per-address delay: after a burst of wrong
+    passwords from all of them together, every address waits (429, no check) until the
+    budget refills at GLOBAL_PER_S a second; a right password is checked again then."""
+    checks = watch_checks(monkeypatch)
+    for i in range(GLOBAL_BURST):
+        assert sign_in(clients(f"127.0.1.{i + 1}"), "wrong").status_code == 403
+    refused = sign_in(clients("127.0.2.1"), PASSWORD)
+    assert (refused.status_code, refused.headers["retry-after"]) == (429, "1")
+    assert "Too many wrong passwords lately, from many addresses" in refused.text
+    assert checks.calls == GLOBAL_BURST
+    server_clock.advance(1_000 // GLOBAL_PER_S)
+    assert sign_in(clients("127.0.2.1"), PASSWORD).status_code == 303
+    assert checks.calls == GLOBAL_BURST + 1
 
 
 # -- defect 3: sign-out revokes the session ------------------------------------------------------------
