@@ -79,9 +79,8 @@ def key_file(where: Path, device: str) -> Path:
 def register_devices(server_db: Path, where: Path, devices: list[str], queues: list[str]) -> None:
     """Make each device's key pair (private key in :func:`key_file`) and register it in the
     server's store, allowed to push to ``queues`` (child side: imports edgeq)."""
-    from edgeq.sync.keys import new_key_pair
-
     from edgeq import QueueManager
+    from edgeq.sync.keys import new_key_pair
 
     (where / "keys").mkdir(parents=True, exist_ok=True)
     with QueueManager(server_db) as home:

@@ -13,7 +13,9 @@ its first wrong password), while a device says hello over and over: its hello la
 idle and under the flood, the server's peak memory.
 
 Run: ``.venv/bin/python -m benchmarks.hostile`` (``bomb`` or ``flood`` for one; ``--rounds N``:
-N attacks one after the other, for more probes under attack). Prints JSON.
+N attacks one after the other, for more probes under attack; ``--pin``: the server and the
+probe on the first CPU, the attacking clients on the others, as when they are other hosts).
+Prints JSON.
 """
 
 from __future__ import annotations
@@ -33,16 +35,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from edgeq.sync import protocol as p
-from edgeq.sync.compression import H_ENCODING
-from edgeq.sync.consoleauth import set_password
-from edgeq.sync.keys import load_private_key, new_key_pair
-from edgeq.sync.signing import sign_headers
 
 from benchmarks.peers.mqtt_peer import free_port
 from edgeq import QueueManager
 from edgeq.clock import system_clock
 from edgeq.compression import compress
+from edgeq.sync import protocol as p
+from edgeq.sync.compression import H_ENCODING
+from edgeq.sync.consoleauth import set_password
+from edgeq.sync.keys import load_private_key, new_key_pair
+from edgeq.sync.signing import sign_headers
 
 __all__ = ["main"]
 
@@ -68,6 +70,22 @@ def _kib(pid: int, field: str) -> int:
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pin() -> None:
+    """Put this thread on the first CPU, so that the server and the probe (children started
+    from it) run there; the attackers' threads move to the others (:func:`_attacker`)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    os.sched_setaffinity(0, {cpus[0]})
+
+
+def _attacker() -> None:
+    """An attacking thread's initializer: onto the CPUs ``pin`` left (unpinned: all, unchanged)."""
+    others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)
+    if others:
+        os.sched_setaffinity(0, others)
 
 
 @contextmanager
@@ -192,7 +210,7 @@ def bomb(where: Path, rounds: int = 1) -> dict[str, Any]:
                 def client(_: int) -> list[int]:
                     with httpx.Client(timeout=120) as http:
                         return [one(http, url) for _ in range(BOMBS // BOMB_CLIENTS)]
-                with ThreadPoolExecutor(BOMB_CLIENTS) as pool:
+                with ThreadPoolExecutor(BOMB_CLIENTS, initializer=_attacker) as pool:
                     return [s for _ in range(rounds) for got in pool.map(client, range(BOMB_CLIENTS))
                             for s in got]
 
@@ -215,7 +233,7 @@ def flood(where: Path, rounds: int = 1) -> dict[str, Any]:
                 with httpx.Client(timeout=120, transport=transport) as http:
                     return [http.post(url + "/console/login", data={"password": f"guess-{n}-{i}"}).status_code
                             for i in range(LOGINS // LOGIN_CLIENTS)]
-            with ThreadPoolExecutor(LOGIN_CLIENTS) as pool:
+            with ThreadPoolExecutor(LOGIN_CLIENTS, initializer=_attacker) as pool:
                 return [s for r in range(rounds) for got in pool.map(client, range(r * LOGIN_CLIENTS,
                                                                                     (r + 1) * LOGIN_CLIENTS))
                         for s in got]
@@ -228,14 +246,18 @@ def main(argv: list[str] | None = None) -> int:
                                      description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("cases", nargs="*", help="bomb, flood (default: both)")
     parser.add_argument("--rounds", type=int, default=1, help="attacks one after the other (default 1)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the server and the probe on the first CPU, the attacking clients on the others")
     parser.add_argument("--probe", nargs=3, metavar=("KIND", "URL", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
         return probe_child(*args.probe)
+    if args.pin:
+        pin()
     cases = {"bomb": bomb, "flood": flood}
     if unknown := set(args.cases) - set(cases):
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: choose from bomb, flood")
-    results: dict[str, Any] = {"cpus": os.cpu_count()}
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "pinned": args.pin}
     with tempfile.TemporaryDirectory(prefix="edgeq-hostile-") as tmp:
         for case in args.cases or ["bomb", "flood"]:
             results[case] = cases[case](Path(tmp), args.rounds)

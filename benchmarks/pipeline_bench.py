@@ -39,9 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
-
 from edgeq.journal import JOURNAL_COLUMNS
+from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
 
 __all__ = ["FLOOR_KEYS", "generate", "last_batch", "main", "move_parts", "spark_floor", "task_seconds"]
 
@@ -168,8 +167,9 @@ def spark_floor(spark: Any, journal: Path, out: Path, *, queries: int = 12) -> d
     and the groups each wrote. A run of the job is seventeen queries (the survey, three state
     bundles, twelve reports, the totals), each larger than these, which bounds how short a
     run can be on this machine."""
-    from edgeq.sync.pipeline.job import read_journal
     from pyspark.sql import functions as F
+
+    from edgeq.sync.pipeline.job import read_journal
 
     rows = read_journal(spark, str(journal))
     seconds, groups = [], []

@@ -86,7 +86,6 @@ ACTIONS: Final[tuple[str, ...]] = get_args(AdminAction)
 INQUIRE_ACTIONS: Final = ("inquire-queue", "inquire-all", "inquire-rules", "inquire-sync")
 #: MQe's RC_Success, RC_Fail and RC_Mixed: every item succeeded, every one failed, or some of each.
 ReplyRC: TypeAlias = Literal["success", "failed", "mixed"]
-ItemRC: TypeAlias = Literal["success", "failed"]
 
 #: The largest encoded request a device decodes, and the largest reply it sends.
 MAX_REQUEST_BYTES: Final = 64 * 1024

@@ -126,8 +126,6 @@ class Dispatcher:
         self._delivered: list[int] = []
         self._keys = itertools.count(1)
         self._next_retry_ms: int | None = None
-        #: hook calls that raised since this queue manager opened
-        self.failure_count = 0
 
     # -- bindings ------------------------------------------------------------------------
 
@@ -224,7 +222,6 @@ class Dispatcher:
             else:
                 getattr(binding.rule, f"on_{hook}")(events[0])
         except Exception as exc:
-            self.failure_count += 1
             # MQe: a failing rule leaves the queue to its default behaviour.
             log.exception(
                 "rule %s (%s) failed in on_%s on queue %s, event id %s",

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Self
+from typing import Literal, Self
 
 from edgeq.bindings import RuleBook, attach_stored
 from edgeq.budget import OverflowTally, check_store_budget
@@ -45,9 +45,6 @@ from edgeq.transmit import Transmitter
 from edgeq.types import Clock, Durability, Filter
 from edgeq.uid import MessageUID
 from edgeq.waiting import Waker
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["QueueManager"]
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from edgeq.rules.base import QueueRule, RuleEvent
-
 from edgeq.errors import DuplicateMessage, InvalidArgument, QueueNotFound
 from edgeq.names import check_name
+from edgeq.rules.base import QueueRule, RuleEvent
 from edgeq.types import DLQ_AT_MS, DLQ_ORIGINAL_EXPIRY, DLQ_QUEUE, DLQ_REASON, DLQ_WHERE
 from edgeq.values import Int64
 

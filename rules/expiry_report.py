@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeq.rules.base import QueueRule, RuleEvent
-
 from edgeq.message import Message
+from edgeq.rules.base import QueueRule, RuleEvent
 from edgeq.values import Int64
 
 __all__ = ["ExpiryReportRule"]

@@ -7,9 +7,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from edgeq.rules.base import QueueRule, RuleEvent
-
 from edgeq.errors import InvalidArgument
+from edgeq.rules.base import QueueRule, RuleEvent
 from edgeq.types import EVENT_KINDS
 
 __all__ = ["LogRule"]

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from edgeq.rules.base import QueueRule
-
 from edgeq.errors import InvalidArgument, RuleConfigError, RuleLoadError, RuleNotFound
+from edgeq.rules.base import QueueRule
 
 __all__ = ["GROUP", "RuleInfo", "build_rule", "installed_rules", "load_rule_class"]
 

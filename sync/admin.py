@@ -32,14 +32,14 @@ from pathlib import Path
 from types import TracebackType
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from edgeq.sync.adminrecords import AdminRecord, AdminRecords, RequestStatus
-from edgeq.sync.keys import KeyPair, load_private_key, new_key_pair, public_bytes
-from edgeq.sync.protocol import device_queue_name
 
 from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
 from edgeq.errors import AdminError, DeviceNotFound, EdgeqError, InvalidArgument, QueueExists
 from edgeq.manager import QueueManager
 from edgeq.message import Message
+from edgeq.sync.adminrecords import AdminRecord, AdminRecords, RequestStatus
+from edgeq.sync.keys import KeyPair, load_private_key, new_key_pair, public_bytes
+from edgeq.sync.protocol import device_queue_name
 from edgeq.types import MAX_CONFIRM_ID, Clock
 
 __all__ = [

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from edgeq.sync.link import ServerLink
-from edgeq.sync.reports import PushReport, QueueReport
-
 from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE
 from edgeq.errors import EdgeqError, QueueExists
+from edgeq.sync.link import ServerLink
+from edgeq.sync.reports import PushReport, QueueReport
 
 __all__ = ["AdminRelay", "merged"]
 

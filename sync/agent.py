@@ -41,6 +41,10 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+
+from edgeq.clock import system_clock
+from edgeq.errors import EdgeqError
+from edgeq.manager import QueueManager
 from edgeq.sync.adminagent import AdminRelay, merged
 from edgeq.sync.clockbounds import ServerClockBounds
 from edgeq.sync.daemon import Daemon, DaemonState
@@ -51,10 +55,6 @@ from edgeq.sync.push import Pusher
 from edgeq.sync.reports import HelloInfo, Progress, PullReport, PushReport, QueueReport
 from edgeq.sync.status import SyncStatus, render_metrics, sync_status
 from edgeq.sync.transport import SyncError, Transport
-
-from edgeq.clock import system_clock
-from edgeq.errors import EdgeqError
-from edgeq.manager import QueueManager
 from edgeq.types import Clock
 
 __all__ = ["HelloInfo", "Progress", "PullReport", "PushReport", "QueueReport", "SyncAgent", "SyncError"]

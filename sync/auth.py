@@ -38,9 +38,6 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgeq.sync import protocol as p
-from edgeq.sync.nonces import NoncesFull, NonceStore
-from edgeq.sync.signing import H_DEVICE, H_NONCE, H_SIGNATURE, H_TIMESTAMP, NONCE_RE, canonical
 
 from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE
 from edgeq.clock import system_clock
@@ -48,6 +45,9 @@ from edgeq.devices import DeviceRecord
 from edgeq.errors import EdgeqError, InvalidArgument
 from edgeq.manager import QueueManager
 from edgeq.names import check_name, origin_qmgr
+from edgeq.sync import protocol as p
+from edgeq.sync.nonces import NoncesFull, NonceStore
+from edgeq.sync.signing import H_DEVICE, H_NONCE, H_SIGNATURE, H_TIMESTAMP, NONCE_RE, canonical
 from edgeq.types import Clock
 
 __all__ = [

@@ -30,9 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from edgeq.sync import protocol as p
-
 from edgeq.compression import CODECS, BodyTooLarge, Codec, CorruptBody, compress, decompress
+from edgeq.sync import protocol as p
 
 __all__ = [
     "H_ACCEPT",

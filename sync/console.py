@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from edgeq.sync.consoleauth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
-from edgeq.sync.consolecharts import line_chart
-from edgeq.sync.consoledata import read_console
-from edgeq.sync.consolelogin import LoginGuard
-from edgeq.sync.sessions import DeviceSessions
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
+
+from edgeq.sync.consoleauth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
+from edgeq.sync.consolecharts import line_chart
+from edgeq.sync.consoledata import read_console
+from edgeq.sync.consolelogin import LoginGuard
+from edgeq.sync.sessions import DeviceSessions
 
 __all__ = ["COOKIE", "console_routes", "security_headers"]
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeq.sync.adminrecords import recent
-
 from edgeq.types import MessageState
 
 __all__ = ["ConsoleView", "DeviceRow", "QueueRow", "read_console"]

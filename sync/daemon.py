@@ -16,11 +16,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from edgeq.manager import QueueManager
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 from edgeq.sync.agentlock import AgentLock
-
-from edgeq.manager import QueueManager
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler

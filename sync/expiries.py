@@ -9,11 +9,10 @@ import contextlib
 import logging
 from dataclasses import replace
 
+from edgeq.journal import DEVICE_KINDS
 from edgeq.sync import protocol as p
 from edgeq.sync.link import ServerLink, decode_results
 from edgeq.sync.transport import Unreachable
-
-from edgeq.journal import DEVICE_KINDS
 
 __all__ = ["ExpiryReporter"]
 

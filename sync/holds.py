@@ -30,15 +30,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from edgeq.sync import protocol as p
-from edgeq.sync.sessions import DeviceState
-
 from edgeq.args import check_limit
 from edgeq.codec import encode_fields
 from edgeq.errors import InvalidArgument, QueueNotFound
 from edgeq.holds import HeldUsage
 from edgeq.manager import QueueManager
 from edgeq.message import Message
+from edgeq.sync import protocol as p
+from edgeq.sync.sessions import DeviceState
 from edgeq.uid import MessageUID
 
 __all__ = [

@@ -21,14 +21,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgeq.sync import protocol as p
-from edgeq.sync.adminrecords import AdminRecords
-from edgeq.sync.health import missing_hint, refusal_code
-from edgeq.sync.holds import HoldGate, HoldPolicy
-from edgeq.sync.metrics import Metrics
-from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
-from edgeq.sync.sessions import DeviceSessions, DeviceState
-
 from edgeq import __version__
 from edgeq.adminwire import ADMIN_QUEUE
 from edgeq.clock import system_clock
@@ -37,6 +29,13 @@ from edgeq.journal import remote_expiry_refusal
 from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.names import check_origin, origin_qmgr
+from edgeq.sync import protocol as p
+from edgeq.sync.adminrecords import AdminRecords
+from edgeq.sync.health import missing_hint, refusal_code
+from edgeq.sync.holds import HoldGate, HoldPolicy
+from edgeq.sync.metrics import Metrics
+from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
+from edgeq.sync.sessions import DeviceSessions, DeviceState
 from edgeq.types import MAX_CONFIRM_ID, Clock
 from edgeq.uid import MessageUID
 

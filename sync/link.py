@@ -14,17 +14,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from edgeq import __version__
+from edgeq.compression import Codec, available
+from edgeq.manager import QueueManager
+from edgeq.message import Message
 from edgeq.sync import protocol as p
 from edgeq.sync.clockbounds import ServerClockBounds
 from edgeq.sync.compression import accepted
 from edgeq.sync.health import Health
 from edgeq.sync.reports import HelloInfo
 from edgeq.sync.transport import ServerRefused, SyncError, Transport, Unreachable
-
-from edgeq import __version__
-from edgeq.compression import Codec, available
-from edgeq.manager import QueueManager
-from edgeq.message import Message
 from edgeq.types import Clock
 
 __all__ = ["Results", "ServerLink", "decode_results", "failure_code"]

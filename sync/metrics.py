@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from edgeq.sync.sessions import DeviceSessions
-
     from edgeq.devices import DeviceRefusal
     from edgeq.queues import StoreUsage
+    from edgeq.sync.sessions import DeviceSessions
 
 __all__ = ["Metrics"]
 

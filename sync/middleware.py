@@ -39,13 +39,6 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 from anyio import CapacityLimiter
-from edgeq.sync import protocol as p
-from edgeq.sync.auth import AuthGate, AuthRequest, Forbidden
-from edgeq.sync.compression import H_ENCODING, unframe
-from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
-from edgeq.sync.metrics import Metrics
-from edgeq.sync.signing import H_DEVICE
-from edgeq.sync.wire import DecodeLimits
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -55,6 +48,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeq.compression import Codec, available
 from edgeq.errors import StoreBusy
+from edgeq.sync import protocol as p
+from edgeq.sync.auth import AuthGate, AuthRequest, Forbidden
+from edgeq.sync.compression import H_ENCODING, unframe
+from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
+from edgeq.sync.metrics import Metrics
+from edgeq.sync.signing import H_DEVICE
+from edgeq.sync.wire import DecodeLimits
 
 __all__ = [
     "BODY_SCOPE_KEY",

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import cbor2
-from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 
 from edgeq.errors import EdgeqError
 from edgeq.journal import DEVICE_KINDS, JournalEntry, RemoteExpiryStatus
 from edgeq.message import Message
+from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 from edgeq.types import (
     CHECK_POINTS,
     FIELD_CODES,

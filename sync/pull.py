@@ -20,14 +20,13 @@ import logging
 import secrets
 from typing import Any
 
+from edgeq.adminwire import ADMIN_QUEUE
+from edgeq.errors import EdgeqError
 from edgeq.sync import protocol as p
 from edgeq.sync.health import QUEUE_CODES, missing_hint, refusal_code
 from edgeq.sync.link import ServerLink, decode_results, failure_code
 from edgeq.sync.reports import PullReport, QueueReport
 from edgeq.sync.transport import SyncError, Unreachable
-
-from edgeq.adminwire import ADMIN_QUEUE
-from edgeq.errors import EdgeqError
 from edgeq.types import MAX_CONFIRM_ID
 
 __all__ = ["Puller"]

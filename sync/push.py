@@ -26,6 +26,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from edgeq.errors import EdgeqError
+from edgeq.message import Message
+from edgeq.queues import QueueAttributes
 from edgeq.sync import protocol as p
 from edgeq.sync.clockbounds import STALE_AFTER_S
 from edgeq.sync.expiries import ExpiryReporter
@@ -33,10 +36,6 @@ from edgeq.sync.health import QUEUE_CODES, forbidden_hint, plain_refusal, refusa
 from edgeq.sync.link import Results, ServerLink, decode_results, failure_code
 from edgeq.sync.reports import Progress, PushReport, QueueReport
 from edgeq.sync.transport import SyncError
-
-from edgeq.errors import EdgeqError
-from edgeq.message import Message
-from edgeq.queues import QueueAttributes
 from edgeq.transmit import DEFAULT_REFUSAL_LIMIT
 from edgeq.types import CONFIRM_STATUSES, PUT_STATUSES
 from edgeq.uid import MessageUID

@@ -12,11 +12,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from edgeq.sync import protocol as p
-from edgeq.sync.auth import AuthGate
-from edgeq.sync.compression import H_ACCEPT, answer_codec, frame, negotiate
-from edgeq.sync.home import HomeService
-from edgeq.sync.middleware import BodyDecoder, error_response, protocol_middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -25,6 +20,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from edgeq.compression import Codec
+from edgeq.sync import protocol as p
+from edgeq.sync.auth import AuthGate
+from edgeq.sync.compression import H_ACCEPT, answer_codec, frame, negotiate
+from edgeq.sync.home import HomeService
+from edgeq.sync.middleware import BodyDecoder, error_response, protocol_middleware
 
 __all__ = ["HomeRoutes", "http_error", "protocol_route"]
 

@@ -25,6 +25,11 @@ route, the HTTP concerns as middleware (:mod:`edgeq.sync.middleware`).
 
 from __future__ import annotations
 
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute
+
+from edgeq.manager import QueueManager
 from edgeq.sync.auth import Authenticator, AuthGate, AuthMode, AuthRequest
 from edgeq.sync.holds import HoldPolicy
 from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES, HomeService, ServerLimits
@@ -33,11 +38,6 @@ from edgeq.sync.middleware import BodyDecoder
 from edgeq.sync.protocol import body_limits
 from edgeq.sync.routes import HomeRoutes, http_error
 from edgeq.sync.wire import DecodeLimits
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.routing import BaseRoute
-
-from edgeq.manager import QueueManager
 from edgeq.types import Clock
 
 __all__ = ["AuthMode", "AuthRequest", "Authenticator", "create_app"]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from edgeq.sync.keys import load_private_key
-from edgeq.sync.signing import sign_headers
 
 from edgeq.clock import system_clock
+from edgeq.sync.keys import load_private_key
+from edgeq.sync.signing import sign_headers
 from edgeq.types import Clock
 
 __all__ = ["DeviceSigner"]

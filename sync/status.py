@@ -22,13 +22,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from edgeq.sync.agentlock import running_daemon
-from edgeq.sync.health import Direction, QueueHealth
-from edgeq.sync.protocol import device_queue_name
-
 from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
 from edgeq.restored import Restoration
+from edgeq.sync.agentlock import running_daemon
+from edgeq.sync.health import Direction, QueueHealth
+from edgeq.sync.protocol import device_queue_name
 from edgeq.transmit import SyncQueue
 
 __all__ = ["AgentProcess", "QueueStatus", "SyncStatus", "render_metrics", "sync_status"]

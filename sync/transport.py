@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from edgeq.sync import protocol as p
-from edgeq.sync.compression import H_ACCEPT, H_ENCODING, MAX_ANSWER_BYTES, frame, unframe
-from edgeq.sync.tls import check_server_url, client_ssl_context
 
 from edgeq.compression import Codec
 from edgeq.errors import EdgeqError
+from edgeq.sync import protocol as p
+from edgeq.sync.compression import H_ACCEPT, H_ENCODING, MAX_ANSWER_BYTES, frame, unframe
+from edgeq.sync.tls import check_server_url, client_ssl_context
 
 __all__ = ["ServerRefused", "SyncError", "Transport", "Unreachable"]
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
 
 from edgeq import ManualClock, QueueManager
 from edgeq.crypto import StoreKeys
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
 _LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error", "apscheduler")

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from edgeq.sync.keys import KeyFileError, fingerprint, load_private_key, load_public_key, public_bytes
 
 from edgeq import QueueManager
 from edgeq.cli import cli
+from edgeq.sync.keys import KeyFileError, fingerprint, load_private_key, load_public_key, public_bytes
 
 
 def run(*args: str) -> Result:

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.crypto import StoreKeys
 from edgeq.errors import MessageNotFound, StoreError
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
 from edgeq.types import FieldValue
 
 from .conftest import T0

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import cbor2
 import pytest
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
 
 from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
 from edgeq.codec import decode_fields
 from edgeq.connection import APPLICATION_ID
 from edgeq.crypto import IntegrityError, StoreKeys
 from edgeq.errors import InvalidArgument, StoreError
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
 from edgeq.schema import MIGRATIONS, SCHEMA_VERSION
 
 from .conftest import T0, Recorder

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.errors import InvalidType
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
 
 from .rulekit import read_events
 from .test_rules_durable import SETUP, run_child

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from edgeq.rules.registry import installed_rules, load_rule_class
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.errors import DuplicateMessage, RuleConfigError, RuleLoadError, RuleNotFound
+from edgeq.rules.registry import installed_rules, load_rule_class
 
 from .rulekit import read_events
 

@@ -6,11 +6,11 @@ import logging
 import threading
 
 import pytest
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.errors import InvalidType, QueueNotFound
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
 
 from .conftest import T0, Recorder
 

@@ -90,11 +90,11 @@ def _timed_transport(latencies: list[float], errors: list[int]) -> Any:
 def child_devices(spec: dict[str, Any]) -> dict[str, Any]:
     """Drive some of the fleet's devices (see the module docstring): READY, then GO on stdin."""
     import httpx
-    from edgeq.sync.agent import SyncAgent
-    from edgeq.sync.signer import DeviceSigner
 
     from benchmarks.telemetry import telemetry
     from edgeq import Message, QueueManager
+    from edgeq.sync.agent import SyncAgent
+    from edgeq.sync.signer import DeviceSigner
 
     # A failed round is counted (and its first words reported); the agents' own warnings
     # would only fill the unread stderr pipe of this child.

@@ -69,11 +69,10 @@ def child_setup(spec: dict[str, Any]) -> dict[str, Any]:
 
 def child_push(spec: dict[str, Any]) -> dict[str, Any]:
     """A fresh device: fill its remote queue with readings, then one ``push_once`` through the relay."""
-    from edgeq.sync.agent import SyncAgent
-    from edgeq.sync.signer import DeviceSigner
-
     from benchmarks.telemetry import mean_size, telemetry
     from edgeq import Message, QueueManager
+    from edgeq.sync.agent import SyncAgent
+    from edgeq.sync.signer import DeviceSigner
 
     name, n = spec["device"], int(spec["messages"])
     payloads = telemetry(n)

@@ -41,6 +41,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from edgeq.connection import APPLICATION_ID
+from edgeq.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, PipelineError, require
 from edgeq.sync.pipeline.layout import (  # the layout the job reads
     COLUMN_TYPES,
@@ -49,9 +51,6 @@ from edgeq.sync.pipeline.layout import (  # the layout the job reads
     MANIFEST,
     REQUIRED,
 )
-
-from edgeq.connection import APPLICATION_ID
-from edgeq.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
 
 __all__ = [
     "EXPORT_FORMAT",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from edgeq.connection import ConnectionFactory
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
 from edgeq.sync.pipeline.export import (
     PRUNED_KEY,
@@ -37,8 +38,6 @@ from edgeq.sync.pipeline.export import (
     read_manifest,
     skipped_condition,
 )
-
-from edgeq.connection import ConnectionFactory
 
 __all__ = ["PruneResult", "prune_journal"]
 

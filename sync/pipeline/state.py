@@ -30,8 +30,9 @@ from edgeq.sync.pipeline.files import Files, join
 from edgeq.sync.pipeline.layout import Part
 
 if TYPE_CHECKING:
-    from edgeq.sync.pipeline.inputs import Journal
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+
+    from edgeq.sync.pipeline.inputs import Journal
 
 __all__ = [
     "DEFAULT_BUCKET_MS",

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from edgeq.sync.admin import AdminClient, OperatorKey
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.adminwire import AdminRequest, as_python
 from edgeq.cli import cli
 from edgeq.clock import system_clock
+from edgeq.sync.admin import AdminClient, OperatorKey
 from tests.sync.test_admin import carry, device
 from tests.test_cli import fail, ok
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-from edgeq.sync.adminrecords import AdminRecord
-
 from edgeq.adminwire import AdminReply
 from edgeq.cli.adminviews import (
     format_fanout,
@@ -16,6 +14,7 @@ from edgeq.cli.adminviews import (
     format_replies,
     value_text,
 )
+from edgeq.sync.adminrecords import AdminRecord
 from tests.conftest import T0
 
 RID = "ab" * 16

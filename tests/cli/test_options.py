@@ -11,8 +11,6 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
 
 from edgeq import QueueManager
 from edgeq.cli.options import (
@@ -32,6 +30,8 @@ from edgeq.cli.options import (
     stored_name,
     wants_json,
 )
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
 
 USES = {"existing": EXISTING, "create": CREATE, "service": SERVICE, "admin": ADMIN}
 Opened = list[QueueManager]

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from edgeq.rules.registry import RuleInfo
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.cli.views import (
@@ -26,6 +25,7 @@ from edgeq.cli.views import (
     queue_json,
 )
 from edgeq.queues import QueueUsage
+from edgeq.rules.registry import RuleInfo
 from edgeq.rulestore import FailureRow
 
 T0 = 1_763_715_600_000  # 2025-11-21T09:00:00Z

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
-from edgeq.sync.pipeline.results import ORDER_BY
 
 from edgeq.journal import JOURNAL_COLUMNS, JournalEntry
+from edgeq.sync.pipeline.results import ORDER_BY
 
 
 def same(got: Any, want: Any) -> bool:

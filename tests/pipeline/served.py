@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.protocol import WireMessage
-
 from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.journal import JournalEntry
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.protocol import WireMessage
 
 from ..sync.conftest import LiveServer
 

@@ -19,10 +19,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pyspark
 import pytest
+from pyspark.sql import SparkSession
+
 from edgeq.sync.pipeline.bundle import build
 from edgeq.sync.pipeline.export import export_journal
 from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, run_pipeline
-from pyspark.sql import SparkSession
 
 from ..sync.conftest import free_port
 from .conftest import NO_EXECUTOR_PYTHON, HomeJournal

@@ -8,12 +8,12 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
-from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
-from edgeq.sync.pipeline.export import MANIFEST, Since, export_journal, parse_since, part_name
 
 from edgeq import ManualClock, QueueManager
 from edgeq.cli import cli
 from edgeq.journal import JOURNAL_COLUMNS
+from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
+from edgeq.sync.pipeline.export import MANIFEST, Since, export_journal, parse_since, part_name
 
 from .conftest import HomeJournal
 from .homes import accept, home_server, read_ids
@@ -122,6 +122,7 @@ def test_part_files_are_clustered_by_origin_so_a_device_filter_skips_row_groups(
     """Rows sorted by origin within each part file, in small row groups: a reader looking
     for one device reads only the groups whose origin statistics can hold it."""
     import pyarrow.parquet as pq
+
     from edgeq.sync.pipeline import export
 
     monkeypatch.setattr(export, "ROW_GROUP_ROWS", 40)

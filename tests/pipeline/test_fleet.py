@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from edgeq.sync.pipeline.export import Since, export_journal
-from edgeq.sync.pipeline.job import REPORTS, main, run_pipeline
 from pyspark.sql import SparkSession
 
 from edgeq.cli import cli
 from edgeq.journal import JournalEntry
+from edgeq.sync.pipeline.export import Since, export_journal
+from edgeq.sync.pipeline.job import REPORTS, main, run_pipeline
 
 from ..sync.test_scaling import MOVER, fleet
 from . import expected

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
+
+from benchmarks.pipeline_bench import generate
+from edgeq import MessageUID
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
 from edgeq.sync.pipeline.export import export_journal
 from edgeq.sync.pipeline.inputs import JournalConflict
 from edgeq.sync.pipeline.job import COLUMNS, REPORTS, PipelineResult, run_pipeline
 from edgeq.sync.pipeline.report import summary_text
 from edgeq.sync.pipeline.results import SCHEMA_VERSION, TOTALS
-from pyspark.sql import SparkSession
-
-from benchmarks.pipeline_bench import generate
-from edgeq import MessageUID
 
 from . import expected
 from .compare import check, check_totals, entries_of

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
+from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.pipeline.export import export_journal
 from edgeq.sync.pipeline.job import run_pipeline
 from edgeq.sync.pipeline.report import summary_text
-from pyspark.sql import SparkSession
-
-from edgeq import ManualClock, Message, QueueManager
 
 from ..sync.conftest import LiveServer
 

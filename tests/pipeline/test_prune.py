@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
-from edgeq.sync.pipeline.export import MANIFEST, export_journal, parse_since
-from edgeq.sync.pipeline.prune import prune_journal
 
 from edgeq import ManualClock, QueueManager
 from edgeq.cli import cli
+from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal
+from edgeq.sync.pipeline.export import MANIFEST, export_journal, parse_since
+from edgeq.sync.pipeline.prune import prune_journal
 
 from .homes import accept, home_server, read_ids, store_rows
 from .scenario import START_MS

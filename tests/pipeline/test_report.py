@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from edgeq.sync.pipeline.charts import bar_chart, line_chart, text_width
 from edgeq.sync.pipeline.report import html_page, summary_text, write_html
 from edgeq.sync.pipeline.results import COLUMNS, REPORTS, PipelineResult

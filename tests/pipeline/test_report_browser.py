@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edgeq.sync.pipeline.export import export_journal
-from edgeq.sync.pipeline.report import write_html
-from edgeq.sync.pipeline.results import REPORTS, PipelineResult
 from pyspark.sql import SparkSession
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+from edgeq.sync.pipeline.export import export_journal
+from edgeq.sync.pipeline.report import write_html
+from edgeq.sync.pipeline.results import REPORTS, PipelineResult
 
 from .conftest import HomeJournal
 from .reports import documented_schema, sample, throughput

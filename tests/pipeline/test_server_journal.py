@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.pipeline.export import export_journal
-from edgeq.sync.pipeline.job import REPORTS, run_pipeline
 from pyspark.sql import SparkSession
 
 from edgeq import Int32, ManualClock, Message, QueueManager
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.pipeline.export import export_journal
+from edgeq.sync.pipeline.job import REPORTS, run_pipeline
 
 from ..sync.conftest import LiveServer
 from . import expected

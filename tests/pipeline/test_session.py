@@ -10,6 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, SparkFailed
 from edgeq.sync.pipeline.inputs import spark_schema
 from edgeq.sync.pipeline.session import (
@@ -19,8 +22,6 @@ from edgeq.sync.pipeline.session import (
     shuffle_partitions,
     spark_errors,
 )
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from .conftest import NO_EXECUTOR_PYTHON
 

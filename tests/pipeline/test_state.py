@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
+
 from edgeq.sync.pipeline.files import LocalFiles
 from edgeq.sync.pipeline.inputs import Journal
 from edgeq.sync.pipeline.job import run_pipeline
@@ -23,7 +25,6 @@ from edgeq.sync.pipeline.state import (
     plan_run,
     read_dataset,
 )
-from pyspark.sql import SparkSession
 
 from .test_update import assert_identical, held_back_journal, release
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
+
 from edgeq.sync.pipeline.export import Since, export_journal
 from edgeq.sync.pipeline.job import REPORTS, PipelineResult, run_pipeline
-from pyspark.sql import SparkSession
 
 from . import expected
 from .compare import check, check_totals

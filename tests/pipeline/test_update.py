@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, PipelineResult, run_pipeline
 from pyspark.sql import SparkSession
 
 from benchmarks.pipeline_bench import generate, last_batch, move_parts
 from edgeq.journal import JournalEntry
+from edgeq.sync.pipeline.job import ORDER_BY, REPORTS, PipelineResult, run_pipeline
 
 from . import expected
 from .compare import check, check_totals, entries_of
@@ -127,6 +127,7 @@ def _write_part(journal: Path, entries: list[JournalEntry]) -> None:
     """``entries`` (ids in order) as one batch of part files, written by ``edgeq export``'s own writer."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from edgeq.sync.pipeline.export import _write_batch, arrow_schema
 
     journal.mkdir(parents=True, exist_ok=True)

@@ -24,12 +24,11 @@ import json
 import sys
 from pathlib import Path
 
+from edgeq import QueueManager
+from edgeq.clock import system_clock
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.keys import load_private_key
 from edgeq.sync.signer import DeviceSigner
-
-from edgeq import QueueManager
-from edgeq.clock import system_clock
 
 
 class OffsetClock:

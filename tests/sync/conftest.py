@@ -18,15 +18,15 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as AsgiMessage
+
+from edgeq import ManualClock, QueueManager
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.link import ServerLink
 from edgeq.sync.server import create_app
 from edgeq.sync.transport import Transport
-from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.types import Message as AsgiMessage
-
-from edgeq import ManualClock, QueueManager
 from tests.conftest import T0, Recorder
 
 __all__ = ["T0", "AnswerFaults", "LiveServer", "Network", "Recorder"]

@@ -17,9 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from edgeq.sync.agent import SyncAgent
-
 from edgeq import QueueManager
+from edgeq.sync.agent import SyncAgent
 
 
 def _say(text: str) -> None:

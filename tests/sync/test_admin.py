@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from edgeq.sync.admin import AdminClient, OperatorKey, new_operator_key, operator_key_id
-from edgeq.sync.keys import public_bytes
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
 from edgeq.errors import DeviceNotFound, EdgeqError, InvalidArgument
+from edgeq.sync.admin import AdminClient, OperatorKey, new_operator_key, operator_key_id
+from edgeq.sync.keys import public_bytes
 from edgeq.uid import MessageUID
 from edgeq.values import Int64
 from tests.conftest import T0

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from edgeq.sync.admin import AdminClient, OperatorKey, new_operator_key
-from edgeq.sync.keys import new_key_pair
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.adminwire import ADMIN_QUEUE, AdminRequest, request_message
 from edgeq.cli import cli
 from edgeq.clock import system_clock
+from edgeq.sync.admin import AdminClient, OperatorKey, new_operator_key
+from edgeq.sync.keys import new_key_pair
 from edgeq.values import Int32
 
 from .conftest import EDGEQ, edgeq_serve

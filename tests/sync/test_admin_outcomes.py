@@ -18,6 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.adminwire import ADMIN_QUEUE
 from edgeq.sync.admin import AdminClient, operator_key_id
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.auth import SignatureAuthenticator
@@ -25,9 +28,6 @@ from edgeq.sync.consoleauth import set_password
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.signer import DeviceSigner
-
-from edgeq import ManualClock, Message, QueueManager
-from edgeq.adminwire import ADMIN_QUEUE
 
 from .conftest import EDGEQ, T0, LiveServer, Network
 

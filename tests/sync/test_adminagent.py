@@ -11,6 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE
 from edgeq.sync.admin import AdminClient, operator_key_id
 from edgeq.sync.adminagent import merged
 from edgeq.sync.agent import SyncAgent
@@ -19,9 +22,6 @@ from edgeq.sync.keys import public_bytes
 from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.reports import PushReport, QueueReport
 from edgeq.sync.signer import DeviceSigner
-
-from edgeq import ManualClock, Message, QueueManager
-from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE
 
 from .conftest import LiveServer, Network
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from edgeq.sync.adminrecords import AdminRecords, unauthenticated
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.adminwire import AdminReply, AdminRequest, request_message
 from edgeq.errors import StoreError
 from edgeq.schema import MIGRATIONS
+from edgeq.sync.adminrecords import AdminRecords, unauthenticated
 from tests.conftest import T0
 
 KEY = Ed25519PrivateKey.generate()

@@ -20,6 +20,10 @@ import cbor2
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.clock import system_clock
+from edgeq.errors import InvalidArgument
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.auth import AuthGate, AuthRequest, SignatureAuthenticator, Unauthorized
@@ -27,10 +31,6 @@ from edgeq.sync.keys import load_private_key, new_key_pair, public_bytes
 from edgeq.sync.nonces import MemoryNonces, SqliteNonces
 from edgeq.sync.signer import DeviceSigner
 from edgeq.sync.signing import H_NONCE, H_SIGNATURE, H_TIMESTAMP, sign_headers
-
-from edgeq import ManualClock, Message, QueueManager
-from edgeq.clock import system_clock
-from edgeq.errors import InvalidArgument
 
 from .conftest import T0, LiveServer, edgeq_serve, free_port
 

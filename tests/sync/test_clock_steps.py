@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import Int32, ManualClock, Message, QueueManager
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import T0, LiveServer
 

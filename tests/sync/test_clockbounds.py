@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+
 from edgeq.sync.clockbounds import DRIFT, ServerClockBounds
 
 T = 1_763_683_200_000  # a server clock reading, epoch ms

@@ -20,6 +20,11 @@ import httpx
 import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.compression import CODECS, Codec, compress
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.auth import SignatureAuthenticator
@@ -31,11 +36,6 @@ from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.routes import HomeRoutes, http_error
 from edgeq.sync.signer import DeviceSigner
 from edgeq.sync.signing import H_NONCE, H_SIGNATURE, H_TIMESTAMP, canonical
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-
-from edgeq import ManualClock, Message, QueueManager
-from edgeq.compression import CODECS, Codec, compress
 
 from .conftest import T0, LiveServer, Network, _Server, free_port
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from edgeq.sync.consoleauth import SESSION_MS, load_credential, set_password
-from edgeq.sync.server import create_app
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.cli import cli
+from edgeq.sync.consoleauth import SESSION_MS, load_credential, set_password
+from edgeq.sync.server import create_app
 
 from .conftest import LiveServer
 

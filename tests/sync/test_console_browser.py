@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.consoleauth import set_password
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -22,6 +20,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
 from edgeq import Message, QueueManager
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.consoleauth import set_password
 from tests.pipeline.test_report_browser import CHROMEDRIVER, CHROMIUM, FLAGS, require_browser
 
 from .conftest import edgeq_serve, free_port

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+
+from edgeq import ManualClock, Message, QueueManager
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 from edgeq.sync.agent import SyncAgent
@@ -20,8 +22,6 @@ from edgeq.sync.pull import Puller
 from edgeq.sync.push import Pusher
 from edgeq.sync.reports import Progress
 from edgeq.sync.signer import DeviceSigner
-
-from edgeq import ManualClock, Message, QueueManager
 
 from .conftest import LiveServer, Network, free_port
 from .test_refusals import forbidding

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.errors import MessageNotFound
+from edgeq.sync.agent import SyncAgent
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE as DLQ
 
 from .conftest import LiveServer

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
 from edgeq.sync import protocol as p
 from edgeq.sync.expiries import ExpiryReporter
 from edgeq.sync.link import ServerLink
 from edgeq.sync.transport import Unreachable
-
-from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
 
 from .conftest import LiveServer, Network
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from edgeq.sync.agent import SyncAgent
-
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import LiveServer, Network, Recorder
 

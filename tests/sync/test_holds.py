@@ -18,14 +18,14 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.cli import cli
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.holds import DEFAULT_HOLD_MS, REFUSAL_MEMO_MS, HoldKeeper, HoldPolicy
 from edgeq.sync.link import ServerLink
 from edgeq.sync.transport import Unreachable
-
-from edgeq import ManualClock, Message, QueueManager
-from edgeq.cli import cli
 
 from .conftest import T0, LiveServer, Network, Recorder, edgeq_serve, free_port
 
@@ -347,9 +347,8 @@ def test_a_hold_policy_checks_its_values() -> None:
 def test_the_cheap_size_bound_is_never_below_the_stored_size() -> None:
     """The quota is checked against a bound first (encoding the fields costs ten times
     more); the exact size only when the bound does not fit, so the bound must hold."""
-    from edgeq.sync.holds import _incoming
-
     from edgeq import Int32, Int64
+    from edgeq.sync.holds import _incoming
 
     samples = [
         Message(b"x"), Message(b"", fields={"n": Int32(-(2**31))}), Message(b"ab", fields={"big": Int64(2**62)}),

@@ -27,12 +27,12 @@ from typing import Any
 import cbor2
 import httpx
 import pytest
-from edgeq.sync import protocol as p
-from edgeq.sync.keys import KeyPair, load_private_key, new_key_pair
-from edgeq.sync.signing import sign_headers
 
 from edgeq import QueueManager
 from edgeq.clock import system_clock
+from edgeq.sync import protocol as p
+from edgeq.sync.keys import KeyPair, load_private_key, new_key_pair
+from edgeq.sync.signing import sign_headers
 
 from .conftest import LiveServer, edgeq_serve, free_port
 

@@ -23,6 +23,10 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.types import Receive, Scope, Send
+
+from edgeq import ManualClock, QueueManager
+from edgeq.compression import compress
 from edgeq.sync import consoleauth
 from edgeq.sync import protocol as p
 from edgeq.sync.compression import H_ENCODING, MAX_ANSWER_BYTES
@@ -31,10 +35,6 @@ from edgeq.sync.consolelogin import GLOBAL_BURST, GLOBAL_PER_S
 from edgeq.sync.keys import new_key_pair
 from edgeq.sync.transport import Transport, Unreachable
 from edgeq.sync.wire import MalformedBody, count_items, loads
-from starlette.types import Receive, Scope, Send
-
-from edgeq import ManualClock, QueueManager
-from edgeq.compression import compress
 
 from .conftest import LiveServer, _Server, edgeq_serve, free_port
 from .test_hostile import PROBE_TIMEOUT_S, home_store, post, signed, stored

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import ManualClock, Message, QueueManager
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import T0, LiveServer, Network, edgeq_serve, free_port
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edgeq.sync import protocol as p
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.home import HomeService, ServerLimits
 
 from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
 from edgeq.clock import system_clock
+from edgeq.sync import protocol as p
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.home import HomeService, ServerLimits
 
 from .conftest import EDGEQ, T0, LiveServer, edgeq_serve, free_port
 

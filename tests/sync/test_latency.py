@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import Int64, Message, QueueManager
 from edgeq.clock import system_clock
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import LiveServer
 

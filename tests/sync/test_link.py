@@ -9,11 +9,11 @@ import logging
 from collections.abc import Callable
 
 import pytest
+
+from edgeq import ManualClock, Message, MessageUID, QueueManager
 from edgeq.sync import protocol as p
 from edgeq.sync.link import ServerLink, decode_results
 from edgeq.sync.transport import ServerRefused, Unreachable
-
-from edgeq import ManualClock, Message, MessageUID, QueueManager
 
 from .conftest import T0, LiveServer, Network
 

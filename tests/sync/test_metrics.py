@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeq.sync.metrics import Metrics
-
 from edgeq import Message, QueueManager
+from edgeq.sync.metrics import Metrics
 
 
 def test_store_and_queue_bytes_and_overflow_discards_are_exported(tmp_path: Path) -> None:

@@ -19,6 +19,12 @@ import cbor2
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Scope
+
+from edgeq import ManualClock, QueueManager
+from edgeq.devices import DeviceRecord
 from edgeq.sync import protocol as p
 from edgeq.sync.auth import AuthGate, AuthRequest, SignatureAuthenticator
 from edgeq.sync.home import HomeService
@@ -28,12 +34,6 @@ from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.routes import protocol_route
 from edgeq.sync.server import create_app
 from edgeq.sync.signing import sign_headers
-from starlette.applications import Starlette
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Scope
-
-from edgeq import ManualClock, QueueManager
-from edgeq.devices import DeviceRecord
 
 from .conftest import T0
 

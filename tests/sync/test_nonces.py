@@ -6,7 +6,6 @@ import threading
 from pathlib import Path
 
 from edgeq.sync.nonces import SqliteNonces
-
 from tests.test_commits import TIMEOUT, SlowDisk, until
 
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.consoleauth import set_password
 from sqlite_utils import Database
 
 from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.connection import APPLICATION_ID
 from edgeq.integrity import register
 from edgeq.schema import MIGRATIONS
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.consoleauth import set_password
 
 from .conftest import T0, LiveServer
 

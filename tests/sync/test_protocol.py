@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import cbor2
 import pytest
-from edgeq.sync import protocol as p
 
 from edgeq import Int32, Int64, Message, MessageUID
+from edgeq.sync import protocol as p
 
 UID = MessageUID("DEV1", 1_763_683_200_000_123)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import Int32, ManualClock, Message, QueueManager
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import LiveServer, Network, Recorder
 

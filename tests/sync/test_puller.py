@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.sync import protocol as p
 from edgeq.sync.link import ServerLink
 from edgeq.sync.pull import Puller
-
-from edgeq import Int32, ManualClock, Message, QueueManager
 
 from .conftest import T0, LiveServer, Network
 

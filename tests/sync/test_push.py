@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from edgeq.rules import QueueRule
-from edgeq.rules.base import RuleEvent
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import Int32, Message, MessageUID, QueueManager
 from edgeq.errors import RemoteUnavailable
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import LiveServer, Network, Recorder, free_port
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.sync import protocol as p
 from edgeq.sync.auth import SignatureAuthenticator
 from edgeq.sync.expiries import ExpiryReporter
@@ -20,8 +22,6 @@ from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.push import Pusher
 from edgeq.sync.signer import DeviceSigner
 from edgeq.sync.transport import SyncError
-
-from edgeq import Int32, ManualClock, Message, QueueManager
 
 from .conftest import T0, LiveServer, Network, monotonic_of
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.auth import SignatureAuthenticator
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.signer import DeviceSigner
 from edgeq.sync.status import QueueStatus
-
-from edgeq import ManualClock, Message, QueueManager
 from edgeq.transmit import DEFAULT_REFUSAL_LIMIT
 
 from .conftest import LiveServer, Recorder

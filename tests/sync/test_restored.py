@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
-from edgeq.sync import protocol as p
-from edgeq.sync.agent import SyncAgent
 
 from edgeq import ManualClock, Message, MessageUID, QueueManager
+from edgeq.sync import protocol as p
+from edgeq.sync.agent import SyncAgent
 
 from .conftest import T0, LiveServer, Network, edgeq_serve, free_port
 

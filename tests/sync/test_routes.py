@@ -13,13 +13,13 @@ from typing import Any
 import cbor2
 import httpx
 import pytest
-from edgeq.sync import protocol as p
-from edgeq.sync.home import HomeService
-from edgeq.sync.routes import HomeRoutes, http_error, protocol_route
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
 from edgeq import ManualClock, Message, QueueManager
+from edgeq.sync import protocol as p
+from edgeq.sync.home import HomeService
+from edgeq.sync.routes import HomeRoutes, http_error, protocol_route
 
 from .conftest import T0
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 import pyarrow.parquet as pq
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.pipeline.export import export_journal
 
 from edgeq import Int32, ManualClock, Message, QueueManager
+from edgeq.sync.agent import SyncAgent
+from edgeq.sync.pipeline.export import export_journal
 
 from .conftest import T0, LiveServer, Network, monotonic_of
 

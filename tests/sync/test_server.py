@@ -9,9 +9,9 @@ from typing import Any
 import cbor2
 import httpx
 import pytest
-from edgeq.sync import protocol as p
 
 from edgeq import ManualClock, QueueManager
+from edgeq.sync import protocol as p
 
 from .conftest import T0, LiveServer
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.status import QueueStatus, SyncStatus, render_metrics, sync_status
-
-from edgeq import ManualClock, Message, QueueManager
 
 from .conftest import T0
 

@@ -20,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.keys import new_key_pair
 from edgeq.sync.tls import (
@@ -29,8 +31,6 @@ from edgeq.sync.tls import (
     client_ssl_context,
     is_loopback,
 )
-
-from edgeq import ManualClock, Message, QueueManager
 
 from .conftest import EDGEQ, LiveServer, _Server, edgeq_serve, free_port
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import cbor2
 import pytest
+
 from edgeq.sync import protocol as p
 from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, count_items, describe, loads
 

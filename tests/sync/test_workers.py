@@ -10,14 +10,14 @@ from pathlib import Path
 import cbor2
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from edgeq import Message, QueueManager
+from edgeq.clock import system_clock
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.signer import DeviceSigner
 from edgeq.sync.workers import worker_argv
-
-from edgeq import Message, QueueManager
-from edgeq.clock import system_clock
 
 from .conftest import edgeq_serve, free_port
 from .test_auth import CBOR, signed

@@ -6,10 +6,9 @@ import json
 import os
 from typing import Any
 
+from edgeq.errors import InvalidArgument
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
-
-from edgeq.errors import InvalidArgument
 
 __all__ = ["AuditTrailRule"]
 
