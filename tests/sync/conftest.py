@@ -324,3 +324,14 @@ def edgeq_serve(home: Path, port: int, *extra: str) -> Iterator[list[str]]:
         proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=20)
         lines.extend(rest.splitlines(keepends=True))
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """`edgeq serve` over a home store with queue ORDERS: its URL and the store's path."""
+    home = tmp_path / "home.db"
+    with QueueManager(home, name="HOME") as qm:
+        qm.define_queue("ORDERS")
+    port = free_port()
+    with edgeq_serve(home, port):
+        yield f"http://127.0.0.1:{port}", home

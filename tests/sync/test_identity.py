@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.agent import SyncAgent
 
-from .conftest import T0, LiveServer, Network, edgeq_serve, free_port
+from .conftest import T0, LiveServer, Network
 
 EDGEQ = [sys.executable, "-m", "edgeq"]
 WEEK_MS = 7 * 86_400_000
@@ -46,16 +44,6 @@ def sync_once(device: Path, url: str) -> dict[str, dict[str, object]]:
     assert done.returncode == 0, done.stderr
     summary: dict[str, dict[str, object]] = json.loads(done.stdout)
     return summary
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    home = tmp_path / "home.db"
-    with QueueManager(home, name="HOME") as qm:
-        qm.define_queue("ORDERS")
-    port = free_port()
-    with edgeq_serve(home, port):
-        yield f"http://127.0.0.1:{port}", home
 
 
 def server_data(home: Path) -> list[bytes]:

@@ -11,7 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from edgeq import ManualClock, Message, MessageUID, QueueManager
 from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 
-from .conftest import T0, LiveServer, Network, edgeq_serve, free_port
+from .conftest import T0, LiveServer, Network
 
 EDGEQ = [sys.executable, "-m", "edgeq"]
 SUFFIXES = ("", "-wal", "-shm")
@@ -63,16 +63,6 @@ def sync_once(store: Path, url: str) -> dict[str, object]:
     assert done.returncode == 0, done.stderr
     pushed: dict[str, object] = json.loads(done.stdout)["pushed"]
     return pushed
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    home = tmp_path / "home.db"
-    with QueueManager(home, name="HOME") as qm:
-        qm.define_queue("ORDERS")
-    port = free_port()
-    with edgeq_serve(home, port):
-        yield f"http://127.0.0.1:{port}", home
 
 
 def consume(home: Path, delivered: list[bytes]) -> None:
