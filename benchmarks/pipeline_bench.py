@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgeq.journal import JOURNAL_COLUMNS
-from edgeq.sync.pipeline.export import MANIFEST, arrow_schema, part_name
+from edgeq.store.journal import JOURNAL_COLUMNS
+from edgeq.sync.pipeline.export.exporter import MANIFEST, arrow_schema, part_name
 
 __all__ = ["FLOOR_KEYS", "generate", "last_batch", "main", "move_parts", "spark_floor", "task_seconds"]
 
@@ -169,7 +169,7 @@ def spark_floor(spark: Any, journal: Path, out: Path, *, queries: int = 12) -> d
     run can be on this machine."""
     from pyspark.sql import functions as F
 
-    from edgeq.sync.pipeline.job import read_journal
+    from edgeq.sync.pipeline.job.runner import read_journal
 
     rows = read_journal(spark, str(journal))
     seconds, groups = [], []
@@ -223,7 +223,7 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any, phase:
     time one ``phase``: ``full``, a full run over the first ``size`` rows (the last batch held
     back); ``incremental``, a run over the whole journal into the same output, which reads
     only the last batch."""
-    from edgeq.sync.pipeline.job import run_pipeline
+    from edgeq.sync.pipeline.job.runner import run_pipeline
 
     extra, journal, held, out = _paths(root, size, grow)
     if phase == "incremental":
@@ -261,7 +261,7 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     conf["spark.ui.showConsoleProgress"] = "false"
     rows = {"auto": size, "quick": 0, "default": None}[args.jvm]  # what jvm_conf is told
     if args.jvm == "auto" and args.phase == "incremental":  # the rows it reads, as edgeq pipeline run counts them
-        from edgeq.sync.pipeline.job import check_journal, rows_to_read
+        from edgeq.sync.pipeline.job.runner import check_journal, rows_to_read
 
         _, journal, _, out = _paths(args.dir, size, args.grow)
         rows = rows_to_read([check_journal(str(journal))], str(out))
@@ -277,8 +277,8 @@ def _timed(args: argparse.Namespace, size: int, say: Any, conf: dict[str, str], 
            events: Path | None, t0: float) -> dict[str, Any]:
     """:func:`_one_size`'s run, in a JVM started with ``conf`` for ``rows``; with ``events``, its
     event log there and the executors' task time (:func:`task_seconds`) in the result."""
-    from edgeq.sync.pipeline.job import spark_session
-    from edgeq.sync.pipeline.session import QUICK_JIT
+    from edgeq.sync.pipeline.job.runner import spark_session
+    from edgeq.sync.pipeline.job.session import QUICK_JIT
 
     if events is not None:
         conf = conf | {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),

@@ -6,7 +6,7 @@
 from edgeq.clock import ManualClock
 from edgeq.manager import QueueManager
 from edgeq.message import Message
-from edgeq.queues import QueueAttributes
+from edgeq.queues.attributes import QueueAttributes
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 

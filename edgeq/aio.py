@@ -51,8 +51,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from edgeq.bindings import RuleSpec
-from edgeq.doorbell import Doorbell
+from edgeq.consume.doorbell import Doorbell
+from edgeq.consume.waiting import check_wait
 from edgeq.errors import (
     ConfirmIdNotFound,
     InvalidArgument,
@@ -61,14 +61,14 @@ from edgeq.errors import (
     MessageNotFound,
     QueueManagerClosed,
 )
+from edgeq.events.bindings import RuleSpec
 from edgeq.manager import QueueManager
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
-from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage
+from edgeq.queues.attributes import QueueAttributes, QueueUsage, StoreUsage
 from edgeq.results import ConfirmResult, PutResult
 from edgeq.types import MAX_CONFIRM_ID, Filter
 from edgeq.uid import MessageUID
-from edgeq.waiting import check_wait
 
 __all__ = ["AsyncConsumer", "AsyncQueueManager"]
 
@@ -249,7 +249,7 @@ class AsyncQueueManager:
                 got = await self._lock(qm, queue, count, hold, filter)
                 if got:
                     return got
-                later = await asyncio.wrap_future(self._spawn(qm._gets.due_in, queue))  # edgeq.waiting
+                later = await asyncio.wrap_future(self._spawn(qm._gets.due_in, queue))  # edgeq.consume.waiting
                 due = None if later is None else loop.time() + later
                 wake = due if deadline is None else deadline if due is None else min(due, deadline)
                 if not await bell.after(seen, wake) and wake == deadline:
@@ -259,7 +259,7 @@ class AsyncQueueManager:
 
     def _doorbell(self, qm: QueueManager, loop: asyncio.AbstractEventLoop) -> Doorbell:
         if self._bell is None:
-            self._bell = Doorbell(qm._waker, loop)  # the facade's waker: edgeq.waiting
+            self._bell = Doorbell(qm._waker, loop)  # the facade's waker: edgeq.consume.waiting
         return self._bell
 
     async def _lock(self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None) -> list[Message]:

@@ -166,4 +166,4 @@ class RuleConfigError(RuleError, InvalidArgument):
 
 class AdminError(EdgeqError):
     """An admin request or reply that cannot be used: not CBOR, oversize, of an unknown schema
-    version, or a field of the wrong type or value (see :mod:`edgeq.adminwire`)."""
+    version, or a field of the wrong type or value (see :mod:`edgeq.admin.wire`)."""

@@ -8,23 +8,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from edgeq.args import check_confirm_id, check_count, check_uid
-from edgeq.backout import Backout, Undone
-from edgeq.budget import OverflowTally
-from edgeq.checkpoints import DISCARD_BATCH, ExpiryPolicy
 from edgeq.crypto import IntegrityError
-from edgeq.damage import index_damaged
-from edgeq.dispatch import Pending
 from edgeq.errors import ConfirmIdNotFound, InvalidArgument, InvalidType, MessageExpired, MessageNotFound
-from edgeq.events import EventSink
+from edgeq.events.dispatch import Pending
+from edgeq.events.sink import EventSink
 from edgeq.message import Message, check_fields
-from edgeq.queues import readable_queue, require_queue
+from edgeq.queues.attributes import readable_queue, require_queue
+from edgeq.queues.backout import Backout, Undone
+from edgeq.queues.budget import OverflowTally
+from edgeq.queues.checkpoints import DISCARD_BATCH, ExpiryPolicy
 from edgeq.results import ConfirmResult
-from edgeq.rows import is_expired, matches, to_message
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store.damage import index_damaged
+from edgeq.store.rows import is_expired, matches, to_message
+from edgeq.store.tx import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store.verify import locked_unindexed, tolerant
 from edgeq.types import FieldValue, Filter, MessageState, RemovalReason, Where
 from edgeq.uid import MessageUID
-from edgeq.verify import locked_unindexed, tolerant
 
 __all__ = ["PAGE", "Gets"]
 
@@ -49,7 +49,7 @@ class Gets:
     Every row is checked against its checksum before anything is done with it
     (returned, discarded as expired, confirmed, undone or deleted): a damaged row is
     quarantined and raised as :class:`IntegrityError`; a row a damaged index gave
-    is never quarantined (``edgeq.verify``). A walk never returns one row twice,
+    is never quarantined (``edgeq.store.verify``). A walk never returns one row twice,
     nor a row that is not ready, whatever the index says.
     """
 
@@ -167,7 +167,7 @@ class Gets:
             self.sink.record(tx, events)
             return found, damaged, events
 
-        # Concurrent gets: one thread writes them together (edgeq.flat). Only a plain get's
+        # Concurrent gets: one thread writes them together (edgeq.store.flat). Only a plain get's
         # delete must wait for the disk: an assured get's lock, lost in a power cut, leaves
         # the message visible exactly as an undo would (its getter died too), and
         # discarding an expired message twice is harmless.
@@ -263,7 +263,7 @@ class Gets:
                 return row, self._delete_row(tx, q, row, now, "get", "confirmed"), None
             return row, *self._set_aside(tx, q, [row], now)
 
-        row, events, error = self.sink.run(body)  # concurrent confirms: written together (edgeq.flat)
+        row, events, error = self.sink.run(body)  # concurrent confirms: written together (edgeq.store.flat)
         self.sink.dispatch(events)
         if error is not None:
             raise error

@@ -12,21 +12,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
-from edgeq.bindings import RuleBook, attach_stored
-from edgeq.budget import OverflowTally, check_store_budget
-from edgeq.catalog import QueueCatalog
-from edgeq.checkpoints import ExpiryPolicy
 from edgeq.clock import ManualClock, system_clock
-from edgeq.connection import ConnectionFactory, check_foreign
+from edgeq.consume.waiting import Waker
 from edgeq.crypto import CIPHERS, StoreKeys
-from edgeq.damage import damaged
-from edgeq.devices import DeviceRegistry
-from edgeq.dispatch import Dispatcher, Pending
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
-from edgeq.events import EventSink
+from edgeq.events.bindings import RuleBook, attach_stored
+from edgeq.events.dispatch import Dispatcher, Pending
+from edgeq.events.sink import EventSink
+from edgeq.exchange.holds import Holds
+from edgeq.exchange.transmit import Transmitter
 from edgeq.gets import Gets
-from edgeq.holds import Holds
-from edgeq.journal import JournalSide
 from edgeq.manager_admin import AdminVerbs
 from edgeq.manager_consumers import ConsumerVerbs
 from edgeq.manager_deadletter import DeadLetterVerbs
@@ -34,17 +29,22 @@ from edgeq.manager_exchange import ExchangeVerbs
 from edgeq.manager_queues import QueueVerbs
 from edgeq.manager_remote_admin import RemoteAdminVerbs
 from edgeq.message import Message
-from edgeq.meta import create_store, journal_setting, name_needed, open_identity
 from edgeq.names import check_name
 from edgeq.puts import Puts
+from edgeq.queues.budget import OverflowTally, check_store_budget
+from edgeq.queues.catalog import QueueCatalog
+from edgeq.queues.checkpoints import ExpiryPolicy
 from edgeq.results import ConfirmResult, PutResult
-from edgeq.rulestore import RuleTx
-from edgeq.schema import SCHEMA_VERSION
 from edgeq.sealer import Sealer
-from edgeq.transmit import Transmitter
+from edgeq.store.connection import ConnectionFactory, check_foreign
+from edgeq.store.damage import damaged
+from edgeq.store.devices import DeviceRegistry
+from edgeq.store.journal import JournalSide
+from edgeq.store.meta import create_store, journal_setting, name_needed, open_identity
+from edgeq.store.rules import RuleTx
+from edgeq.store.schema import SCHEMA_VERSION
 from edgeq.types import Clock, Durability, Filter
 from edgeq.uid import MessageUID
-from edgeq.waiting import Waker
 
 __all__ = ["QueueManager"]
 
@@ -81,7 +81,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
     stored, so later opens (``journal=None``) keep it. A store never given one
     journals ``"device"`` as soon as it has a remote or home-server queue (from
     that queue's definition on, and at every open), so expiries before the first
-    ``edgeq sync`` still reach the server; ``journal="off"`` keeps it off. See :mod:`edgeq.journal`. A rule hook that raises on a durable event is retried up to
+    ``edgeq sync`` still reach the server; ``journal="off"`` keeps it off. See :mod:`edgeq.store.journal`. A rule hook that raises on a durable event is retried up to
     ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
     ``max_store_bytes`` bounds the data plus fields all queues hold (the flash
     budget; None: no bound): a put that would exceed it makes room by its queue's
@@ -93,12 +93,12 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
     file. Every message is delivered to exactly one getter.
 
     The queue manager is a facade: it builds its parts once and each method
-    delegates to one of them (the store's SQL in :mod:`edgeq.store`; the
-    :class:`~edgeq.sealer.Sealer`; the :class:`~edgeq.events.EventSink`, the one
-    writer of rule events and journal rows; the :class:`~edgeq.catalog.QueueCatalog`;
-    the :class:`~edgeq.checkpoints.ExpiryPolicy`; :class:`~edgeq.puts.Puts` and
-    :class:`~edgeq.gets.Gets`; the :class:`~edgeq.transmit.Transmitter`; the
-    :class:`~edgeq.bindings.RuleBook`; the :class:`~edgeq.devices.DeviceRegistry`).
+    delegates to one of them (the store's SQL in :mod:`edgeq.store.tx`; the
+    :class:`~edgeq.sealer.Sealer`; the :class:`~edgeq.events.sink.EventSink`, the one
+    writer of rule events and journal rows; the :class:`~edgeq.queues.catalog.QueueCatalog`;
+    the :class:`~edgeq.queues.checkpoints.ExpiryPolicy`; :class:`~edgeq.puts.Puts` and
+    :class:`~edgeq.gets.Gets`; the :class:`~edgeq.exchange.transmit.Transmitter`; the
+    :class:`~edgeq.events.bindings.RuleBook`; the :class:`~edgeq.store.devices.DeviceRegistry`).
     Its verbs are grouped by concern: messaging here; queues and their expiry check
     points in :class:`~edgeq.manager_queues.QueueVerbs`; transmission, settling, the
     journal, held puts and devices in :class:`~edgeq.manager_exchange.ExchangeVerbs`;
@@ -152,13 +152,13 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         self._clock: Clock = clock or system_clock
         keys = keys if keys is not None else StoreKeys.from_env()
         self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
-        # Waiting gets sleep here; every commit that changed a row wakes them (edgeq.waiting).
+        # Waiting gets sleep here; every commit that changed a row wakes them (edgeq.consume.waiting).
         self._waker = Waker(self._db, close_timeout_s=timeout)
         self._db.on_commit = self._waker.notify
         # A manual clock moved on may end a redelivery delay: waiting gets look again.
         self._unwatch = clock.watch(self._waker.notify) if isinstance(clock, ManualClock) else None
         # Nothing is written before the file is recognised, and a new store is made
-        # whole or not at all: a failed open leaves no file behind (edgeq.meta).
+        # whole or not at all: a failed open leaves no file behind (edgeq.store.meta).
         if check_foreign(self.path, newest=SCHEMA_VERSION):
             if name is None:
                 raise name_needed(self.path)
@@ -216,7 +216,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
 
     @property
     def journal_mode(self) -> JournalSide | None:
-        """``"server"``, ``"device"`` or None: what this store journals (see :mod:`edgeq.journal`)."""
+        """``"server"``, ``"device"`` or None: what this store journals (see :mod:`edgeq.store.journal`)."""
         return self._sink.journal
 
     def now_ms(self) -> int:

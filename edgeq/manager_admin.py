@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from edgeq.bindings import BindingInfo, RuleBook
-from edgeq.connection import ConnectionFactory
-from edgeq.events import EventSink
+from edgeq.events.bindings import BindingInfo, RuleBook
+from edgeq.events.sink import EventSink
 from edgeq.results import QuarantineEntry
-from edgeq.rulestore import FailureRow
 from edgeq.sealer import Sealer
+from edgeq.store.connection import ConnectionFactory
+from edgeq.store.rules import FailureRow
 
 if TYPE_CHECKING:
-    from edgeq.checkreport import CheckReport
+    from edgeq.check.report import CheckReport
     from edgeq.rules import QueueRule
 
 __all__ = ["AdminVerbs"]
@@ -141,7 +141,7 @@ class AdminVerbs:
         rule events, journal rows and the store's identity. ``repair=True`` then
         quarantines damaged rows (rules see them ``removed``, reason ``quarantined``),
         rebuilds indexes and recounts queues; ``report.repairs`` says what was done.
-        See :mod:`edgeq.check`.
+        See :mod:`edgeq.check.checker`.
 
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
@@ -152,7 +152,7 @@ class AdminVerbs:
         (True, 1)
         >>> qm.close()
         """
-        from edgeq.check import StoreCheck  # an operator's tool: not paid for by every `import edgeq`
+        from edgeq.check.checker import StoreCheck  # an operator's tool: not paid for by every `import edgeq`
 
         checker = StoreCheck(self._db)
         return checker.repair(self._sink) if repair else checker.run()

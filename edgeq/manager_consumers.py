@@ -1,7 +1,7 @@
 """The queue manager's consumer verbs: :meth:`~ConsumerVerbs.consume` (a loop over a
 queue's messages) and :meth:`~ConsumerVerbs.listen` (threads calling back with each).
-Part of :class:`~edgeq.manager.QueueManager`; the waiting itself is :mod:`edgeq.waiting`,
-the loops :mod:`edgeq.consumers` (docs/consumers.md)."""
+Part of :class:`~edgeq.manager.QueueManager`; the waiting itself is :mod:`edgeq.consume.waiting`,
+the loops :mod:`edgeq.consume.consumers` (docs/consumers.md)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import math
 from collections.abc import Callable
 from datetime import timedelta
 
-from edgeq.consumers import Consumer, Listener, check_readable
+from edgeq.consume.consumers import Consumer, Listener, check_readable
+from edgeq.consume.waiting import Waker, check_wait
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.gets import Gets
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
 from edgeq.types import FieldValue, Filter
-from edgeq.waiting import Waker, check_wait
 
 __all__ = ["ConsumerVerbs"]
 
@@ -69,7 +69,7 @@ class ConsumerVerbs:
         filter: Filter | None = None,
     ) -> Listener:
         """Call ``callback`` with every message of ``queue``, from ``threads`` threads,
-        until the returned :class:`~edgeq.consumers.Listener` is stopped (``stop()``,
+        until the returned :class:`~edgeq.consume.consumers.Listener` is stopped (``stop()``,
         or leaving it as a context manager) or the queue manager closes.
 
         With ``confirm=True`` (the default) each message is got assured: the

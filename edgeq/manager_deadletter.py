@@ -1,4 +1,4 @@
-"""The queue manager's verbs for its dead-letter queue (``edgeq.deadletter``): which queue
+"""The queue manager's verbs for its dead-letter queue (``edgeq.queues.deadletter``): which queue
 it is, and the operator's browse, re-send and delete. Part of
 :class:`~edgeq.manager.QueueManager`."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgeq.deadletter import Resent
 from edgeq.errors import InvalidType
+from edgeq.exchange.transmit import Transmitter
 from edgeq.gets import Gets
 from edgeq.message import Message
-from edgeq.transmit import Transmitter
+from edgeq.queues.deadletter import Resent
 from edgeq.types import DLQ_QUEUE
 from edgeq.uid import MessageUID
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from edgeq.devices import DeviceRecord, DeviceRefusal, DeviceRegistry
-from edgeq.events import EventSink
-from edgeq.holds import HeldGroup, HeldUsage, Holds
-from edgeq.journal import JournalEntry, RemoteExpiryResult
+from edgeq.events.sink import EventSink
+from edgeq.exchange.holds import HeldGroup, HeldUsage, Holds
+from edgeq.exchange.restored import Restoration, check_restored, last_restoration, origin_seen, settled_marks
+from edgeq.exchange.transmit import Refusal, SyncOverview, Transmitter
 from edgeq.message import Message
 from edgeq.puts import Puts
-from edgeq.restored import Restoration, check_restored, last_restoration, origin_seen, settled_marks
-from edgeq.transmit import Refusal, SyncOverview, Transmitter
+from edgeq.store.devices import DeviceRecord, DeviceRefusal, DeviceRegistry
+from edgeq.store.journal import JournalEntry, RemoteExpiryResult
 from edgeq.uid import MessageUID
 
 __all__ = ["ExchangeVerbs"]
@@ -156,7 +156,7 @@ class ExchangeVerbs:
     def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
         """The target of remote queue ``queue`` refused these ``(uid, reason)``: count one
         refusal each, and move those refused ``refusal_limit`` times (default
-        ``edgeq.transmit.DEFAULT_REFUSAL_LIMIT``) to the dead-letter queue, in the same
+        ``edgeq.exchange.transmit.DEFAULT_REFUSAL_LIMIT``) to the dead-letter queue, in the same
         transaction (rules see them removed, reason ``refused``); one it cannot take
         stays (``Refusal.kept``, logged). The sync agent calls it.
 
@@ -221,7 +221,7 @@ class ExchangeVerbs:
 
         >>> import tempfile, os
         >>> from edgeq import QueueManager
-        >>> from edgeq.journal import JournalEntry
+        >>> from edgeq.store.journal import JournalEntry
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
         >>> own = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV1.42", "DEV1", check_point="get")
         >>> pulled = JournalEntry(0, "expired", "device", 5, "DEV1.INBOX", "HOME.7", "HOME", check_point="get")

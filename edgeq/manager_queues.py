@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from edgeq.bindings import RuleSpec
-from edgeq.catalog import QueueCatalog
-from edgeq.checkpoints import ExpiryPolicy
+from edgeq.events.bindings import RuleSpec
 from edgeq.gets import Gets
-from edgeq.queues import QueueAttributes, QueueUsage, StoreUsage
+from edgeq.queues.attributes import QueueAttributes, QueueUsage, StoreUsage
+from edgeq.queues.catalog import QueueCatalog
+from edgeq.queues.checkpoints import ExpiryPolicy
 from edgeq.types import DEFAULT_MAX_REDELIVERY_DELAY_MS, DEFAULT_REDELIVERY_DELAY_MS, OnFull, Ordering
 
 __all__ = ["QueueVerbs"]

@@ -1,6 +1,6 @@
 """The queue manager's remote administration verbs: the operator keys a device trusts, and
 executing the admin requests an operator sends it (MQe's admin messages). Part of
-:class:`~edgeq.manager.QueueManager`; the work is :mod:`edgeq.adminexec`, imported when used
+:class:`~edgeq.manager.QueueManager`; the work is :mod:`edgeq.admin.executor`, imported when used
 so ``import edgeq`` does not pay for it."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from edgeq.connection import ConnectionFactory
+from edgeq.store.connection import ConnectionFactory
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from edgeq.adminexec import AdminExecutor
-    from edgeq.adminstore import AdminKey
-    from edgeq.adminwire import AdminReply
+    from edgeq.admin.executor import AdminExecutor
+    from edgeq.admin.store import AdminKey
+    from edgeq.admin.wire import AdminReply
 
 __all__ = ["RemoteAdminVerbs"]
 
@@ -27,8 +27,8 @@ class RemoteAdminVerbs:
     _db: ConnectionFactory
 
     def _admin(self) -> AdminExecutor:
-        from edgeq.adminactions import AdminHost
-        from edgeq.adminexec import AdminExecutor
+        from edgeq.admin.actions import AdminHost
+        from edgeq.admin.executor import AdminExecutor
 
         # Built per call: it holds no state of its own (the store does).
         return AdminExecutor(cast(AdminHost, self), self._db)
@@ -38,7 +38,7 @@ class RemoteAdminVerbs:
     ) -> AdminKey:
         """Trust operator key ``key_id`` (its Ed25519 public key: 32 raw bytes, or the PEM of a
         ``.pub`` file) to sign admin requests for ``actions`` (``"*"``: every action; see
-        :data:`edgeq.adminwire.ACTIONS`, :data:`~edgeq.adminwire.INQUIRE_ACTIONS`). Trusting an id
+        :data:`edgeq.admin.wire.ACTIONS`, :data:`~edgeq.admin.wire.INQUIRE_ACTIONS`). Trusting an id
         again replaces its key and actions.
 
         >>> import tempfile, os
@@ -62,19 +62,19 @@ class RemoteAdminVerbs:
         return self._admin().keys()
 
     def execute_admin(self, request: bytes, *, remaining_ms: int | None = None) -> AdminReply:
-        """Check and run one admin request (the bytes of an :class:`~edgeq.adminwire.AdminRequest`),
+        """Check and run one admin request (the bytes of an :class:`~edgeq.admin.wire.AdminRequest`),
         at most once; return its reply (also remembered). Never raises for what the request holds:
         a malformed, unsigned, tampered, untrusted, forbidden, misrouted, replayed or expired
         request gets a failed reply and is not run; a request answered before gets the same
         reply again without running; an action that fails gets a failed reply with the reason.
         ``remaining_ms``: the lifetime the request had left when it arrived (its message's
         remaining expiry); None counts its signed lifetime from now. Its expiry is judged on
-        this clock alone (:func:`edgeq.adminexec.deadline_ms`).
+        this clock alone (:func:`edgeq.admin.executor.deadline_ms`).
 
         >>> import tempfile, os
         >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
         >>> from edgeq import QueueManager
-        >>> from edgeq.adminwire import AdminRequest
+        >>> from edgeq.admin.wire import AdminRequest
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
         >>> key = Ed25519PrivateKey.generate(); _ = qm.trust_admin_key("ops", key.public_key())
         >>> req = AdminRequest.create("define-queue", "ORDERS", {"expiry_ms": 60000}, device="DEV1",

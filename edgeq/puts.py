@@ -1,17 +1,14 @@
 """Putting messages: MQe's put and assured put (put locked, then confirm), in batches
 of one transaction each, with the "added" expiry check point, duplicate detection by
 uid (held copies and remembered confirmed uids), and the flash budget (each message
-admitted by the queue's :class:`~edgeq.budget.Room`)."""
+admitted by the queue's :class:`~edgeq.queues.budget.Room`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from edgeq.args import check_confirm_id, check_uid
-from edgeq.budget import OverflowTally, Room
-from edgeq.checkpoints import ExpiryPolicy
-from edgeq.codec import encode_fields
-from edgeq.dispatch import Pending
+from edgeq.encoding.fields import encode_fields
 from edgeq.errors import (
     DuplicateMessage,
     EdgeqError,
@@ -20,15 +17,18 @@ from edgeq.errors import (
     MessageNotFound,
     MessageTooLarge,
 )
-from edgeq.events import EventSink
+from edgeq.events.dispatch import Pending
+from edgeq.events.sink import EventSink
+from edgeq.exchange.transmit import Transmitter
 from edgeq.expiry import effective_deadline, own_deadline
 from edgeq.message import Message
-from edgeq.queues import require_queue
+from edgeq.queues.attributes import require_queue
+from edgeq.queues.budget import OverflowTally, Room
+from edgeq.queues.checkpoints import ExpiryPolicy
 from edgeq.results import ConfirmResult, PutResult
-from edgeq.rows import EXPIRY_KINDS, is_expired
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, as_stored, is_intact, stored_size
-from edgeq.transmit import Transmitter
+from edgeq.store.rows import EXPIRY_KINDS, is_expired
+from edgeq.store.tx import MessageRow, NewMessage, QueueRow, Tx, as_stored, is_intact, stored_size
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
 
@@ -136,7 +136,7 @@ class Puts:
             self.sink.record(tx, events)
             return results, q, len(room.discards)
 
-        return self.sink.run(body)  # concurrent puts: one thread writes them together (edgeq.flat)
+        return self.sink.run(body)  # concurrent puts: one thread writes them together (edgeq.store.flat)
 
     def _admit(
         self, tx: Tx, q: QueueRow, room: Room, messages: Sequence[Message], confirm_id: int | None, now: int,

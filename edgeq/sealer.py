@@ -15,15 +15,15 @@ import logging
 from pathlib import Path
 
 from edgeq.args import check_count
-from edgeq.connection import ConnectionFactory
 from edgeq.crypto import CIPHERS, ENV_KEY_FILE, IntegrityError, KeyMissing, StoreKeys
-from edgeq.damage import damaged
 from edgeq.errors import InvalidArgument, StoreError
-from edgeq.events import EventSink
-from edgeq.queues import require_queue
+from edgeq.events.sink import EventSink
+from edgeq.queues.attributes import require_queue
 from edgeq.results import QuarantineEntry
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact
-from edgeq.verify import stripped
+from edgeq.store.connection import ConnectionFactory
+from edgeq.store.damage import damaged
+from edgeq.store.tx import MessageRow, NewMessage, QueueRow, Tx, is_intact
+from edgeq.store.verify import stripped
 
 __all__ = ["Sealer"]
 
@@ -89,7 +89,7 @@ class Sealer:
     @classmethod
     def verify(cls, queue: str, row: MessageRow) -> None:
         """Raise :class:`IntegrityError` if ``row``, read for ``queue``, is not what was
-        written there (its checksum, ``edgeq.integrity``, does not match)."""
+        written there (its checksum, ``edgeq.store.integrity``, does not match)."""
         if not is_intact(queue, row):
             raise cls.damaged(queue, row)
 
@@ -116,7 +116,7 @@ class Sealer:
     def unseal_for_rules(self, queue: str, row: MessageRow) -> MessageRow:
         """For a rule's copy: unsealed if possible, else the row without its data and fields
         (and, if it fails its checksum, without anything but its uid). A quarantined
-        message's copy (no checksum, no data: see ``edgeq.verify.stripped``) is passed on."""
+        message's copy (no checksum, no data: see ``edgeq.store.verify.stripped``) is passed on."""
         if row.crc is None and not row.data and row.fields is None:
             return row
         try:

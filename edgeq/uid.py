@@ -8,7 +8,7 @@ with the first one's, whatever its clock says. Uids of stores made before
 incarnations existed have a bare name as origin (``DEV1.1763683200000123``).
 
 The stamp is ``created_ms * 1000 + n``: readable as a time, yet unique and
-strictly increasing within its store (see ``edgeq.store`` for how it is kept
+strictly increasing within its store (see ``edgeq.store.tx`` for how it is kept
 monotonic across clock steps, threads, processes and restarts).
 """
 

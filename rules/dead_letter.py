@@ -39,7 +39,7 @@ class DeadLetterRule(QueueRule):
     counter.
 
     A remote queue's message refused ``refusal_limit`` times needs no rule: it
-    moves to the store's dead-letter queue by itself (``edgeq.deadletter``); a
+    moves to the store's dead-letter queue by itself (``edgeq.queues.deadletter``); a
     rule with reason ``refused`` keeps a copy in its own queue as well.
 
     >>> import tempfile, os

@@ -1,6 +1,6 @@
 """Compressed bodies on the wire: the negotiation at hello and the framing of a body
 (``docs/protocol.md``, "Compression"). Pure (no HTTP client or server), so both ends
-share it; the codecs themselves are :mod:`edgeq.compression`'s.
+share it; the codecs themselves are :mod:`edgeq.encoding.compression`'s.
 
 * **Negotiated at hello.** The agent's hello lists the codecs it can encode and decode
   (``"compression": ["zstd", "zlib"]``); the server answers those of them it takes too
@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from edgeq.compression import CODECS, BodyTooLarge, Codec, CorruptBody, compress, decompress
+from edgeq.encoding.compression import CODECS, BodyTooLarge, Codec, CorruptBody, compress, decompress
 from edgeq.sync import protocol as p
 
 __all__ = [

@@ -29,8 +29,8 @@ from typing import Any, Final, Literal, TypeAlias, get_args
 import cbor2
 
 from edgeq.errors import EdgeqError
-from edgeq.journal import DEVICE_KINDS, JournalEntry, RemoteExpiryStatus
 from edgeq.message import Message
+from edgeq.store.journal import DEVICE_KINDS, JournalEntry, RemoteExpiryStatus
 from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 from edgeq.types import (
     CHECK_POINTS,
@@ -311,7 +311,7 @@ def _uid(value: object) -> MessageUID:
 # -- typed fields ----------------------------------------------------------------------------
 
 def encode_fields(fields: Mapping[str, FieldValue]) -> dict[str, list[Any]]:
-    """Typed fields as a CBOR-ready map ``{name: [code, value]}`` (as edgeq.codec stores them).
+    """Typed fields as a CBOR-ready map ``{name: [code, value]}`` (as edgeq.encoding.fields stores them).
 
     >>> encode_fields({"n": Int32(5), "on": True, "t": 1.5})
     {'n': ['i', 5], 'on': ['?', True], 't': ['f', 1.5]}
@@ -398,7 +398,7 @@ def rebase_ms(
 
     ``server_ms`` is what the sending device knew of this clock when it read the
     remaining values: a lower bound of it, from the device's round trips
-    (:class:`~edgeq.sync.clockbounds.ServerClockBounds`). It is never trusted
+    (:class:`~edgeq.sync.agent.clockbounds.ServerClockBounds`). It is never trusted
     beyond ``receiver_now_ms`` (bounds made wrong by a step of this clock must not
     lengthen a lifetime). Without it (an older agent), the legacy rebase:
     ``receiver_now_ms - transit_ms(sender_now_ms, receiver_now_ms, offset_ms)``.

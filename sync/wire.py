@@ -1,7 +1,7 @@
 """Bounded CBOR decoding of sync request and response bodies: what one body may cost to
 decode (no tags, bounded nesting and item count).
 
-The decoder lives in :mod:`edgeq.cbor`, in the core, because the device decodes admin
+The decoder lives in :mod:`edgeq.encoding.cbor`, in the core, because the device decodes admin
 requests with it too and the core must not import the sync package; this module is the
 name the protocol's users know it by.
 
@@ -11,6 +11,6 @@ name the protocol's users know it by.
 
 from __future__ import annotations
 
-from edgeq.cbor import DEFAULT_LIMITS, DecodeLimits, MalformedBody, count_items, describe, loads
+from edgeq.encoding.cbor import DEFAULT_LIMITS, DecodeLimits, MalformedBody, count_items, describe, loads
 
 __all__ = ["DEFAULT_LIMITS", "DecodeLimits", "MalformedBody", "count_items", "describe", "loads"]

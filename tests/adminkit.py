@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import QueueManager
-from edgeq.adminwire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
+from edgeq.admin.wire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
 
 #: The operator's key pair, trusted as "ops" by the devices of the tests.
 OPERATOR = Ed25519PrivateKey.generate()

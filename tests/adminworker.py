@@ -22,7 +22,7 @@ def _die() -> None:
 
 
 def _patch(point: str) -> None:
-    import edgeq.adminexec as adminexec
+    import edgeq.admin.executor as adminexec
 
     real_run, real_send = adminexec.run_action, adminexec.AdminExecutor._send
 

@@ -12,8 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from edgeq import ManualClock, Message, QueueManager
-
-from .conftest import STORE_KEYS
+from tests.conftest import STORE_KEYS
 
 PAYLOADS = [f"order {i:03d}: 42 widgets for the depot at the end of the road".encode() for i in range(30)]
 LINES = [f"log line {i:03d}".encode() for i in range(10)]

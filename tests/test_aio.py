@@ -21,8 +21,7 @@ import pytest
 from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.aio import AsyncQueueManager
 from edgeq.errors import InvalidArgument, InvalidType, QueueManagerClosed, QueueNotFound
-
-from .conftest import T0
+from tests.conftest import T0
 
 T = TypeVar("T")
 BOUND = 10.0  # seconds any single await may take before the test calls it hung

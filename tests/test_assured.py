@@ -6,8 +6,7 @@ import pytest
 
 from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
 from edgeq.errors import ConfirmIdNotFound, DuplicateMessage, MessageExpired, MessageNotFound
-
-from .conftest import Recorder
+from tests.conftest import Recorder
 
 
 def test_assured_put_is_invisible_until_confirmed(qm: QueueManager) -> None:

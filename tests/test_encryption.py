@@ -16,8 +16,7 @@ import pytest
 from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.crypto import IntegrityError, KeyMissing, StoreKeys
 from edgeq.errors import StoreError
-
-from .conftest import T0, Recorder
+from tests.conftest import T0, Recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"card 4111-1111-1111-1111"

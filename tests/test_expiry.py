@@ -10,8 +10,7 @@ from freezegun import freeze_time
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.errors import ExpiryError, QueueNotEmpty
-
-from .conftest import T0, Recorder
+from tests.conftest import T0, Recorder
 
 
 def msg(data: bytes, ms: int | None = None, **kw: object) -> Message:

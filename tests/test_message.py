@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgeq import Int32, Int64, Message, MessageUID
-from edgeq.codec import decode_fields, encode_fields
+from edgeq.encoding.fields import decode_fields, encode_fields
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
 
 

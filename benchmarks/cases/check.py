@@ -35,8 +35,8 @@ def child_check(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["lib"] == "raw-sqlite":
         return _raw(Path(spec["dir"]) / "raw.db", expected)
     from edgeq import __version__
-    from edgeq.check import StoreCheck
-    from edgeq.connection import ConnectionFactory
+    from edgeq.check.checker import StoreCheck
+    from edgeq.store.connection import ConnectionFactory
 
     path = Path(spec["dir"]) / "edgeq.db"
     db = ConnectionFactory(path)

@@ -93,8 +93,8 @@ def child_devices(spec: dict[str, Any]) -> dict[str, Any]:
 
     from benchmarks.telemetry import telemetry
     from edgeq import Message, QueueManager
-    from edgeq.sync.agent import SyncAgent
-    from edgeq.sync.signer import DeviceSigner
+    from edgeq.sync.agent.agent import SyncAgent
+    from edgeq.sync.agent.signer import DeviceSigner
 
     # A failed round is counted (and its first words reported); the agents' own warnings
     # would only fill the unread stderr pipe of this child.

@@ -88,8 +88,8 @@ def child_push(spec: dict[str, Any]) -> dict[str, Any]:
     """Time ``SyncAgent.push_once()`` of the whole backlog; check the device's queue is empty after.
     ``key`` (a private key file) signs every request, ``ca`` verifies an HTTPS server (sync_secure)."""
     from edgeq import QueueManager
-    from edgeq.sync.agent import SyncAgent
-    from edgeq.sync.signer import DeviceSigner
+    from edgeq.sync.agent.agent import SyncAgent
+    from edgeq.sync.agent.signer import DeviceSigner
 
     n = int(spec["messages"])
     qm = QueueManager(Path(spec["device_db"]))

@@ -71,8 +71,8 @@ def child_push(spec: dict[str, Any]) -> dict[str, Any]:
     """A fresh device: fill its remote queue with readings, then one ``push_once`` through the relay."""
     from benchmarks.telemetry import mean_size, telemetry
     from edgeq import Message, QueueManager
-    from edgeq.sync.agent import SyncAgent
-    from edgeq.sync.signer import DeviceSigner
+    from edgeq.sync.agent.agent import SyncAgent
+    from edgeq.sync.agent.signer import DeviceSigner
 
     name, n = spec["device"], int(spec["messages"])
     payloads = telemetry(n)

@@ -22,7 +22,7 @@ class EdgeqAdapter(QueueAdapter):
     Durability needs no forcing: ``durability="full"`` is edgeq's default. Its
     connections commit at ``synchronous=NORMAL`` and every durable call then waits
     for an ``fdatasync`` of the WAL begun after its commit (group commit, see
-    ``edgeq.commits``): FULL's guarantee, which :meth:`pragmas` reports as FULL only
+    ``edgeq.store.commits``): FULL's guarantee, which :meth:`pragmas` reports as FULL only
     when SQLite reads back NORMAL *and* the manager is at full durability.
     """
 

@@ -6,7 +6,7 @@
     edgeq admin --db home.db pending                                     # no reply yet
 
 A request is signed, recorded in the home store and queued for the device's next sync
-(:class:`edgeq.sync.admin.AdminClient`); ``--wait`` waits for the replies, otherwise the
+(:class:`edgeq.sync.server.admin.AdminClient`); ``--wait`` waits for the replies, otherwise the
 request ids are printed. The commands after the device name (``queue``, ``purge``,
 ``sweep``, ``rules``, ``sync-status``) are the device's, run there; ``keygen``,
 ``pending``, ``replies`` and ``show`` are the operator's own. See docs/admin.md.
@@ -37,8 +37,8 @@ from edgeq.cli.queue import (
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:  # the admin stack (cbor2, cryptography) is imported when a command runs
-    from edgeq.sync.admin import AdminClient
-    from edgeq.sync.adminrecords import AdminRecord
+    from edgeq.sync.server.admin import AdminClient
+    from edgeq.sync.server.adminrecords import AdminRecord
 
 __all__ = ["admin"]
 
@@ -159,7 +159,7 @@ def _options(ctx: click.Context, wait_ms: int | None = None, expires_ms: int | N
 def _client(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> AdminClient:
     """The home store's admin client, with the operator key when it is to send requests
     (a missing or bad key is a usage mistake, found before the store is opened)."""
-    from edgeq.sync.admin import AdminClient, OperatorKey
+    from edgeq.sync.server.admin import AdminClient, OperatorKey
 
     key = None
     if signing:
@@ -168,7 +168,7 @@ def _client(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> AdminCl
                                    "edgeq admin keygen --out operator.key", ctx)
         try:
             key = OperatorKey.load(opts.key_file, opts.key_id)
-            from edgeq.adminwire import check_key_id
+            from edgeq.admin.wire import check_key_id
 
             check_key_id(key.key_id)
         except EdgeqError as exc:
@@ -255,7 +255,7 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
       edgeq admin keygen --out operator.key
       edgeq keys trust-admin --db device.db KEY_ID operator.pub     # on each device
     """
-    from edgeq.sync.admin import new_operator_key
+    from edgeq.sync.server.admin import new_operator_key
 
     pair, key_id = new_operator_key(out, overwrite=force)
     if wants_json(ctx, as_json or _options(ctx).json):

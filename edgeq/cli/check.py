@@ -17,15 +17,15 @@ from pathlib import Path
 
 import click
 
-from edgeq.check import NotAStore, StoreCheck, preflight
-from edgeq.checkrecords import sqlite_said
-from edgeq.checkreport import CheckReport
+from edgeq.check.checker import NotAStore, StoreCheck, preflight
+from edgeq.check.records import sqlite_said
+from edgeq.check.report import CheckReport
 from edgeq.cli.base import emit_json
 from edgeq.cli.options import db_option, group_options, output_options, wants_json
 from edgeq.clock import system_clock
-from edgeq.connection import ConnectionFactory
 from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
+from edgeq.store.connection import ConnectionFactory
 
 __all__ = ["check"]
 

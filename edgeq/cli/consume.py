@@ -25,14 +25,14 @@ from types import FrameType
 
 import click
 
-from edgeq.backout import redelivery_delay_ms
 from edgeq.cli.format import FIELD, QUEUE_NAME, _Parsed, format_duration, parse_duration
 from edgeq.cli.options import open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_message, message_json
 from edgeq.errors import ConfirmIdNotFound
 from edgeq.manager import QueueManager
 from edgeq.message import Message
-from edgeq.queues import QueueAttributes
+from edgeq.queues.attributes import QueueAttributes
+from edgeq.queues.backout import redelivery_delay_ms
 from edgeq.types import MAX_CONFIRM_ID, FieldValue
 
 __all__ = ["WAIT", "Stop", "consume", "fields_filter", "settle", "take", "write_out"]
@@ -304,7 +304,7 @@ def _failed(attrs: QueueAttributes, message: Message, status: int) -> None:
 
 
 def _again(attrs: QueueAttributes, message: Message) -> str:
-    """What the undo did with a failed message, by the queue's settings (edgeq.backout)."""
+    """What the undo did with a failed message, by the queue's settings (edgeq.queues.backout)."""
     backouts = message.backout_count + 1
     if attrs.backout_threshold is not None and backouts >= attrs.backout_threshold:
         return f", at its backout threshold: moved to {attrs.backout_queue}"

@@ -1,4 +1,4 @@
-"""The ``edgeq dlq ...`` commands: the store's dead-letter queue (``edgeq.deadletter``):
+"""The ``edgeq dlq ...`` commands: the store's dead-letter queue (``edgeq.queues.deadletter``):
 browse what it holds and why, re-send (after fixing the cause) or delete, and name it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.format import QUEUE_NAME
 from edgeq.cli.messages import messages_text
 from edgeq.cli.options import open_store, output_options, wants_json
-from edgeq.deadletter import Resent
 from edgeq.manager import QueueManager
+from edgeq.queues.deadletter import Resent
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE
 from edgeq.uid import MessageUID
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from edgeq.adminstore import AdminKey
-from edgeq.adminwire import ACTIONS, INQUIRE_ACTIONS, check_key_id, raw_public_key
+from edgeq.admin.store import AdminKey
+from edgeq.admin.wire import ACTIONS, INQUIRE_ACTIONS, check_key_id, raw_public_key
 from edgeq.cli.base import emit_json
 from edgeq.cli.format import QUEUE_NAME
 from edgeq.cli.options import ADMIN, EXISTING, db_option, open_store, output_options, wants_json

@@ -16,7 +16,7 @@ from edgeq.cli.format import DURATION, format_duration
 from edgeq.cli.options import db_option, store_path
 
 if TYPE_CHECKING:
-    from edgeq.sync.pipeline.export import Since
+    from edgeq.sync.pipeline.export.exporter import Since
 
 __all__ = ["PRUNE_FLOOR_MS", "export", "pipeline"]
 
@@ -28,7 +28,7 @@ PRUNE_FLOOR_MS = 3_600_000
 def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Since:
     """``--since`` read (a value that is neither a journal id nor a date/time is a usage error)."""
     from edgeq.sync.pipeline.errors import MalformedJournal
-    from edgeq.sync.pipeline.export import parse_since
+    from edgeq.sync.pipeline.export.exporter import parse_since
 
     try:
         return parse_since(value)
@@ -71,8 +71,8 @@ def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_r
       edgeq export --db home.db --out journal/ --since 120000
       edgeq export --db home.db --out journal/ --prune-after 30d
     """
-    from edgeq.sync.pipeline.export import export_journal
-    from edgeq.sync.pipeline.prune import prune_journal
+    from edgeq.sync.pipeline.export.exporter import export_journal
+    from edgeq.sync.pipeline.export.prune import prune_journal
 
     if prune_after is not None and prune_after < PRUNE_FLOOR_MS and not yes:
         raise click.BadParameter(
@@ -135,9 +135,9 @@ def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, c
       edgeq pipeline run --journal journal/ --out reports/ --full
       edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
     """
-    from edgeq.sync.pipeline.inputs import JournalConflict, check_arguments, check_servers
-    from edgeq.sync.pipeline.job import check_journal, rows_to_read, run_pipeline, spark_session
-    from edgeq.sync.pipeline.report import summary_text, write_html
+    from edgeq.sync.pipeline.job.inputs import JournalConflict, check_arguments, check_servers
+    from edgeq.sync.pipeline.job.runner import check_journal, rows_to_read, run_pipeline, spark_session
+    from edgeq.sync.pipeline.report.summary import summary_text, write_html
 
     conf: dict[str, str] = {}
     for item in confs:

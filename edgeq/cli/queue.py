@@ -23,10 +23,10 @@ from edgeq.cli.format import (
 )
 from edgeq.cli.options import CREATE, F, open_store, output_options, require_queue, wants_json
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
-from edgeq.compression import CODECS, check_compression
+from edgeq.encoding.compression import CODECS, check_compression
 from edgeq.errors import InvalidArgument, QueueNotEmpty
 from edgeq.manager import QueueManager
-from edgeq.queues import QueueAttributes, QueueUsage
+from edgeq.queues.attributes import QueueAttributes, QueueUsage
 from edgeq.types import ON_FULL
 
 __all__ = ["purge", "queue"]

@@ -37,8 +37,8 @@ from edgeq.cli.options import (
 from edgeq.cli.views import device_json, format_devices, format_held, format_refusals, held_json, refusal_json
 
 if TYPE_CHECKING:
-    from edgeq.devices import DeviceRecord
     from edgeq.manager import QueueManager
+    from edgeq.store.devices import DeviceRecord
 
 __all__ = ["server"]
 
@@ -190,7 +190,7 @@ def set_console_password(ctx: click.Context, password_file: Path | None, db: Pat
       edgeq server set-console-password --db home.db
       edgeq server set-console-password --password-file console.pw --db home.db
     """
-    from edgeq.sync.consoleauth import MIN_PASSWORD_CHARS, set_password
+    from edgeq.sync.server.console.auth import MIN_PASSWORD_CHARS, set_password
 
     if password_file is not None:
         lines = password_file.read_text(encoding="utf-8").splitlines()

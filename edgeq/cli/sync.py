@@ -34,9 +34,9 @@ from edgeq.cli.options import (
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
-    from edgeq.restored import Restoration
-    from edgeq.sync.agent import Progress
-    from edgeq.sync.status import SyncStatus
+    from edgeq.exchange.restored import Restoration
+    from edgeq.sync.agent.agent import Progress
+    from edgeq.sync.agent.status import SyncStatus
 
 __all__ = ["format_sync_status", "serve", "status", "sync"]
 
@@ -135,9 +135,9 @@ def serve(
 
     import uvicorn
 
-    from edgeq.sync.holds import HoldKeeper, HoldPolicy
     from edgeq.sync.logs import setup_json_logging
-    from edgeq.sync.server import create_app
+    from edgeq.sync.server.app import create_app
+    from edgeq.sync.server.holds import HoldKeeper, HoldPolicy
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -163,21 +163,21 @@ def serve(
     if console:
         _check_console_password(qm.path)
     if workers > 1 and worker_fd is None:
-        from edgeq.sync.workers import run_workers
+        from edgeq.sync.server.workers import run_workers
 
         qm.close()  # created (if new) once, here: each worker opens it itself
         ctx.exit(run_workers(sys.argv[1:], host, port, workers))
     nonces = None
     keeper = None if holds.hold_ms is None else HoldKeeper(qm, holds)
     try:
-        from edgeq.sync.auth import AuthMode, SignatureAuthenticator
+        from edgeq.sync.server.auth import AuthMode, SignatureAuthenticator
 
         # By default auth is on as soon as any device is registered: the app decides that
         # at every request (AuthGate), so registering one on a running server counts too.
         mode: AuthMode = "auto" if auth is None else "required" if auth else "off"
         authenticate = None
         if mode != "off":
-            from edgeq.sync.nonces import SqliteNonces
+            from edgeq.sync.server.nonces import SqliteNonces
 
             nonces = SqliteNonces(nonce_db or store.path.with_name(store.path.name + ".nonces"),
                                   synchronous="FULL" if durability == "full" else "NORMAL")
@@ -277,7 +277,7 @@ def _check_console(host: str, tls: bool) -> None:
 
 
 def _check_console_password(path: Path) -> None:
-    from edgeq.sync.consoleauth import load_credential
+    from edgeq.sync.server.console.auth import load_credential
 
     if load_credential(path) is None:
         raise click.UsageError(f"--console needs an operator password: set one with "
@@ -285,7 +285,7 @@ def _check_console_password(path: Path) -> None:
 
 
 def _loopback(host: str) -> bool:
-    from edgeq.sync.tls import is_loopback
+    from edgeq.sync.agent.tls import is_loopback
 
     return is_loopback(host)
 
@@ -342,14 +342,14 @@ def sync(
         raise click.UsageError("Missing option '--server' (env var: 'EDGEQ_SERVER'): the home server's URL, "
                                "e.g. --server http://home:8470 (or `edgeq sync status` to see how the queues sync)", ctx)
     _need("httpx", "sync")
-    from edgeq.sync.agent import SyncAgent
+    from edgeq.sync.agent.agent import SyncAgent
     from edgeq.sync.logs import setup_json_logging
 
     store = check_store(ctx, EXISTING, db=db, name=name)  # a mistyped --db must not make an empty store
     setup_json_logging(log_level.upper())
     show = sys.stderr.isatty() if progress is None else progress
+    from edgeq.sync.agent.tls import check_server_url, client_ssl_context
     from edgeq.sync.keys import load_private_key
-    from edgeq.sync.tls import check_server_url, client_ssl_context
 
     # Bad values of these options are usage mistakes (exit 2), found before anything runs.
     try:
@@ -370,7 +370,7 @@ def sync(
     qm = store.open(ctx, journal="device" if report_expiries else "off")
     signer = None
     if signing_key is not None:
-        from edgeq.sync.signer import DeviceSigner
+        from edgeq.sync.agent.signer import DeviceSigner
 
         signer = DeviceSigner(qm.name, signing_key)
     agent = SyncAgent(qm, server_url, batch_size=batch_size, timeout=timeout, auth=signer, ca_file=ca_file,
@@ -430,7 +430,7 @@ def status(ctx: click.Context, db: Path | None, as_json: bool, prometheus: bool)
     Exit status: 0 all is well; 1 a queue is failing or holds refused messages, messages
     wait in the dead-letter queue, or the agent could not reach its server; 2 a usage mistake.
     """
-    from edgeq.sync.status import render_metrics, sync_status
+    from edgeq.sync.agent.status import render_metrics, sync_status
 
     parent = ctx.parent.params.get("db") if ctx.parent is not None else None
     qm = open_store(ctx, EXISTING, db=db or parent)
@@ -448,7 +448,7 @@ def status(ctx: click.Context, db: Path | None, as_json: bool, prometheus: bool)
 def format_sync_status(state: SyncStatus) -> str:
     """The status as a table, one row per queue, then what is wrong and what to do.
 
-    >>> from edgeq.sync.status import QueueStatus, SyncStatus
+    >>> from edgeq.sync.agent.status import QueueStatus, SyncStatus
     >>> q = QueueStatus("ORDERS", "push", "HOME/ORDERS", 2, 65_000, None, "HOME has no queue ORDERS: ...",
     ...                 "no-queue", 5_000, 2, 2, 10, 0, 12_000, True)
     >>> print(format_sync_status(SyncStatus(10_000, "HOME", False, None, None, None, [q], "DLQ", 1)))
@@ -495,7 +495,7 @@ def format_sync_status(state: SyncStatus) -> str:
 def _agent_line(state: SyncStatus, ago: Callable[[int | None], str]) -> str:
     """Whether a daemon runs (its pid, since when, its last cycle), or how the last one ended.
 
-    >>> from edgeq.sync.status import AgentProcess, SyncStatus
+    >>> from edgeq.sync.agent.status import AgentProcess, SyncStatus
     >>> gone = AgentProcess(False, 41, 1_000, 7_000, 8_000, "SIGTERM")
     >>> _agent_line(SyncStatus(10_000, "HOME", False, None, None, None, [], agent=gone), lambda ms: f"{ms}")
     'agent: not running (pid 41 stopped 8000 on SIGTERM; last cycle 7000)'

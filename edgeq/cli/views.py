@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from edgeq.bindings import BindingInfo
 from edgeq.cli.format import (
     approx_duration,
     field_type,
@@ -22,12 +21,13 @@ from edgeq.cli.format import (
     format_size,
     format_time,
 )
-from edgeq.devices import DeviceRecord, DeviceRefusal
-from edgeq.holds import HeldGroup
+from edgeq.events.bindings import BindingInfo
+from edgeq.exchange.holds import HeldGroup
 from edgeq.message import Message
-from edgeq.queues import QueueAttributes, QueueUsage
+from edgeq.queues.attributes import QueueAttributes, QueueUsage
 from edgeq.rules.registry import RuleInfo
-from edgeq.rulestore import FailureRow
+from edgeq.store.devices import DeviceRecord, DeviceRefusal
+from edgeq.store.rules import FailureRow
 from edgeq.types import FieldValue
 from edgeq.values import Int32, Int64
 

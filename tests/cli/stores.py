@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from edgeq import QueueManager
 from edgeq.cli import cli
-from tests.test_cli import Run
+from tests.cli.test_cli import Run
 
 
 def store_with_q(tmp_path: Path) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-from edgeq.adminwire import AdminReply
+from edgeq.admin.wire import AdminReply
 from edgeq.cli.adminviews import (
     format_fanout,
     format_items,
@@ -14,7 +14,7 @@ from edgeq.cli.adminviews import (
     format_replies,
     value_text,
 )
-from edgeq.sync.adminrecords import AdminRecord
+from edgeq.sync.server.adminrecords import AdminRecord
 from tests.conftest import T0
 
 RID = "ab" * 16

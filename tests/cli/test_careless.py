@@ -177,7 +177,7 @@ def test_serve_on_a_port_in_use_names_the_address(tmp_path: Path, taken_port: in
 
 
 def test_serve_with_the_certificate_and_key_swapped_names_the_file(tmp_path: Path) -> None:
-    from tests.sync.test_tls import make_pki
+    from tests.sync.agent.test_tls import make_pki
 
     pki = make_pki(tmp_path / "pki", "swapped")
     db = str(tmp_path / "home.db")

@@ -11,9 +11,8 @@ from click.testing import CliRunner, Result
 
 from edgeq import ManualClock, QueueManager
 from edgeq.cli import cli
-
-from .. import damage
-from ..damage import PAYLOADS, make_store
+from tests import damage
+from tests.damage import PAYLOADS, make_store
 
 
 def run(*argv: str) -> Result:

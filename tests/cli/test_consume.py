@@ -15,7 +15,7 @@ import pytest
 from edgeq import Int32, Message, QueueManager
 from edgeq.cli.consume import _wait
 from tests.cli.stores import clean_env, edgeq, runner, store_with_q
-from tests.test_cli import Run, fail, ok
+from tests.cli.test_cli import Run, fail, ok
 
 BOUND = 60.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from edgeq import Message, QueueManager
 from tests.cli.stores import edgeq, runner, store_with_q
-from tests.test_cli import fail, ok
+from tests.cli.test_cli import fail, ok
 
 BOUND = 120.0
 

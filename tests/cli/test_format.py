@@ -1,5 +1,5 @@
 """edgeq.cli.format: the click types that read option values (the parsers themselves
-are covered in tests/test_cli.py and tests/test_cli_rules.py, and by their doctests)."""
+are covered in tests/cli/test_cli.py and tests/cli/test_cli_rules.py, and by their doctests)."""
 
 from __future__ import annotations
 

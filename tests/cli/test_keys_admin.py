@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives import serialization
 
 from edgeq import QueueManager
-from edgeq.adminwire import INQUIRE_ACTIONS
+from edgeq.admin.wire import INQUIRE_ACTIONS
 from edgeq.cli import cli
 from tests.adminkit import OPERATOR, signed
 

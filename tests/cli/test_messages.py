@@ -1,4 +1,4 @@
-"""edgeq.cli.messages: ``edgeq get --wait`` (the other verbs are covered by tests/test_cli.py),
+"""edgeq.cli.messages: ``edgeq get --wait`` (the other verbs are covered by tests/cli/test_cli.py),
 and that a message leaves the queue only once it is printed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from edgeq import Message, QueueManager
 from tests.cli.stores import clean_env, edgeq, runner, store_with_q
-from tests.test_cli import Run, ok
+from tests.cli.test_cli import Run, ok
 
 BOUND = 60.0
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from edgeq import Message, QueueManager
 from edgeq.cli import cli
-from tests.test_cli import Run, fail, ok
+from tests.cli.test_cli import Run, fail, ok
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from edgeq.cli.views import (
     message_json,
     queue_json,
 )
-from edgeq.queues import QueueUsage
+from edgeq.queues.attributes import QueueUsage
 from edgeq.rules.registry import RuleInfo
-from edgeq.rulestore import FailureRow
+from edgeq.store.rules import FailureRow
 
 T0 = 1_763_715_600_000  # 2025-11-21T09:00:00Z
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from edgeq.journal import JOURNAL_COLUMNS, JournalEntry
-from edgeq.sync.pipeline.results import ORDER_BY
+from edgeq.store.journal import JOURNAL_COLUMNS, JournalEntry
+from edgeq.sync.pipeline.report.results import ORDER_BY
 
 
 def same(got: Any, want: Any) -> bool:

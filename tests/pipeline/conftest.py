@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from edgeq.journal import JournalEntry
-
-from .scenario import Scenario, Truth
+from edgeq.store.journal import JournalEntry
+from tests.pipeline.scenario import Scenario, Truth
 
 #: The Python Spark's executors would start for Python work (a UDF, a DataFrame made from a
 #: Python list): none, so any such work fails the test that does it. The job runs no Python
@@ -23,7 +22,7 @@ NO_EXECUTOR_PYTHON = "/nonexistent/executors-run-no-python"
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from edgeq.sync.pipeline.job import spark_session
+    from edgeq.sync.pipeline.job.runner import spark_session
 
     saved = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = NO_EXECUTOR_PYTHON  # read once, when the context starts

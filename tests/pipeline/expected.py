@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
-from edgeq.journal import JournalEntry
-from edgeq.sync.pipeline.results import LATENCY_BUCKETS_MS
+from edgeq.store.journal import JournalEntry
+from edgeq.sync.pipeline.report.results import LATENCY_BUCKETS_MS
 
 Row = dict[str, Any]
 HOUR = 3_600_000

@@ -9,8 +9,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from edgeq import ManualClock, Message, MessageUID, QueueManager
-
-from .scenario import START_MS
+from tests.pipeline.scenario import START_MS
 
 
 def home_server(root: Path, start_ms: int = START_MS) -> tuple[QueueManager, ManualClock]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from edgeq.sync.pipeline.results import COLUMNS, LATENCY_BUCKETS_MS, REPORTS, PipelineResult
+from edgeq.sync.pipeline.report.results import COLUMNS, LATENCY_BUCKETS_MS, REPORTS, PipelineResult
 
 HOUR = 3_600_000
 #: 2025-11-21T22:00:00Z

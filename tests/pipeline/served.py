@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeq import Int32, ManualClock, Message, QueueManager
-from edgeq.journal import JournalEntry
-from edgeq.sync.agent import SyncAgent
+from edgeq.store.journal import JournalEntry
+from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.protocol import WireMessage
-
-from ..sync.conftest import LiveServer
+from tests.sync.conftest import LiveServer
 
 T0 = 1_763_683_200_000
 SKEWS = {"DEV1": 1_500, "DEV2": -700}
@@ -39,7 +38,7 @@ def serve_rounds(
     put on the server without the two-stage put, and consumed. After each round in
     ``export_after``, ``edgeq export`` runs into its directory, as cron would, while the
     server serves."""
-    from edgeq.sync.pipeline.export import export_journal
+    from edgeq.sync.pipeline.export.exporter import export_journal
 
     server_clock = ManualClock(T0)
     home = QueueManager(root / "home.db", name="HOME", clock=server_clock, journal="server")

@@ -10,12 +10,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.pipeline.export import export_journal
-from edgeq.sync.pipeline.job import run_pipeline
-from edgeq.sync.pipeline.report import summary_text
-
-from ..sync.conftest import LiveServer
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.pipeline.export.exporter import export_journal
+from edgeq.sync.pipeline.job.runner import run_pipeline
+from edgeq.sync.pipeline.report.summary import summary_text
+from tests.sync.conftest import LiveServer
 
 T0 = 1_763_683_200_000
 HALF_HOUR = 1_800_000

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from edgeq import QueueManager
 from edgeq.clock import system_clock
-from edgeq.sync.agent import SyncAgent
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.agent.signer import DeviceSigner
 from edgeq.sync.keys import load_private_key
-from edgeq.sync.signer import DeviceSigner
 
 
 class OffsetClock:

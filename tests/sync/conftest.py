@@ -23,10 +23,10 @@ from starlette.types import Message as AsgiMessage
 
 from edgeq import ManualClock, QueueManager
 from edgeq.sync import protocol as p
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.link import ServerLink
-from edgeq.sync.server import create_app
-from edgeq.sync.transport import Transport
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.agent.link import ServerLink
+from edgeq.sync.agent.transport import Transport
+from edgeq.sync.server.app import create_app
 from tests.conftest import T0, Recorder
 
 __all__ = ["T0", "AnswerFaults", "LiveServer", "Network", "Recorder"]

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from edgeq import QueueManager
-from edgeq.sync.agent import SyncAgent
+from edgeq.sync.agent.agent import SyncAgent
 
 
 def _say(text: str) -> None:
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     auth = None
     if args.key:
+        from edgeq.sync.agent.signer import DeviceSigner
         from edgeq.sync.keys import load_private_key
-        from edgeq.sync.signer import DeviceSigner
 
         auth = DeviceSigner("DEV1", load_private_key(Path(args.key)))
     qm = QueueManager(args.db, journal="device")

@@ -42,9 +42,8 @@ from typing import Any
 
 from edgeq import Message, QueueManager
 from edgeq.types import MessageState
+from tests.sync.conftest import free_port
 from tests.workers import check_payload, payload_key
-
-from .conftest import free_port
 
 __all__ = [
     "ACTIONS", "Fault", "FaultProxy", "Outcome", "Rig", "ServerProcess", "make_payload", "now_ms",

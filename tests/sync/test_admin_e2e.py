@@ -4,7 +4,7 @@ trusting the operator key (set with ``edgeq keys trust-admin``).
 
 DEV1 is one long-lived agent (tests/sync/admin_device.py) whose clock the test moves on, so
 messages put on it expire later, while it runs; DEV2 is ``edgeq sync`` itself (``--once``
-runs, then its daemon). The operator is :class:`edgeq.sync.admin.AdminClient` on the home
+runs, then its daemon). The operator is :class:`edgeq.sync.server.admin.AdminClient` on the home
 store, and the ``edgeq admin`` command line for the fan-out.
 """
 
@@ -25,14 +25,13 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.adminwire import ADMIN_QUEUE, AdminRequest, request_message
+from edgeq.admin.wire import ADMIN_QUEUE, AdminRequest, request_message
 from edgeq.cli import cli
 from edgeq.clock import system_clock
-from edgeq.sync.admin import AdminClient, OperatorKey, new_operator_key
 from edgeq.sync.keys import new_key_pair
+from edgeq.sync.server.admin import AdminClient, OperatorKey, new_operator_key
 from edgeq.values import Int32
-
-from .conftest import EDGEQ, edgeq_serve
+from tests.sync.conftest import EDGEQ, edgeq_serve
 
 WORKER = Path(__file__).with_name("admin_device.py")
 WAIT_S = 30.0  # the most any reply may take once its device has synced

@@ -20,16 +20,15 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.adminwire import ADMIN_QUEUE
-from edgeq.sync.admin import AdminClient, operator_key_id
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.auth import SignatureAuthenticator
-from edgeq.sync.consoleauth import set_password
+from edgeq.admin.wire import ADMIN_QUEUE
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.agent.signer import DeviceSigner
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.nonces import MemoryNonces
-from edgeq.sync.signer import DeviceSigner
-
-from .conftest import EDGEQ, T0, LiveServer, Network
+from edgeq.sync.server.admin import AdminClient, operator_key_id
+from edgeq.sync.server.auth import SignatureAuthenticator
+from edgeq.sync.server.console.auth import set_password
+from edgeq.sync.server.nonces import MemoryNonces
+from tests.sync.conftest import EDGEQ, T0, LiveServer, Network
 
 PASSWORD = "operator-pass-1"
 NEVER_RAN = "expired before delivery: never executed"

@@ -13,8 +13,7 @@ import httpx
 import pytest
 
 from edgeq import Message, QueueManager
-
-from .conftest import edgeq_serve, free_port
+from tests.sync.conftest import edgeq_serve, free_port
 
 EDGEQ = [sys.executable, "-m", "edgeq"]
 

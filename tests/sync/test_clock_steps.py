@@ -17,9 +17,8 @@ import httpx
 import pytest
 
 from edgeq import Int32, ManualClock, Message, QueueManager
-from edgeq.sync.agent import SyncAgent
-
-from .conftest import T0, LiveServer
+from edgeq.sync.agent.agent import SyncAgent
+from tests.sync.conftest import T0, LiveServer
 
 UP_MS, DOWN_MS = 40, 60  # one-way latencies, deliberately unequal
 RTT_MS = UP_MS + DOWN_MS

@@ -24,20 +24,19 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.compression import CODECS, Codec, compress
+from edgeq.encoding.compression import CODECS, Codec, compress
 from edgeq.sync import protocol as p
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.auth import SignatureAuthenticator
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.agent.signer import DeviceSigner
 from edgeq.sync.compression import H_ACCEPT, H_ENCODING, MIN_BYTES, answer_codec, unframe
-from edgeq.sync.home import HomeService
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.middleware import BodyDecoder
-from edgeq.sync.nonces import MemoryNonces
-from edgeq.sync.routes import HomeRoutes, http_error
-from edgeq.sync.signer import DeviceSigner
+from edgeq.sync.server.auth import SignatureAuthenticator
+from edgeq.sync.server.home import HomeService
+from edgeq.sync.server.middleware import BodyDecoder
+from edgeq.sync.server.nonces import MemoryNonces
+from edgeq.sync.server.routes import HomeRoutes, http_error
 from edgeq.sync.signing import H_NONCE, H_SIGNATURE, H_TIMESTAMP, canonical
-
-from .conftest import T0, LiveServer, Network, _Server, free_port
+from tests.sync.conftest import T0, LiveServer, Network, _Server, free_port
 
 PUT, CONFIRM, PULL, PULL_CONFIRM = p.PATH_PUT, p.PATH_CONFIRM, p.PATH_PULL, p.PATH_PULL_CONFIRM
 

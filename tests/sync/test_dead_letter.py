@@ -13,10 +13,9 @@ import pytest
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
 from edgeq.errors import MessageNotFound
-from edgeq.sync.agent import SyncAgent
+from edgeq.sync.agent.agent import SyncAgent
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE as DLQ
-
-from .conftest import LiveServer
+from tests.sync.conftest import LiveServer
 
 
 @pytest.fixture

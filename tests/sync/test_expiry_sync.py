@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from edgeq import Int32, Int64, ManualClock, Message, QueueManager
-from edgeq.sync.agent import SyncAgent
-
-from .conftest import LiveServer, Network, Recorder
+from edgeq.sync.agent.agent import SyncAgent
+from tests.sync.conftest import LiveServer, Network, Recorder
 
 
 def at(hhmm: str) -> int:

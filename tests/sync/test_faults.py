@@ -17,8 +17,7 @@ import pytest
 
 from edgeq import QueueManager
 from edgeq.types import MessageState
-
-from .faultkit import QUEUE, Fault, Rig, locked_confirm_ids, now_ms
+from tests.sync.faultkit import QUEUE, Fault, Rig, locked_confirm_ids, now_ms
 
 RigFactory = Callable[..., Rig]
 

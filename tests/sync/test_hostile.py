@@ -33,8 +33,7 @@ from edgeq.clock import system_clock
 from edgeq.sync import protocol as p
 from edgeq.sync.keys import KeyPair, load_private_key, new_key_pair
 from edgeq.sync.signing import sign_headers
-
-from .conftest import LiveServer, edgeq_serve, free_port
+from tests.sync.conftest import LiveServer, edgeq_serve, free_port
 
 CBOR = {"content-type": p.CONTENT_TYPE}
 EDGEQ = [sys.executable, "-m", "edgeq"]

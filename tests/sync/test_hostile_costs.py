@@ -26,18 +26,17 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from edgeq import ManualClock, QueueManager
-from edgeq.compression import compress
-from edgeq.sync import consoleauth
+from edgeq.encoding.compression import compress
 from edgeq.sync import protocol as p
+from edgeq.sync.agent.transport import Transport, Unreachable
 from edgeq.sync.compression import H_ENCODING, MAX_ANSWER_BYTES
-from edgeq.sync.consoleauth import set_password
-from edgeq.sync.consolelogin import GLOBAL_BURST, GLOBAL_PER_S
 from edgeq.sync.keys import new_key_pair
-from edgeq.sync.transport import Transport, Unreachable
+from edgeq.sync.server.console import auth as consoleauth
+from edgeq.sync.server.console.auth import set_password
+from edgeq.sync.server.console.login import GLOBAL_BURST, GLOBAL_PER_S
 from edgeq.sync.wire import MalformedBody, count_items, loads
-
-from .conftest import LiveServer, _Server, edgeq_serve, free_port
-from .test_hostile import PROBE_TIMEOUT_S, home_store, post, signed, stored
+from tests.sync.conftest import LiveServer, _Server, edgeq_serve, free_port
+from tests.sync.test_hostile import PROBE_TIMEOUT_S, home_store, post, signed, stored
 
 #: The items of the bomb: under the old limit of 1,000,000 items a body.
 BOMB_ITEMS = 999_990

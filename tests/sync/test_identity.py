@@ -16,9 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.sync.agent import SyncAgent
-
-from .conftest import T0, LiveServer, Network
+from edgeq.sync.agent.agent import SyncAgent
+from tests.sync.conftest import T0, LiveServer, Network
 
 EDGEQ = [sys.executable, "-m", "edgeq"]
 WEEK_MS = 7 * 86_400_000

@@ -15,10 +15,9 @@ import pytest
 from edgeq import Int32, ManualClock, Message, MessageUID, QueueManager
 from edgeq.clock import system_clock
 from edgeq.sync import protocol as p
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.home import HomeService, ServerLimits
-
-from .conftest import EDGEQ, T0, LiveServer, edgeq_serve, free_port
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.server.home import HomeService, ServerLimits
+from tests.sync.conftest import EDGEQ, T0, LiveServer, edgeq_serve, free_port
 
 
 def test_accepted_entries_carry_device_and_offset_and_device_expiries_are_reported(

@@ -18,9 +18,8 @@ import pytest
 
 from edgeq import Int64, Message, QueueManager
 from edgeq.clock import system_clock
-from edgeq.sync.agent import SyncAgent
-
-from .conftest import LiveServer
+from edgeq.sync.agent.agent import SyncAgent
+from tests.sync.conftest import LiveServer
 
 DELAY_S = 0.2  # each way
 #: What a receiver may lose besides the round trip (scheduling on a loaded machine).

@@ -20,13 +20,12 @@ import pytest
 from sqlite_utils import Database
 
 from edgeq import Int32, ManualClock, Message, QueueManager
-from edgeq.connection import APPLICATION_ID
-from edgeq.integrity import register
-from edgeq.schema import MIGRATIONS
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.consoleauth import set_password
-
-from .conftest import T0, LiveServer
+from edgeq.store.connection import APPLICATION_ID
+from edgeq.store.integrity import register
+from edgeq.store.schema import MIGRATIONS
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.server.console.auth import set_password
+from tests.sync.conftest import T0, LiveServer
 
 PASSWORD = "operator-pass-1"
 SEEN_WRITE_MS = 10_000

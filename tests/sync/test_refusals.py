@@ -11,15 +11,14 @@ from collections.abc import Callable
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.auth import SignatureAuthenticator
+from edgeq.exchange.transmit import DEFAULT_REFUSAL_LIMIT
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.agent.signer import DeviceSigner
+from edgeq.sync.agent.status import QueueStatus
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.nonces import MemoryNonces
-from edgeq.sync.signer import DeviceSigner
-from edgeq.sync.status import QueueStatus
-from edgeq.transmit import DEFAULT_REFUSAL_LIMIT
-
-from .conftest import LiveServer, Recorder
+from edgeq.sync.server.auth import SignatureAuthenticator
+from edgeq.sync.server.nonces import MemoryNonces
+from tests.sync.conftest import LiveServer, Recorder
 
 
 def status_of(agent: SyncAgent, queue: str) -> QueueStatus:

@@ -20,9 +20,8 @@ import pytest
 
 from edgeq import ManualClock, Message, MessageUID, QueueManager
 from edgeq.sync import protocol as p
-from edgeq.sync.agent import SyncAgent
-
-from .conftest import T0, LiveServer, Network
+from edgeq.sync.agent.agent import SyncAgent
+from tests.sync.conftest import T0, LiveServer, Network
 
 EDGEQ = [sys.executable, "-m", "edgeq"]
 SUFFIXES = ("", "-wal", "-shm")

@@ -1,7 +1,7 @@
 """More than one home server (docs/scaling.md): two servers, each its own store, each with
 its own group of devices pushing over loopback; both journals exported. Each server
 journals exactly its own group's messages, and together they hold every message the
-fleet sent. :class:`Fleet` builds it; tests/pipeline/test_fleet.py runs one Spark job
+fleet sent. :class:`Fleet` builds it; tests/pipeline/job/test_fleet.py runs one Spark job
 over both exports and checks that its figures add up."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import httpx
 import pyarrow.parquet as pq
 
 from edgeq import Int32, ManualClock, Message, QueueManager
-from edgeq.sync.agent import SyncAgent
-from edgeq.sync.pipeline.export import export_journal
-
-from .conftest import T0, LiveServer, Network, monotonic_of
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.pipeline.export.exporter import export_journal
+from tests.sync.conftest import T0, LiveServer, Network, monotonic_of
 
 #: each server's device group, and what each device pushes per round
 GROUPS = {"HOMEA": {"A1": 120, "A2": 80}, "HOMEB": {"B1": 50, "B2": 70, "B3": 30}}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .faultkit import Fault, Rig
+from tests.sync.faultkit import Fault, Rig
 
 # (action, weight): device kills and lost answers are the common faults.
 ACTIONS = (

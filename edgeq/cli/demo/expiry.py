@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeq.bindings import RuleSpec
 from edgeq.cli.demo.base import DemoResult, Echo, Narration, brief, clock_time, text
 from edgeq.cli.format import format_duration, format_time
 from edgeq.clock import ManualClock
+from edgeq.events.bindings import RuleSpec
 from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.rules import QueueRule

@@ -26,7 +26,7 @@ from edgeq.message import Message
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 from edgeq.sync import protocol as p
-from edgeq.sync.agent import PushReport, SyncAgent
+from edgeq.sync.agent.agent import PushReport, SyncAgent
 
 __all__ = ["DEVICE_QM", "HOME_QM", "START_MS", "run_forward_act"]
 

@@ -1,7 +1,7 @@
 """Act two's network: the real home server on a loopback port, and the device's HTTP
 client, which keeps a record of what crossed the wire.
 
-:class:`LoopbackServer` serves the real app (:func:`edgeq.sync.server.create_app`, what
+:class:`LoopbackServer` serves the real app (:func:`edgeq.sync.server.app.create_app`, what
 ``edgeq serve`` runs) with uvicorn in a thread, and stops and starts again on the same
 port: while it is stopped the link is down for real (connections are refused).
 :class:`Wire` is the ``httpx.Client`` the sync agent talks through: its event hooks
@@ -24,7 +24,7 @@ import uvicorn
 from edgeq.cli.demo.base import DemoFailed
 from edgeq.manager import QueueManager
 from edgeq.sync import protocol as p
-from edgeq.sync.server import create_app
+from edgeq.sync.server.app import create_app
 from edgeq.types import Clock
 
 __all__ = ["Exchange", "LoopbackServer", "Timeline", "Wire"]

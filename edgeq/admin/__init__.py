@@ -1,0 +1,1 @@
+"""Remote administration on the device: the admin message, its executor, what each action does, and its SQL."""

@@ -1,0 +1,1 @@
+"""Queues: attributes, the catalog, the flash budget, expiry check points, backout and the dead-letter queue."""

@@ -1,0 +1,205 @@
+"""The agent's background loop: a cycle every interval (APScheduler), at once after a
+put on a remote queue while the server is reachable, and with exponential backoff
+plus jitter after a failure.
+
+While it runs it holds the store's agent lock (:mod:`edgeq.sync.agent.lock`), so another
+process can tell that it runs; it reports its start, each cycle and its stop (with the
+reason: a signal's name, or ``stopped``) to ``on_state``, and logs its start and its exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from edgeq.manager import QueueManager
+from edgeq.rules import QueueRule
+from edgeq.rules.base import RuleEvent
+from edgeq.sync.agent.lock import AgentLock
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+__all__ = ["Daemon", "DaemonState"]
+
+log = logging.getLogger("edgeq.sync.agent")
+
+#: What the daemon reports to ``on_state``: it started, finished a cycle, or stopped.
+DaemonState: TypeAlias = Literal["start", "cycle", "stop"]
+
+
+class _WakeRule(QueueRule):
+    """Wakes the daemon when a message is put on a remote queue."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def on_added(self, event: RuleEvent) -> None:
+        """Wake the daemon to push the new message."""
+        self._daemon.wake_on_put()
+
+
+class Daemon:
+    """Run ``cycle`` (it returns whether it succeeded) in a background thread.
+
+    ``cycle`` fails (returns False) only when the server cannot be reached or refuses the
+    device: a queue that fails alone waits on its own backoff inside the cycle, and the
+    loop goes on. ``online`` tells whether the server was reachable at the last exchange:
+    only then does a put wake the loop at once (the wake rule on ``qm``'s remote queues);
+    after a failed cycle the loop waits ``backoff_base_s`` doubled per failure, at most
+    ``backoff_max_s``, jittered, and tells ``on_backoff`` the delay (seconds).
+    ``server_url`` is for the log. ``on_state`` is told of the start, each cycle and the
+    stop (with its reason), to keep them where ``edgeq sync status`` reads them.
+    """
+
+    def __init__(
+        self, qm: QueueManager, cycle: Callable[[], bool], *, online: Callable[[], bool],
+        backoff_base_s: float, backoff_max_s: float, server_url: str,
+        on_backoff: Callable[[float], None] | None = None,
+        on_state: Callable[[DaemonState, str | None], None] | None = None,
+    ) -> None:
+        self.qm = qm
+        self._cycle = cycle
+        self._online = online
+        self._backoff = (backoff_base_s, backoff_max_s)
+        self._server_url = server_url
+        self._on_backoff = on_backoff
+        self._on_state = on_state
+        self._lock = AgentLock(qm.path)
+        self._reason = "stopped"  #: why it stops: a signal's name, or "stopped" (stop() called)
+        self._cycles = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._scheduler: BackgroundScheduler | None = None
+        self._worker: threading.Thread | None = None
+        self._rules: list[tuple[str, _WakeRule]] = []
+
+    def wake_on_put(self) -> None:
+        """A message was put on a remote queue: run a cycle now, if the server is reachable."""
+        if self._online():
+            self._wake.set()
+
+    def start(self, interval_s: float = 5.0) -> None:
+        """Start the loop: a cycle every ``interval_s`` seconds, at once after a put while
+        online, with backoff after a failure. :meth:`stop` ends it."""
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, not {interval_s!r}")
+        if self._worker is not None:
+            raise RuntimeError("the sync agent is already running")
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self._take_lock()
+        self._reason, self._cycles = "stopped", 0
+        self._tell("start")
+        self._stop.clear()
+        self._wake.clear()  # a stop() while stopped leaves it set: no cycle but the start's own
+        for attrs in self.qm.remote_queues():
+            rule = _WakeRule(self)
+            self.qm.add_rule(attrs.name, rule)
+            self._rules.append((attrs.name, rule))
+        scheduler = BackgroundScheduler(daemon=True)
+        scheduler.add_job(self._wake.set, "interval", seconds=interval_s, id="edgeq-sync-tick",
+                          max_instances=1, coalesce=True)
+        scheduler.start()
+        self._scheduler = scheduler
+        self._worker = threading.Thread(target=self._loop, name="edgeq-sync-agent", daemon=True)
+        self._worker.start()
+        log.info("agent started", extra={"event": "start", "server": self._server_url,
+                                         "interval_s": interval_s, "pid": os.getpid()})
+
+    def run(self, interval_s: float = 5.0) -> None:
+        """:meth:`start`, then block until :meth:`stop` (or Ctrl-C)."""
+        self.start(interval_s)
+        try:
+            self._stop.wait()
+        except KeyboardInterrupt:
+            self._reason = "SIGINT"
+            raise
+        finally:
+            self.stop()
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        """Ask :meth:`run` to return (safe from a signal handler); it stops the loop.
+        ``reason`` is logged and kept with the exit (a signal's name, say)."""
+        self._reason = reason
+        self._stop.set()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop the loop, waiting for a cycle in progress; log the exit and let the agent lock
+        go. No-op if not running."""
+        running = self._worker is not None
+        self._stop.set()
+        self._wake.set()
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=True)
+        worker, self._worker = self._worker, None
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
+        for queue, rule in self._rules:
+            self.qm.remove_rule(queue, rule)
+        self._rules.clear()
+        if running:
+            self._tell("stop", self._reason)
+            log.info("agent stopped (%s) after %d cycle(s)", self._reason, self._cycles,
+                     extra={"event": "stop", "reason": self._reason, "pid": os.getpid(),
+                            "cycles": self._cycles, "server": self._server_url})
+        self._lock.release()
+
+    def _take_lock(self) -> None:
+        """Hold the agent lock while running; without it the loop runs all the same, said in the log."""
+        path = str(self._lock.path)
+        try:
+            taken = self._lock.acquire()
+        except OSError as exc:
+            log.warning("cannot take the agent lock %s (%s): `edgeq sync status` cannot tell that this agent "
+                        "runs", path, exc, extra={"event": "agent-lock", "path": path})
+            return
+        if not taken:
+            log.warning("another sync agent holds %s: two agents run on this store, and `edgeq sync status` "
+                        "shows only one of them", path, extra={"event": "agent-lock", "path": path})
+
+    def _tell(self, state: DaemonState, reason: str | None = None) -> None:
+        """Report ``state`` to ``on_state``; a failure to record it never stops the loop."""
+        if self._on_state is None:
+            return
+        try:
+            self._on_state(state, reason)
+        except Exception:
+            log.exception("could not record the agent's %s", state, extra={"event": "cycle-error"})
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            ok = self._run_cycle()
+            self._cycles += 1
+            self._tell("cycle")
+            if ok:
+                failures = 0
+                self._wake.wait()
+                self._wake.clear()
+            else:
+                failures += 1
+                base, most = self._backoff
+                delay = min(most, base * 2 ** min(failures - 1, 30))
+                delay = random.uniform(delay / 2, delay)  # jitter: devices do not retry in step
+                log.info("retry in %.1fs", delay, extra={"event": "backoff", "failures": failures,
+                                                          "delay_s": round(delay, 3)})
+                if self._on_backoff is not None:
+                    try:
+                        self._on_backoff(delay)
+                    except Exception:  # the record of a retry must never stop the retries
+                        log.exception("could not record the backoff", extra={"event": "cycle-error"})
+                self._stop.wait(delay)
+
+    def _run_cycle(self) -> bool:
+        try:
+            return self._cycle()
+        except Exception:
+            log.exception("sync cycle failed", extra={"event": "cycle-error"})
+            return False

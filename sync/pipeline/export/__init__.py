@@ -1,0 +1,1 @@
+"""``edgeq export``: the journal as a date-partitioned Parquet dataset, and its retention."""

@@ -1,0 +1,1 @@
+"""The pipeline's results for people: the printed summary and the self-contained HTML page."""

@@ -1,0 +1,1 @@
+"""The operator console: pages over the home server's store, its sign-in and its sessions."""

@@ -1,0 +1,167 @@
+"""What the operator console shows, read from the home server's store.
+
+Every figure comes from the store (a read-only connection per page), never from one
+process's memory, so each of ``edgeq serve --workers N``'s processes shows the same
+fleet. The one exception is the clock bounds measured in the serving process's
+device sessions, passed in as ``bounds`` (shown where that process has them).
+
+>>> import tempfile, os
+>>> from edgeq import Message, QueueManager
+>>> path = os.path.join(tempfile.mkdtemp(), "home.db")
+>>> qm = QueueManager(path, name="HOME"); qm.define_queue("ORDERS")
+>>> _ = qm.put("ORDERS", Message(b"x")); qm.close()
+>>> view = read_console(path, now_ms=10**13)
+>>> [(q.name, q.depth) for q in view.queues]
+[('ORDERS', 1)]
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeq.sync.server.adminrecords import recent
+from edgeq.types import MessageState
+
+__all__ = ["ConsoleView", "DeviceRow", "QueueRow", "read_console"]
+
+HOUR_MS = 3_600_000
+#: the charts' span and resolution: the last hour, by minute
+BUCKET_MS, BUCKETS = 60_000, 60
+RECENT = 20
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """One device of the fleet, as the console lists it."""
+
+    name: str
+    last_seen_ms: int | None
+    clock_offset_ms: int | None
+    bounds: tuple[int, int] | None
+    pushes: int
+    refusals: int
+    held: int
+    revoked_ms: int | None
+    registered: bool
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue: its depth (as ``QueueManager.depth`` counts it: expired messages left out),
+    the expired messages it still holds (no check point discarded them yet), bytes as
+    stored, its oldest unexpired message's age and the last hour's expiries by check point."""
+
+    name: str
+    kind: str
+    depth: int
+    bytes: int
+    oldest_age_ms: int | None
+    expiries_hour: dict[str, int]
+    expired: int
+
+
+@dataclass(frozen=True)
+class ConsoleView:
+    """Everything one console page shows."""
+
+    now_ms: int
+    devices: list[DeviceRow]
+    queues: list[QueueRow]
+    expiries: list[tuple[int, str, str, str | None, str | None]]  # at, queue, uid, check point, device
+    #: last at, queue, device (or this store's origin), times, reason, whether this server refused it
+    refusals: list[tuple[int, str, str, int, str, bool]]
+    parked: list[tuple[int, str, str, str, int, str]]  # event, queue, binding, rule, attempts, error
+    #: id, device, action, target, sent at, how it stands (the words ``edgeq admin`` uses)
+    admin: list[tuple[str, str, str, str | None, int, str]]
+    throughput: list[int] = field(default_factory=list)  # accepted per minute, oldest first
+    expired: list[int] = field(default_factory=list)  # expired per minute, oldest first
+
+
+def read_console(path: str | Path, *, now_ms: int,
+                 bounds: Mapping[str, tuple[int, int]] | None = None) -> ConsoleView:
+    """Read the console's page from the store at ``path`` (read-only) as of ``now_ms``;
+    ``bounds`` are the device clock-offset bounds this process measured."""
+    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=10)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return ConsoleView(
+            now_ms=now_ms,
+            devices=_devices(conn, bounds or {}, tables),
+            queues=_queues(conn, now_ms),
+            expiries=conn.execute(
+                "SELECT at_ms, queue, uid, check_point, device FROM journal WHERE kind = 'expired' "
+                "ORDER BY id DESC LIMIT ?", (RECENT,)).fetchall(),
+            refusals=_refusals(conn, tables),
+            parked=conn.execute(
+                "SELECT event_id, queue, binding, rule, attempts, ifnull(last_error, '') FROM rule_failures "
+                "WHERE parked = 1 ORDER BY last_ms DESC LIMIT ?", (RECENT,)).fetchall(),
+            admin=[(r.request_id, r.device, r.action, r.target, r.created_ms, r.describe(now_ms))
+                   for r in recent(conn, RECENT)] if "admin_requests" in tables else [],
+            throughput=_per_minute(conn, "accepted", now_ms),
+            expired=_per_minute(conn, "expired", now_ms),
+        )
+    finally:
+        conn.close()
+
+
+def _refusals(conn: sqlite3.Connection, tables: set[str]) -> list[tuple[int, str, str, int, str, bool]]:
+    """The latest refusals: what this server refused of its devices (``device_refusals``), and
+    what targets refused of this store's own remote queues (``refusals``, by message)."""
+    here = ("SELECT last_ms, queue, device, count, last_detail, 1 FROM device_refusals UNION ALL "
+            if "device_refusals" in tables else "")
+    rows = conn.execute(
+        f"{here}SELECT r.last_ms, q.name, r.origin, r.count, r.last_reason, 0 FROM refusals r "
+        "JOIN queues q ON q.id = r.queue_id ORDER BY 1 DESC LIMIT ?", (RECENT,))
+    return [(at, queue, who, count, reason, bool(mine)) for at, queue, who, count, reason, mine in rows]
+
+
+def _devices(conn: sqlite3.Connection, bounds: Mapping[str, tuple[int, int]], tables: set[str]) -> list[DeviceRow]:
+    # One query per table, grouped by device: a page costs the same for 5 devices or 500.
+    pushes = dict(conn.execute(
+        "SELECT device, count(*) FROM journal WHERE kind = 'accepted' AND device IS NOT NULL GROUP BY device"))
+    refusals = dict(conn.execute("SELECT device, sum(count) FROM device_refusals GROUP BY device")
+                    if "device_refusals" in tables else ())
+    held = _by_device(conn, f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
+                            "GROUP BY origin")
+    rows = conn.execute("SELECT name, last_seen_ms, clock_offset_ms, revoked_ms, public_key IS NOT NULL "
+                        "FROM devices ORDER BY name").fetchall()
+    return [DeviceRow(name, seen, offset, bounds.get(name), pushes.get(name, 0), refusals.get(name, 0),
+                      held.get(name, 0), revoked, bool(registered))
+            for name, seen, offset, revoked, registered in rows]
+
+
+def _by_device(conn: sqlite3.Connection, sql: str) -> dict[str, int]:
+    """Sum per device of rows keyed by origin (``DEVICE:incarnation``)."""
+    out: dict[str, int] = {}
+    for origin, n in conn.execute(sql):
+        device = str(origin).partition(":")[0]
+        out[device] = out.get(device, 0) + int(n)
+    return out
+
+
+def _queues(conn: sqlite3.Connection, now_ms: int) -> list[QueueRow]:
+    """Each queue; its expired messages (one range of the deadline index per queue) are not
+    in its depth, as no reader is ever given them (the console discards nothing itself)."""
+    oldest = dict(conn.execute("SELECT queue_id, min(arrived_ms) FROM messages WHERE deadline IS NULL "
+                               "OR deadline > ? GROUP BY queue_id", (now_ms,)))
+    expiries: dict[str, dict[str, int]] = {}
+    for queue, point, n in conn.execute(
+            "SELECT queue, ifnull(check_point, '?'), count(*) FROM journal WHERE kind = 'expired' AND at_ms >= ? "
+            "GROUP BY queue, check_point", (now_ms - HOUR_MS,)):
+        expiries.setdefault(queue, {})[point] = n
+    return [QueueRow(name, kind, depth - expired, size, None if qid not in oldest else max(0, now_ms - oldest[qid]),
+                     expiries.get(name, {}), expired)
+            for qid, name, kind, depth, size, expired in conn.execute(
+                "SELECT id, name, kind, depth, bytes, (SELECT count(*) FROM messages m WHERE m.queue_id = q.id "
+                "AND m.deadline IS NOT NULL AND m.deadline <= ?) FROM queues q ORDER BY name", (now_ms,))]
+
+
+def _per_minute(conn: sqlite3.Connection, kind: str, now_ms: int) -> list[int]:
+    start = now_ms - BUCKETS * BUCKET_MS
+    counts = dict(conn.execute(
+        "SELECT (at_ms - ?) / ?, count(*) FROM journal WHERE kind = ? AND at_ms >= ? AND at_ms < ? "
+        "GROUP BY 1", (start, BUCKET_MS, kind, start, now_ms + 1)))
+    return [counts.get(i, 0) for i in range(BUCKETS)]

@@ -1,0 +1,196 @@
+"""The operator console: a read-only web page over the home server's store, under ``/console``.
+
+Off unless ``create_app(..., console=True)`` (``edgeq serve --console``). Every page but
+the login form needs a session: a cookie (signed with the secret in the store, HttpOnly,
+SameSite=Strict, Secure over TLS) given for the operator's password
+(:mod:`edgeq.sync.server.console.auth`; set with ``edgeq server set-console-password``), checked
+one at a time with a growing delay for an address that keeps guessing
+(:mod:`edgeq.sync.server.console.login`). The one state-changing form, logout, carries a
+per-session CSRF token, and revokes the session in the store. Every answer carries
+:func:`security_headers` (a strict Content-Security-Policy, no framing, no caching).
+Pages are rendered on the server (Jinja2 templates shipped in the package, inline SVG
+charts), and refresh themselves.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.templating import Jinja2Templates
+
+from edgeq.sync.server.console.auth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
+from edgeq.sync.server.console.charts import line_chart
+from edgeq.sync.server.console.data import read_console
+from edgeq.sync.server.console.login import LoginGuard
+from edgeq.sync.server.sessions import DeviceSessions
+
+__all__ = ["COOKIE", "console_routes", "security_headers"]
+
+COOKIE = "edgeq_console"
+#: how often the page reloads itself (seconds)
+REFRESH_S = 10
+#: a login form is small: refuse a larger body before reading it
+MAX_FORM_BYTES = 4096
+
+
+_TEMPLATES = Path(__file__).parent / "templates"
+_Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def security_headers() -> dict[str, str]:
+    """The headers of every console answer: a Content-Security-Policy allowing nothing but
+    the pages' own inline style (by its hash: no script at all), forms posted here only, no
+    framing (``frame-ancestors``, and ``X-Frame-Options`` for older browsers), no sniffing,
+    no caching of pages showing the fleet, no referrer."""
+    base = (_TEMPLATES / "base.html").read_text(encoding="utf-8")
+    style = base.split("<style>", 1)[1].split("</style>", 1)[0]
+    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    policy = (f"default-src 'none'; style-src 'sha256-{digest}'; img-src 'self' data:; form-action 'self'; "
+              "frame-ancestors 'none'; base-uri 'none'")
+    return {"Content-Security-Policy": policy, "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+
+def _secured(endpoint: _Endpoint, headers: Mapping[str, str]) -> _Endpoint:
+    """``endpoint`` answering with ``headers`` too."""
+    async def secured(request: Request) -> Response:
+        response = await endpoint(request)
+        response.headers.update(headers)
+        return response
+    return secured
+
+
+def _address(request: Request) -> str:
+    """The client's address, as the login delays key it (behind a proxy: the proxy's)."""
+    return request.client.host if request.client else "unknown"
+
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(_TEMPLATES))
+    templates.env.filters["age"] = _age
+    return templates
+
+
+def _age(ms: int | None) -> str:
+    """A duration for a person: 42 s, 5 min, 3 h, 2 d."""
+    if ms is None:
+        return "—"
+    s = ms // 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s // size} {unit}"
+    return f"{s} s"
+
+
+def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: DeviceSessions) -> list[BaseRoute]:
+    """The routes of ``/console`` over the store at ``path``: ``clock`` is the server's (ms),
+    ``sessions`` its device sessions (for the clock bounds this process measured)."""
+    templates = _templates()
+    guard = LoginGuard(clock=clock)
+
+    def credential(session: str | None = None) -> ConsoleCredential | None:
+        return load_credential(path, session)
+
+    async def signed_in(request: Request) -> tuple[ConsoleCredential, str] | None:
+        token = request.cookies.get(COOKIE)
+        cred = await run_in_threadpool(credential, token)
+        if cred is None or token is None or not cred.session_valid(token, now_ms=clock()):
+            return None
+        return cred, token
+
+    def bounds() -> dict[str, tuple[int, int]]:
+        out = {}
+        for s in sessions.all():
+            seen = [x for x in (s.device_offset_ms, None if s.clock_offset_ms is None else -s.clock_offset_ms)
+                    if x is not None]
+            if seen:
+                out[s.name] = (min(seen), max(seen))
+        return out
+
+    async def page(request: Request) -> Response:
+        """``GET /console``: the fleet, queues, recent events and charts (or the login form)."""
+        session = await signed_in(request)
+        if session is None:
+            return RedirectResponse("/console/login", status_code=303)
+        view = await run_in_threadpool(read_console, path, now_ms=clock(), bounds=bounds())
+        return templates.TemplateResponse(request, "console.html", {
+            "view": view, "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
+            "throughput": line_chart(view.throughput), "expired": line_chart(view.expired)})
+
+    async def login_form(request: Request, error: str = "", status: int = 200) -> Response:
+        return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=status)
+
+    async def too_many(request: Request, address: str) -> Response:
+        wait_s = -(-guard.wait_ms(address) // 1000)
+        source = "lately, from many addresses" if guard.flood_wait_ms() else f"from {address}"
+        said = f"Too many wrong passwords {source}: try again in {wait_s} s."
+        response = await login_form(request, said, 429)
+        response.headers["Retry-After"] = str(wait_s)
+        return response
+
+    async def login(request: Request) -> Response:
+        """``POST /console/login``: a session cookie for the operator's password (429, and no
+        check, while the client's address waits after wrong ones)."""
+        address = _address(request)
+        if guard.wait_ms(address):
+            return await too_many(request, address)
+        form = await _form(request)
+        cred = await run_in_threadpool(credential)
+        if cred is None:
+            return await login_form(request, "No console password is set: edgeq server set-console-password.", 403)
+        password = form.get("password", "")
+        ok = await guard.check(address, lambda: cred.verify(password))
+        if ok is None:
+            return await too_many(request, address)
+        if not ok:
+            return await login_form(request, "Wrong password.", 403)
+        response = RedirectResponse("/console", status_code=303)
+        response.set_cookie(COOKIE, cred.new_session(now_ms=clock()), max_age=SESSION_MS // 1000, path="/console",
+                            httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    async def logout(request: Request) -> Response:
+        """``POST /console/logout``: end the session (the form's CSRF token must match it)."""
+        session = await signed_in(request)
+        form = await _form(request)
+        if session is None or form.get("csrf") != session[0].csrf_token(session[1]):
+            return Response("forbidden: no session, or a form from elsewhere", status_code=403)
+        await run_in_threadpool(revoke_session, path, session[1], now_ms=clock())
+        response = RedirectResponse("/console/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/console")
+        return response
+
+    async def form_page(request: Request) -> Response:
+        return await login_form(request)
+
+    async def not_found(request: Request) -> Response:
+        return Response("not found: the console's pages are /console and /console/login", status_code=404)
+
+    headers = security_headers()
+    return [
+        Route("/console", _secured(page, headers), methods=["GET"]),
+        Route("/console/login", _secured(form_page, headers), methods=["GET"]),
+        Route("/console/login", _secured(login, headers), methods=["POST"]),
+        Route("/console/logout", _secured(logout, headers), methods=["POST"]),
+        Route("/console/{rest:path}", _secured(not_found, headers)),  # the headers on every answer
+    ]
+
+
+async def _form(request: Request) -> Mapping[str, str]:
+    """A small url-encoded form (no multipart: nothing here uploads)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+    return {k: v[0] for k, v in parsed.items()}

@@ -1,0 +1,358 @@
+"""The home server's HTTP concerns, one pure-ASGI middleware each (streaming-safe: none
+buffers a response), wrapped around every protocol route (``POST /v1/...``).
+
+Outermost first, as :func:`protocol_middleware` lists them:
+
+1. :class:`RequestLog` counts every answer in :class:`~edgeq.sync.server.metrics.Metrics`
+   by endpoint and status, and logs an error answer (event ``request-error``); a
+   client that hung up before it was answered is counted as ``disconnected`` and
+   logged at info (event ``client-disconnect``): nothing went wrong here;
+2. :class:`ErrorBodies` answers whatever went wrong inside as the protocol's CBOR
+   error body: a :class:`~edgeq.sync.protocol.ProtocolError` with its own code, a busy
+   store ``busy`` (503), anything else ``internal`` (500; each stage is one
+   transaction, so nothing was stored);
+3. :class:`MediaType` refuses any ``Content-Type`` but ``application/cbor`` (415);
+4. :class:`BodyLimit` refuses a body beyond the limit (413) from its
+   ``Content-Length`` before reading it, and while it streams in (chunked), always
+   before it is decoded; a compressed body's limit holds for what it decompresses to
+   as well (:mod:`edgeq.sync.compression`);
+5. :class:`Authentication` (only with an :class:`~edgeq.sync.server.auth.AuthGate`) asks the
+   gate whether the request must be authenticated and, if so, checks its signature
+   headers **before reading the body**, its signature over the raw body **before
+   decoding it**, then decodes it and authorises what it
+   asks (401, 403), before any route runs.
+
+The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :class:`ErrorBodies`
+is the one place that turns an exception into an answer. Bodies are decoded by a
+:class:`BodyDecoder`: in a worker thread (never on the event loop: one request must not
+stall the others), within :class:`~edgeq.sync.wire.DecodeLimits`, once per request (a
+route reuses the authenticator's copy), decompressed first if it came compressed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from anyio import CapacityLimiter
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from edgeq.encoding.compression import Codec, available
+from edgeq.errors import StoreBusy
+from edgeq.sync import protocol as p
+from edgeq.sync.compression import H_ENCODING, unframe
+from edgeq.sync.server.auth import AuthGate, AuthRequest, Forbidden
+from edgeq.sync.server.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
+from edgeq.sync.server.metrics import Metrics
+from edgeq.sync.signing import H_DEVICE
+from edgeq.sync.wire import DecodeLimits
+
+__all__ = [
+    "BODY_SCOPE_KEY",
+    "DECODE_THREADS",
+    "LIMIT_SCOPE_KEY",
+    "Authentication",
+    "BodyDecoder",
+    "BodyLimit",
+    "CborBody",
+    "ErrorBodies",
+    "MediaType",
+    "RequestLog",
+    "error_response",
+    "protocol_middleware",
+]
+
+# The server's log: these events are the server's, whichever module raises them.
+log = logging.getLogger("edgeq.sync.server")
+
+#: Where :class:`BodyDecoder` keeps a request's decoded body in the ASGI scope.
+BODY_SCOPE_KEY = "edgeq.sync.body"
+#: Where :class:`BodyLimit` says how large a request's body may be, decompressed too.
+LIMIT_SCOPE_KEY = "edgeq.sync.max_body"
+#: Bodies decoded at once, by default: decoding holds the GIL, so more threads would
+#: not decode faster, only hold more decoded bodies in memory at a time.
+DECODE_THREADS = 4
+
+_T = TypeVar("_T")
+
+
+def error_response(code: p.ErrorCode, detail: str) -> Response:
+    """The protocol's error answer: a CBOR ``error`` body with the code's HTTP status."""
+    return Response(p.error_body(code, detail), status_code=p.HTTP_STATUS[code], media_type=p.CONTENT_TYPE)
+
+
+def _client(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+@dataclass(frozen=True, slots=True)
+class CborBody:
+    """A request body as sent (``raw``, what a signature covers: compressed, if it came
+    so) and decoded (``message``)."""
+
+    raw: bytes
+    message: dict[str, Any]
+
+
+class BodyDecoder:
+    """Decode request bodies off the event loop: at most ``threads`` at a time, each
+    within ``limits`` (default: :func:`~edgeq.sync.protocol.body_limits` of the default
+    batch), so in time and memory linear in its size, and bounded.
+    ``codecs`` are those a compressed body may come in (default: every one this process
+    runs, :func:`edgeq.encoding.compression.available`; none: compressed bodies are refused, and
+    the hello offers none)."""
+
+    def __init__(self, limits: DecodeLimits | None = None, *, threads: int = DECODE_THREADS,
+                 codecs: Sequence[Codec] | None = None) -> None:
+        self.limits = p.body_limits(DEFAULT_MAX_BATCH) if limits is None else limits
+        self.codecs: tuple[Codec, ...] = available() if codecs is None else tuple(codecs)
+        self._threads = CapacityLimiter(threads)
+
+    async def decode(self, raw: bytes, encoding: str | None = None,
+                     max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
+        """``raw`` decompressed (if ``encoding`` says so, to at most ``max_bytes``) then decoded
+        and checked (:func:`~edgeq.sync.protocol.decode_body`), in a worker thread."""
+        return await anyio.to_thread.run_sync(self._decode, raw, encoding, max_bytes, limiter=self._threads)
+
+    def _decode(self, raw: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
+        return p.decode_body(unframe(encoding, raw, max_bytes=max_bytes, supported=self.codecs), self.limits)
+
+    async def read(self, request: Request) -> CborBody:
+        """The request's body, read (within :class:`BodyLimit`) and decoded once per request;
+        raises :class:`~edgeq.sync.protocol.ProtocolError` (``malformed``, ``too-large``, ...)."""
+        cached = request.scope.get(BODY_SCOPE_KEY)
+        if isinstance(cached, CborBody):
+            return cached
+        raw = await request.body()
+        limit = request.scope.get(LIMIT_SCOPE_KEY, DEFAULT_MAX_BODY_BYTES)
+        message = await self.decode(raw, request.headers.get(H_ENCODING), limit)
+        body = request.scope[BODY_SCOPE_KEY] = CborBody(raw, message)
+        return body
+
+
+class RequestLog:
+    """Count every answer of ``endpoint`` by status; log the error answers."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, endpoint: str) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        # Only what was answered is counted (and a client that hung up first): an error
+        # raised here (inside ErrorBodies, so only once an answer had begun) or a
+        # cancelled request is the ASGI server's to log.
+        try:
+            await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            # Nobody is left to answer: the client's doing (a dropped link, a timeout), not ours.
+            self.metrics.request(self.endpoint, "disconnected")
+            log.info("%s: the client hung up before it was answered", self.endpoint,
+                     extra={"event": "client-disconnect", "path": self.endpoint, "client": _client(scope),
+                            "ms": round((time.perf_counter() - started) * 1000, 2)})
+            return
+        self.metrics.request(self.endpoint, status)
+        if status >= 400:
+            log.warning(
+                "%s -> %d", self.endpoint, status,
+                extra={"event": "request-error", "path": self.endpoint, "status": status,
+                       "client": _client(scope), "ms": round((time.perf_counter() - started) * 1000, 2)},
+            )
+
+
+class ErrorBodies:
+    """Answer an exception from inside as the protocol's CBOR error body (never crash)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except ClientDisconnect:
+            raise  # no one to answer: RequestLog counts it
+        except Exception as exc:
+            if started:
+                raise  # half an answer went out: nothing can be said any more
+            await self._answer(exc, scope)(scope, receive, send)
+
+    @staticmethod
+    def _answer(exc: Exception, scope: Scope) -> Response:
+        if isinstance(exc, p.ProtocolError):
+            return error_response(exc.code, exc.detail)
+        if isinstance(exc, StoreBusy):
+            return error_response("busy", f"the server's store is busy, retry later ({exc})")
+        path = HTTPConnection(scope).url.path
+        log.error("internal error on %s", path, exc_info=exc, extra={"event": "internal-error", "path": path})
+        return error_response("internal", f"{type(exc).__name__}: nothing was stored; retry later")
+
+
+class MediaType:
+    """Refuse a request whose ``Content-Type`` is not ``media_type`` (415)."""
+
+    def __init__(self, app: ASGIApp, *, media_type: str = p.CONTENT_TYPE) -> None:
+        self.app = app
+        self.media_type = media_type
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            media = Headers(scope=scope).get("content-type", "").split(";")[0].strip().lower()
+            if media != self.media_type:
+                raise p.ProtocolError(
+                    "unsupported-media-type", f"send Content-Type: {self.media_type}, not {media or 'nothing'}"
+                )
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Refuse a body beyond ``max_bytes`` (413 ``too-large``): at once from a declared
+    ``Content-Length``, and while it streams in: the chunk that passes the limit is the
+    last one read. It also tells the :class:`BodyDecoder` (in the scope) the limit of what
+    a compressed body may decompress to: the same."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope[LIMIT_SCOPE_KEY] = self.max_bytes
+        length = Headers(scope=scope).get("content-length")
+        if length is not None:
+            if not (length.isascii() and length.isdigit()) or len(length) > 19:  # int() of 4,301 digits raises
+                raise p.ProtocolError("malformed", f"bad Content-Length {length[:20]!r}")
+            if int(length) > self.max_bytes:
+                raise p.ProtocolError(
+                    "too-large", f"body of {length} bytes exceeds this server's limit of {self.max_bytes}"
+                )
+        size = 0
+
+        async def receive_limited() -> Message:
+            nonlocal size
+            message = await receive()
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.max_bytes:
+                    raise p.ProtocolError(
+                        "too-large", f"body exceeds this server's limit of {self.max_bytes} bytes"
+                    )
+            return message
+
+        await self.app(scope, receive_limited, send)
+
+
+class Authentication:
+    """Authenticate each request before its route runs, as ``gate``
+    (:class:`~edgeq.sync.server.auth.AuthGate`) says, in the thread pool (it may read the
+    store: device keys, nonces): first from the headers and the **raw** body, before it
+    is decoded (an unsigned or badly signed body is refused without being decoded,
+    whatever it holds); then the decoded body (what the device asks for). It refuses
+    by raising (an unsigned request before its body is even read, if the authenticator
+    can tell from the headers: :meth:`~edgeq.sync.server.auth.AuthGate.check_headers`):
+    :class:`~edgeq.sync.server.auth.Forbidden` is 403 ``forbidden``, a
+    :class:`~edgeq.sync.protocol.ProtocolError` keeps its code, anything else is 401
+    ``unauthorized``."""
+
+    def __init__(self, app: ASGIApp, *, gate: AuthGate, decoder: BodyDecoder) -> None:
+        self.app = app
+        self.gate = gate
+        self.decoder = decoder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        path, headers = request.url.path, request.headers
+        heads = AuthRequest(None, path, headers, b"", None, request.method)
+        await self._ask(self.gate.check_headers, heads, scope, inline=self.gate.settled)
+        raw = await request.body()
+        then = await self._ask(self.gate.admit, AuthRequest(None, path, headers, raw, None, request.method), scope)
+        body = await self.decoder.read(request)
+        if then is not None:
+            device = body.message.get("qmgr")
+            await self._ask(then, AuthRequest(device if isinstance(device, str) else None, path, headers, raw,
+                                              body.message, request.method), scope)
+        await self.app(scope, _replay(raw, receive), send)
+
+    @staticmethod
+    async def _ask(stage: Callable[[AuthRequest], _T], auth: AuthRequest, scope: Scope, *,
+                   inline: bool = False) -> _T:
+        """Run one stage in the thread pool (``inline``: here, for a stage that reads nothing);
+        its refusal as a ProtocolError (logged)."""
+        try:
+            return stage(auth) if inline else await run_in_threadpool(stage, auth)
+        except p.ProtocolError:
+            raise
+        except Exception as exc:
+            code: p.ErrorCode = "forbidden" if isinstance(exc, Forbidden) else "unauthorized"
+            detail = str(exc) or "refused by the authenticator"
+            log.warning("%s %s: %s", code, auth.path, detail,
+                        extra={"event": "auth-refused", "path": auth.path, "code": code,
+                               "device": auth.headers.get(H_DEVICE), "detail": detail, "client": _client(scope)})
+            raise p.ProtocolError(code, detail) from exc
+
+
+def _replay(raw: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
+    """A ``receive`` that gives the body already read once more, then defers to ``receive``
+    (for the disconnect), so an inner app may read the body again."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def protocol_middleware(
+    *, endpoint: str, metrics: Metrics, max_body_bytes: int, gate: AuthGate | None, decoder: BodyDecoder
+) -> list[Middleware]:
+    """The middleware of one protocol route at ``endpoint``, outermost first (no
+    authentication if there is no ``gate``, or it is ``off``)."""
+    stack = [
+        Middleware(RequestLog, metrics=metrics, endpoint=endpoint),
+        Middleware(ErrorBodies),
+        Middleware(MediaType),
+        Middleware(BodyLimit, max_bytes=max_body_bytes),
+    ]
+    if gate is not None and gate.mode != "off":
+        stack.append(Middleware(Authentication, gate=gate, decoder=decoder))
+    return stack

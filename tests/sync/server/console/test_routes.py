@@ -1,0 +1,154 @@
+"""The operator console's protection and pages over a real home server on loopback
+(httpx, no browser: see test_console_browser.py for what a person sees), and its CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.cli import cli
+from edgeq.sync.server.app import create_app
+from edgeq.sync.server.console.auth import SESSION_MS, load_credential, set_password
+from tests.sync.conftest import LiveServer
+
+PASSWORD = "operator-pass-1"
+
+
+@pytest.fixture
+def console(home_qm: QueueManager, make_server: Callable[..., LiveServer]) -> LiveServer:
+    set_password(home_qm.path, PASSWORD)
+    return make_server(home_qm, console=True)
+
+
+def _client(server: LiveServer) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=10, follow_redirects=False)
+
+
+def _sign_in(client: httpx.Client, password: str = PASSWORD) -> httpx.Response:
+    return client.post("/console/login", data={"password": password})
+
+
+def test_the_console_is_off_unless_asked_for(server: LiveServer, http: httpx.Client) -> None:
+    assert http.get(server.url + "/console").status_code == 404
+
+
+def test_without_a_session_only_the_sign_in_form_is_served(console: LiveServer) -> None:
+    with _client(console) as client:
+        page = client.get("/console")
+        assert page.status_code == 303 and page.headers["location"] == "/console/login"
+        client.cookies.set("edgeq_console", "9999999999999.abc.forged", path="/console")
+        assert client.get("/console").status_code == 303
+        form = client.get("/console/login")
+        assert form.status_code == 200 and 'type="password"' in form.text and "ORDERS" not in form.text
+        wrong = _sign_in(client, "not-the-password")
+        assert wrong.status_code == 403 and "Wrong password" in wrong.text and "set-cookie" not in wrong.headers
+
+
+def test_a_sign_in_gives_a_strict_http_only_cookie_and_the_page(console: LiveServer, home_qm: QueueManager) -> None:
+    home_qm.put("ORDERS", Message(b"x"))
+    with _client(console) as client:
+        signed = _sign_in(client)
+        assert signed.status_code == 303 and signed.headers["location"] == "/console"
+        cookie = signed.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/console" in cookie
+        assert "secure" not in cookie  # plain HTTP on loopback: a Secure cookie would never be sent back
+        page = client.get("/console")
+        assert page.status_code == 200
+        assert 'data-queue="ORDERS"' in page.text and 'http-equiv="refresh"' in page.text
+        assert page.text.count("<svg") == 2
+
+
+def test_a_session_ends_after_its_lifetime(console: LiveServer, server_clock: ManualClock) -> None:
+    with _client(console) as client:
+        _sign_in(client)
+        assert client.get("/console").status_code == 200
+        server_clock.advance(SESSION_MS + 1)
+        assert client.get("/console").status_code == 303
+
+
+def test_signing_out_needs_the_sessions_csrf_token(console: LiveServer) -> None:
+    with _client(console) as client:
+        _sign_in(client)
+        page = client.get("/console").text
+        token = page.split('name="csrf" value="')[1].split('"')[0]
+        assert client.post("/console/logout", data={"csrf": "forged"}).status_code == 403
+        assert client.get("/console").status_code == 200  # a forged form changed nothing
+        out = client.post("/console/logout", data={"csrf": token})
+        assert out.status_code == 303
+        client.cookies.clear()
+        assert client.get("/console").status_code == 303
+
+
+def test_sessions_live_in_the_store_shared_by_every_worker(console: LiveServer, home_qm: QueueManager,
+                                                          make_server: Callable[..., LiveServer]) -> None:
+    # a second app over the same store stands for another `edgeq serve --workers` process
+    other = make_server(home_qm, console=True)
+    with _client(console) as client:
+        _sign_in(client)
+        cookie = client.cookies["edgeq_console"]
+    with _client(other) as client:
+        client.cookies.set("edgeq_console", cookie, path="/console")
+        assert client.get("/console").status_code == 200
+        set_password(home_qm.path, "a-new-password")  # a new password signs everyone out
+        assert client.get("/console").status_code == 303
+
+
+def test_the_password_is_stored_hashed_and_salted(home_qm: QueueManager) -> None:
+    set_password(home_qm.path, PASSWORD)
+    first = load_credential(home_qm.path)
+    set_password(home_qm.path, PASSWORD)
+    second = load_credential(home_qm.path)
+    assert first is not None and second is not None
+    assert first.salt != second.salt and first.digest != second.digest
+    raw = home_qm.path.read_bytes()
+    assert PASSWORD.encode() not in raw
+
+
+def test_set_console_password_from_a_file(tmp_path: Path) -> None:
+    home = tmp_path / "home.db"
+    QueueManager(home, name="HOME").close()
+    (tmp_path / "pw").write_text("long-enough-pw\n")
+    done = CliRunner().invoke(cli, ["server", "set-console-password", "--db", str(home),
+                                    "--password-file", str(tmp_path / "pw")])
+    assert done.exit_code == 0, done.output
+    cred = load_credential(home)
+    assert cred is not None and cred.verify("long-enough-pw")
+    (tmp_path / "pw").write_text("short\n")
+    short = CliRunner().invoke(cli, ["server", "set-console-password", "--db", str(home),
+                                     "--password-file", str(tmp_path / "pw")])
+    assert short.exit_code == 2 and "at least 8 characters" in short.output
+
+
+def test_set_console_password_asks_twice(tmp_path: Path) -> None:
+    home = tmp_path / "home.db"
+    QueueManager(home, name="HOME").close()
+    done = CliRunner().invoke(cli, ["server", "set-console-password", "--db", str(home)],
+                              input="long-enough-pw\nlong-enough-pw\n")
+    assert done.exit_code == 0, done.output
+    cred = load_credential(home)
+    assert cred is not None and cred.verify("long-enough-pw")
+
+
+def test_serve_refuses_the_console_over_plain_http_off_loopback(tmp_path: Path) -> None:
+    home = tmp_path / "home.db"
+    QueueManager(home, name="HOME").close()
+    set_password(home, PASSWORD)
+    done = CliRunner().invoke(cli, ["serve", "--db", str(home), "--console", "--host", "0.0.0.0"])
+    assert done.exit_code == 2 and "needs TLS" in done.output
+
+
+def test_serve_refuses_the_console_without_a_password(tmp_path: Path) -> None:
+    home = tmp_path / "home.db"
+    QueueManager(home, name="HOME").close()
+    done = CliRunner().invoke(cli, ["serve", "--db", str(home), "--console", "--port", "0"])
+    assert done.exit_code == 2 and "set-console-password" in done.output
+
+
+def test_create_app_without_console_needs_no_jinja(home_qm: QueueManager) -> None:
+    paths = {getattr(r, "path", "") for r in create_app(home_qm).routes}
+    assert not any(p.startswith("/console") for p in paths)
