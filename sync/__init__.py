@@ -1,6 +1,7 @@
 """Store-and-forward between queue managers over HTTP: MQe's two-stage put/confirm.
 
-* :mod:`edgeq.sync.protocol` -- the versioned CBOR wire format (pure, no HTTP);
+* :mod:`edgeq.sync.protocol` -- the versioned CBOR wire format (pure, no HTTP), with
+  :mod:`~edgeq.sync.messages` (messages) and :mod:`~edgeq.sync.expiryreports`;
 * :mod:`edgeq.sync.server.app` -- the home server, a Starlette ASGI app over a
   :class:`~edgeq.QueueManager` (needs the ``server`` extra): a facade over
   :mod:`~edgeq.sync.server.home` (the protocol's logic, free of HTTP), :mod:`~edgeq.sync.server.sessions`

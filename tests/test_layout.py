@@ -71,3 +71,63 @@ def test_only_the_facades_users_import_it() -> None:
     # its users: the command line, the sync layer, and the asyncio API (edgeq.aio wraps it)
     below = {n for n in users if not n.startswith(("edgeq.sync", "edgeq.cli")) and n not in ("edgeq", "edgeq.aio")}
     assert below == set(), "the core's parts and the rules must not import the facade"
+
+
+#: The vocabulary every layer may use: it imports nothing of edgeq but itself.
+DEFINITIONS = tuple(f"edgeq.{m}" for m in (
+    "errors", "types", "values", "names", "args", "uid", "message", "results", "expiry", "clock", "crypto"))
+#: Each layer (a module-name prefix) and the prefixes it may import, besides itself.
+LAYERS: dict[str, tuple[str, ...]] = {
+    **{d: DEFINITIONS for d in DEFINITIONS},
+    "edgeq.encoding": DEFINITIONS,
+    "edgeq.rules": DEFINITIONS,
+    "edgeq.store": (*DEFINITIONS, "edgeq.encoding"),
+    "edgeq.sync.pipeline": ("edgeq.errors", "edgeq.store", "edgeq.types", "edgeq.sync.pipeline"),
+}
+#: Who may not import whom (prefixes): the core knows nothing of sync or the command line,
+#: the device's agent and the home server share only edgeq.sync's top-level modules.
+FORBIDDEN = (
+    ("edgeq.store", "edgeq.manager"),
+    ("edgeq.sync", "edgeq.cli"),
+    ("edgeq.sync.agent", "edgeq.sync.server"),
+    ("edgeq.sync.server", "edgeq.sync.agent"),
+    ("edgeq.sync.pipeline", "edgeq.sync.agent"),
+    ("edgeq.sync.pipeline", "edgeq.sync.server"),
+)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def test_each_layer_imports_only_what_is_below_it() -> None:
+    wrong = []
+    for name, deps in graph().items():
+        for layer, allowed in LAYERS.items():
+            if _under(name, layer):
+                wrong += [f"{name} -> {d}" for d in deps if not any(_under(d, a) for a in (layer, *allowed))]
+        core = not _under(name, "edgeq.sync") and not _under(name, "edgeq.cli")
+        if core and name not in ("edgeq", "edgeq.__main__"):
+            wrong += [f"{name} -> {d}" for d in deps if _under(d, "edgeq.sync") or _under(d, "edgeq.cli")]
+        for low, high in FORBIDDEN:
+            if _under(name, low):
+                wrong += [f"{name} -> {d}" for d in deps if _under(d, high)]
+    assert sorted(set(wrong)) == []
+
+
+#: A newcomer reads a folder at a glance and a module in one sitting.
+MAX_MODULES_PER_FOLDER = 20
+MAX_MODULE_LINES = 450
+
+
+def test_folders_and_modules_stay_small() -> None:
+    folders: dict[Path, int] = {}
+    long = []
+    for path in modules().values():
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    crowded = [f"{f.relative_to(ROOT)}: {n} modules" for f, n in folders.items() if n > MAX_MODULES_PER_FOLDER]
+    assert (sorted(crowded), sorted(long)) == ([], [])

@@ -10,6 +10,7 @@ import logging
 from dataclasses import replace
 
 from edgeq.store.journal import DEVICE_KINDS
+from edgeq.sync import expiryreports as xr
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.link import ServerLink, decode_results
 from edgeq.sync.agent.transport import Unreachable
@@ -43,7 +44,7 @@ class ExpiryReporter:
         limit = min(self.link.batch_size, self.link.ensure_hello().max_batch)
         names = self._server_queue_names()
         while entries := [e for e in self.qm.journal_since(0, limit) if e.kind in DEVICE_KINDS]:
-            wire = p.encode_expiries([replace(e, queue=names.get(e.queue, e.queue)) for e in entries])
+            wire = xr.encode_expiries([replace(e, queue=names.get(e.queue, e.queue)) for e in entries])
             body = {"type": "expiries", "now_ms": self.link.clock(), "entries": wire}
             answer = self.link.call(p.PATH_EXPIRIES, body, "expiries")
             if "results" in answer:  # an older server answers only with a count

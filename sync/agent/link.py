@@ -18,6 +18,7 @@ from edgeq import __version__
 from edgeq.encoding.compression import Codec, available
 from edgeq.manager import QueueManager
 from edgeq.message import Message
+from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.clockbounds import ServerClockBounds
 from edgeq.sync.agent.health import Health
@@ -38,7 +39,7 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str], sent: Sequen
     """The checked per-message results of an answer, in the order of ``sent`` if given;
     a bad answer is :class:`~edgeq.sync.agent.transport.Unreachable` (retry later)."""
     try:
-        results = p.decode_results(body, allowed)
+        results = wm.decode_results(body, allowed)
     except p.ProtocolError as exc:
         raise Unreachable(f"bad answer from the server: {exc.detail}") from exc
     if sent is not None and [u for u, _, _ in results] != [str(m.uid) for m in sent]:

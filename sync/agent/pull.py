@@ -22,6 +22,7 @@ from typing import Any
 
 from edgeq.admin.wire import ADMIN_QUEUE
 from edgeq.errors import EdgeqError
+from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.health import QUEUE_CODES, missing_hint, refusal_code
 from edgeq.sync.agent.link import ServerLink, decode_results, failure_code
@@ -130,7 +131,7 @@ class Puller:
             now = self.link.clock()  # the deadlines count from here: read before ``answered``
             answered = self.link.monotonic()
             try:
-                wire = p.decode_messages(body, "messages", max_len=limit)
+                wire = wm.decode_messages(body, "messages", max_len=limit)
                 sent = p.req_int(body, "now_ms", high=2**62)
             except p.ProtocolError as exc:
                 raise Unreachable(f"bad pull answer from the server: {exc.detail}") from exc

@@ -30,6 +30,7 @@ from edgeq.errors import EdgeqError
 from edgeq.exchange.transmit import DEFAULT_REFUSAL_LIMIT
 from edgeq.message import Message
 from edgeq.queues.attributes import QueueAttributes
+from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.clockbounds import STALE_AFTER_S
 from edgeq.sync.agent.expiries import ExpiryReporter
@@ -315,7 +316,7 @@ class Pusher:
         for message in chunk:
             assert message.uid is not None
             resend = self._recovering or message.uid in self._attempted
-            wire.append(p.WireMessage.from_message(message, resend=resend).to_wire())
+            wire.append(wm.WireMessage.from_message(message, resend=resend).to_wire())
             self._attempted.add(message.uid)
         epoch = self.link.server_clock.epoch
         body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire,
@@ -360,7 +361,7 @@ class Pusher:
                  if status in ("stored", "replaced", "unconfirmed")]
         if not again or self.link.server_clock.empty:
             return results
-        wire = [p.WireMessage.from_message(m, resend=True).to_wire() for m in again]
+        wire = [wm.WireMessage.from_message(m, resend=True).to_wire() for m in again]
         body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire, **self._server_ms(read_mono)}
         log.info("put %d message(s) again, rebased on new bounds of the server's clock", len(again),
                  extra={"event": "put-again", "queue": target, "count": len(again)})

@@ -6,7 +6,7 @@ server's :class:`~edgeq.QueueManager` (``put_each``, ``confirm_put_each``,
 :mod:`edgeq.sync.protocol`; a bad one raises :class:`ProtocolError`.
 
 A put's expiries are rebased from the device's lower bound of this server's clock
-(``server_ms``, :func:`~edgeq.sync.protocol.rebase_ms`); a pull's answer carries
+(``server_ms``, :func:`~edgeq.sync.messages.rebase_ms`); a pull's answer carries
 the clock read before the get, so the device never takes what it gets as fresher
 than it is (``docs/protocol.md``, "Expiry crosses the wire").
 """
@@ -29,6 +29,8 @@ from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.names import check_origin, origin_qmgr
 from edgeq.store.journal import remote_expiry_refusal
+from edgeq.sync import expiryreports as xr
+from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.health import missing_hint, refusal_code
 from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
@@ -180,26 +182,26 @@ class HomeService:
         p.expect(body, "put")
         state, sent, now = self._device(body)
         queue = p.req_name(body, "queue")
-        wire = p.decode_messages(body, "messages", max_len=self.limits.max_batch)
+        wire = wm.decode_messages(body, "messages", max_len=self.limits.max_batch)
         # The device's lower bound of our clock when it read the remaining lifetimes
         # (absent from an older agent: the legacy transit from the hello's offset).
         server_ms = p.opt_int(body, "server_ms", high=2**62)
-        base = p.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent, offset_ms=state.clock_offset_ms)
+        base = wm.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent, offset_ms=state.clock_offset_ms)
         state.put_bounds(sent, server_ms)
         transit = now - base
         resent = self._resent(state.name, [w.uid for w in wire])
         messages = [w.to_message(base) for w in wire if w.uid not in resent]
         started = time.perf_counter()
-        answered: dict[MessageUID, dict[str, Any]] = {uid: p.result(uid, "duplicate") for uid in resent}
+        answered: dict[MessageUID, dict[str, Any]] = {uid: wm.result(uid, "duplicate") for uid in resent}
         try:
             # Expired holds undone and the device's quota checked first (over it: the
             # put is refused whole, 429 ``over-quota``, and nothing is stored).
             with self.holds.admit(state, queue, messages):
                 outcome = self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id()) if messages else []
-            answered |= {r.uid: p.result(r.uid, r.status, r.detail if r.status == "refused" else None)
+            answered |= {r.uid: wm.result(r.uid, r.status, r.detail if r.status == "refused" else None)
                          for r in outcome}
         except QueueNotFound as exc:
-            answered |= {m.uid: p.result(m.uid, "refused", f"no-queue: {exc}") for m in wire if m.uid not in resent}
+            answered |= {m.uid: wm.result(m.uid, "refused", f"no-queue: {exc}") for m in wire if m.uid not in resent}
         results = [answered[w.uid] for w in wire]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("received", tally["stored"] + tally["replaced"])
@@ -241,12 +243,12 @@ class HomeService:
             outcome = self.qm.confirm_put_each(
                 queue, uids, device=state.name, clock_offset_ms=state.journal_offset_ms,
             ) if uids else []
-            results = [p.result(r.uid, r.status) for r in outcome]
+            results = [wm.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:
-            results = [p.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
+            results = [wm.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
         resent = self._resent(state.name, uids)
         if resent:  # settled by the device, so confirmed before: the device may delete its copy
-            results = [p.result(r["u"], "already") if r["s"] in ("unknown", "refused") and uid in resent else r
+            results = [wm.result(r["u"], "already") if r["s"] in ("unknown", "refused") and uid in resent else r
                        for uid, r in zip(uids, results, strict=True)]
         tally = Counter(r["s"] for r in results)
         if tally["confirmed"] or tally["expired"]:
@@ -272,7 +274,7 @@ class HomeService:
         """
         p.expect(body, "expiries")
         state, _, _ = self._device(body)
-        items = p.decode_expiry_items(body, "entries", max_len=self.limits.max_batch)
+        items = xr.decode_expiry_items(body, "entries", max_len=self.limits.max_batch)
         entries = [i.entry for i in items if i.entry is not None]
         answers: list[tuple[p.ExpiryStatus, str | None]]
         if self.qm.journal_mode == "server":
@@ -289,7 +291,7 @@ class HomeService:
         dead_lettered = 0
         for item in items:
             status, why = next(done) if item.entry is not None else ("refused", item.why)
-            results.append(p.result(item.uid, status, why if status == "refused" else None))
+            results.append(wm.result(item.uid, status, why if status == "refused" else None))
             dead = item.entry is not None and item.entry.kind == "dead-lettered"
             dead_lettered += status == "recorded" and dead
         tally = Counter(r["s"] for r in results)
@@ -329,7 +331,7 @@ class HomeService:
                     "missing": True}
         if queue == ADMIN_QUEUE and got:
             self._handing_over(state.name, got, now)
-        messages = [p.WireMessage.from_message(m).to_wire() for m in got]
+        messages = [wm.WireMessage.from_message(m).to_wire() for m in got]
         self.metrics.count("pulled", len(messages))
         log.info(
             "pull %d message(s) by %s from %s", len(messages), state.name, held,
@@ -362,9 +364,9 @@ class HomeService:
             raise p.ProtocolError("invalid", str(exc)) from exc
         results: list[dict[str, Any]]
         try:
-            results = [p.result(r.uid, r.status) for r in self.qm.confirm_get_each(held, uids)] if uids else []
+            results = [wm.result(r.uid, r.status) for r in self.qm.confirm_get_each(held, uids)] if uids else []
         except QueueNotFound:
-            results = [p.result(uid, "unknown") for uid in uids]
+            results = [wm.result(uid, "unknown") for uid in uids]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("pull_confirmed", tally["confirmed"])
         log.info(

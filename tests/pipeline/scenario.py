@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edgeq import Int32, Int64, ManualClock, Message, MessageUID, QueueManager
 from edgeq.errors import MessageExpired, MessageNotFound
-from edgeq.sync.protocol import WireMessage
+from edgeq.sync.messages import WireMessage
 
 #: 2025-11-21T22:00:00Z: the scenario crosses midnight (two date partitions).
 START_MS = 1_763_683_200_000 + 22 * 3_600_000

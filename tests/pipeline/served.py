@@ -10,7 +10,7 @@ from pathlib import Path
 from edgeq import Int32, ManualClock, Message, QueueManager
 from edgeq.store.journal import JournalEntry
 from edgeq.sync.agent.agent import SyncAgent
-from edgeq.sync.protocol import WireMessage
+from edgeq.sync.messages import WireMessage
 from tests.sync.conftest import LiveServer
 
 T0 = 1_763_683_200_000

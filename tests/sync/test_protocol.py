@@ -6,15 +6,16 @@ import cbor2
 import pytest
 
 from edgeq import Int32, Int64, Message, MessageUID
+from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 
 UID = MessageUID("DEV1", 1_763_683_200_000_123)
 
 
 def roundtrip(message: Message, now: int = 5_000_000, transit: int = 0) -> Message:
-    wire = p.WireMessage.from_message(message, resend=True).to_wire()
+    wire = wm.WireMessage.from_message(message, resend=True).to_wire()
     body = p.decode_body(p.encode_body({"type": "put", "messages": [wire]}))
-    return p.decode_messages(body, "messages", max_len=10)[0].to_message(now, transit)
+    return wm.decode_messages(body, "messages", max_len=10)[0].to_message(now, transit)
 
 
 def test_every_byte_value_and_every_field_type_survive() -> None:
@@ -38,9 +39,9 @@ def test_expiry_is_rebased_from_remaining_ms_on_the_receivers_clock() -> None:
 
 
 def test_transit_counts_only_delay_beyond_the_handshake_latency() -> None:
-    assert p.transit_ms(sender_now_ms=1_000, receiver_now_ms=1_250, offset_ms=250) == 0
-    assert p.transit_ms(sender_now_ms=1_000, receiver_now_ms=61_250, offset_ms=250) == 60_000
-    assert p.transit_ms(sender_now_ms=1_000, receiver_now_ms=2_000, offset_ms=None) == 0
+    assert wm.transit_ms(sender_now_ms=1_000, receiver_now_ms=1_250, offset_ms=250) == 0
+    assert wm.transit_ms(sender_now_ms=1_000, receiver_now_ms=61_250, offset_ms=250) == 60_000
+    assert wm.transit_ms(sender_now_ms=1_000, receiver_now_ms=2_000, offset_ms=None) == 0
 
 
 @pytest.mark.parametrize(
@@ -79,7 +80,7 @@ def test_bad_bodies_are_refused_with_a_code(raw: bytes, code: str) -> None:
 )
 def test_schema_errors_name_the_problem(message: object) -> None:
     with pytest.raises(p.ProtocolError) as info:
-        wire = p.decode_messages({"messages": [message]}, "messages", max_len=10)
+        wire = wm.decode_messages({"messages": [message]}, "messages", max_len=10)
         wire[0].to_message(1_000)
     assert info.value.code == "invalid" and info.value.http_status == 422
 
@@ -87,12 +88,12 @@ def test_schema_errors_name_the_problem(message: object) -> None:
 def test_a_uid_twice_in_one_request_is_invalid() -> None:
     one = {"u": "DEV1.1", "d": b"x"}
     with pytest.raises(p.ProtocolError, match="twice"):
-        p.decode_messages({"messages": [one, one]}, "messages", max_len=10)
+        wm.decode_messages({"messages": [one, one]}, "messages", max_len=10)
 
 
 def test_too_many_messages_is_invalid() -> None:
     with pytest.raises(p.ProtocolError, match="at most 2"):
-        p.decode_messages({"messages": [{}, {}, {}]}, "messages", max_len=2)
+        wm.decode_messages({"messages": [{}, {}, {}]}, "messages", max_len=2)
 
 
 def test_error_bodies_carry_version_code_and_detail() -> None:

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.cli import cli
+from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.agent.link import ServerLink
@@ -251,7 +252,7 @@ def test_concurrent_puts_never_take_a_device_past_its_quota(
 
     def put(link: ServerLink, batch: list[Message]) -> None:
         body = {"type": "put", "now_ms": T0, "queue": "ORDERS",
-                "messages": [p.WireMessage.from_message(m).to_wire() for m in batch]}
+                "messages": [wm.WireMessage.from_message(m).to_wire() for m in batch]}
         start.wait(10)
         try:
             link.call(p.PATH_PUT, body, "put")
