@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.format import DEVICE_NAME, DURATION, QUEUE_NAME, REQUEST_EXPIRY, Limit, parse_device_name
 from edgeq.cli.options import ADMIN, F, db_option, open_store, output_options, wants_json
+from edgeq.cli.params import DEVICE_NAME, DURATION, QUEUE_NAME, REQUEST_EXPIRY, Limit, parse_device_name
 from edgeq.cli.queue import (
     _attributes,
     _check_backout,

@@ -25,8 +25,9 @@ from types import FrameType
 
 import click
 
-from edgeq.cli.format import FIELD, QUEUE_NAME, _Parsed, format_duration, parse_duration
+from edgeq.cli.format import format_duration, parse_duration
 from edgeq.cli.options import open_store, output_options, require_queue, wants_json
+from edgeq.cli.params import FIELD, QUEUE_NAME, Parsed
 from edgeq.cli.views import format_message, message_json
 from edgeq.errors import ConfirmIdNotFound
 from edgeq.manager import QueueManager
@@ -51,7 +52,7 @@ def _wait(text: str) -> float:
 
 
 #: ``--wait``: a duration, or ``forever``.
-WAIT = _Parsed("duration|forever", _wait)
+WAIT = Parsed("duration|forever", _wait)
 
 
 def fields_filter(fields: Sequence[tuple[str, FieldValue]]) -> dict[str, FieldValue] | None:

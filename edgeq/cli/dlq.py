@@ -6,9 +6,9 @@ from __future__ import annotations
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.format import QUEUE_NAME
 from edgeq.cli.messages import messages_text
 from edgeq.cli.options import open_store, output_options, wants_json
+from edgeq.cli.params import QUEUE_NAME
 from edgeq.manager import QueueManager
 from edgeq.queues.deadletter import Resent
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE

@@ -17,8 +17,8 @@ import click
 from edgeq.admin.store import AdminKey
 from edgeq.admin.wire import ACTIONS, INQUIRE_ACTIONS, check_key_id, raw_public_key
 from edgeq.cli.base import emit_json
-from edgeq.cli.format import QUEUE_NAME
 from edgeq.cli.options import ADMIN, EXISTING, db_option, open_store, output_options, wants_json
+from edgeq.cli.params import QUEUE_NAME
 from edgeq.crypto import StoreKeys
 from edgeq.errors import EdgeqError
 

@@ -10,8 +10,9 @@ import click
 
 from edgeq.cli.base import emit_json
 from edgeq.cli.consume import WAIT, Stop, fields_filter, settle, take, write_out
-from edgeq.cli.format import EXPIRE_AT, FIELD, QUEUE_NAME, RELATIVE_EXPIRY, format_time
+from edgeq.cli.format import format_time
 from edgeq.cli.options import F, open_store, output_options, require_queue, wants_json
+from edgeq.cli.params import EXPIRE_AT, FIELD, QUEUE_NAME, RELATIVE_EXPIRY
 from edgeq.cli.views import format_message, message_json
 from edgeq.errors import MessageTooLarge, QueueFull
 from edgeq.message import Message

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import click
 
-from edgeq.cli.format import QM_NAME
+from edgeq.cli.params import QM_NAME
 from edgeq.manager import QueueManager
 
 __all__ = [

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import EdgeqGroup
-from edgeq.cli.format import DURATION, format_duration
+from edgeq.cli.format import format_duration
 from edgeq.cli.options import db_option, store_path
+from edgeq.cli.params import DURATION
 
 if TYPE_CHECKING:
     from edgeq.sync.pipeline.export.exporter import Since

@@ -9,19 +9,9 @@ from typing import Any
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.format import (
-    BYTES_LIMIT,
-    DURATION,
-    DURATION_LIMIT,
-    LIMIT,
-    QM_NAME,
-    QUEUE_NAME,
-    RULE,
-    Limit,
-    format_duration,
-    format_size,
-)
+from edgeq.cli.format import format_duration, format_size
 from edgeq.cli.options import CREATE, F, open_store, output_options, require_queue, wants_json
+from edgeq.cli.params import BYTES_LIMIT, DURATION, DURATION_LIMIT, LIMIT, QM_NAME, QUEUE_NAME, RULE, Limit
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
 from edgeq.encoding.compression import CODECS, check_compression
 from edgeq.errors import InvalidArgument, QueueNotEmpty

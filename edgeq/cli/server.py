@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import emit_json
-from edgeq.cli.format import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES, format_duration, format_time
+from edgeq.cli.format import format_duration, format_time
 from edgeq.cli.options import (
     ADMIN,
     StoreUse,
@@ -34,6 +34,7 @@ from edgeq.cli.options import (
     store_path,
     wants_json,
 )
+from edgeq.cli.params import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES
 from edgeq.cli.views import device_json, format_devices, format_held, format_refusals, held_json, refusal_json
 
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.format import BYTES_LIMIT, HOLD, LIMIT, Limit
 from edgeq.cli.options import (
     EXISTING,
     SERVICE,
@@ -31,6 +30,7 @@ from edgeq.cli.options import (
     output_options,
     wants_json,
 )
+from edgeq.cli.params import BYTES_LIMIT, HOLD, LIMIT, Limit
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:

@@ -11,13 +11,21 @@ from click.testing import CliRunner
 
 from edgeq import Int32, Int64
 from edgeq.cli.format import (
+    FIELD_TYPES,
+    field_type,
+    format_rule_spec,
+    format_size,
+    parse_field,
+    parse_rule_spec,
+    parse_size,
+)
+from edgeq.cli.params import (
     BYTES_LIMIT,
     DEVICE_NAME,
     DURATION,
     DURATION_LIMIT,
     EXPIRE_AT,
     FIELD,
-    FIELD_TYPES,
     HOLD,
     LIMIT,
     QM_NAME,
@@ -26,12 +34,6 @@ from edgeq.cli.format import (
     RELATIVE_EXPIRY,
     RULE,
     Limit,
-    field_type,
-    format_rule_spec,
-    format_size,
-    parse_field,
-    parse_rule_spec,
-    parse_size,
 )
 
 
