@@ -18,7 +18,7 @@ Layout, one module per command group (see docs/cli.md):
 - ``check``: ``check [--repair]`` (damage in a store);
 - ``dlq``: ``dlq browse|resend|delete|use`` (the dead-letter queue);
 - ``admin``: ``admin keygen|pending|replies|show`` and ``admin DEVICE queue|purge|sweep|rules|sync-status``
-  (remote administration from the home server, adminviews.py shows its records).
+  (remote administration from the home server: a package, ``admin/``).
 
 Shared by them: ``options`` (the option sets, one decorator each, and
 ``open_store``, the one way a command opens its store), ``base`` (the group that

@@ -1,4 +1,4 @@
-"""edgeq.cli.adminviews: how ``edgeq admin`` shows a reply's items and its listings."""
+"""edgeq.cli.admin.views: how ``edgeq admin`` shows a reply's items and its listings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 from types import MappingProxyType
 
 from edgeq.admin.wire import AdminReply
-from edgeq.cli.adminviews import (
+from edgeq.cli.admin.views import (
     format_fanout,
     format_items,
     format_pending,

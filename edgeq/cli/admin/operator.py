@@ -1,0 +1,128 @@
+"""The operator's own ``edgeq admin`` commands: ``keygen``, ``pending``, ``replies``, ``show``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from edgeq.cli.admin.group import admin, client_of, exit_unless_success, merged_options
+from edgeq.cli.base import emit_json
+from edgeq.cli.options import output_options, wants_json
+from edgeq.cli.params import DEVICE_NAME, DURATION
+
+__all__ = ["keygen", "pending", "replies", "show"]
+
+
+@admin.command("keygen")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The private key file to write (mode 0600); the public key goes beside it as .pub.")
+@click.option("--force", is_flag=True, help="Replace existing key files.")
+@output_options
+@click.pass_context
+def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
+    """Make an operator key pair (Ed25519) and print its id.
+
+    Keep the private key with the operator; give the public one (.pub) to each device
+    to trust, under the key id printed.
+
+    \b
+    Examples:
+      edgeq admin keygen --out operator.key
+      edgeq keys trust-admin --db device.db KEY_ID operator.pub     # on each device
+    """
+    from edgeq.sync.server.admin import new_operator_key
+
+    pair, key_id = new_operator_key(out, overwrite=force)
+    if wants_json(ctx, as_json or merged_options(ctx).json):
+        emit_json({"private_key": str(pair.private_path), "public_key": str(pair.public_path), "key_id": key_id,
+                   "fingerprint": pair.fingerprint})
+        return
+    click.echo(f"Wrote {pair.private_path} (private: keep it with the operator) and {pair.public_path} (public).")
+    click.echo(f"key id: {key_id}")
+    click.echo(f"Trust it on a device: edgeq keys trust-admin --db DEVICE.db {key_id} {pair.public_path}")
+
+
+@admin.command("pending")
+@click.option("--device", "only", type=DEVICE_NAME, help="Only this device's requests.")
+@output_options
+@click.pass_context
+def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
+    """List the requests with no reply yet, oldest first; one that expired before the device
+    took it shows as 'expired before delivery: never executed'; one it took and has not
+    answered by its expiry as 'outcome unknown until the device answers' (it may have run).
+
+    \b
+    Examples:
+      edgeq admin --db home.db pending
+      edgeq admin --db home.db pending --device DEV2 --json
+    """
+    from edgeq.cli.admin.views import format_pending
+
+    opts = merged_options(ctx, as_json=as_json)
+    client = client_of(ctx, opts, signing=False)
+    records, now = client.pending(only), client.clock()
+    if opts.json:
+        emit_json([r.as_dict(now) for r in records])
+    else:
+        click.echo(format_pending(records, now))
+
+
+@admin.command("replies")
+@click.option("--device", "only", type=DEVICE_NAME, help="Only this device's replies.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="Show at most this many.")
+@output_options
+@click.pass_context
+def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> None:
+    """List the replies received, the latest first (--json: with every item of each reply).
+
+    \b
+    Examples:
+      edgeq admin --db home.db replies
+      edgeq admin --db home.db replies --device DEV1 --limit 10 --json
+    """
+    from edgeq.cli.admin.views import format_replies
+
+    opts = merged_options(ctx, as_json=as_json)
+    client = client_of(ctx, opts, signing=False)
+    records, now = client.replies(only, limit=limit), client.clock()
+    if opts.json:
+        emit_json([r.as_dict(now) for r in records])
+    else:
+        click.echo(format_replies(records))
+
+
+@admin.command("show")
+@click.argument("request_id")
+@click.option("--wait", "wait_ms", type=DURATION, metavar="DURATION", help="Wait this long for the reply (30s, 2m).")
+@output_options
+@click.pass_context
+def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool) -> None:
+    """Show one request and its reply (waiting for it with --wait); exit 1 unless it was
+    answered with success.
+
+    \b
+    Examples:
+      edgeq admin --db home.db show 3f2a9c0e5b7d4a1f8e6c2b0a9d8f7e6c --wait 30s
+    """
+    from edgeq.cli.admin.views import format_record
+
+    opts = merged_options(ctx, wait_ms, None, as_json)
+    client = client_of(ctx, opts, signing=False)
+    record = client.records.get(request_id)
+    if record is None:
+        raise click.BadParameter(f"no admin request {request_id!r} was sent from this store (see edgeq admin "
+                                 "pending and replies)", ctx, param_hint="'REQUEST_ID'")
+    handle = client.handle(request_id)
+    record = client.wait_all([handle], (opts.wait_ms or 0) / 1000)[request_id]
+    now = client.clock()
+    if opts.json:
+        emit_json(record.as_dict(now))
+    else:
+        click.echo(format_record(record, now))
+    exit_unless_success(ctx, [record])
+
+
+# -- the device's commands ---------------------------------------------------------------------
+
+
