@@ -131,3 +131,12 @@ def test_folders_and_modules_stay_small() -> None:
             long.append(f"{path.relative_to(ROOT)}: {lines} lines")
     crowded = [f"{f.relative_to(ROOT)}: {n} modules" for f, n in folders.items() if n > MAX_MODULES_PER_FOLDER]
     assert (sorted(crowded), sorted(long)) == ([], [])
+
+
+def test_every_package_is_declared_for_installation() -> None:
+    """A package missing from pyproject's list is missing from a wheel (an editable install hides it)."""
+    import tomllib
+
+    declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert found - declared == set()
