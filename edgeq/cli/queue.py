@@ -3,92 +3,37 @@ for every kind of queue (local, remote, home-server) and its flash budget."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
+from edgeq.cli.attributes import (
+    check_backout,
+    check_kind,
+    check_rules,
+    compression_option,
+    given_attributes,
+    kind_options,
+    queue_options,
+    refusal_option,
+    rule_option,
+)
 from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.format import format_duration, format_size
-from edgeq.cli.options import CREATE, F, open_store, output_options, require_queue, wants_json
-from edgeq.cli.params import BYTES_LIMIT, DURATION, DURATION_LIMIT, LIMIT, QM_NAME, QUEUE_NAME, RULE, Limit
+from edgeq.cli.options import CREATE, open_store, output_options, require_queue, wants_json
+from edgeq.cli.params import QUEUE_NAME, Limit
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
-from edgeq.encoding.compression import CODECS, check_compression
-from edgeq.errors import InvalidArgument, QueueNotEmpty
+from edgeq.errors import QueueNotEmpty
 from edgeq.manager import QueueManager
 from edgeq.queues.attributes import QueueAttributes, QueueUsage
-from edgeq.types import ON_FULL
 
 __all__ = ["purge", "queue"]
-
-
-def _queue_options(f: F) -> F:
-    options = [
-        click.option("--expiry-ms", type=DURATION_LIMIT,
-                     help="Messages without their own expiry expire this long after arrival "
-                          "(ms or 30s/5m/2h/1d; 'none' for never)."),
-        click.option("--cap-expiry-ms", type=DURATION_LIMIT,
-                     help="Cap: a new message lives at most this long on the queue, whatever "
-                          "its own expiry ('none' for no cap)."),
-        click.option("--max-depth", type=LIMIT, help="Most messages the queue holds ('none' for no limit)."),
-        click.option("--max-message-bytes", type=LIMIT,
-                     help="Largest message (data plus fields) in bytes ('none' for no limit)."),
-        click.option("--max-bytes", type=BYTES_LIMIT,
-                     help="Flash budget: most data plus fields the queue holds, as stored "
-                          "(1500, 64KiB, 256MiB; 'none' for no limit)."),
-        click.option("--on-full", type=click.Choice(ON_FULL),
-                     help="When max-depth, max-bytes or the store's budget is reached: 'reject' the put "
-                          "(the default), or make room by discarding ready messages, the oldest first or the "
-                          "lowest priority first."),
-        click.option("--depth-threshold", type=LIMIT,
-                     help="Rules' on_threshold fires when a put takes the depth up to this ('none': never)."),
-        click.option("--default-priority", type=click.IntRange(0, 9),
-                     help="Priority of messages put without one: 0 (lowest) to 9 (highest)."),
-        click.option("--ordering", type=click.Choice(["priority", "fifo"]),
-                     help="Get order: 'priority' (9 first, then arrival) or 'fifo' (arrival only)."),
-        click.option("--backout-threshold", type=LIMIT,
-                     help="Poison messages: after this many undone assured gets a message moves to "
-                          "--backout-queue instead of being delivered again (give both)."),
-        click.option("--backout-queue", type=QUEUE_NAME,
-                     help="Where --backout-threshold moves a message (a queue defined already)."),
-        click.option("--redelivery-delay", "redelivery_delay_ms", type=DURATION,
-                     help="A message whose consumer failed is offered again only after this (500ms, 1s; "
-                          "0: at once), doubling with each failure up to --max-redelivery-delay "
-                          "(default 1s)."),
-        click.option("--max-redelivery-delay", "max_redelivery_delay_ms", type=DURATION,
-                     help="The longest a failed message waits before it is offered again (default 5m)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def _rule_option(f: F) -> F:
-    return click.option(
-        "--rule", "rule_specs", type=RULE, multiple=True, metavar="NAME[:JSON]",
-        help="Bind a rule: its name (see `edgeq rules list`) or package.module:Class, then optionally "
-             "':' and its config as a JSON object, e.g. 'dead-letter:{\"queue\":\"DLQ\"}'. "
-             "Repeatable: the rules run in the order given.",
-    )(f)
-
-
-def _check_rules(specs: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    """Load and configure each rule before the store is opened, so a typo creates nothing."""
-    from edgeq.rules.registry import build_rule
-
-    for name, config in specs:
-        build_rule(name, config)
 
 
 def _echo_bindings(qm: QueueManager, name: str, first: str) -> None:
     lines = format_bindings(qm.queue_bindings(name)).splitlines()
     click.echo(first)
     click.echo("\n".join(f"  {line}" for line in lines))
-
-
-def _attributes(**given: Any) -> dict[str, Any]:
-    """The queue attributes actually given on the command line (Limit unwrapped)."""
-    return {k: (v.value if isinstance(v, Limit) else v) for k, v in given.items() if v is not None}
 
 
 def _value_text(key: str, value: object) -> str:
@@ -101,78 +46,6 @@ def _value_text(key: str, value: object) -> str:
     if key == "max_bytes" and isinstance(value, int) and value >= 1024:
         return f"{value} ({format_size(value)})"
     return str(value)
-
-
-def _refusal_option(f: F) -> F:
-    return click.option(
-        "--refusal-limit", type=LIMIT,
-        help="Remote queues: how many times the target may refuse a message before it moves to the "
-             "dead-letter queue (`edgeq dlq`; 'none': the sync agent's default).",
-    )(f)
-
-
-def _compression_option(f: F) -> F:
-    return click.option(
-        "--compression", type=click.Choice([*CODECS, "none"]), callback=_check_codec,
-        help="Remote and home-server queues: send their batches compressed as a whole, 'zstd' (needs "
-             "pip install 'edgeq[zstd]') or 'zlib', where the server takes it; 'none' (the default) "
-             "sends them as they are.",
-    )(f)
-
-
-def _check_codec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """The --compression value, checked before the store is opened (zstd needs its package)."""
-    if value is None or value == "none":
-        return value
-    try:
-        check_compression(value)
-    except InvalidArgument as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
-
-
-def _kind_options(f: F) -> F:
-    options = [
-        click.option("--remote", is_flag=True,
-                     help="A remote queue: puts wait here until the sync agent transmits them to --target-qmgr."),
-        click.option("--target-qmgr", type=QM_NAME, help="Remote queues: the queue manager the messages go to."),
-        click.option("--target-queue", type=QUEUE_NAME,
-                     help="Remote queues: the queue they go to there (default: the same name)."),
-        click.option("--mode", type=click.Choice(["async", "sync"]),
-                     help="Remote queues: 'async' stores and forwards later (the default); 'sync' transmits "
-                          "inside each put, or fails it."),
-        click.option("--home-server", type=QM_NAME,
-                     help="A home-server queue: the sync agent fills it by pulling from this home server."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def _check_kind(
-    remote: bool, home_server: str | None, remote_only: Mapping[str, object], ordering: str | None
-) -> None:
-    """Refuse kind options that define nothing sensible together (a usage mistake: exit 2)."""
-    if remote and home_server is not None:
-        raise click.UsageError("a queue is --remote or a --home-server queue, not both")
-    if not remote:
-        given = [option for option, value in remote_only.items() if value is not None]
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: only for remote queues (add --remote)")
-    elif remote_only["--target-qmgr"] is None:
-        raise click.UsageError("--remote needs --target-qmgr QM: the queue manager its messages go to")
-    elif ordering is not None:
-        raise click.UsageError("a remote queue is always priority-ordered: leave out --ordering")
-
-
-def _check_backout(remote: bool, threshold: Limit | None, backout_queue: str | None) -> None:
-    """A new queue's backout options: both or neither, and never on a remote queue (exit 2)."""
-    given = threshold is not None and threshold.value is not None
-    if remote and (threshold is not None or backout_queue is not None):
-        raise click.UsageError("--backout-threshold and --backout-queue are not for remote queues: "
-                               "nothing gets from them here")
-    if given != (backout_queue is not None):
-        raise click.UsageError("give --backout-threshold N and --backout-queue QUEUE together (or neither)")
 
 
 def _defined_text(attrs: QueueAttributes, qm_name: str) -> str:
@@ -198,11 +71,11 @@ def queue() -> None:
 
 @queue.command("define")
 @click.argument("name", type=QUEUE_NAME)
-@_queue_options
-@_kind_options
-@_refusal_option
-@_compression_option
-@_rule_option
+@queue_options
+@kind_options
+@refusal_option
+@compression_option
+@rule_option
 @click.option("--encryption", type=click.Choice(["aes-256-gcm"]), default=None,
               help="Seal message data and fields in the store (needs the store key: $EDGEQ_STORE_KEY_FILE).")
 @output_options
@@ -239,19 +112,19 @@ def queue_define(
     """
     remote_only = {"--target-qmgr": target_qmgr, "--target-queue": target_queue, "--mode": mode,
                    "--refusal-limit": refusal_limit}
-    _check_kind(remote, home_server, remote_only, options["ordering"])
+    check_kind(remote, home_server, remote_only, options["ordering"])
     if compression not in (None, "none") and not remote and home_server is None:
         raise click.UsageError("--compression: only for remote and home-server queues (add --remote or "
                                "--home-server): it says how their batches cross the wire")
     codec = None if compression in (None, "none") else compression
-    _check_backout(remote, options["backout_threshold"], options["backout_queue"])
-    _check_rules(rule_specs)
+    check_backout(remote, options["backout_threshold"], options["backout_queue"])
+    check_rules(rule_specs)
     qm = open_store(ctx, CREATE)
     if name in qm.queue_names():
         raise click.ClickException(
             f"queue {name!r} is already defined on {qm.name}: change it with `edgeq queue alter {name} ...`"
         )
-    attrs, rules = _attributes(**options), list(rule_specs)
+    attrs, rules = given_attributes(**options), list(rule_specs)
     if target_qmgr is not None:  # --remote (checked above)
         qm.define_remote_queue(
             name, target_qmgr=target_qmgr, target_queue=target_queue, mode="sync" if mode == "sync" else "async",
@@ -275,10 +148,10 @@ def queue_define(
 
 @queue.command("alter")
 @click.argument("name", type=QUEUE_NAME)
-@_queue_options
-@_refusal_option
-@_compression_option
-@_rule_option
+@queue_options
+@refusal_option
+@compression_option
+@rule_option
 @click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue.")
 @click.option("--no-backout", is_flag=True, help="Stop moving poison messages: no backout threshold nor queue.")
 @output_options
@@ -312,7 +185,7 @@ def queue_alter(
     """
     if rule_specs and no_rules:
         raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), not both")
-    changes = _attributes(**options)
+    changes = given_attributes(**options)
     if changes.get("compression") == "none":
         changes["compression"] = None
     if no_backout:

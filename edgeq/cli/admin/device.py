@@ -8,17 +8,17 @@ from typing import Any
 import click
 
 from edgeq.cli.admin.group import admin, confirm, depth_line, merged_options, request_options, send, stack
+from edgeq.cli.attributes import (
+    check_backout,
+    check_kind,
+    given_attributes,
+    kind_options,
+    queue_options,
+    refusal_option,
+    rule_option,
+)
 from edgeq.cli.base import EdgeqGroup
 from edgeq.cli.params import QUEUE_NAME, Limit
-from edgeq.cli.queue import (
-    _attributes,
-    _check_backout,
-    _check_kind,
-    _kind_options,
-    _queue_options,
-    _refusal_option,
-    _rule_option,
-)
 
 __all__ = ["queue", "rules", "sweep", "sync_status"]
 
@@ -72,7 +72,7 @@ def queue_depth(ctx: click.Context, /, name: str, **request: Any) -> None:
 
 
 _define_options = stack(  # the options of `edgeq queue define`: the device takes what the local command takes
-    _queue_options, _kind_options, _refusal_option, _rule_option,
+    queue_options, kind_options, refusal_option, rule_option,
     click.option("--encryption", type=click.Choice(["aes-256-gcm"]), default=None,
                  help="Seal message data and fields in the device's store (it needs its store key)."),
 )
@@ -97,12 +97,12 @@ def queue_define(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, 
     """
     remote_only = dict(target_qmgr=target_qmgr, target_queue=target_queue, mode=mode, refusal_limit=refusal_limit)
     # The same checks as `edgeq queue define` (a usage mistake is found here, not on the device).
-    _check_kind(remote, home_server, {f"--{k.replace('_', '-')}": v for k, v in remote_only.items()},
+    check_kind(remote, home_server, {f"--{k.replace('_', '-')}": v for k, v in remote_only.items()},
                 options["ordering"])
-    _check_backout(remote, options["backout_threshold"], options["backout_queue"])
-    params: dict[str, object] = dict(_attributes(**options))
+    check_backout(remote, options["backout_threshold"], options["backout_queue"])
+    params: dict[str, object] = dict(given_attributes(**options))
     if remote:
-        params.update(_attributes(kind="remote", **remote_only))
+        params.update(given_attributes(kind="remote", **remote_only))
     elif home_server is not None:
         params.update(kind="home", server=home_server)
     if rule_specs:
@@ -113,7 +113,7 @@ def queue_define(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, 
 
 
 _alter_options = stack(  # the options of `edgeq queue alter`
-    _queue_options, _refusal_option, _rule_option,
+    queue_options, refusal_option, rule_option,
     click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue."),
     click.option("--no-backout", is_flag=True, help="Stop moving poison messages: no backout threshold nor queue."),
 )
@@ -137,7 +137,7 @@ def queue_alter(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, d
     """
     if rule_specs and no_rules:
         raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), not both")
-    params: dict[str, object] = dict(_attributes(**options))
+    params: dict[str, object] = dict(given_attributes(**options))
     if no_backout:
         if {"backout_threshold", "backout_queue"} & params.keys():
             raise click.UsageError("give --no-backout, or --backout-threshold/--backout-queue, not both")
