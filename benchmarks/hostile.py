@@ -41,7 +41,7 @@ from edgeq import QueueManager
 from edgeq.clock import system_clock
 from edgeq.encoding.compression import compress
 from edgeq.sync import protocol as p
-from edgeq.sync.compression import H_ENCODING
+from edgeq.sync.framing import H_ENCODING
 from edgeq.sync.keys import load_private_key, new_key_pair
 from edgeq.sync.server.console.auth import set_password
 from edgeq.sync.signing import sign_headers

@@ -4,7 +4,7 @@ expiry reports): each request with the store's identity and settled mark, the he
 bounds on the server's clock (:class:`~edgeq.sync.agent.clockbounds.ServerClockBounds`),
 whether the server is reachable, how each queue's sync is going
 (:class:`~edgeq.sync.agent.health.Health`), and which codecs the server takes for compressed
-bodies (:mod:`edgeq.sync.compression`).
+bodies (:mod:`edgeq.sync.framing`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edgeq.sync.agent.clockbounds import ServerClockBounds
 from edgeq.sync.agent.health import Health
 from edgeq.sync.agent.reports import HelloInfo
 from edgeq.sync.agent.transport import ServerRefused, SyncError, Transport, Unreachable
-from edgeq.sync.compression import accepted
+from edgeq.sync.framing import accepted
 from edgeq.types import Clock
 
 __all__ = ["Results", "ServerLink", "decode_results", "failure_code"]

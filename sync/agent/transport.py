@@ -1,5 +1,5 @@
 """The device's HTTP client: CBOR bodies over one keep-alive httpx connection pool,
-compressed where asked (:mod:`edgeq.sync.compression`)."""
+compressed where asked (:mod:`edgeq.sync.framing`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from edgeq.encoding.compression import Codec
 from edgeq.errors import EdgeqError
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.tls import check_server_url, client_ssl_context
-from edgeq.sync.compression import H_ACCEPT, H_ENCODING, MAX_ANSWER_BYTES, frame, unframe
+from edgeq.sync.framing import H_ACCEPT, H_ENCODING, MAX_ANSWER_BYTES, frame, unframe
 
 __all__ = ["ServerRefused", "SyncError", "Transport", "Unreachable"]
 

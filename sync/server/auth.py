@@ -15,7 +15,7 @@ decoded** (the signature covers the body's hash), 6 after:
 6. the body's ``qmgr`` is the signing device (403), a put or confirm names
    only the device's own messages (uid origin) and a queue it may push to
    (403; ``SYSTEM.ADMIN.REPLY``, where admin replies go, is always allowed: a reply's
-   sender is checked by its uid, see :mod:`edgeq.sync.server.admin`; a queue holding a device's
+   sender is checked by its uid, see :mod:`edgeq.sync.server.admin.client`; a queue holding a device's
    admin requests, ``<device>.SYSTEM.ADMIN``, never is); pulls are confined to
    ``<device>.<queue>`` by the server, and device names with a ``.`` are refused so that
    prefix is unambiguous.

@@ -34,7 +34,7 @@ from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.health import missing_hint, refusal_code
 from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
-from edgeq.sync.server.adminrecords import AdminRecords
+from edgeq.sync.server.admin.records import AdminRecords
 from edgeq.sync.server.holds import HoldGate, HoldPolicy
 from edgeq.sync.server.metrics import Metrics
 from edgeq.sync.server.sessions import DeviceSessions, DeviceState

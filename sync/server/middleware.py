@@ -15,7 +15,7 @@ Outermost first, as :func:`protocol_middleware` lists them:
 4. :class:`BodyLimit` refuses a body beyond the limit (413) from its
    ``Content-Length`` before reading it, and while it streams in (chunked), always
    before it is decoded; a compressed body's limit holds for what it decompresses to
-   as well (:mod:`edgeq.sync.compression`);
+   as well (:mod:`edgeq.sync.framing`);
 5. :class:`Authentication` (only with an :class:`~edgeq.sync.server.auth.AuthGate`) asks the
    gate whether the request must be authenticated and, if so, checks its signature
    headers **before reading the body**, its signature over the raw body **before
@@ -49,7 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from edgeq.encoding.compression import Codec, available
 from edgeq.errors import StoreBusy
 from edgeq.sync import protocol as p
-from edgeq.sync.compression import H_ENCODING, unframe
+from edgeq.sync.framing import H_ENCODING, unframe
 from edgeq.sync.server.auth import AuthGate, AuthRequest, Forbidden
 from edgeq.sync.server.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
 from edgeq.sync.server.metrics import Metrics

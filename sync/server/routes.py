@@ -2,7 +2,7 @@
 :class:`~edgeq.sync.server.home.HomeService`, and encode its answer. Every HTTP concern
 (size, media type, authentication, error bodies, counting) is middleware around
 the protocol routes (:mod:`edgeq.sync.server.middleware`), so a handler is three lines.
-An answer goes compressed where the request asked for it (:mod:`edgeq.sync.compression`),
+An answer goes compressed where the request asked for it (:mod:`edgeq.sync.framing`),
 and the hello says which codecs this server takes.
 """
 
@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from edgeq.encoding.compression import Codec
 from edgeq.sync import protocol as p
-from edgeq.sync.compression import H_ACCEPT, answer_codec, frame, negotiate
+from edgeq.sync.framing import H_ACCEPT, answer_codec, frame, negotiate
 from edgeq.sync.server.auth import AuthGate
 from edgeq.sync.server.home import HomeService
 from edgeq.sync.server.middleware import BodyDecoder, error_response, protocol_middleware

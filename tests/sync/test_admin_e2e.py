@@ -4,7 +4,7 @@ trusting the operator key (set with ``edgeq keys trust-admin``).
 
 DEV1 is one long-lived agent (tests/sync/admin_device.py) whose clock the test moves on, so
 messages put on it expire later, while it runs; DEV2 is ``edgeq sync`` itself (``--once``
-runs, then its daemon). The operator is :class:`edgeq.sync.server.admin.AdminClient` on the home
+runs, then its daemon). The operator is :class:`edgeq.sync.server.admin.client.AdminClient` on the home
 store, and the ``edgeq admin`` command line for the fan-out.
 """
 
@@ -29,7 +29,7 @@ from edgeq.admin.wire import ADMIN_QUEUE, AdminRequest, request_message
 from edgeq.cli import cli
 from edgeq.clock import system_clock
 from edgeq.sync.keys import new_key_pair
-from edgeq.sync.server.admin import AdminClient, OperatorKey, new_operator_key
+from edgeq.sync.server.admin.client import AdminClient, OperatorKey, new_operator_key
 from edgeq.values import Int32
 from tests.sync.conftest import EDGEQ, edgeq_serve
 

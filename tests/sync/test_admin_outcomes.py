@@ -24,7 +24,7 @@ from edgeq.admin.wire import ADMIN_QUEUE
 from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.agent.signer import DeviceSigner
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.server.admin import AdminClient, operator_key_id
+from edgeq.sync.server.admin.client import AdminClient, operator_key_id
 from edgeq.sync.server.auth import SignatureAuthenticator
 from edgeq.sync.server.console.auth import set_password
 from edgeq.sync.server.nonces import MemoryNonces

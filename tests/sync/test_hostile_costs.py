@@ -29,7 +29,7 @@ from edgeq import ManualClock, QueueManager
 from edgeq.encoding.compression import compress
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.transport import Transport, Unreachable
-from edgeq.sync.compression import H_ENCODING, MAX_ANSWER_BYTES
+from edgeq.sync.framing import H_ENCODING, MAX_ANSWER_BYTES
 from edgeq.sync.keys import new_key_pair
 from edgeq.sync.server.console import auth as consoleauth
 from edgeq.sync.server.console.auth import set_password

@@ -6,7 +6,7 @@
     edgeq admin --db home.db pending                                     # no reply yet
 
 A request is signed, recorded in the home store and queued for the device's next sync
-(:class:`edgeq.sync.server.admin.AdminClient`); ``--wait`` waits for the replies, otherwise the
+(:class:`edgeq.sync.server.admin.client.AdminClient`); ``--wait`` waits for the replies, otherwise the
 request ids are printed. The commands after the device name (``queue``, ``purge``,
 ``sweep``, ``rules``, ``sync-status``) are the device's, run there; ``keygen``,
 ``pending``, ``replies`` and ``show`` are the operator's own. See docs/admin.md.

@@ -16,8 +16,8 @@ from edgeq.cli.params import DEVICE_NAME, DURATION, REQUEST_EXPIRY, parse_device
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:  # the admin stack (cbor2, cryptography) is imported when a command runs
-    from edgeq.sync.server.admin import AdminClient
-    from edgeq.sync.server.adminrecords import AdminRecord
+    from edgeq.sync.server.admin.client import AdminClient
+    from edgeq.sync.server.admin.records import AdminRecord
 
 __all__ = ["AdminOptions", "admin", "client_of", "confirm", "depth_line", "exit_unless_success",
            "merged_options", "request_options", "send", "stack"]
@@ -139,7 +139,7 @@ def merged_options(ctx: click.Context, wait_ms: int | None = None, expires_ms: i
 def client_of(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> AdminClient:
     """The home store's admin client, with the operator key when it is to send requests
     (a missing or bad key is a usage mistake, found before the store is opened)."""
-    from edgeq.sync.server.admin import AdminClient, OperatorKey
+    from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 
     key = None
     if signing:

@@ -31,7 +31,7 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
       edgeq admin keygen --out operator.key
       edgeq keys trust-admin --db device.db KEY_ID operator.pub     # on each device
     """
-    from edgeq.sync.server.admin import new_operator_key
+    from edgeq.sync.server.admin.client import new_operator_key
 
     pair, key_id = new_operator_key(out, overwrite=force)
     if wants_json(ctx, as_json or merged_options(ctx).json):

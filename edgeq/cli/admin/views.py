@@ -1,6 +1,6 @@
 """How ``edgeq admin`` shows requests and replies: a reply's items as a table (or, for one
 item with nested values, as ``key: value`` lines), listings of requests, and one line per
-device for a fan-out. JSON is :meth:`~edgeq.sync.server.adminrecords.AdminRecord.as_dict`."""
+device for a fan-out. JSON is :meth:`~edgeq.sync.server.admin.records.AdminRecord.as_dict`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from edgeq.cli.format import format_time
 from edgeq.cli.views import format_table
-from edgeq.sync.server.adminrecords import AdminRecord, plain_json
+from edgeq.sync.server.admin.records import AdminRecord, plain_json
 
 __all__ = ["format_fanout", "format_items", "format_pending", "format_record", "format_replies", "value_text"]
 
@@ -113,7 +113,7 @@ def format_fanout(records: Sequence[AdminRecord], now_ms: int) -> str:
 
 def format_pending(records: Sequence[AdminRecord], now_ms: int) -> str:
     """Requests with no reply: id, device, what, when sent, status (pending, expired before
-    delivery, or outcome unknown: :meth:`~edgeq.sync.server.adminrecords.AdminRecord.describe`)."""
+    delivery, or outcome unknown: :meth:`~edgeq.sync.server.admin.records.AdminRecord.describe`)."""
     if not records:
         return "No admin request is waiting for a reply."
     rows = [(r.request_id, r.device, _what(r), format_time(r.created_ms), r.describe(now_ms)) for r in records]

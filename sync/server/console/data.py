@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeq.sync.server.adminrecords import recent
+from edgeq.sync.server.admin.records import recent
 from edgeq.types import MessageState
 
 __all__ = ["ConsoleView", "DeviceRow", "QueueRow", "read_console"]

@@ -2,7 +2,7 @@
 
 Each device command sends the request it should (action, target, params, decoded from the
 message queued for the device); replies are carried from a real device queue manager as the
-sync agent would (tests/sync/server/test_admin.py's ``carry``), then shown by ``show``, ``replies``
+sync agent would (tests/sync/server/admin/test_client.py's ``carry``), then shown by ``show``, ``replies``
 and ``pending``; bad values exit 2. The commands end to end over real agents are in
 tests/sync/test_admin_e2e.py."""
 
@@ -20,9 +20,9 @@ from edgeq import ManualClock, Message, QueueManager
 from edgeq.admin.wire import AdminRequest, as_python
 from edgeq.cli import cli
 from edgeq.clock import system_clock
-from edgeq.sync.server.admin import AdminClient, OperatorKey
+from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 from tests.cli.test_cli import fail, ok
-from tests.sync.server.test_admin import carry, device
+from tests.sync.server.admin.test_client import carry, device
 
 Run = Callable[..., Result]
 

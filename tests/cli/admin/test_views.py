@@ -14,7 +14,7 @@ from edgeq.cli.admin.views import (
     format_replies,
     value_text,
 )
-from edgeq.sync.server.adminrecords import AdminRecord
+from edgeq.sync.server.admin.records import AdminRecord
 from tests.conftest import T0
 
 RID = "ab" * 16

@@ -19,7 +19,7 @@ from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.agent.reports import PushReport, QueueReport
 from edgeq.sync.agent.signer import DeviceSigner
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.server.admin import AdminClient, operator_key_id
+from edgeq.sync.server.admin.client import AdminClient, operator_key_id
 from edgeq.sync.server.auth import SignatureAuthenticator
 from edgeq.sync.server.nonces import MemoryNonces
 from tests.sync.conftest import LiveServer, Network

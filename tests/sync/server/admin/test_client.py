@@ -1,4 +1,4 @@
-"""edgeq.sync.server.admin: the operator's AdminClient on a real home store: requests signed,
+"""edgeq.sync.server.admin.client: the operator's AdminClient on a real home store: requests signed,
 recorded and queued for the device; replies collected from SYSTEM.ADMIN.REPLY exactly
 once, and only from the device the request went to; statuses, waits, fan-out, resend.
 
@@ -18,7 +18,7 @@ from edgeq import ManualClock, Message, QueueManager
 from edgeq.admin.wire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
 from edgeq.errors import DeviceNotFound, EdgeqError, InvalidArgument
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.server.admin import AdminClient, OperatorKey, new_operator_key, operator_key_id
+from edgeq.sync.server.admin.client import AdminClient, OperatorKey, new_operator_key, operator_key_id
 from edgeq.uid import MessageUID
 from edgeq.values import Int64
 from tests.conftest import T0

@@ -1,4 +1,4 @@
-"""edgeq.sync.compression over a real loopback server: each codec both ways (push and pull),
+"""edgeq.sync.framing over a real loopback server: each codec both ways (push and pull),
 the negotiation at hello with peers that do not know compression (an agent or a server
 without the capability), bombs refused before they are decompressed (signed or not),
 signatures over the compressed bytes, and damaged bodies and answers refused with
@@ -28,7 +28,7 @@ from edgeq.encoding.compression import CODECS, Codec, compress
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.agent.signer import DeviceSigner
-from edgeq.sync.compression import H_ACCEPT, H_ENCODING, MIN_BYTES, answer_codec, unframe
+from edgeq.sync.framing import H_ACCEPT, H_ENCODING, MIN_BYTES, answer_codec, unframe
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.server.auth import SignatureAuthenticator
 from edgeq.sync.server.home import HomeService

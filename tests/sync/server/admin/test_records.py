@@ -1,4 +1,4 @@
-"""edgeq.sync.server.adminrecords: the home store's table admin_requests, on a real file: what a
+"""edgeq.sync.server.admin.records: the home store's table admin_requests, on a real file: what a
 reply records (once; a refusal of an unauthenticated copy only until the genuine answer),
 the listings, the statuses, and a damaged row read as damage."""
 
@@ -15,7 +15,7 @@ from edgeq import ManualClock, Message, QueueManager
 from edgeq.admin.wire import AdminReply, AdminRequest, request_message
 from edgeq.errors import StoreError
 from edgeq.store.schema import MIGRATIONS
-from edgeq.sync.server.adminrecords import AdminRecords, unauthenticated
+from edgeq.sync.server.admin.records import AdminRecords, unauthenticated
 from tests.conftest import T0
 
 KEY = Ed25519PrivateKey.generate()

@@ -13,7 +13,7 @@ server's queue ``DEV.SYSTEM.ADMIN``, which the device pulls into its home-server
 agent pushes the reply to the server's local queue ``SYSTEM.ADMIN.REPLY``. Whoever looks
 (:meth:`AdminClient.collect`, done by every listing and wait) moves the replies from
 that queue into ``admin_requests`` exactly once: an assured get, the record (a request's
-answer is recorded once: :meth:`~edgeq.sync.server.adminrecords.AdminRecords.reply`), then the
+answer is recorded once: :meth:`~edgeq.sync.server.admin.records.AdminRecords.reply`), then the
 confirm, so a crash in between only makes the next look record nothing new. A reply is recorded only for a request that was sent to
 the device that replies, and only if that device pushed it (the reply message's uid
 names its sender, and an authenticating server takes only a device's own uids).
@@ -39,7 +39,7 @@ from edgeq.manager import QueueManager
 from edgeq.message import Message
 from edgeq.sync.keys import KeyPair, load_private_key, new_key_pair, public_bytes
 from edgeq.sync.protocol import device_queue_name
-from edgeq.sync.server.adminrecords import AdminRecord, AdminRecords, RequestStatus
+from edgeq.sync.server.admin.records import AdminRecord, AdminRecords, RequestStatus
 from edgeq.types import MAX_CONFIRM_ID, Clock
 
 __all__ = [
@@ -274,7 +274,7 @@ class AdminClient:
 
     def pending(self, device: str | None = None) -> list[AdminRecord]:
         """The requests with no reply (of ``device``), oldest first; an expired one's
-        :meth:`~edgeq.sync.server.adminrecords.AdminRecord.status` is ``expired``."""
+        :meth:`~edgeq.sync.server.admin.records.AdminRecord.status` is ``expired``."""
         self.collect()
         return self.records.pending(device)
 
