@@ -1,1 +1,2 @@
-"""``edgeq check``: finding damage in a store (one scan), reading what surrounds the messages, and the report."""
+"""``edgeq check``: finding damage in a store (one scan), reading what surrounds the messages,
+and the report."""

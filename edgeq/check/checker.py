@@ -1,31 +1,5 @@
-"""``edgeq check``: find damage in a store, and repair what can be repaired.
-
-:meth:`StoreCheck.run` reads, in one read transaction:
-
-* every message row, in **one streaming SELECT** over the table itself (never an
-  index: the index may be the damaged part): its checksum (``edgeq_crc``, the same
-  :data:`~edgeq.store.integrity.CRC_SQL` a put computes) and the values the checksum does
-  not cover (state, lock, order key, backout count, redelivery time). The same pass counts each
-  queue's rows and bytes, to hold against its ``depth`` and ``bytes`` counters
-  (:mod:`edgeq.check.scan`);
-* the queues, rule bindings, rule events, journal rows, and the store's identity
-  (:mod:`edgeq.check.records`);
-
-while ``PRAGMA integrity_check`` (the file's structure, and every index against its
-table) runs beside it on a connection of its own: SQLite does not hold Python's
-lock while it checks, so on a second core it costs no wall time.
-
-:meth:`StoreCheck.repair` then works in one write transaction. It checks again each
-row it was told about (a row that is no longer damaged is not touched), moves the
-damaged ones to the ``quarantine`` table whole (messages through
-:meth:`EventSink.quarantine <edgeq.events.sink.EventSink.quarantine>`, so their rules see a
-``removed`` event with reason ``quarantined``), gives a row whose only damage is its
-order key its rank back, rebuilds every index SQLite's integrity check named
-(dropped before the deletes, which a damaged index entry would stop, and built again
-after them), recounts the queues whose counters are off, and repairs the identity
-where it can. It never deletes a row that is not damaged, and only ever opens an
-edgeq store.
-"""
+"""``edgeq check``: find damage in a store and repair what can be, never deleting a sound row
+(docs/storage.md, "Checking and repairing a store")."""
 
 from __future__ import annotations
 
@@ -66,17 +40,13 @@ _DAMAGED = str(damaged("", path="")).split(":")[0]  # how every "the store is da
 
 
 class NotAStore(StoreError):
-    """``edgeq check`` was given a path that is not an edgeq store it can check (missing,
-    empty, not SQLite, another application's database, another schema version). The
-    file was not touched."""
+    """``edgeq check`` was given a path that is not an edgeq store it can check (missing, empty,
+    foreign, another schema version); the file was not touched."""
 
 
 def preflight(path: Path) -> CheckReport | None:
-    """Decide, reading only, whether ``path`` is a store ``edgeq check`` can open.
-
-    Raises :class:`NotAStore` if it is not an edgeq store; returns a report saying the
-    store is unreadable if it is a SQLite file SQLite cannot read at all (damage, not a
-    usage mistake); returns None if it can be checked.
+    """Reading only: None if ``path`` is a store ``edgeq check`` can open, a report saying it is
+    unreadable if SQLite cannot read it at all; raises NotAStore if it is no edgeq store.
 
     >>> import tempfile
     >>> try:
@@ -90,12 +60,13 @@ def preflight(path: Path) -> CheckReport | None:
     try:
         fresh = check_foreign(path)
     except StoreError as exc:
-        if isinstance(exc.__cause__, (sqlite3.DatabaseError, UnicodeDecodeError)):  # a SQLite header, then nothing
+        # a SQLite header, then nothing
+        if isinstance(exc.__cause__, (sqlite3.DatabaseError, UnicodeDecodeError)):
             return CheckReport(str(path), unreadable=(
-                f"SQLite cannot read the file at all ({exc.__cause__}): it is damaged beyond what edgeq "
-                "check can repair; restore it from a backup",
+                f"SQLite cannot read the file at all ({exc.__cause__}): it is damaged beyond what "
+                "edgeq check can repair; restore it from a backup",
             ))
-        if str(exc).startswith(_DAMAGED):  # an edgeq store's header, damaged (edgeq.store.damage.damaged)
+        if str(exc).startswith(_DAMAGED):  # an edgeq store's header, damaged
             return CheckReport(str(path), unreadable=(str(exc).split("; run `edgeq check")[0],))
         raise NotAStore(str(exc)) from exc
     if fresh:
@@ -124,11 +95,10 @@ class StoreCheck:
     # -- finding ---------------------------------------------------------------------------
 
     def run(self) -> CheckReport:
-        """Check everything (see the module's docstring); change nothing."""
+        """Check everything; change nothing."""
         return self._run()[0]
 
     def _run(self) -> tuple[CheckReport, bool]:
-        """The report, and whether SQLite's integrity check gave its verdict."""
         started = time.perf_counter()
         sqlite = SqliteCheck(self.db.path, self.db.timeout)
         sqlite.start()
@@ -137,8 +107,13 @@ class StoreCheck:
         finally:
             sqlite.join()
         # Nothing readable at all: one line says so (the integrity check failed the same way).
-        lost = found.unreadable if found.unreadable and not found.checked else sqlite.unreadable + found.unreadable
-        report = replace(found, sqlite=sqlite.lines, unreadable=lost, seconds=time.perf_counter() - started)
+        lost = (
+            found.unreadable if found.unreadable and not found.checked
+            else sqlite.unreadable + found.unreadable
+        )
+        report = replace(
+            found, sqlite=sqlite.lines, unreadable=lost, seconds=time.perf_counter() - started
+        )
         return report, not sqlite.unreadable
 
     def _scan(self) -> CheckReport:
@@ -153,7 +128,9 @@ class StoreCheck:
         except NotAStore:
             raise
         except StoreError as exc:  # SQLite could not read a table the scan needs
-            return CheckReport(self.db.path, unreadable=(f"SQLite cannot read the store ({sqlite_said(exc)})",))
+            return CheckReport(
+                self.db.path, unreadable=(f"SQLite cannot read the store ({sqlite_said(exc)})",)
+            )
         return CheckReport(
             self.db.path, checked=scan.checked, unreadable=scan.unreadable, messages=messages,
             counters=scan.drift(), records=records, identity=identity,
@@ -162,9 +139,7 @@ class StoreCheck:
     # -- repairing -------------------------------------------------------------------------
 
     def repair(self, sink: EventSink) -> CheckReport:
-        """Check, then repair what was found, in one write transaction; the report's
-        ``repairs`` says what was done. Rules bound to a queue see each of its
-        quarantined messages ``removed`` with reason ``quarantined``."""
+        """Check, then repair what was found in one write transaction (the report's ``repairs``)."""
         found, verdict = self._run()
         if found.clean:
             return found
@@ -182,10 +157,8 @@ class StoreCheck:
         return replace(found, repairs=fix.done(found))
 
     def unblock(self, now_ms: int) -> CheckReport:
-        """Check and repair only what stops a queue manager from opening the store: rule
-        bindings and rule events it cannot decode, a damaged incarnation, store-key check
-        values or stamp clock. No message is touched (that needs the queue manager's
-        rules: :meth:`repair`)."""
+        """Check and repair only what stops a queue manager from opening the store (rule bindings
+        and events, the identity, key check values); no message is touched."""
         started = time.perf_counter()
         with self.db.read() as conn:
             _check_version(conn, self.db.path)
@@ -203,7 +176,7 @@ class StoreCheck:
         return replace(found, repairs=fix.done(found), seconds=time.perf_counter() - started)
 
 
-#: The tables a queue manager reads as it opens (bindings, pending events, its identity and key checks).
+#: The tables a queue manager reads as it opens.
 _BLOCKING = frozenset({"rule_bindings", "rule_events", "edgeq_meta"})
 
 
@@ -212,11 +185,13 @@ def _check_version(conn: sqlite3.Connection, path: str) -> None:
     if version != SCHEMA_VERSION:
         advice = ("upgrade edgeq to check it" if version > SCHEMA_VERSION
                   else "open it once with this edgeq (any command upgrades it), then check it")
-        raise NotAStore(f"{path} has schema version {version}; this edgeq checks version {SCHEMA_VERSION}: {advice}")
+        raise NotAStore(
+            f"{path} has schema version {version}; this edgeq checks version {SCHEMA_VERSION}: {advice}"
+        )
 
 
 class _Fixer:
-    """The repairs, inside one write transaction on ``conn``; it notes what it did."""
+    """The repairs, in one write transaction on ``conn``, noting what it did."""
 
     def __init__(self, conn: sqlite3.Connection, now_ms: int) -> None:
         self.conn = conn
@@ -227,24 +202,23 @@ class _Fixer:
         self.recounted: list[str] = []
         self.renewed: list[str] = []
         self.left: list[str] = []
-        self.touched: set[int] = set()  # queues that lost rows outside the Tx verbs (their counters)
+        self.touched: set[int] = set()  # queues that lost rows outside the Tx verbs
 
     @contextmanager
     def rebuilding(self, found: CheckReport, *, verdict: bool) -> Iterator[None]:
-        """Drop the indexes to rebuild, let the block delete, then build them again.
-
-        The indexes rebuilt are those SQLite's integrity check named (``verdict``: it ran,
-        so an index it did not name agrees with its table), or without its verdict every
-        index of each table the block deletes from. Dropped first, so that deleting a row
-        whose index entries are damaged (or whose damaged uid now collides with another
-        row's) cannot fail; built again from their own SQL once only sound rows are left.
-        """
+        """Drop the indexes SQLite's check named (without its ``verdict``: every index of the tables
+        deleted from), let the block delete, then build them again from their own SQL."""
         deleting = {r.table for r in found.records} | ({"messages"} if found.messages else set())
         tables = set() if verdict else deleting
-        objects = self.conn.execute("SELECT type, name, tbl_name, sql, rootpage FROM sqlite_master").fetchall()
+        objects = self.conn.execute(
+            "SELECT type, name, tbl_name, sql, rootpage FROM sqlite_master"
+        ).fetchall()
         named = self._named(found.sqlite, objects)
         indexes = [(name, table, sql) for kind, name, table, sql, _ in objects if kind == "index"]
-        dropped = [(name, sql) for name, table, sql in indexes if sql is not None and (table in tables or name in named)]
+        dropped = [
+            (name, sql) for name, table, sql in indexes
+            if sql is not None and (table in tables or name in named)
+        ]
         for name, _ in dropped:
             self.conn.execute(f"DROP INDEX {_quoted(name)}")
         yield
@@ -257,8 +231,10 @@ class _Fixer:
                 built.append(name)
         self.rebuilt += built
 
-    def _named(self, lines: Sequence[str], objects: Sequence[tuple[str, str, str, str | None, int]]) -> set[str]:
-        """The indexes SQLite's complaints name; a complaint no index rebuild can answer is left."""
+    def _named(
+        self, lines: Sequence[str], objects: Sequence[tuple[str, str, str, str | None, int]]
+    ) -> set[str]:
+        """The indexes SQLite's complaints name; a complaint no rebuild can answer is left."""
         by_root = {root: (kind, name) for kind, name, _, _, root in objects}
         named = set()
         for line in lines:
@@ -271,7 +247,8 @@ class _Fixer:
                 named.add(name)
             else:
                 self.left.append(
-                    f"SQLite: {line.strip()} (damage to the file's structure{f' in table {name}' if name else ''}, "
+                    f"SQLite: {line.strip()} (damage to the file's structure"
+                    f"{f' in table {name}' if name else ''}, "
                     "which rebuilding indexes cannot repair: restore the store from a backup)"
                 )
         return named
@@ -286,9 +263,12 @@ class _Fixer:
             current = now_damaged.get((r.table, r.id))
             if r.table == "queues":
                 self.left.append(f"queue {r.queue or r.id}: {r.what}")
-            elif current is not None and set_aside(self.conn, r.table, r.id, r.queue, f"{r.table}.{r.id}",
-                                                   current.what, self.now):
-                self.quarantined.append(f"{r.table} row {r.id}{f' (queue {r.queue})' if r.queue else ''}: {r.what}")
+            elif current is not None and set_aside(
+                self.conn, r.table, r.id, r.queue, f"{r.table}.{r.id}", current.what, self.now
+            ):
+                self.quarantined.append(
+                    f"{r.table} row {r.id}{f' (queue {r.queue})' if r.queue else ''}: {r.what}"
+                )
 
     def messages(self, tx: Tx, sink: EventSink, found: Sequence[DamagedMessage]) -> list[Pending]:
         """Quarantine (or re-rank) the messages still damaged; return the rules' events."""
@@ -320,7 +300,9 @@ class _Fixer:
             self.quarantined.append(f"message {m.uid} on {m.queue or 'no queue'}: {m.what}{told}")
         return events
 
-    def _rerank(self, ids: Sequence[int], queues: Mapping[int, QueueInfo], wanted: Mapping[int, DamagedMessage]) -> None:
+    def _rerank(
+        self, ids: Sequence[int], queues: Mapping[int, QueueInfo], wanted: Mapping[int, DamagedMessage]
+    ) -> None:
         fifo = ", ".join(str(i) for i, q in queues.items() if q.ordering == "fifo")
         for chunk in chunks(ids):
             marks = ", ".join("?" for _ in chunk)
@@ -331,8 +313,7 @@ class _Fixer:
         self.reranked += [f"message {wanted[i].uid} on {wanted[i].queue}" for i in ids]
 
     def recount(self, drifted: set[str]) -> None:
-        """Count again the rows and bytes of the queues whose counters were off, or that
-        lost rows outside the verbs that keep them."""
+        """Recount the queues whose counters were off, or that lost rows outside the Tx verbs."""
         queues, _ = queue_infos(self.conn)
         ids = [q.id for q in queues.values() if q.label in drifted or q.id in self.touched]
         for chunk in chunks(ids):
@@ -346,35 +327,44 @@ class _Fixer:
         for i in ids:
             was, now = queues[i], after[i]
             if (was.depth, was.bytes) != (now.depth, now.bytes):
-                self.recounted.append(f"{now.label}: depth {was.depth} -> {now.depth}, bytes {was.bytes} -> {now.bytes}")
+                self.recounted.append(
+                    f"{now.label}: depth {was.depth} -> {now.depth}, bytes {was.bytes} -> {now.bytes}"
+                )
 
     def identity(self, *, renew: bool) -> None:
-        """Repair the identity where that is safe: a new incarnation (only before a queue
-        manager has opened the store: an open one already uses the old), the stamp clock."""
+        """Repair the identity where safe: the stamp clock, and a new incarnation only if ``renew``
+        (before a queue manager opened the store: an open one uses the old)."""
         for kind, text in identity_problems(self.conn):
             if kind == Identity.INCARNATION and renew:
                 token = new_incarnation()
-                self.conn.execute("UPDATE edgeq_meta SET value = ? WHERE key = 'incarnation'", (token,))
-                self.renewed.append(f"{text}: drew a new one, {token} (uids issued from now on carry it)")
+                self.conn.execute(
+                    "UPDATE edgeq_meta SET value = ? WHERE key = 'incarnation'", (token,)
+                )
+                self.renewed.append(
+                    f"{text}: drew a new one, {token} (uids issued from now on carry it)"
+                )
             elif kind == Identity.CLOCK:
                 (held,) = self.conn.execute(
                     "SELECT max(ifnull((SELECT max(stamp) FROM messages), 0), "
                     "ifnull((SELECT max(stamp) FROM confirmed_uids), 0), ?)", (self.now * 1000,),
                 ).fetchone()
-                self.conn.execute("INSERT OR REPLACE INTO edgeq_clock (id, stamp) VALUES (1, ?)", (held,))
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO edgeq_clock (id, stamp) VALUES (1, ?)", (held,)
+                )
                 self.renewed.append(f"{text}: set to {held}, above every stamp held")
             elif kind == Identity.INCARNATION:
-                self.left.append(f"{text}: close every queue manager on the store and run `edgeq check --repair` "
-                                 "to draw a new one")
+                self.left.append(f"{text}: close every queue manager on the store and run "
+                                 "`edgeq check --repair` to draw a new one")
             else:
                 self.left.append(text)
 
     def done(self, found: CheckReport) -> Repairs:
-        """What was done, and what is left (with what to do)."""
-        left = [*self.left, *(f"{line}: restore the store from a backup (what could be read was repaired)"
-                              for line in found.unreadable)]
-        return Repairs(tuple(self.quarantined), tuple(self.reranked), tuple(self.rebuilt), tuple(self.recounted),
-                       tuple(self.renewed), tuple(left))
+        left = [*self.left, *(
+            f"{line}: restore the store from a backup (what could be read was repaired)"
+            for line in found.unreadable
+        )]
+        return Repairs(tuple(self.quarantined), tuple(self.reranked), tuple(self.rebuilt),
+                       tuple(self.recounted), tuple(self.renewed), tuple(left))
 
 
 def _quoted(name: str) -> str:
@@ -382,7 +372,7 @@ def _quoted(name: str) -> str:
 
 
 def _queue_row(tx: Tx, q: QueueInfo | None) -> QueueRow | None:
-    """The queue's row for the verbs, or None if it is itself damaged (its messages are then set aside raw)."""
+    """The queue's row for the verbs, or None if itself damaged (its messages are set aside raw)."""
     if q is None or q.name is None:
         return None
     try:
@@ -397,7 +387,9 @@ def _rows(tx: Tx, ids: Sequence[int]) -> dict[int, tuple[MessageRow | None, int]
     out: dict[int, tuple[MessageRow | None, int]] = {}
     for chunk in chunks(ids):
         marks = ", ".join("?" for _ in chunk)
-        for msg_id, queue_id in tx.conn.execute(f"SELECT id, queue_id FROM messages WHERE id IN ({marks})", chunk):
+        for msg_id, queue_id in tx.conn.execute(
+            f"SELECT id, queue_id FROM messages WHERE id IN ({marks})", chunk
+        ):
             out[msg_id] = (None, queue_id)
         try:
             readable = tx.rows(chunk)
@@ -414,6 +406,5 @@ def _rows(tx: Tx, ids: Sequence[int]) -> dict[int, tuple[MessageRow | None, int]
 
 
 def _countable(row: MessageRow) -> bool:
-    """Whether the row can leave through the verbs that keep the counters (its data and
-    fields have a size): then its rules are told, by its uid alone."""
+    """Whether the row can leave through the counting verbs (its data and fields have a size)."""
     return isinstance(row.data, (bytes, str)) and isinstance(row.fields, (bytes, str, type(None)))

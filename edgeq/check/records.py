@@ -1,9 +1,6 @@
-"""What ``edgeq check`` reads beside the messages: the queues, rule bindings, rule
-events, the journal and the store's identity; and how it reads and sets aside rows
-whose text may not even decode.
-
-Every reader here takes text as bytes (:func:`raw_text`): a flipped bit can leave a
-text value that is not UTF-8, which the sqlite3 module refuses to return at all.
+"""What ``edgeq check`` reads beside the messages: queues, rule bindings and events, the journal,
+the identity. Text is read as bytes (:func:`raw_text`): the sqlite3 module refuses to return
+text that a flipped bit left not UTF-8.
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ _KINDS = (b"local", b"remote", b"home")
 
 
 class Identity(StrEnum):
-    """What part of the store's identity is damaged."""
 
     NAME = "name"
     INCARNATION = "incarnation"
@@ -54,7 +50,6 @@ class Identity(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
-    """A queue row as the check reads it."""
 
     id: int
     name: str | None  #: None: the stored name is not readable text (its messages cannot be checked)
@@ -64,19 +59,16 @@ class QueueInfo:
 
     @property
     def label(self) -> str:
-        """The queue's name, or ``#id`` if it has none readable."""
         return self.name if self.name is not None else f"#{self.id}"
 
 
 def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
-    """``ids`` in lists short enough for one ``IN (...)``."""
     for start in range(0, len(ids), _CHUNK):
         yield ids[start : start + _CHUNK]
 
 
 @contextmanager
 def raw_text(conn: sqlite3.Connection) -> Iterator[None]:
-    """Read text as bytes on ``conn`` while the block runs."""
     before = conn.text_factory
     conn.text_factory = bytes
     try:
@@ -107,7 +99,6 @@ def sqlite_said(exc: BaseException) -> str:
 
 
 def _text(value: object, kind: object = "text") -> str | None:
-    """The value if it is text that decodes, else None."""
     if shown(kind) != "text" or not isinstance(value, bytes):
         return None
     try:
@@ -120,10 +111,14 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def queue_infos(conn: sqlite3.Connection) -> tuple[dict[int, QueueInfo], tuple[DamagedRecord, ...]]:
+def queue_infos(
+    conn: sqlite3.Connection,
+) -> tuple[dict[int, QueueInfo], tuple[DamagedRecord, ...]]:
     """Every queue, by id; and the queue rows that are damaged (name, ordering, kind)."""
     with raw_text(conn):
-        rows = conn.execute("SELECT id, name, typeof(name), ordering, kind, depth, bytes FROM queues").fetchall()
+        rows = conn.execute(
+            "SELECT id, name, typeof(name), ordering, kind, depth, bytes FROM queues"
+        ).fetchall()
     out: dict[int, QueueInfo] = {}
     damaged: list[DamagedRecord] = []
     for queue_id, raw_name, name_type, ordering, kind, depth, size in rows:
@@ -132,7 +127,9 @@ def queue_infos(conn: sqlite3.Connection) -> tuple[dict[int, QueueInfo], tuple[D
         out[queue_id] = info
         problems = []
         if name is None:
-            problems.append(f"its name {shown(raw_name)!r} is not readable text, so its messages cannot be checked")
+            problems.append(
+                f"its name {shown(raw_name)!r} is not readable text, so its messages cannot be checked"
+            )
         elif not _valid_name(name):
             problems.append(f"its name {name!r} is not a valid queue name")
         if ordering not in _ORDERINGS:
@@ -153,16 +150,20 @@ def _valid_name(name: str) -> bool:
     return True
 
 
-def damaged_records(conn: sqlite3.Connection, queues: Mapping[int, QueueInfo]) -> tuple[DamagedRecord, ...]:
-    """The rule bindings, rule events, journal rows and store-key check values that
-    cannot be read as what they are."""
+def damaged_records(
+    conn: sqlite3.Connection, queues: Mapping[int, QueueInfo]
+) -> tuple[DamagedRecord, ...]:
+    """The rule bindings, rule events, journal rows and key check values that cannot be read."""
     return (*_bindings(conn, queues), *_events(conn), *_journal(conn), *_key_checks(conn))
 
 
-def _bindings(conn: sqlite3.Connection, queues: Mapping[int, QueueInfo]) -> Iterator[DamagedRecord]:
+def _bindings(
+    conn: sqlite3.Connection, queues: Mapping[int, QueueInfo]
+) -> Iterator[DamagedRecord]:
     with raw_text(conn):
         rows = conn.execute(
-            "SELECT id, queue_id, typeof(position), name, typeof(name), config, typeof(config) FROM rule_bindings"
+            "SELECT id, queue_id, typeof(position), name, typeof(name), config, typeof(config) "
+            "FROM rule_bindings"
         ).fetchall()
     for binding_id, queue_id, position_type, name, name_type, config, config_type in rows:
         q = queues.get(queue_id)
@@ -238,7 +239,8 @@ def _journal(conn: sqlite3.Connection) -> Iterator[DamagedRecord]:
                     WHEN kind NOT IN ('accepted', 'expired', 'delivered') THEN 'kind'
                     WHEN side NOT IN ('server', 'device') THEN 'side'
                     WHEN typeof(queue) != 'text' OR typeof(uid) != 'text' OR typeof(origin) != 'text'
-                         OR typeof(check_point) NOT IN ('text', 'null') OR typeof(device) NOT IN ('text', 'null')
+                         OR typeof(check_point) NOT IN ('text', 'null')
+                         OR typeof(device) NOT IN ('text', 'null')
                          OR (queue || uid || origin || ifnull(check_point, '') || ifnull(device, ''))
                             GLOB '*[^ -~]*' THEN 'name'
                     WHEN typeof(at_ms) != 'integer' OR {ints} THEN 'number'
@@ -261,14 +263,13 @@ def _key_checks(conn: sqlite3.Connection) -> Iterator[DamagedRecord]:
             sound = False
         if not sound:
             yield DamagedRecord("edgeq_meta", rowid, None, (
-                f"the check value of store key {name.removeprefix('keycheck.')!r} is damaged (it is made again "
-                "from the key file the next time the store is opened with its keys)"
+                f"the check value of store key {name.removeprefix('keycheck.')!r} is damaged (it is made "
+                "again from the key file the next time the store is opened with its keys)"
             ))
 
 
 def identity_problems(conn: sqlite3.Connection) -> list[tuple[Identity, str]]:
-    """What is damaged in the store's identity: the queue manager's name, the store's
-    incarnation, the stamp clock."""
+    """What is damaged in the store's identity: the name, the incarnation, the stamp clock."""
     with raw_text(conn):
         meta = {
             _text(key): (value, kind)
@@ -291,7 +292,10 @@ def identity_problems(conn: sqlite3.Connection) -> list[tuple[Identity, str]]:
         try:
             check_origin(f"X{INCARNATION_SEPARATOR}{token}")
         except EdgeqError:
-            out.append((Identity.INCARNATION, f"the store's incarnation {shown(meta['incarnation'][0])!r} is damaged"))
+            out.append((
+                Identity.INCARNATION,
+                f"the store's incarnation {shown(meta['incarnation'][0])!r} is damaged",
+            ))
     if clock is None or shown(clock[1]) != "integer" or clock[0] < 0:
         out.append((Identity.CLOCK, "the stamp clock (the last uid stamp issued) is "
                                     + ("missing" if clock is None else f"damaged ({shown(clock[0])!r})")))
@@ -299,10 +303,11 @@ def identity_problems(conn: sqlite3.Connection) -> list[tuple[Identity, str]]:
 
 
 def set_aside(
-    conn: sqlite3.Connection, table: str, rowid: int, queue: str | None, uid: str, reason: str, now_ms: int
+    conn: sqlite3.Connection, table: str, rowid: int, queue: str | None, uid: str, reason: str,
+    now_ms: int,
 ) -> bool:
-    """Move one row of ``table`` (one of ours) to the quarantine whole, as its columns
-    were stored (text as bytes: it may not decode); return whether it was there."""
+    """Move one row of ``table`` (one of ours) to the quarantine whole, text as bytes; return
+    whether it was there."""
     with raw_text(conn):
         row = conn.execute(f"SELECT * FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
     if row is None:

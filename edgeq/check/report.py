@@ -1,9 +1,4 @@
-"""What ``edgeq check`` found in a store, and what its repair did: typed, and as JSON.
-
-:class:`CheckReport` is the one result of :meth:`edgeq.check.checker.StoreCheck.run` (and of
-``QueueManager.check``); :class:`Repairs` is filled in when a repair ran. The
-command line prints both (``edgeq/cli/check.py``).
-"""
+"""What ``edgeq check`` found in a store, and what its repair did: typed, and as JSON."""
 
 from __future__ import annotations
 
@@ -12,8 +7,8 @@ from typing import Any, Literal
 
 __all__ = ["CheckReport", "CounterDrift", "DamagedMessage", "DamagedRecord", "Fix", "Repairs"]
 
-#: What a repair does with a damaged message row: move it to the quarantine, give it
-#: back its order key (``rank``, the one damage that loses nothing), or leave it (see ``what``).
+#: What a repair does with a damaged message row: quarantine it, give it back its ``rank`` (the one
+#: damage that loses nothing), or leave it (see ``what``).
 Fix = Literal["quarantine", "rerank", "leave"]
 
 
@@ -41,8 +36,7 @@ class CounterDrift:
 
 @dataclass(frozen=True, slots=True)
 class DamagedRecord:
-    """A row of another table that cannot be read as what it should be: a rule binding,
-    a rule event, a journal entry, a queue or a store-key check value."""
+    """A row of another table (rule binding or event, journal, queue, key check) that cannot be read."""
 
     table: str
     id: int  #: its rowid
@@ -52,8 +46,7 @@ class DamagedRecord:
 
 @dataclass(frozen=True, slots=True)
 class Repairs:
-    """What a repair did, each as one line of text; ``left`` is what it could not
-    repair, with what to do about it."""
+    """What a repair did, a line each; ``left``: what it could not repair, and what to do."""
 
     quarantined: tuple[str, ...] = ()
     reranked: tuple[str, ...] = ()
@@ -63,12 +56,11 @@ class Repairs:
     left: tuple[str, ...] = ()
 
     def __add__(self, other: Repairs) -> Repairs:
-        """Both repairs' lines (the command line repairs in two steps: before and after opening)."""
+        """Both repairs' lines (the command line repairs before and after opening)."""
         return Repairs(*(a + b for a, b in zip(_fields(self), _fields(other), strict=True)))
 
     @property
     def done(self) -> bool:
-        """Whether anything was changed."""
         return any(_fields(self)[:-1])
 
 
@@ -104,12 +96,13 @@ class CheckReport:
 
     @property
     def clean(self) -> bool:
-        """Whether nothing at all was found."""
-        return not (self.sqlite or self.unreadable or self.messages or self.counters or self.records or self.identity)
+        return not (
+            self.sqlite or self.unreadable or self.messages or self.counters or self.records
+            or self.identity
+        )
 
     def joined(self, later: CheckReport) -> CheckReport:
-        """This report's findings followed by ``later``'s (the command line's repair
-        checks twice: what stops a store from opening, then the rest)."""
+        """This report's findings followed by ``later``'s."""
         repairs = self.repairs if later.repairs is None else (
             later.repairs if self.repairs is None else self.repairs + later.repairs
         )

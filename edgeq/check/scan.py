@@ -1,7 +1,5 @@
-"""Finding damaged message rows: the one streaming pass over ``messages`` (with
-SQLite's own integrity check beside it, in a thread), and what each damaged row's
-trouble is. Used by :mod:`edgeq.check.checker`.
-"""
+"""Finding damaged message rows: the one streaming pass over ``messages`` (SQLite's integrity
+check beside it, in a thread), and what each damaged row's trouble is."""
 
 from __future__ import annotations
 
@@ -19,7 +17,8 @@ from edgeq.store.integrity import CRC_SQL
 
 __all__ = ["MessageScan", "SqliteCheck", "still_damaged", "verdict_sql"]
 
-_UDF_FAILED = "user-defined function raised exception"  # a text value that is not UTF-8 reached edgeq_crc
+# a text value that is not UTF-8 reached edgeq_crc
+_UDF_FAILED = "user-defined function raised exception"
 _FIRST = -(2**63)
 #: The columns the checksum covers and the types they may hold: to say *what* is wrong.
 _COVERED: dict[str, tuple[str, ...]] = {
@@ -31,7 +30,9 @@ _COVERED: dict[str, tuple[str, ...]] = {
 }
 _UNCOVERED = {"seq": ("integer",), "rank": ("integer",), "backout_count": ("integer",),
               "confirm_id": ("integer", "null"), "not_before": ("integer", "null")}
-_DETAIL_COLS = ("id", "queue_id", "origin", "stamp", "state", "confirm_id", "rank", "priority", "backout_count", "crc")
+_DETAIL_COLS = (
+    "id", "queue_id", "origin", "stamp", "state", "confirm_id", "rank", "priority", "backout_count", "crc",
+)
 
 
 class SqliteCheck(threading.Thread):
@@ -66,8 +67,8 @@ class MessageScan:
         self.counts: dict[int, list[int]] = {}  # queue id -> [rows, bytes]
 
     def damaged(self) -> tuple[tuple[DamagedMessage, ...], tuple[DamagedRecord, ...]]:
-        """The damaged rows, each saying what is wrong; and the queues whose every
-        message failed its checksum (their name is the likelier damage)."""
+        """The damaged rows, each saying what is wrong; and the queues whose every message failed
+        its checksum (their name is the likelier damage)."""
         flagged = self._stream()
         described = _describe(self.conn, flagged, self.queues)
         return _suspect_queues(described, self.queues, self.counts)
@@ -106,8 +107,8 @@ class MessageScan:
                 return self._stopped(flagged, after, exc)
 
     def _step_to_text(self, verdict: str, after: int, flagged: dict[int, str]) -> int | None:
-        """Check the rows after ``after`` one by one up to the first whose text does not
-        decode; return its id (None: there is none)."""
+        """Check the rows after ``after`` one by one up to the first whose text does not decode;
+        return its id (None: there is none)."""
         while True:
             row = self.conn.execute(
                 "SELECT id, queue_id, ifnull(length(data), 0) + ifnull(length(fields), 0) FROM messages "
@@ -118,7 +119,9 @@ class MessageScan:
             after = row[0]
             self._tally(row[1], row[2])
             try:
-                (code,) = self.conn.execute(f"SELECT {verdict} FROM messages WHERE id = ?", (after,)).fetchone()
+                (code,) = self.conn.execute(
+                    f"SELECT {verdict} FROM messages WHERE id = ?", (after,)
+                ).fetchone()
             except sqlite3.OperationalError as exc:
                 if _UDF_FAILED not in str(exc):
                     raise
@@ -145,7 +148,7 @@ class MessageScan:
         return flagged
 
     def drift(self) -> tuple[CounterDrift, ...]:
-        """The queues whose counters disagree with the rows just counted (not if the scan stopped)."""
+        """The queues whose counters disagree with the rows counted (none if the scan stopped)."""
         if self.unreadable:
             return ()
         out = []
@@ -157,8 +160,8 @@ class MessageScan:
 
 
 def verdict_sql(queues: Mapping[int, QueueInfo]) -> str:
-    """The SQL that classifies one ``messages`` row: NULL if sound, else a short code
-    (queue ids are ours, inlined: the queues are read in the same transaction)."""
+    """The SQL that classifies one ``messages`` row: NULL if sound, else a short code (the queue
+    ids inlined: read in the same transaction)."""
     known = ", ".join(str(i) for i in queues)
     unchecked = ", ".join(str(i) for i, q in queues.items() if q.name is None)
     fifo = ", ".join(str(i) for i, q in queues.items() if q.ordering == "fifo")
@@ -189,17 +192,25 @@ def _describe(
         for chunk in chunks(ids):
             marks = ", ".join("?" for _ in chunk)
             for row in conn.execute(
-                f"SELECT {', '.join(_DETAIL_COLS)}, {typeofs}, {texts} FROM messages WHERE id IN ({marks}) ORDER BY id",
+                f"SELECT {', '.join(_DETAIL_COLS)}, {typeofs}, {texts} FROM messages "
+                f"WHERE id IN ({marks}) ORDER BY id",
                 chunk,
             ):
                 out.append(_described(row, flagged[row[0]], queues))
     return out
 
 
-def _described(row: tuple[Any, ...], code: str, queues: Mapping[int, QueueInfo]) -> DamagedMessage:
+def _described(
+    row: tuple[Any, ...], code: str, queues: Mapping[int, QueueInfo]
+) -> DamagedMessage:
     msg_id: int
-    msg_id, queue_id, origin, stamp, state, confirm_id, rank, priority, backout, crc = row[: len(_DETAIL_COLS)]
-    types = {col: shown(kind) for col, kind in zip((*_COVERED, *_UNCOVERED), row[len(_DETAIL_COLS):-4], strict=True)}
+    msg_id, queue_id, origin, stamp, state, confirm_id, rank, priority, backout, crc = (
+        row[: len(_DETAIL_COLS)]
+    )
+    types = {
+        col: shown(kind)
+        for col, kind in zip((*_COVERED, *_UNCOVERED), row[len(_DETAIL_COLS):-4], strict=True)
+    }
     texts = dict(zip(("origin", "reply_to", "report", "key_id"), row[-4:], strict=True))
     q = queues.get(queue_id) if isinstance(queue_id, int) else None
     uid = f"{shown(origin)}.{shown(stamp)}"
@@ -218,11 +229,15 @@ def _described(row: tuple[Any, ...], code: str, queues: Mapping[int, QueueInfo])
         return DamagedMessage(msg_id, queue, uid, what)
     if code == "text":
         bad = [col for col, value in texts.items() if isinstance(value, bytes) and _undecodable(value)]
-        return DamagedMessage(msg_id, queue, uid, f"{', '.join(bad) or 'a text value'} is not valid UTF-8 text")
+        return DamagedMessage(
+            msg_id, queue, uid, f"{', '.join(bad) or 'a text value'} is not valid UTF-8 text"
+        )
     if code == "rank":
         expected = 0 if q is not None and q.ordering == "fifo" else priority
-        return DamagedMessage(msg_id, queue, uid, f"its order key (rank {shown(rank)}) should be {shown(expected)}",
-                              "rerank")
+        return DamagedMessage(
+            msg_id, queue, uid, f"its order key (rank {shown(rank)}) should be {shown(expected)}",
+            "rerank",
+        )
     wrong = [f"{col} is {types[col]}" for col, ok in _COVERED.items() if types[col] not in ok]
     if wrong:
         what = f"{', '.join(wrong)}: its checksum cannot match"
@@ -244,8 +259,8 @@ def _undecodable(value: bytes) -> bool:
 def _suspect_queues(
     described: list[DamagedMessage], queues: Mapping[int, QueueInfo], counts: Mapping[int, Sequence[int]]
 ) -> tuple[tuple[DamagedMessage, ...], tuple[DamagedRecord, ...]]:
-    """Every message of a queue failing its checksum means the queue's name (which
-    every checksum covers) is the likelier damage: those messages are left alone."""
+    """Every message of a queue failing its checksum means the queue's name (which every checksum
+    covers) is the likelier damage: those messages are left alone."""
     by_queue: dict[str, int] = {}
     for m in described:
         if m.queue is not None and m.what.startswith("its checksum"):
@@ -257,30 +272,36 @@ def _suspect_queues(
         if rows >= 2 and by_queue.get(q.label) == rows:
             suspect.add(q.label)
             records.append(DamagedRecord("queues", q.id, q.label, (
-                f"every one of its {rows} messages fails its checksum: the queue's own name (which every "
-                "checksum covers) is the likelier damage, so repair leaves them; restore the store from a backup"
+                f"every one of its {rows} messages fails its checksum: the queue's own name (which "
+                "every checksum covers) is the likelier damage, so repair leaves them; restore the "
+                "store from a backup"
             )))
     messages = tuple(
-        replace(m, fix="leave") if m.queue in suspect and m.what.startswith("its checksum") else m for m in described
+        replace(m, fix="leave") if m.queue in suspect and m.what.startswith("its checksum") else m
+        for m in described
     )
     return messages, tuple(records)
 
 
 def still_damaged(conn: sqlite3.Connection, verdict: str, ids: Sequence[int]) -> dict[int, str]:
-    """Which of ``ids`` are damaged now, and how (a chunk at a time; a row whose text
-    is not UTF-8 stops its chunk's query, so that chunk is asked row by row)."""
+    """Which of ``ids`` are damaged now, and how (a chunk whose text does not decode is asked row
+    by row)."""
     out: dict[int, str] = {}
     for chunk in chunks(ids):
         marks = ", ".join("?" for _ in chunk)
         try:
-            rows = conn.execute(f"SELECT id, {verdict} FROM messages WHERE id IN ({marks})", chunk).fetchall()
+            rows = conn.execute(
+                f"SELECT id, {verdict} FROM messages WHERE id IN ({marks})", chunk
+            ).fetchall()
         except sqlite3.OperationalError as exc:
             if _UDF_FAILED not in str(exc):
                 raise
             rows = []
             for msg_id in chunk:
                 try:
-                    rows += conn.execute(f"SELECT id, {verdict} FROM messages WHERE id = ?", (msg_id,)).fetchall()
+                    rows += conn.execute(
+                        f"SELECT id, {verdict} FROM messages WHERE id = ?", (msg_id,)
+                    ).fetchall()
                 except sqlite3.OperationalError:
                     rows.append((msg_id, "text"))
         out.update((msg_id, code) for msg_id, code in rows if code is not None and code != "unchecked")

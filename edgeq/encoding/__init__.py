@@ -1,1 +1,1 @@
-"""How bytes are encoded: typed message fields, bounded CBOR decoding and whole-body compression."""
+"""How bytes are encoded: typed message fields, bounded CBOR decoding, whole-body compression."""

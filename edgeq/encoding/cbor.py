@@ -1,33 +1,6 @@
-"""Bounded CBOR decoding: what one body (a sync request or response, an admin request
-or reply) may cost to decode.
-
-A body comes from the network, and before it is authenticated, so decoding it must cost
-time and memory linear in its size and bounded by :class:`DecodeLimits`, whatever it holds:
-
-* **no tags**: the protocol uses none (``cbor2.dumps`` of its maps emits none), and
-  cbor2's own handling of several is superlinear (a rational, tag 30, is reduced as it
-  is decoded: quadratic in its size), or builds numbers beyond the 4,300-digit limit of
-  ``int`` formatting (bignums, tags 2 and 3), dates, regular expressions, shared
-  references. Every tag number is refused before cbor2 builds its value (what it
-  tags is decoded as plain CBOR first, in linear time; in a walked body, not at all);
-* **nesting** at most ``max_depth`` containers deep (a body is a map of arrays of maps of
-  field maps of field arrays: five);
-* **items** at most ``max_items``, of them **containers** (arrays and maps, the dear
-  ones: each a Python object the garbage collector then tracks) at most
-  ``max_containers``, and **entries** of one array or map at most ``max_length``: a body
-  no longer than ``max_items`` cannot hold more items, nor more containers than it has
-  bytes of the two major types (counted at C speed), so only a longer one, or one with
-  more such bytes, is first walked (:func:`count_items`, without building anything, in
-  Python, which yields the GIL as it goes) and refused at the first header past a
-  bound, before cbor2's decoder (which holds the GIL until it is done) builds anything:
-  what a dense body of tiny items would take once decoded is ~60x its size in memory
-  and half a second per million items;
-* map keys are text or byte strings (no hashing of nested structures) and appear once;
-  a CBOR integer is at most 64 bits (bignums being tags), so every number formats fast.
-
-This module is pure (no I/O). It lives in the core, not in the sync package, because the
-device core decodes admin requests with it too (:mod:`edgeq.admin.wire`) and must not import
-``edgeq.sync``; :mod:`edgeq.sync.protocol` builds on it (through :mod:`edgeq.sync.wire`).
+"""Bounded CBOR decoding: a body from the network (sync, admin) costs time and memory linear in
+its size and bounded by :class:`DecodeLimits` (no tags; docs/protocol.md, "Decoding a body").
+In the core because the device decodes admin requests with it and must not import edgeq.sync.
 
 >>> loads(b"\\xa1\\x61v\\x01")
 {'v': 1}
@@ -53,16 +26,13 @@ __all__ = ["DEFAULT_LIMITS", "DecodeLimits", "MalformedBody", "count_items", "de
 
 
 class MalformedBody(EdgeqError):
-    """A body that is not CBOR this protocol accepts: truncated, trailing bytes, a tag, too
-    deep, too many items. The sender's fault, always (the protocol's ``malformed``)."""
+    """A body that is not CBOR this protocol accepts (truncated, a tag, too deep, too many items):
+    the sender's fault, always (the protocol's ``malformed``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class DecodeLimits:
-    """What one body may hold: ``max_depth`` nested containers, ``max_items`` data items
-    (each string, number, array, map... counts one; a map entry two), ``max_length``
-    entries in one definite-length array or map (a map's entry: a key and its value),
-    ``max_containers`` arrays and maps in all."""
+    """What one body may hold: depth, data items (a map entry: two), entries of one container, containers."""
 
     max_depth: int = 16
     max_items: int = 1_000_000
@@ -75,15 +45,15 @@ class DecodeLimits:
 
 
 DEFAULT_LIMITS: Final = DecodeLimits()
-#: Every byte but the initial bytes of arrays and maps (0x80-0xbf): what ``bytes.translate``
-#: deletes to count, at C speed, the most containers a body can hold.
+#: Every byte but the initial bytes of arrays and maps (0x80-0xbf): deleted by ``bytes.translate``
+#: to count, at C speed, the most containers a body can hold.
 _NOT_CONTAINER_HEADS: Final = bytes(b for b in range(256) if not 0x80 <= b < 0xC0)
 #: What a sender whose body is past a bound can do.
 _SMALLER: Final = "send smaller batches (fewer messages, or fewer fields a message)"
 
 
 class _TagRefused(Exception):
-    """Raised inside cbor2 (which wraps it) when a body holds a tag; :func:`loads` reports it."""
+    """Raised inside cbor2 (which wraps it) at a tag; :func:`loads` reports it."""
 
     def __init__(self, tag: int) -> None:
         super().__init__(tag)
@@ -96,8 +66,7 @@ def _refuse(tag: int) -> NoReturn:
 
 
 class _NoTags(Mapping[int, Any]):
-    """cbor2's ``semantic_decoders`` for every tag number: each one refuses. cbor2 consults
-    it for every tag it meets, built-in ones included, instead of building the value."""
+    """cbor2's ``semantic_decoders`` for every tag number, built-in ones included: each refuses."""
 
     def __getitem__(self, tag: int) -> Any:
         def refuse(*_: object) -> NoReturn:
@@ -118,8 +87,8 @@ _NO_TAGS: Final = _NoTags()
 
 
 def describe(value: object, limit: int = 60) -> str:
-    """``value`` as an error message may quote it: at most about ``limit`` characters, and
-    never an error itself (``repr`` of an integer past 4,300 digits raises).
+    """``value`` as an error message may quote it: about ``limit`` characters at most, never an
+    error itself (``repr`` of an integer past 4,300 digits raises).
 
     >>> describe("qmgr"), describe(7 ** 6000), len(describe("x" * 10_000))
     ("'qmgr'", 'an integer of 16845 bits', 63)
@@ -134,9 +103,11 @@ def describe(value: object, limit: int = 60) -> str:
 
 
 def loads(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
-    """Decode exactly one CBOR item from ``raw`` within ``limits``; raise
-    :class:`MalformedBody` (saying what is wrong) on anything else."""
-    if len(raw) > limits.max_items or len(raw.translate(None, _NOT_CONTAINER_HEADS)) > limits.max_containers:
+    """Decode exactly one CBOR item from ``raw`` within ``limits``; else raise MalformedBody."""
+    if (
+        len(raw) > limits.max_items
+        or len(raw.translate(None, _NOT_CONTAINER_HEADS)) > limits.max_containers
+    ):
         count_items(raw, limits)
     stream = io.BytesIO(raw)
     decoder = cbor2.CBORDecoder(stream, semantic_decoders=_NO_TAGS, max_depth=limits.max_depth,
@@ -156,8 +127,8 @@ def loads(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
 
 def _too_long(kind: int, entries: int, max_length: int) -> NoReturn:
     what = "an array" if kind == _ARRAY else "a map"
-    raise MalformedBody(f"body holds {what} of {entries} entries, more than {max_length} (this end's limit): "
-                        f"refused before decoding; {_SMALLER}")
+    raise MalformedBody(f"body holds {what} of {entries} entries, more than {max_length} "
+                        f"(this end's limit): refused before decoding; {_SMALLER}")
 
 
 # What each initial byte of a CBOR item is (RFC 8949, 3): its kind, and how many bytes of
@@ -179,12 +150,9 @@ _HEADS: Final = tuple(_head(byte) for byte in range(256))
 
 
 def count_items(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> int:
-    """How many data items the CBOR item at the start of ``raw`` holds (itself included),
-    walked without building any of them; raise :class:`MalformedBody` past
-    ``limits.max_items`` items, ``limits.max_containers`` arrays and maps or
-    ``limits.max_depth`` levels, at the header of an array or map announcing more than
-    ``limits.max_length`` entries, at a tag, or where ``raw``
-    ends before the item does. Linear in ``raw``; strings are skipped, not read.
+    """How many data items the CBOR item at the start of ``raw`` holds (itself included), walked
+    without building any, in linear time; raises MalformedBody at the first header past a bound,
+    at a tag, or where ``raw`` ends first.
 
     >>> count_items(bytes.fromhex("a2617601647479706563707574"))  # {"v": 1, "type": "put"}
     5
@@ -212,7 +180,9 @@ def count_items(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> int:
             arg = byte & 31
         if kind == _BREAK:
             if remaining != -1:
-                raise MalformedBody(f"body is not valid CBOR (a break code where an item belongs, at {pos - 1})")
+                raise MalformedBody(
+                    f"body is not valid CBOR (a break code where an item belongs, at {pos - 1})"
+                )
             remaining = stack.pop()
         else:
             if remaining == -1:
@@ -249,7 +219,9 @@ def count_items(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> int:
             elif kind == _TAG:
                 _refuse(arg)
             elif kind == _RESERVED:
-                raise MalformedBody(f"body is not valid CBOR (reserved initial byte 0x{byte:02x} at {pos - 1})")
+                raise MalformedBody(
+                    f"body is not valid CBOR (reserved initial byte 0x{byte:02x} at {pos - 1})"
+                )
         while remaining == 0:
             if not stack:
                 return items

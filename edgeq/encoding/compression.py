@@ -1,13 +1,5 @@
-"""Whole-body compression: the codecs a remote or home-server queue may name
-(``compression="zstd"`` or ``"zlib"``), whether this process can run them, and
-compressing and decompressing one body, the latter **within a bound** (a body
-from the network may be a zip bomb: what it decompresses to is capped before the
-memory is spent).
-
-``zlib`` is the standard library's (RFC 1950); ``zstd`` needs the ``zstandard``
-package (``pip install 'edgeq[zstd]'``). The core knows the names (a queue's
-attribute is checked here); the sync protocol negotiates and frames them
-(``docs/protocol.md``, "Compression").
+"""Whole-body compression: the codecs a queue may name, and decompression within a bound (a body
+may be a zip bomb). Negotiation and framing: docs/protocol.md, "Compression".
 
 >>> body = b'{"t": 21.5}' * 100
 >>> packed = compress("zlib", body)
@@ -55,8 +47,7 @@ _ZSTD_HINT: Final = "pip install 'edgeq[zstd]'"
 
 
 class CorruptBody(EdgeqError):
-    """A compressed body that does not decompress: truncated, damaged, trailing bytes,
-    or not of the codec it says (the sender's fault, or the network's)."""
+    """A compressed body that does not decompress (the sender's fault, or the network's)."""
 
 
 class BodyTooLarge(EdgeqError):
@@ -64,8 +55,6 @@ class BodyTooLarge(EdgeqError):
 
 
 def _zstandard() -> ModuleType | None:
-    """The ``zstandard`` module, or None if it is not installed (imported when first asked:
-    a device that never compresses never loads it)."""
     try:
         return importlib.import_module("zstandard")
     except ImportError:
@@ -73,18 +62,12 @@ def _zstandard() -> ModuleType | None:
 
 
 def available() -> tuple[Codec, ...]:
-    """The codecs this process can run, the preferred first: ``zlib`` always, ``zstd``
-    when the ``zstandard`` package is installed.
-
-    >>> "zlib" in available()
-    True
-    """
+    """The codecs this process can run, the preferred first (``zstd`` needs ``zstandard``)."""
     return tuple(c for c in CODECS if c != "zstd" or _zstandard() is not None)
 
 
 def check_compression(value: object) -> Codec | None:
-    """A queue's ``compression`` attribute, checked: None (none), or a codec this process
-    can run. ``zstd`` without the ``zstandard`` package says how to install it.
+    """A queue's ``compression`` attribute, checked: None, or a codec this process can run.
 
     >>> check_compression("zlib"), check_compression(None)
     ('zlib', None)
@@ -105,24 +88,22 @@ def check_compression(value: object) -> Codec | None:
 
 
 def compress(codec: Codec, body: bytes) -> bytes:
-    """``body`` compressed as a whole with ``codec``. A zstd frame always declares its
-    content size (which lets the receiver refuse a bomb before decompressing it) and
-    carries a checksum of its content, as a zlib stream does (Adler-32): a body damaged on
-    the way fails to decompress rather than decoding to something else."""
+    """``body`` compressed as a whole; a zstd frame declares its content size (a bomb is refused
+    from its header) and carries a checksum, as a zlib stream does."""
     if codec == "zlib":
         return zlib.compress(body, ZLIB_LEVEL)
     module = _zstandard()
     if module is None:
         raise InvalidArgument(f"zstd compression needs the zstandard package: {_ZSTD_HINT}")
-    packed: bytes = module.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True).compress(body)
+    packed: bytes = module.ZstdCompressor(
+        level=ZSTD_LEVEL, write_content_size=True, write_checksum=True
+    ).compress(body)
     return packed
 
 
 def decompress(codec: Codec, body: bytes, *, max_bytes: int) -> bytes:
-    """``body`` decompressed, refused (:class:`BodyTooLarge`) if it would come to more
-    than ``max_bytes``: memory is never spent beyond that bound, whatever the body claims.
-    A body that does not decompress cleanly (damaged, truncated, bytes after its end) is
-    :class:`CorruptBody`."""
+    """``body`` decompressed; BodyTooLarge past ``max_bytes`` (never spending the memory),
+    CorruptBody if it does not decompress cleanly."""
     if codec == "zlib":
         return _inflate(body, max_bytes)
     if codec == "zstd":
@@ -138,18 +119,21 @@ def _inflate(body: bytes, max_bytes: int) -> bytes:
     except zlib.error as exc:
         raise CorruptBody(f"the zlib body does not decompress: {exc}") from None
     if len(out) > max_bytes:
-        raise BodyTooLarge(f"the zlib body decompresses to more than {max_bytes} bytes, this end's limit")
+        raise BodyTooLarge(
+            f"the zlib body decompresses to more than {max_bytes} bytes, this end's limit"
+        )
     if not inflater.eof:
         raise CorruptBody("the zlib body is truncated: its stream does not end")
     if inflater.unused_data:
-        raise CorruptBody(f"the zlib body has {len(inflater.unused_data)} byte(s) after its stream's end")
+        raise CorruptBody(
+            f"the zlib body has {len(inflater.unused_data)} byte(s) after its stream's end"
+        )
     return out
 
 
 def _unzstd(body: bytes, max_bytes: int) -> bytes:
-    """zstd: the frame's declared content size and window are checked against the bounds
-    before anything is allocated; the decoder then fails if the frame holds other than
-    it declared (so it never produces more than ``max_bytes``)."""
+    """zstd: the frame's declared size and window checked before anything is allocated; the
+    decoder fails if the frame holds other than it declared."""
     module = _zstandard()
     if module is None:
         raise CorruptBody(f"a zstd body, but this end cannot decompress zstd: {_ZSTD_HINT}")
@@ -158,13 +142,18 @@ def _unzstd(body: bytes, max_bytes: int) -> bytes:
     except module.ZstdError as exc:
         raise CorruptBody(f"the zstd body does not start with a zstd frame header: {exc}") from None
     if frame.content_size == module.CONTENTSIZE_UNKNOWN:
-        raise CorruptBody("the zstd body's frame does not declare its content size (edgeq's encoder always does)")
+        raise CorruptBody(
+            "the zstd body's frame does not declare its content size (edgeq's encoder always does)"
+        )
     if frame.content_size > max_bytes:
         raise BodyTooLarge(
-            f"the zstd body declares {frame.content_size} bytes decompressed, more than {max_bytes}, this end's limit"
+            f"the zstd body declares {frame.content_size} bytes decompressed, more than {max_bytes}, "
+            "this end's limit"
         )
     if frame.window_size > ZSTD_MAX_WINDOW:
-        raise CorruptBody(f"the zstd body asks for a {frame.window_size}-byte window, more than {ZSTD_MAX_WINDOW}")
+        raise CorruptBody(
+            f"the zstd body asks for a {frame.window_size}-byte window, more than {ZSTD_MAX_WINDOW}"
+        )
     try:
         out: bytes = module.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).decompress(
             body, allow_extra_data=False)

@@ -1,9 +1,5 @@
-"""Compact, type-preserving encoding of message fields (CBOR).
-
-MQe fields are typed, and the type carries meaning (an Int32 and an Int64 of
-equal value are different fields), so each value is stored with a one-letter
-type code: ``{name: [code, value]}``.
-"""
+"""Compact, type-preserving encoding of message fields in CBOR, ``{name: [code, value]}``: an
+MQe field's type carries meaning (an Int32 and an Int64 of equal value differ)."""
 
 from __future__ import annotations
 
@@ -17,9 +13,13 @@ from edgeq.types import FIELD_CODES, FieldValue
 __all__ = ["decode_fields", "encode_fields"]
 
 # (type, code) in FIELD_CODES' order: bool before int-like types, since True is an int.
-_TYPE_CODES: tuple[tuple[type, str], ...] = tuple((kind, code) for code, kind in FIELD_CODES.items())
+_TYPE_CODES: tuple[tuple[type, str], ...] = tuple(
+    (kind, code) for code, kind in FIELD_CODES.items()
+)
 # What each code's value is as CBOR decodes it (a bool is no Int32, a str no float).
-_STORED: dict[str, type | tuple[type, ...]] = {"?": bool, "i": int, "l": int, "s": str, "b": bytes, "f": float}
+_STORED: dict[str, type | tuple[type, ...]] = {
+    "?": bool, "i": int, "l": int, "s": str, "b": bytes, "f": float,
+}
 
 
 def encode_fields(fields: Mapping[str, FieldValue]) -> bytes | None:
@@ -41,9 +41,7 @@ def encode_fields(fields: Mapping[str, FieldValue]) -> bytes | None:
 
 
 def decode_fields(blob: bytes | None) -> dict[str, FieldValue]:
-    """Decode what :func:`encode_fields` wrote; anything else (a damaged blob: rows are
-    checked against their checksum before this, so only a damaged copy gets here)
-    raises :class:`StoreError`.
+    """Decode what :func:`encode_fields` wrote; anything else (a damaged copy) raises StoreError.
 
     >>> decode_fields(b"\\x81")
     Traceback (most recent call last):

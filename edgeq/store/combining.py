@@ -1,39 +1,5 @@
-"""Transaction combining: the writes of concurrent threads of one process share one
-transaction, one COMMIT and one flush.
-
-Every write of a store runs on the one writer connection, one thread at a time
-(:meth:`ConnectionFactory.write <edgeq.store.connection.ConnectionFactory.write>`); a
-thread's turn is the :class:`Baton`, handed directly to the longest waiting thread.
-A writer whose body finished while other threads wait for their turn does not
-COMMIT: it hands the turn on *with the transaction still open*, and waits for the
-outcome of the :class:`Group` it joined. The next writer runs its body in a
-SAVEPOINT of that transaction, and so on; the last one (nobody waiting, or the
-group's ``limit`` reached, which bounds a writer's wait) COMMITs once for all of
-them, then waits for the flush that covers the COMMIT on behalf of those that need
-it (:meth:`SyncBarrier.wait <edgeq.store.commits.SyncBarrier.wait>`; if its own write
-needs none, the group's first durable member does), and wakes each. A group costs
-one COMMIT and one flush, its pages are written to the WAL once rather than once
-per writer, and each member thread blocks once, not once for the COMMIT and again
-for the flush: thread switches cost CPU that GIL-bound threads share.
-
-What a caller sees is unchanged:
-
-- ``write()`` returns only once its change is committed (visible) and, when
-  durable, flushed.
-- A body that raises is rolled back to its own SAVEPOINT: that caller gets its
-  error, its neighbours' changes stay and commit.
-- If SQLite aborts the whole transaction (it rolls back on some I/O errors, or a
-  trigger's ``RAISE(ROLLBACK)``) or the COMMIT fails, nothing of the group is
-  committed and every member gets a :class:`~edgeq.errors.StoreError`; the next
-  writer begins a new transaction. (edgeq's schema has no deferred constraint, so
-  nothing a body does can make the COMMIT fail: only the disk can.)
-- One producer's writes keep their order: each returns after its COMMIT, before
-  the next one begins.
-- A lone writer (nobody waiting when its body ends) commits at once, exactly as
-  without combining: nothing waits for company, and no SAVEPOINT is made (the
-  first writer of a transaction runs in it directly; if its body fails, the
-  transaction holds nothing else and is rolled back whole).
-"""
+"""Transaction combining: concurrent writes of one process share one transaction, one COMMIT and
+one flush, each in a SAVEPOINT of it (docs/storage.md, "Group commit")."""
 
 from __future__ import annotations
 
@@ -49,11 +15,11 @@ from edgeq.errors import StoreBusy, StoreError
 from edgeq.store.commits import SyncBarrier
 
 __all__ = [
-    "GROUP_LIMIT", "Baton", "CombineStats", "Combiner", "Group", "Member", "lost_whole", "release_statements", "undo",
+    "GROUP_LIMIT", "Baton", "CombineStats", "Combiner", "Group", "Member", "lost_whole", "release_statements",
+    "undo",
 ]
 
-#: The most writes one transaction combines: the last of a long line waits for at
-#: most this many bodies before its COMMIT.
+#: The most writes one transaction combines (bounds the wait of the first).
 GROUP_LIMIT = 64
 
 _SAVEPOINT_NAME = "edgeq_write"
@@ -62,15 +28,13 @@ _RELEASE = f"RELEASE {_SAVEPOINT_NAME}"
 
 
 def release_statements(exc: BaseException) -> None:
-    """Let go of the cursors the frames of a failed statement hold: a write statement an
-    error interrupted stays "in progress" (and no later COMMIT on the connection goes
-    through) for as long as anything, such as a caller keeping the error, holds them."""
+    """Let go of the cursors a failed statement's frames hold: while held, the statement stays
+    "in progress" and no later COMMIT on the connection goes through."""
     traceback.clear_frames(exc.__traceback__)
 
 
 def undo(conn: sqlite3.Connection, savepoint: str | None) -> None:
-    """Undo one write's changes: back to its ``savepoint`` (then released), or the whole
-    transaction (None: the write began it); the whole transaction if that fails."""
+    """Undo one write: back to its ``savepoint``, or the whole transaction (None, or if that fails)."""
     try:
         if _in_transaction(conn):
             if savepoint is None:
@@ -86,13 +50,12 @@ def undo(conn: sqlite3.Connection, savepoint: str | None) -> None:
 def lost_whole(path: str, exc: BaseException) -> StoreError:
     """The error of every write of a transaction SQLite rolled back whole after ``exc``."""
     return StoreError(
-        f"{path}: SQLite rolled back the whole write transaction this write shared with other writes (another "
-        f"write in it failed: {exc}); nothing of it was committed: retry"
+        f"{path}: SQLite rolled back the whole write transaction this write shared with other writes "
+        f"(another write in it failed: {exc}); nothing of it was committed: retry"
     )
 
 
 def _in_transaction(conn: sqlite3.Connection) -> bool:
-    """Whether a transaction is open on ``conn`` (False once it is closed)."""
     try:
         return conn.in_transaction
     except sqlite3.Error:
@@ -101,9 +64,7 @@ def _in_transaction(conn: sqlite3.Connection) -> bool:
 
 @dataclass(frozen=True)
 class CombineStats:
-    """What transaction combining has done: ``transactions`` COMMITs made, holding
-    ``writes`` callers' changes (``writes / transactions`` is the mean group size);
-    ``queued``, the threads waiting for their turn right now."""
+    """COMMITs made, the writes they held (``writes / transactions``: mean group size), threads queued now."""
 
     transactions: int
     writes: int
@@ -111,8 +72,7 @@ class CombineStats:
 
 
 class Member:
-    """A write whose changes wait in a group's transaction; its thread blocks on
-    ``lock`` (taken here) until the group's committer releases it."""
+    """A write waiting in a group's transaction; its thread blocks on ``lock`` until the committer."""
 
     __slots__ = ("durable", "lock")
 
@@ -123,19 +83,11 @@ class Member:
 
 
 class Group:
-    """The writes whose changes wait in one open transaction for its COMMIT (and,
-    for the durable ones, for the flush after it). Touched only by the thread whose
-    turn it is, then by the committer; a member only waits, then reads the outcome.
+    """The writes waiting in one open transaction for its COMMIT (the durable ones for its flush).
+    Touched only by the turn's holder, then the committer; members only wait."""
 
-    >>> group = Group()
-    >>> member = group.join(kept=True, changed=True, durable=False)
-    >>> group.turns, group.writes, group.committed(None)   # no member waits for a flush
-    (1, 1, 0)
-    >>> group.wait(member)   # returns at once: it was woken at the COMMIT
-    """
-
-    __slots__ = ("_barrier", "_durable", "_failure", "_flusher", "_lost", "_mark", "_members", "changed", "turns",
-                 "writes")
+    __slots__ = ("_barrier", "_durable", "_failure", "_flusher", "_lost", "_mark", "_members", "changed",
+                 "turns", "writes")
 
     def __init__(self) -> None:
         self.turns = 0  # writers that had their turn in the transaction
@@ -150,11 +102,10 @@ class Group:
         self._barrier: SyncBarrier | None = None
         self._mark = 0
 
-    def join(self, *, kept: bool, changed: bool, durable: bool, member: Member | None = None) -> Member | None:
-        """Count the turn's holder: ``kept``, its changes are in the transaction (and
-        then it is a member, returned, to wait with: ``member`` if given, made for a
-        caller whose write another thread ran, edgeq.store.flat); ``durable``, it waits for
-        the flush too."""
+    def join(
+        self, *, kept: bool, changed: bool, durable: bool, member: Member | None = None
+    ) -> Member | None:
+        """Count the turn's holder; if ``kept``, return the member it waits as (``member``, if given)."""
         self.turns += 1
         if not kept:
             return None
@@ -168,9 +119,8 @@ class Group:
         return member
 
     def committed(self, failure: StoreError | None) -> int:
-        """The COMMIT went through (``failure`` None): wake the members that wait for
-        no flush, and return how many do. Else nothing of the group was committed:
-        wake every member to fail (only the first failure counts)."""
+        """Wake the members that need no flush; return how many wait for it (after a ``failure``,
+        wake all to fail: 0)."""
         if self._failure is not None:
             return 0
         if failure is not None:
@@ -188,8 +138,7 @@ class Group:
         return durable
 
     def flush(self, barrier: SyncBarrier, mark: int) -> None:
-        """Wait for the flush that covers the COMMIT (``mark``) on behalf of every
-        durable member, then wake them (failed, if the flush failed)."""
+        """Wait for the flush covering the COMMIT (``mark``) for every durable member, then wake them."""
         lost: StoreError | None = StoreError("the flush of a commit was interrupted; retry")
         try:
             barrier.wait(mark, callers=self._durable)
@@ -203,22 +152,18 @@ class Group:
                     member.lock.release()
 
     def delegate(self, barrier: SyncBarrier, mark: int) -> None:
-        """Let the first durable member flush for the group (see :meth:`flush`): its
-        committer wrote nothing that needs the disk, and returns at once."""
+        """Let the first durable member flush for the group: its committer needs no flush."""
         self._barrier, self._mark = barrier, mark
         flusher = self._flusher = next(m for m in self._members if m.durable)
         flusher.lock.release()
 
     def wait(self, member: Member) -> None:
-        """Block until ``member``'s outcome is known; raise if its change is lost (each
-        member an error of its own: one exception object must not travel through
-        several threads)."""
+        """Block until ``member``'s outcome is known; raise (an error of its own) if its change is lost."""
         member.lock.acquire()
         self.settle(member)
 
     def settle(self, member: Member) -> None:
-        """What :meth:`wait` does once ``member`` is woken: flush for the group if it was
-        chosen to (:meth:`delegate`), then raise if its change is lost."""
+        """Once ``member`` is woken: flush for the group if chosen to (:meth:`delegate`), raise if lost."""
         if member is self._flusher and self._barrier is not None:
             self._flusher = None
             self.flush(self._barrier, self._mark)
@@ -228,8 +173,7 @@ class Group:
 
 
 class _Waiter:
-    """A thread waiting for the turn: it blocks on ``lock`` (taken here) until the
-    holder hands it the turn, with ``group``, the transaction left open."""
+    """A thread blocked on ``lock`` until handed the turn, with ``group``."""
 
     __slots__ = ("group", "lock")
 
@@ -240,19 +184,12 @@ class _Waiter:
 
 
 class Baton:
-    """The turn to write on the writer connection, handed directly to the longest
-    waiting thread together with the transaction the writers before left open.
-
-    ``threading.RLock`` exposes no waiters, and a writer must know whether anyone is
-    waiting when its body ends, so the waiters are kept here, in order.
+    """The turn to write, handed with the open transaction to the longest waiting thread (kept
+    here in order: ``threading.RLock`` exposes no waiters).
 
     >>> baton = Baton()
-    >>> baton.take(1.0) is None   # free, and no transaction open
-    True
-    >>> baton.queued, baton.pass_on(Group())   # nobody waiting: the holder commits itself
-    (0, False)
-    >>> baton.release(); baton.stats()
-    CombineStats(transactions=0, writes=0, queued=0)
+    >>> baton.take(1.0) is None, baton.pass_on(Group())   # free; nobody to hand on to
+    (True, False)
     """
 
     def __init__(self, limit: int = GROUP_LIMIT) -> None:
@@ -266,9 +203,7 @@ class Baton:
         self._writes = 0
 
     def take(self, timeout: float) -> Group | None:
-        """Wait (up to ``timeout`` seconds) for the turn; return the group whose open
-        transaction comes with it (None: none is open, begin one). Raises
-        :class:`TimeoutError` if the turn did not come."""
+        """Wait up to ``timeout`` s (else TimeoutError) for the turn and its group (None: begin one)."""
         with self._mutex:
             if not self._held:
                 self._held = True
@@ -287,13 +222,10 @@ class Baton:
 
     @property
     def queued(self) -> int:
-        """How many threads wait for the turn."""
         return len(self._waiters)
 
     def pass_on(self, group: Group) -> bool:
-        """Hand the turn and ``group``'s open transaction (the holder has joined it) to
-        the longest waiting writer, if one waits and the group may grow (``limit``
-        turns in all); False: the holder keeps the turn, and commits."""
+        """Hand the turn and ``group`` on if one waits and the group may grow; False: commit."""
         with self._mutex:
             if not self._waiters or group.turns >= self.limit:
                 return False
@@ -303,8 +235,7 @@ class Baton:
         return True
 
     def release(self, committed: int | None = None) -> None:
-        """Give up the turn with no transaction open (to the next waiter, if any);
-        ``committed``: the turn ended in a COMMIT holding that many callers' changes."""
+        """Give up the turn, no transaction open; ``committed``: the writes its COMMIT held."""
         with self._mutex:
             if committed is not None:
                 self._transactions += 1
@@ -316,24 +247,17 @@ class Baton:
         waiter.lock.release()
 
     def stats(self) -> CombineStats:
-        """COMMITs made and the writes they held so far; threads waiting now."""
         with self._mutex:
             return CombineStats(self._transactions, self._writes, len(self._waiters))
 
 
 class Combiner:
-    """The turns of one writer connection: each write's ``BEGIN IMMEDIATE`` or
-    SAVEPOINT, its undo, and the end of its turn (hand on, or COMMIT and flush).
-    :meth:`ConnectionFactory.write <edgeq.store.connection.ConnectionFactory.write>` calls
-    :meth:`take`, :meth:`begin`, then :meth:`finish` or :meth:`fail` (:meth:`abandon`
-    if the write never began): each ends the turn exactly once.
-
-    ``translate`` turns a sqlite3 error into edgeq's; :attr:`notify`, if set, is called
-    after each COMMIT that changed a row (waiting getters look again).
-    """
+    """The turns of one writer connection: :meth:`take`, :meth:`begin`, then :meth:`finish`,
+    :meth:`fail` or :meth:`abandon`, each ending the turn once."""
 
     def __init__(
-        self, path: str, barrier: SyncBarrier, translate: Callable[[sqlite3.Error | UnicodeDecodeError], StoreError],
+        self, path: str, barrier: SyncBarrier,
+        translate: Callable[[sqlite3.Error | UnicodeDecodeError], StoreError],
         *, limit: int = GROUP_LIMIT,
     ) -> None:
         self.path = path
@@ -345,13 +269,13 @@ class Combiner:
         self.closing = False
 
     def take(self, timeout: float) -> Group | None:
-        """Wait for this thread's turn (see :meth:`Baton.take`); :class:`StoreBusy` past ``timeout``."""
+        """Wait for this thread's turn; StoreBusy past ``timeout``."""
         try:
             return self.baton.take(timeout)
         except TimeoutError:
             raise StoreBusy(
-                f"{self.path}: other threads of this process held the write lock past the busy timeout "
-                f"({timeout:g} s); retry, or raise QueueManager(timeout=...)"
+                f"{self.path}: other threads of this process held the write lock past the busy "
+                f"timeout ({timeout:g} s); retry, or raise QueueManager(timeout=...)"
             ) from None
 
     def begin(self, conn: sqlite3.Connection, group: Group | None) -> None:
@@ -365,25 +289,28 @@ class Combiner:
         """End a turn whose write never began (what ``group`` left open is still committed)."""
         self.end(conn, group, kept=False, changed=False, durable=False)
 
-    def fail(self, conn: sqlite3.Connection, group: Group | None, exc: BaseException) -> StoreError | None:
-        """Undo this write's own changes after ``exc`` (the whole transaction if it began
-        it, else back to its savepoint) and end the turn. Returns the error to raise
-        instead of ``exc`` (a sqlite3 error translated), None to raise ``exc`` itself.
-        If SQLite rolled back the whole transaction, the writes of ``group`` fail too."""
+    def fail(
+        self, conn: sqlite3.Connection, group: Group | None, exc: BaseException
+    ) -> StoreError | None:
+        """Undo this write's changes and end the turn; return the error to raise (None: ``exc``)."""
         if group is not None or isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
-            release_statements(exc)  # a statement left in progress would stop the ROLLBACK TO and the COMMIT
+            # a statement left in progress would stop the ROLLBACK TO and the COMMIT
+            release_statements(exc)
         undo(conn, None if group is None else _SAVEPOINT_NAME)
         if group is not None and not _in_transaction(conn):
             group.committed(lost_whole(self.path, exc))
         self.end(conn, group, kept=False, changed=False, durable=False)
         return self.translate(exc) if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)) else None
 
-    def finish(self, conn: sqlite3.Connection, group: Group | None, *, changed: bool, durable: bool) -> None:
-        """Keep this write's changes and end the turn; return once they are committed
-        (and, if ``durable``, flushed). Raises :class:`StoreError` if they are lost."""
+    def finish(
+        self, conn: sqlite3.Connection, group: Group | None, *, changed: bool, durable: bool
+    ) -> None:
+        """Keep this write's changes and end the turn; return once committed (and flushed)."""
         try:
             if not conn.in_transaction:  # the body went on after SQLite had rolled back under it
-                raise StoreError(f"{self.path}: SQLite rolled back this write transaction under it; retry")
+                raise StoreError(
+                    f"{self.path}: SQLite rolled back this write transaction under it; retry"
+                )
             if group is not None:
                 conn.execute(_RELEASE)
         except (sqlite3.Error, StoreError) as exc:
@@ -394,17 +321,16 @@ class Combiner:
         self.end(conn, group, kept=True, changed=changed, durable=durable)
 
     def end(
-        self, conn: sqlite3.Connection | None, group: Group | None, *, kept: bool, changed: bool, durable: bool
+        self, conn: sqlite3.Connection | None, group: Group | None, *,
+        kept: bool, changed: bool, durable: bool,
     ) -> None:
-        """End the turn: hand it on with the open transaction if someone waits (and
-        wait for the group's outcome), else COMMIT what is open and flush it for every
-        durable write in it. Raises only for this write's own ``kept`` changes (a turn
-        that ran other callers' writes, edgeq.store.flat, ends with ``kept=False``: they
-        joined ``group`` already, and wait for its outcome themselves)."""
+        """Hand the turn on with the open transaction if someone waits, else COMMIT and flush it."""
         if conn is None or not _in_transaction(conn):  # nothing open: rolled back whole
             self.baton.release()
             if group is not None:
-                group.committed(StoreError(f"{self.path}: the write transaction was rolled back; retry"))
+                group.committed(
+                    StoreError(f"{self.path}: the write transaction was rolled back; retry")
+                )
             return
         member = None
         if group is not None or (self.baton.queued and not self.closing):
@@ -421,12 +347,10 @@ class Combiner:
     def _commit(
         self, conn: sqlite3.Connection, group: Group | None, *, kept: bool, changed: bool, durable: bool
     ) -> None:
-        """COMMIT in this turn, let the turn go, then flush for the durable writes (or
-        let one of them flush, if this one needs no flush) and wake the members.
-        Alone (no group), raises if this write's changes are lost."""
+        """COMMIT, let the turn go, then flush for the durable writes (or delegate it) and wake them."""
         failure: StoreError | None = StoreError(
-            f"{self.path}: a write transaction was interrupted at its COMMIT (whether it was committed is "
-            "not known); check what it wrote"
+            f"{self.path}: a write transaction was interrupted at its COMMIT (whether it was "
+            "committed is not known); check what it wrote"
         )
         mark = 0
         flushing = 0
@@ -449,8 +373,8 @@ class Combiner:
             self.baton.release(committed)
             if group is not None:
                 flushing = group.committed(None if failure is None else StoreError(
-                    f"{failure}; the write transaction this write shared with other threads' writes was not "
-                    "committed (nothing of it was): retry"
+                    f"{failure}; the write transaction this write shared with other threads' writes "
+                    "was not committed (nothing of it was): retry"
                 ))
         if failure is not None:
             if group is None and kept:

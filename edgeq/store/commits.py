@@ -1,47 +1,5 @@
-"""Group commit: durable commits of many threads share one flush of the WAL.
-
-A store at ``durability="full"`` runs its connections at ``synchronous=NORMAL``: in
-WAL mode a COMMIT then appends its frames to the ``-wal`` file and returns without
-waiting for the disk. Once a COMMIT has returned and the write lock is let go, its
-committer calls :meth:`SyncBarrier.wait` (for itself, or for every durable write of a
-combined transaction, :mod:`edgeq.store.combining`), which returns only once a flush
-(``fdatasync``) of the WAL that *started after that commit* has completed. The first
-caller to arrive becomes the leader and flushes; callers arriving while it flushes
-wait for the next flush, which one of them leads. So transactions committed one
-after another by different threads pay about one flush per group instead of one
-each, and a lone thread pays exactly one flush per commit, as at
-``synchronous=FULL``: nobody waits for company.
-
-Why a commit is durable when :meth:`SyncBarrier.wait` returns (SQLite 3.x, ``wal.c``):
-
-- A commit's frames are written with ``write()`` to the WAL file before COMMIT
-  returns; a flush of that file that starts afterwards makes them durable, and the
-  frame checksums let recovery stop at the last whole commit if later, unflushed
-  frames were torn by the power cut.
-- Data moves from the WAL into the database file only in a checkpoint, which at
-  NORMAL (as at FULL) syncs the WAL before copying and the database after, and only
-  then marks the frames as backfilled. The WAL is restarted from its beginning only
-  when every frame is backfilled, and its new header is synced by SQLite itself
-  (``walFrames``: ``syncHeader``). Nothing committed lives only in overwritten frames.
-- The WAL file is deleted only by the last connection to close the database, after a
-  checkpoint that synced both files; while this process has a connection open it
-  stays. A flush that finds it gone (or replaced by a new file: new inode) therefore
-  has nothing left to make durable in the old one; a new file's directory entry is
-  synced once when it is first opened here (SQLite also syncs the directory at a new
-  WAL's first sync).
-- Only the ``-wal`` file is opened here, never the database or ``-shm`` files: closing
-  a descriptor drops every POSIX lock the process holds on that file, and SQLite's
-  locks live on those two.
-
-A commit is visible to other connections from its COMMIT, before its flush (SQLite
-at FULL flushed first): a reader may see a change whose writer has not returned yet.
-Any durable commit made after it is flushed with it, since a flush covers everything
-before it in the file, so nothing that returned depends on an unflushed change.
-
-A failed flush leaves it unknown what reached the disk (Linux may drop the dirty pages
-and report success next time), so the barrier then refuses every later wait: the
-queue manager must be closed and reopened.
-"""
+"""Group commit: durable commits of many threads share one flush of the WAL (why that is
+durable: docs/storage.md, "Group commit")."""
 
 from __future__ import annotations
 
@@ -61,10 +19,8 @@ FLUSH: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 @dataclass(frozen=True)
 class SyncStats:
-    """What a barrier has done: ``commits`` durable commits waited for (one per durable
-    write, also when a combined transaction's committer waits for all of its writes),
-    ``syncs`` flushes of the WAL made for them (``commits / syncs`` is the mean group
-    size); and ``waiting``, the commits waiting right now for a flush another caller leads."""
+    """Durable commits waited for, WAL flushes made for them (``commits / syncs`` is the mean
+    group size), and commits waiting now for a flush another caller leads."""
 
     commits: int
     syncs: int
@@ -72,19 +28,7 @@ class SyncStats:
 
 
 class SyncBarrier:
-    """Shares flushes of one WAL file among the threads that committed to it.
-
-    >>> import sqlite3, tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "x.db")
-    >>> conn = sqlite3.connect(path, isolation_level=None)
-    >>> _ = conn.execute("PRAGMA journal_mode = WAL"); _ = conn.execute("PRAGMA synchronous = NORMAL")
-    >>> _ = conn.execute("CREATE TABLE t (x)")
-    >>> barrier = SyncBarrier(path + "-wal")
-    >>> barrier.wait()  # the CREATE TABLE is on the disk now
-    >>> barrier.stats()
-    SyncStats(commits=1, syncs=1, waiting=0)
-    >>> barrier.close(); conn.close()
-    """
+    """Shares flushes of one WAL file among the threads that committed to it."""
 
     def __init__(self, wal_path: str, *, flush: Callable[[int], None] | None = None) -> None:
         self.path = wal_path
@@ -103,26 +47,17 @@ class SyncBarrier:
         self._file: tuple[int, int] | None = None
 
     def stats(self) -> SyncStats:
-        """Durable commits waited for, and flushes made, so far; callers waiting now."""
         with self._cond:
             return SyncStats(self._commits, self._syncs, self._waiting)
 
     def mark(self) -> int:
-        """The first flush that will cover everything committed so far: a later
-        :meth:`wait` given it returns after that flush (or a later one), so the
-        writers of one combined transaction (:mod:`edgeq.store.combining`), marked once at
-        its COMMIT, share the flush that follows it even if they wait a moment later."""
+        """The first flush that will cover everything committed so far, for a later :meth:`wait`."""
         with self._cond:
             return self._started + 1
 
     def wait(self, mark: int | None = None, *, callers: int = 1) -> None:
-        """Return once everything this thread committed before the call (or before
-        ``mark`` was taken, see :meth:`mark`) is on the disk. ``callers``: how many
-        durable commits this wait stands for (the writes of a combined transaction,
-        whose committer waits for all of them), as counted in :meth:`stats`.
-
-        Raises :class:`StoreError` if a flush failed (now or earlier).
-        """
+        """Return once everything committed before the call (or before ``mark``) is on the disk;
+        ``callers``: the durable commits it stands for. Raises StoreError if a flush ever failed."""
         with self._cond:
             # A flush that begins after this point covers this caller's commit.
             needed = self._started + 1 if mark is None else mark
@@ -155,9 +90,9 @@ class SyncBarrier:
                 fd = self._current()
             except OSError as exc:  # nothing flushed, nothing lost: the next caller may try again
                 raise StoreError(
-                    f"{self.path}: cannot open the write-ahead log to flush it ({exc}); the last changes "
-                    "are committed but may not be on the disk yet: check the file and the process's "
-                    "open files, and retry"
+                    f"{self.path}: cannot open the write-ahead log to flush it ({exc}); the last "
+                    "changes are committed but may not be on the disk yet: check the file and the "
+                    "process's open files, and retry"
                 ) from exc
             if fd is not None:
                 try:
@@ -183,8 +118,7 @@ class SyncBarrier:
         self._cond.notify_all()
 
     def _current(self) -> int | None:
-        """A descriptor of the WAL file now at :attr:`path`, reopened when the file was
-        replaced; None when there is none (see the module's notes: nothing to flush)."""
+        """A descriptor of the WAL file now at :attr:`path` (reopened if replaced); None if gone."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -216,8 +150,7 @@ class SyncBarrier:
 
 
 def _sync_directory(path: str) -> None:
-    """Make a new file's directory entry durable; best effort, as SQLite does (some
-    systems cannot open or sync a directory, and the file's own flush still holds)."""
+    """Make a new file's directory entry durable; best effort, as SQLite does."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:

@@ -1,10 +1,5 @@
-"""Telling a damaged store from a caller's mistake.
-
-Every "the store is damaged" error is worded here (:func:`damaged`, :func:`index_damaged`),
-so each says what is damaged and what the operator does. Values a checksum does not
-cover are checked where they are read: :func:`queue_problem` for queue rows (a flipped
-``ordering`` or ``default_priority`` must not read as a caller's bad argument).
-"""
+"""Telling a damaged store from a caller's mistake: every "the store is damaged" error is worded
+here, and queue rows (no checksum) are checked where they are read."""
 
 from __future__ import annotations
 
@@ -18,7 +13,8 @@ from edgeq.errors import StoreError
 from edgeq.types import ON_FULL
 
 __all__ = [
-    "REPAIR", "advance", "checked_queue", "damaged", "index_damaged", "missing_queue", "queue_problem", "store_path",
+    "REPAIR", "advance", "checked_queue", "damaged", "index_damaged", "missing_queue", "queue_problem",
+    "store_path",
 ]
 
 #: What the operator does about damage edgeq found while working.
@@ -48,7 +44,9 @@ def store_path(conn: sqlite3.Connection | None) -> str:
     return str(row[2]) if row is not None and row[2] else "PATH"
 
 
-def damaged(what: str, conn: sqlite3.Connection | None = None, *, path: str | None = None) -> StoreError:
+def damaged(
+    what: str, conn: sqlite3.Connection | None = None, *, path: str | None = None
+) -> StoreError:
     """The error for damage found in the store: ``what`` says what is damaged.
 
     >>> str(damaged("queue row 3 has ordering 'prixrity'", path="d.db"))[:60]
@@ -59,11 +57,11 @@ def damaged(what: str, conn: sqlite3.Connection | None = None, *, path: str | No
 
 
 def index_damaged(what: str, conn: sqlite3.Connection | None = None) -> StoreError:
-    """The error for an index that disagrees with its table: nothing was changed, and
-    rebuilding the indexes repairs it (the rows themselves are intact)."""
+    """The error for an index that disagrees with its table (the rows are intact)."""
     return StoreError(
-        f"the store is damaged: {what}: an index disagrees with the rows it indexes (the rows are intact, "
-        f"nothing was changed); run `edgeq check --db {store_path(conn)} --repair` to rebuild the indexes"
+        f"the store is damaged: {what}: an index disagrees with the rows it indexes (the rows are "
+        f"intact, nothing was changed); run `edgeq check --db {store_path(conn)} --repair` to rebuild "
+        "the indexes"
     )
 
 
@@ -86,10 +84,8 @@ def queue_problem(
     limits: tuple[object, ...], names: tuple[object, ...], *, compression: object = None,
     delays: tuple[object, object] = (0, 0),
 ) -> str | None:
-    """What is out of range in a queue row as read back (None: nothing): ``size`` is its
-    ``bytes``, ``limits`` its positive-or-None attributes, ``names`` its optional queue and
-    queue manager names, ``compression`` its codec (None or one edgeq knows), ``delays``
-    its redelivery delays (ints, never negative). Cheap: it runs whenever a queue row is read.
+    """What is out of range in a queue row read back (None: nothing); ``limits`` are positive or
+    None, ``names`` optional names. Cheap: it runs whenever a queue row is read.
 
     >>> queue_problem(1, "Q", "fifo", "local", 4, 0, 0, None, None, "reject", 5, (None, 10), (None,))
     >>> queue_problem(1, "Q", "fifo", "local", 68, 0, 0, None, None, "reject", 5, (), ())
@@ -101,7 +97,8 @@ def queue_problem(
         type(id) is int and id > 0 and type(name) is str and _NAME.fullmatch(name) is not None
         and ordering in _ORDERINGS and kind in _KINDS and default_priority in _PRIORITIES
         and type(default_priority) is int and type(depth) is int and depth >= 0 and type(size) is int
-        and mode in _MODES and encryption in _CIPHERS and on_full in _ON_FULL and type(created_ms) is int
+        and mode in _MODES and encryption in _CIPHERS and on_full in _ON_FULL
+        and type(created_ms) is int
         and compression in _COMPRESSIONS and type(delays[0]) is int and type(delays[1]) is int
         and delays[0] >= 0 and delays[1] >= 0
     )
@@ -133,7 +130,8 @@ def queue_problem(
         "a redelivery delay": _delays_ok(delays),
     }
     values = {
-        "id": id, "name": name, "ordering": ordering, "kind": kind, "default_priority": default_priority,
+        "id": id, "name": name, "ordering": ordering, "kind": kind,
+        "default_priority": default_priority,
         "depth": depth, "bytes": size, "mode": mode, "encryption": encryption, "on_full": on_full,
         "created_ms": created_ms, "a limit": limits, "a target or server name": names,
         "compression": compression, "a redelivery delay": delays,
@@ -203,11 +201,10 @@ Q = TypeVar("Q", bound=StoredQueue)
 
 
 def checked_queue(q: Q, conn: sqlite3.Connection) -> Q:
-    """``q`` as read back from the store, or the damaged-store error if a value in it is
-    out of range (queue rows carry no checksum: their values are checked instead)."""
+    """``q`` as read back, or the damaged-store error if a value in it is out of range."""
     problem = queue_problem(
-        q.id, q.name, q.ordering, q.kind, q.default_priority, q.depth, q.bytes, q.mode, q.encryption, q.on_full,
-        q.created_ms,
+        q.id, q.name, q.ordering, q.kind, q.default_priority, q.depth, q.bytes, q.mode, q.encryption,
+        q.on_full, q.created_ms,
         (q.expiry_ms, q.cap_expiry_ms, q.max_depth, q.max_message_bytes, q.depth_threshold, q.max_bytes,
          q.refusal_limit, q.backout_threshold),
         (q.target_qmgr, q.target_queue, q.server, q.backout_queue), compression=q.compression,
@@ -219,21 +216,22 @@ def checked_queue(q: Q, conn: sqlite3.Connection) -> Q:
 
 
 def missing_queue(conn: sqlite3.Connection, name: str, found: object) -> None:
-    """The queues' name index gave no row for ``name`` (``found`` None) or another queue's
-    (SQLite takes the name from the index, so ``Tx.queue`` reads the row by the id the
-    index gives and compares): None if there is no such queue, else the index-damaged
-    error. The table is small: it is read whole, on this path only."""
-    if found is not None or conn.execute("SELECT 1 FROM queues NOT INDEXED WHERE name = ?", (name,)).fetchone():
-        raise index_damaged(f"the name index of the queues table does not lead to queue {name!r}", conn)
+    """The queues' name index gave no row for ``name`` (``found`` None) or another queue's: None
+    if there is no such queue, else the index-damaged error (the small table read whole)."""
+    if found is not None or conn.execute(
+        "SELECT 1 FROM queues NOT INDEXED WHERE name = ?", (name,)
+    ).fetchone():
+        raise index_damaged(
+            f"the name index of the queues table does not lead to queue {name!r}", conn
+        )
     return None
 
 
 def advance(
     conn: sqlite3.Connection, queue_id: int, after: tuple[int, int] | None, last: tuple[int, int]
 ) -> tuple[int, int]:
-    """The next key of a walk of the ready index: ``last`` (rank, seq), which must come
-    after ``after`` in get order (rank down, then seq up), or the index is damaged (a
-    walk that went back could loop forever).
+    """The next key of a walk of the ready index: ``last`` (rank, seq), which must come after
+    ``after`` in get order, or the index is damaged (a walk going back could loop forever).
 
     >>> advance(None, 1, (5, 10), (5, 11)), advance(None, 1, (5, 10), (4, 1))
     ((5, 11), (4, 1))

@@ -1,7 +1,5 @@
-"""What a home server durably knows about its devices (table ``devices``): when it last
-heard from each and its clock offset, and, for authenticated sync, each device's
-public key, the queues it may push to, and whether it was revoked; and what it refused
-of their puts (table ``device_refusals``: per device, queue and reason)."""
+"""What a home server durably knows of its devices: last contact, clock offset, key, queues,
+revocation (``devices``), and what it refused of their puts (``device_refusals``)."""
 
 from __future__ import annotations
 
@@ -25,13 +23,8 @@ _COLS = "name, added_ms, last_seen_ms, clock_offset_ms, agent, public_key, queue
 
 @dataclass(frozen=True, slots=True)
 class DeviceRecord:
-    """A device as the home server knows it.
-
-    ``clock_offset_ms`` is the device's clock minus the server's, measured at
-    its last hello (positive: the device runs ahead). ``public_key`` is its
-    raw Ed25519 public key (None: never registered); ``queues`` the queues it may
-    push to (None: any); ``revoked_ms`` when it was revoked (None: it is not).
-    """
+    """A device as the home server knows it: ``clock_offset_ms`` is its clock minus the server's at
+    its last hello; ``public_key`` raw Ed25519; ``queues`` it may push to (None: any)."""
 
     name: str
     added_ms: int
@@ -44,12 +37,11 @@ class DeviceRecord:
 
     @property
     def registered(self) -> bool:
-        """Whether the device has a public key and is not revoked."""
         return self.public_key is not None and self.revoked_ms is None
 
     @property
     def revoked_at(self) -> str | None:
-        """When the device was revoked, as ISO-8601 UTC for people and logs (None: it is not).
+        """When the device was revoked, as ISO-8601 UTC (None: it is not).
 
         >>> DeviceRecord("DEV1", 0, None, None, None, revoked_ms=1_763_715_600_250).revoked_at
         '2025-11-21T09:00:00.250Z'
@@ -62,9 +54,8 @@ class DeviceRecord:
 
 @dataclass(frozen=True, slots=True)
 class DeviceRefusal:
-    """What a home server refused of one device's puts to one queue, for one reason
-    (``no-queue``, ``queue-full``, ``too-large`` or ``refused``): how many messages, the
-    first and last time (server clock, ms) and the last refusal's text."""
+    """What a home server refused of one device's puts to one queue, for one reason (``no-queue``,
+    ``queue-full``, ``too-large`` or ``refused``); times in ms on the server's clock."""
 
     device: str
     queue: str
@@ -79,28 +70,30 @@ _REFUSAL_COLS = "device, queue, reason, count, first_ms, last_ms, last_detail"
 
 
 def _record(row: tuple[Any, ...], conn: sqlite3.Connection) -> DeviceRecord:
-    """A device row as read back; one whose queue list does not decode is a damaged store
-    (never an empty or partial list: that would change what the device may push to)."""
+    """A device row read back; a queue list that does not decode is a damaged store (never read
+    as an empty or partial list)."""
     try:
         queues = None if row[6] is None else json.loads(row[6])
     except (TypeError, ValueError) as exc:
         queues = exc
-    if queues is not None and not (isinstance(queues, list) and all(isinstance(q, str) for q in queues)):
+    if queues is not None and not (
+        isinstance(queues, list) and all(isinstance(q, str) for q in queues)
+    ):
         raise damaged(f"the queues device {row[0]!r} may push to are unreadable ({queues!r})", conn)
-    return DeviceRecord(row[0], row[1], row[2], row[3], row[4], row[5], None if queues is None else tuple(queues),
-                        row[7])
+    return DeviceRecord(row[0], row[1], row[2], row[3], row[4], row[5],
+                        None if queues is None else tuple(queues), row[7])
 
 
 class DeviceTx:
-    """Device verbs on one open transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
     def seen(self, name: str, now_ms: int, clock_offset_ms: int | None, agent: str | None) -> None:
-        """Record that ``name`` was heard from at ``now_ms`` (adding it if new); None keeps the old value."""
+        """Record that ``name`` was heard from at ``now_ms`` (added if new); None keeps a value."""
         self.conn.execute(
-            "INSERT INTO devices (name, added_ms, last_seen_ms, clock_offset_ms, agent) VALUES (?, ?, ?, ?, ?) "
+            "INSERT INTO devices (name, added_ms, last_seen_ms, clock_offset_ms, agent) "
+            "VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT (name) DO UPDATE SET last_seen_ms = excluded.last_seen_ms, "
             "clock_offset_ms = coalesce(excluded.clock_offset_ms, clock_offset_ms), "
             "agent = coalesce(excluded.agent, agent)",
@@ -108,11 +101,10 @@ class DeviceTx:
         )
 
     def register(self, name: str, public_key: bytes, queues: Sequence[str] | None, now_ms: int) -> None:
-        """Register (or re-key, un-revoking) a device."""
         self.conn.execute(
             "INSERT INTO devices (name, added_ms, public_key, queues) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET public_key = excluded.public_key, queues = excluded.queues, "
-            "revoked_ms = NULL",
+            "ON CONFLICT (name) DO UPDATE SET public_key = excluded.public_key, "
+            "queues = excluded.queues, revoked_ms = NULL",
             (name, now_ms, public_key, None if queues is None else json.dumps(list(queues))),
         )
 
@@ -124,28 +116,34 @@ class DeviceTx:
         return cur.rowcount == 1
 
     def get(self, name: str) -> DeviceRecord | None:
-        """The device named ``name``, or None."""
         row = self.conn.execute(f"SELECT {_COLS} FROM devices WHERE name = ?", (name,)).fetchone()
         return None if row is None else _record(row, self.conn)
 
     def all(self) -> list[DeviceRecord]:
-        """Every known device, by name."""
-        return [_record(row, self.conn) for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")]
+        return [
+            _record(row, self.conn)
+            for row in self.conn.execute(f"SELECT {_COLS} FROM devices ORDER BY name")
+        ]
 
-    def refused(self, device: str, queue: str, refused: Mapping[str, tuple[int, str]], now_ms: int) -> None:
-        """Count ``device``'s messages refused on ``queue``: per reason, (how many, the last text)."""
+    def refused(
+        self, device: str, queue: str, refused: Mapping[str, tuple[int, str]], now_ms: int
+    ) -> None:
         self.conn.executemany(
             f"INSERT INTO device_refusals ({_REFUSAL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (device, queue, reason) DO UPDATE SET count = count + excluded.count, "
             "last_ms = excluded.last_ms, last_detail = excluded.last_detail",
-            [(device, queue, reason, n, now_ms, now_ms, detail) for reason, (n, detail) in refused.items()],
+            [
+                (device, queue, reason, n, now_ms, now_ms, detail)
+                for reason, (n, detail) in refused.items()
+            ],
         )
 
     def refusals(self, device: str | None) -> list[DeviceRefusal]:
         """What was refused (of ``device``; None: of every device), the latest first."""
         where, args = ("WHERE device = ? ", (device,)) if device is not None else ("", ())
         rows = self.conn.execute(
-            f"SELECT {_REFUSAL_COLS} FROM device_refusals {where}ORDER BY last_ms DESC, device, queue, reason", args)
+            f"SELECT {_REFUSAL_COLS} FROM device_refusals {where}"
+            "ORDER BY last_ms DESC, device, queue, reason", args)
         return [DeviceRefusal(*row) for row in rows]
 
 class DeviceRegistry:
@@ -160,22 +158,27 @@ class DeviceRegistry:
     ) -> None:
         """Note that device ``name`` was heard from now (and its clock offset and agent)."""
         check_name(name, "device name")
-        if clock_offset_ms is not None and (isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int)):
+        if clock_offset_ms is not None and (
+            isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int)
+        ):
             raise InvalidType(f"clock_offset_ms must be an int, not {clock_offset_ms!r}")
         with self.db.write() as tx:
             DeviceTx(tx).seen(name, self.clock(), clock_offset_ms, agent)
 
     def devices(self) -> list[DeviceRecord]:
-        """The devices heard from, by name."""
         with self.db.read() as conn:
             return DeviceTx(conn).all()
 
     def has_registered(self) -> bool:
         """Whether any device was ever registered with a key (revoked ones count)."""
         with self.db.read() as conn:
-            return conn.execute("SELECT 1 FROM devices WHERE public_key IS NOT NULL LIMIT 1").fetchone() is not None
+            return conn.execute(
+                "SELECT 1 FROM devices WHERE public_key IS NOT NULL LIMIT 1"
+            ).fetchone() is not None
 
-    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
+    def register_device(
+        self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None
+    ) -> None:
         """Register a device for authenticated sync (see ``QueueManager.register_device``)."""
         check_name(name, "device name")
         if "." in name:
@@ -201,18 +204,20 @@ class DeviceRegistry:
         with self.db.write() as tx:
             devices = DeviceTx(tx)
             if devices.get(name) is None:
-                raise DeviceNotFound(f"no device {name!r} is known here: see `edgeq server devices list`")
+                raise DeviceNotFound(
+                    f"no device {name!r} is known here: see `edgeq server devices list`"
+                )
             devices.revoke(name, self.clock())
 
     def device(self, name: str) -> DeviceRecord | None:
-        """What is known of device ``name`` (None: nothing)."""
         check_name(name, "device name")
         with self.db.read() as conn:
             return DeviceTx(conn).get(name)
 
-    def record_refusals(self, device: str, queue: str, refused: Mapping[str, tuple[int, str]]) -> None:
-        """Note that the server refused ``device``'s messages on ``queue`` now: per reason,
-        (how many, the last refusal's text). One transaction; nothing if none was refused."""
+    def record_refusals(
+        self, device: str, queue: str, refused: Mapping[str, tuple[int, str]]
+    ) -> None:
+        """Note ``device``'s messages refused on ``queue`` now: per reason, (how many, the last text)."""
         check_name(device, "device name")
         check_name(queue, "queue name")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n, _ in refused.values()):

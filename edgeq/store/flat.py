@@ -1,31 +1,6 @@
-"""Flat combining: one thread runs the writes other threads have queued.
-
-:meth:`ConnectionFactory.run <edgeq.store.connection.ConnectionFactory.run>` takes a write
-as a function of the writer connection. With transaction combining alone
-(:mod:`edgeq.store.combining`) each concurrent writer still waits twice: for its turn, and
-for its group's COMMIT; a thread switch costs tens of microseconds of CPU, and
-GIL-bound threads share that CPU, so two switches per write cost 8 threads more than
-the fsync they share saves on a fast disk. Here a writer queues its function and
-blocks once. The thread that *leads* takes the turn once, runs every queued function
-on the writer connection, each in a SAVEPOINT of the one transaction, makes each
-caller a :class:`~edgeq.store.combining.Member` of the transaction's
-:class:`~edgeq.store.combining.Group` (woken at the COMMIT, or after the flush when
-durable: exactly what ``write()`` promises), ends the turn, and hands the lead to the
-oldest caller still queued, which has been waiting anyway. The flush of one batch
-(done by one of its durable callers) overlaps the next batch's writing.
-
-What a caller sees is what ``write()`` promises:
-
-- ``run()`` returns the function's result once its change is committed and, when
-  durable, flushed; it raises what the function raised, with only that function's
-  changes undone (a sqlite3 error translated, as ``write()`` does).
-- If the whole transaction is lost (its COMMIT or its flush failed, or SQLite rolled
-  it back), every caller whose change was in it gets a :class:`~edgeq.errors.StoreError`
-  of its own.
-- One producer's writes keep their order; a lone writer leads itself at once.
-
-A function runs on the leading thread, not its caller's: it must use only the
-connection it is given (and the thread-safe objects it closes over).
+"""Flat combining: one thread runs the writes other threads have queued, so each caller blocks
+once (docs/storage.md, "Group commit"). A queued function runs on the leading thread: it must
+use only the connection it is given (and thread-safe objects it closes over).
 """
 
 from __future__ import annotations
@@ -72,9 +47,8 @@ class Writer(Protocol):
 
 
 class Request(Member, Generic[T]):
-    """One caller's queued write; its thread blocks on ``lock`` (a member's) until the
-    lead either fails it, names it the next lead, finishes it (a lone write, committed
-    and flushed), or its group's committer wakes it."""
+    """One caller's queued write; its thread blocks on ``lock`` until the lead fails it, names it
+    the next lead or finishes it, or its group's committer wakes it."""
 
     __slots__ = ("body", "error", "finished", "flush", "group", "lead", "result", "wanted")
 
@@ -90,7 +64,6 @@ class Request(Member, Generic[T]):
         self.lead = False
 
     def fail(self, error: BaseException) -> None:
-        """Give this caller ``error`` and wake it."""
         self.error = error
         self.lock.release()
 
@@ -101,9 +74,8 @@ class Request(Member, Generic[T]):
 
 
 class _Batch:
-    """The kept writes of one lead's transaction: the first alone (``lone``) until a
-    second joins it, then all in ``group``; a lone write ends as ``write()`` ends one,
-    with no group made (its caller waits for the flush itself)."""
+    """The kept writes of one lead's transaction: the first alone (``lone``, no group made) until
+    a second joins it, then all in ``group``."""
 
     __slots__ = ("changed", "durable", "group", "lone")
 
@@ -138,10 +110,11 @@ def _join(group: Group, request: Request[object], changed: bool, durable: bool) 
     group.join(kept=True, changed=changed, durable=durable, member=request)
 
 
-def _copy(error: BaseException, path: str, *, committed: str = "it was not committed") -> BaseException:
-    """An error of the same type and message for another thread to raise; for an
-    interruption of the writing thread (KeyboardInterrupt, SystemExit: not an Exception),
-    a :class:`StoreError` saying so, since the caller's own thread was not interrupted."""
+def _copy(
+    error: BaseException, path: str, *, committed: str = "it was not committed"
+) -> BaseException:
+    """An error like ``error`` for another thread to raise; a StoreError for an interruption of
+    the writing thread (the caller's own thread was not interrupted)."""
     if not isinstance(error, Exception):
         return StoreError(f"{path}: the thread writing this write was interrupted ({type(error).__name__}); "
                           f"{committed}: retry")
@@ -154,7 +127,6 @@ def _copy(error: BaseException, path: str, *, committed: str = "it was not commi
 
 
 class Lead:
-    """The queue of one writer connection's delegated writes (see the module)."""
 
     def __init__(self, writer: Writer, limit: int) -> None:
         self._writer = writer
@@ -162,10 +134,10 @@ class Lead:
         self._mutex = threading.Lock()
         self._queue: deque[Request[object]] = deque()
         self._leading = False
-        self._taking = False  # the lead waits for the turn (a baton waiter, its body still queued)
+        self._taking = False  # the lead waits for the turn (its body still queued)
 
     def run(self, body: Callable[[sqlite3.Connection], T], durable: bool) -> T:
-        """Queue ``body``, lead if nobody does, and return its outcome (see the module)."""
+        """Queue ``body``, lead if nobody does, and return its outcome."""
         request: Request[T] = Request(body, durable)
         with self._mutex:
             self._queue.append(request)  # type: ignore[arg-type]
@@ -176,7 +148,7 @@ class Lead:
         while True:
             try:
                 request.lock.acquire()
-            except BaseException:  # interrupted (KeyboardInterrupt): the others must not wait for this thread
+            except BaseException:  # interrupted: the others must not wait for this thread
                 self._abandon(request)  # type: ignore[arg-type]
                 raise
             if not request.lead:
@@ -191,7 +163,8 @@ class Lead:
                 self._writer.flushed()
         else:
             if request.group is None:
-                raise StoreError("a write ended without an outcome")  # unreachable: a kept write joined a group
+                # unreachable: a kept write joined a group
+                raise StoreError("a write ended without an outcome")
             request.group.settle(request)
         return request.result  # type: ignore[return-value]
 
@@ -212,9 +185,8 @@ class Lead:
             following.lock.release()
 
     def _abandon(self, request: Request[object]) -> None:
-        """A caller stops waiting: if its body is still queued, it never runs; if it was
-        named the lead, the next caller leads. (A body the lead has taken runs, as a write
-        interrupted at its COMMIT may or may not be committed.)"""
+        """A caller stops waiting: its body, if still queued, never runs; if it was the lead, the next
+        caller leads."""
         with self._mutex:
             try:
                 self._queue.remove(request)
@@ -225,8 +197,7 @@ class Lead:
                 self._hand_on()
 
     def queued(self, turn_waiters: int) -> int:
-        """The writes waiting to be written, given the turn's waiters: the queued bodies, and
-        the turn's other waiters (the lead, waiting for the turn, is its own queued body)."""
+        """The writes waiting: the queued bodies and the turn's other waiters."""
         with self._mutex:
             return len(self._queue) + turn_waiters - int(self._taking)
 
@@ -235,8 +206,8 @@ class Lead:
             return [self._queue.popleft() for _ in range(min(most, len(self._queue)))]
 
     def _write(self) -> None:
-        """Take the turn, run the queued bodies in its transaction, end the turn. Every
-        body's caller gets its outcome; only an interruption (not an Exception) is raised."""
+        """Take the turn, run the queued bodies in its transaction, end the turn; raises only an
+        interruption (every caller gets its outcome)."""
         w = self._writer
         turns = w.turns
         self._taking = True
@@ -255,7 +226,7 @@ class Lead:
         try:
             conn = w.writer_connection()
             taken, done = self._take(self._limit), 0
-            while taken:  # and what was queued meanwhile, up to the limit: fewer COMMITs and flushes
+            while taken:  # and what was queued meanwhile, up to the limit
                 for index, request in enumerate(taken):
                     try:
                         self._one(conn, batch, request)
@@ -275,8 +246,7 @@ class Lead:
         self._end(conn, batch)
 
     def _end(self, conn: sqlite3.Connection | None, batch: _Batch) -> None:
-        """End the turn: a lone write as ``write()`` ends one, except that its caller waits
-        for the flush itself, once the lead is handed on (the next batch meanwhile)."""
+        """End the turn; a lone write's caller waits for the flush itself, once the lead is handed on."""
         turns, lone = self._writer.turns, batch.lone
         if lone is None:
             turns.end(conn, batch.group, kept=False, changed=False, durable=False)
@@ -284,17 +254,16 @@ class Lead:
         try:
             turns.end(conn, None, kept=True, changed=batch.changed, durable=False)
         except BaseException as exc:
-            lone.fail(exc if isinstance(exc, Exception) else _copy(exc, self._writer.path,
-                                                                  committed="whether it was committed is not known"))
+            lone.fail(exc if isinstance(exc, Exception) else _copy(
+                exc, self._writer.path, committed="whether it was committed is not known"))
             if not isinstance(exc, Exception):
                 raise
         else:
             lone.finish(flush=batch.durable)
 
     def _one(self, conn: sqlite3.Connection, batch: _Batch, request: Request[object]) -> None:
-        """Run one body in the open transaction (or a new one) and keep its change in
-        ``batch``, or give its caller its error. Raises (its caller failed already) if
-        the write cannot begin, or on an interruption."""
+        """Run one body in the open transaction (or a new one), keeping its change in ``batch`` or
+        failing its caller. Raises if the write cannot begin, or on an interruption."""
         w = self._writer
         fresh = not conn.in_transaction
         try:
@@ -329,10 +298,11 @@ class Lead:
         batch.keep(request, fresh=fresh, changed=conn.total_changes != before,
                    durable=request.wanted and w.durable() and wrote)
 
-    def _undo(self, conn: sqlite3.Connection, batch: _Batch, fresh: bool, exc: BaseException) -> None:
-        """Undo one body's changes after ``exc``; if SQLite lost the whole transaction,
-        the batch's kept writes fail too."""
-        release_statements(exc)  # a statement left in progress would stop the ROLLBACK TO and the COMMIT
+    def _undo(
+        self, conn: sqlite3.Connection, batch: _Batch, fresh: bool, exc: BaseException
+    ) -> None:
+        """Undo one body's changes; if SQLite lost the whole transaction, the batch fails too."""
+        release_statements(exc)  # a statement in progress would stop the ROLLBACK TO and the COMMIT
         undo(conn, None if fresh else _NAME)
         if not conn.in_transaction:
             batch.lost(lost_whole(self._writer.path, exc))

@@ -1,18 +1,6 @@
-"""Row checksums: what makes a flipped bit in a message row read as damage, never as data.
-
-Every message row carries ``crc``, a CRC-32 over everything that gives it meaning
-and does not change with its state: the queue it belongs to, its uid, priority,
-times, expiry, deadline, correlation id, reply-to, report option, key id, fields
-and data (as stored: sealed rows are covered as sealed, so the check needs no
-key). State, lock, order, backout count and redelivery time (``not_before``, v10)
-change as a message moves through its life and are not covered; a flip there can
-reorder, hide or delay a message but never hand out different data (``edgeq check``
-checks their types). So a column of that kind added later leaves every existing
-row's checksum as it was: nothing to recompute when an old store migrates.
-
-The same function is registered on every connection as the SQL function
-``edgeq_crc(...)`` (:data:`CRC_SQL`), so migrations, ``retime`` and ``edgeq check``
-compute exactly what a put computes.
+"""Row checksums: a flipped bit in a message row reads as damage, never as data (what is
+covered, and why not the state: docs/storage.md, "What is detected, and what is not"). Also the
+SQL function ``edgeq_crc``, so migrations, ``retime`` and ``edgeq check`` compute what a put does.
 """
 
 from __future__ import annotations
@@ -35,8 +23,7 @@ def row_crc(
     correlation_id: bytes | None, reply_to: str | None, report: str | None, key_id: str | None,
     fields: bytes | None, data: bytes,
 ) -> int:
-    """The checksum of a message row of queue ``queue`` (a name: a row an index moved
-    to another queue fails its check there).
+    """The checksum of a message row of queue ``queue`` (a row moved to another queue fails).
 
     >>> row_crc("Q", "DEV1:abc", 5, 4, 1000, 1000, 0, None, None, None, None, None, None, None, None, b"hi")
     1330049484
@@ -57,9 +44,9 @@ def row_crc(
 
 #: ``row_crc`` of a ``messages`` row in SQL (the queue's name looked up by id).
 CRC_SQL = (
-    "edgeq_crc((SELECT name FROM queues WHERE queues.id = messages.queue_id), origin, stamp, priority, "
-    "created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline, correlation_id, reply_to, report, "
-    "key_id, fields, data)"
+    "edgeq_crc((SELECT name FROM queues WHERE queues.id = messages.queue_id), origin, stamp, "
+    "priority, created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline, correlation_id, "
+    "reply_to, report, key_id, fields, data)"
 )
 
 

@@ -1,28 +1,5 @@
-"""The journal: what a queue manager accepted, expired and delivered, append-only.
-
-A home server (``QueueManager(..., journal="server")``) records, in the same
-transaction as the change itself:
-
-* ``accepted``: an assured put was confirmed (uid, origin device, queue, size,
-  created time on the device's clock, arrival and confirm times on the server's,
-  and the device's clock offset);
-* ``expired``: a message was discarded for expiry here (side ``server``, with its
-  MQe check point), or a device reported one that expired there (side ``device``,
-  under the server's queue name, time rebased to the server's clock);
-* ``delivered``: a message was got (or an assured get confirmed);
-* ``dead-lettered``: a message moved to the dead-letter queue (``edgeq.queues.deadletter``),
-  its reason in ``check_point`` (``refused``), under the queue it left; a device
-  reports its own to the server with its expiries (side ``device``);
-* ``discarded``: a dead-lettered message the operator deleted from the dead-letter
-  queue (``QueueManager.dlq_delete``; ``check_point`` ``deleted``), reported likewise.
-
-A device (``journal="device"``; the default for a store with a remote or
-home-server queue and no explicit setting) records only the expiries and
-dead-letterings in its store, as an outbox the sync agent reports to the server and then trims; the
-server accepts the device's own messages and those it pulled from the server
-(:func:`remote_expiry_refusal`). ``edgeq export`` turns a
-server's journal into Parquet for the analytics pipeline.
-"""
+"""The journal: what a queue manager accepted, expired and delivered, append-only, in the change's
+transaction (docs/pipeline.md); a device's is an outbox its agent reports and trims."""
 
 from __future__ import annotations
 
@@ -62,9 +39,8 @@ JOURNAL_COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """One journal row. Times are epoch ms on the journal owner's clock, except
-    ``created_ms`` (the origin's clock; correct it with ``clock_offset_ms``,
-    the origin's clock minus the server's)."""
+    """One journal row; times in epoch ms on the owner's clock, except ``created_ms`` (the origin's:
+    ``clock_offset_ms`` is the origin's clock minus the server's)."""
 
     id: int
     kind: str
@@ -83,7 +59,6 @@ class JournalEntry:
 
 
 class JournalTx:
-    """Journal verbs on one open transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -96,14 +71,12 @@ class JournalTx:
         )
 
     def add_each(self, rows: Iterable[tuple[object, ...]]) -> list[bool]:
-        """Like :meth:`add`, one row at a time: whether each row was new (a repeat of a
-        device's expiry is ignored, see the ``journal_device_expiry`` index)."""
+        """Like :meth:`add`; whether each row was new (a device's repeated expiry is ignored)."""
         marks = ", ".join("?" for _ in JOURNAL_COLUMNS[1:])
         sql = f"INSERT OR IGNORE INTO journal ({', '.join(JOURNAL_COLUMNS[1:])}) VALUES ({marks})"
         return [self.conn.execute(sql, row).rowcount > 0 for row in rows]
 
     def since(self, after_id: int, limit: int) -> list[JournalEntry]:
-        """Up to ``limit`` entries with ids above ``after_id``, in id order."""
         rows = self.conn.execute(
             f"SELECT {', '.join(JOURNAL_COLUMNS)} FROM journal WHERE id > ? ORDER BY id LIMIT ?",
             (after_id, limit),
@@ -111,11 +84,9 @@ class JournalTx:
         return [_entry(row, self.conn) for row in rows]
 
     def trim(self, up_to_id: int) -> int:
-        """Delete the entries up to and including ``up_to_id``; return how many."""
         return self.conn.execute("DELETE FROM journal WHERE id <= ?", (up_to_id,)).rowcount
 
     def last_id(self) -> int:
-        """The highest entry id held (0 if the journal is empty)."""
         (value,) = self.conn.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
         return int(value)
 
@@ -125,16 +96,16 @@ _SIDES = frozenset({"server", "device"})
 
 
 def _entry(row: tuple[object, ...], conn: sqlite3.Connection) -> JournalEntry:
-    """A journal row as read back: one whose values are not of their kind (the journal
-    has no checksum, but a flip often makes an impossible value) is a damaged store."""
-    (id_, kind, side, at_ms, queue, uid, origin, check_point, size, created_ms, arrived_ms, confirmed_ms,
-     offset, device) = row
+    """A journal row read back; an impossible value (no checksum here) is a damaged store."""
+    (id_, kind, side, at_ms, queue, uid, origin, check_point, size, created_ms, arrived_ms,
+     confirmed_ms, offset, device) = row
     ints = (size, created_ms, arrived_ms, confirmed_ms, offset)
     texts = (check_point, device)
     if not (
         type(id_) is int and kind in _KINDS and side in _SIDES and type(at_ms) is int
         and isinstance(queue, str) and isinstance(uid, str) and isinstance(origin, str)
-        and all(v is None or type(v) is int for v in ints) and all(v is None or isinstance(v, str) for v in texts)
+        and all(v is None or type(v) is int for v in ints)
+        and all(v is None or isinstance(v, str) for v in texts)
     ):
         raise damaged(f"journal entry {id_!r} holds a value no edgeq writes ({row!r})", conn)
     return JournalEntry(*row)  # type: ignore[arg-type]
@@ -162,12 +133,8 @@ class RemoteExpiryResult:
 
 
 def remote_expiry_refusal(device: str, entry: JournalEntry) -> str | None:
-    """Why a server refuses an expiry ``device`` reports, or None if it may report it.
-
-    A device reports what expired in its store: its own messages (the uid's origin
-    is the device, whatever its store's incarnation), and messages it pulled from
-    the queues the server holds for it (reported under that queue,
-    ``<device>.<queue>``, wherever they came from).
+    """Why a server refuses an expiry ``device`` reports, or None: a device reports its own
+    messages (any incarnation) and those it pulled from ``<device>.<queue>``.
 
     >>> def reported(uid, queue):
     ...     return JournalEntry(0, "expired", "device", 5, queue, uid, uid.rpartition(".")[0])
@@ -187,6 +154,6 @@ def remote_expiry_refusal(device: str, entry: JournalEntry) -> str | None:
     if entry.queue.startswith(prefix) and len(entry.queue) > len(prefix):
         return None
     return (
-        f"foreign: {entry.uid} was made by {origin_qmgr(origin) or '?'}, not {device}, and {entry.queue!r} "
-        f"is not a queue the server holds for {device} ({prefix}<queue>)"
+        f"foreign: {entry.uid} was made by {origin_qmgr(origin) or '?'}, not {device}, "
+        f"and {entry.queue!r} is not a queue the server holds for {device} ({prefix}<queue>)"
     )

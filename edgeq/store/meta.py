@@ -1,6 +1,5 @@
-"""A store's identity and settings, kept in its ``edgeq_meta`` table: the queue
-manager's name, the store's incarnation (part of every uid it issues, see
-:mod:`edgeq.uid`) and its journal mode. Read once when a store is opened."""
+"""A store's identity and settings in ``edgeq_meta``: the queue manager's name, the store's
+incarnation (part of every uid it issues) and its journal mode. Read once at open."""
 
 from __future__ import annotations
 
@@ -31,20 +30,18 @@ _JOURNALS = frozenset({"server", "device", "off"})
 def name_needed(path: Path) -> InvalidArgument:
     """The error for a new store opened without a name."""
     return InvalidArgument(
-        f"{path} is a new store: give the queue manager a name, e.g. QueueManager({str(path)!r}, name='DEV1')"
+        f"{path} is a new store: give the queue manager a name, "
+        f"e.g. QueueManager({str(path)!r}, name='DEV1')"
     )
 
 
 def create_store(path: Path, name: str, clock: Clock, *, timeout: float) -> None:
-    """Make a new store named ``name`` at ``path``, whole or not at all.
-
-    It is built beside ``path`` under a temporary name and linked into place once
-    complete, so a failed (or killed) creation never leaves a half-made store that
-    a later open would take over under any name. If another process made ``path``
-    meanwhile, theirs is kept (the caller then opens it).
-    """
+    """Make a new store named ``name`` at ``path``, whole or not at all (built beside it, then
+    linked into place); if another process made ``path`` meanwhile, theirs is kept."""
     if not path.parent.is_dir():
-        raise StoreError(f"{path}: cannot create the store: check that its directory exists and is writable")
+        raise StoreError(
+            f"{path}: cannot create the store: check that its directory exists and is writable"
+        )
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.new")
     try:
         db = ConnectionFactory(tmp, timeout=timeout)
@@ -56,25 +53,22 @@ def create_store(path: Path, name: str, clock: Clock, *, timeout: float) -> None
             os.link(tmp, path)
         except FileExistsError:
             pass
-        except OSError:  # a file system without hard links (FAT): rename, unless one appeared meanwhile
+        except OSError:  # no hard links (FAT): rename, unless one appeared meanwhile
             if not path.exists():
                 os.replace(tmp, path)
     except OSError as exc:
-        raise StoreError(f"{path}: cannot create the store ({exc.strerror or exc}); check that its directory "
-                         "exists and is writable") from exc
+        raise StoreError(f"{path}: cannot create the store ({exc.strerror or exc}); check that its "
+                         "directory exists and is writable") from exc
     finally:
         for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
             leftover.unlink(missing_ok=True)
 
 
-def open_identity(db: ConnectionFactory, path: Path, name: str | None, clock: Clock) -> tuple[str, str]:
-    """Bring the schema up to date and return the store's (name, origin), creating
-    them for a new store (``name`` is then required) and checking ``name`` otherwise.
-
-    What the store says of itself is checked before it is believed: a damaged name,
-    incarnation or schema (its tables' and indexes' definitions, against the digest
-    kept since the last migration) is a damaged store, never a caller's mistake.
-    """
+def open_identity(
+    db: ConnectionFactory, path: Path, name: str | None, clock: Clock
+) -> tuple[str, str]:
+    """Migrate, and return the store's (name, origin), made for a new store (``name`` required),
+    else checked; a damaged name, incarnation or schema is a damaged store."""
     conn = db.connection()
     (found,) = conn.execute("PRAGMA user_version").fetchone()
     if found > SCHEMA_VERSION:
@@ -84,7 +78,9 @@ def open_identity(db: ConnectionFactory, path: Path, name: str | None, clock: Cl
         )
     migrated = migrate(conn) < SCHEMA_VERSION
     with db.write() as tx:
-        meta = dict(tx.execute("SELECT key, value FROM edgeq_meta WHERE key IN ('name', 'incarnation', 'schema')"))
+        meta = dict(tx.execute(
+            "SELECT key, value FROM edgeq_meta WHERE key IN ('name', 'incarnation', 'schema')"
+        ))
         stored = meta.get("name")
         if stored is None:
             if name is None:
@@ -96,13 +92,17 @@ def open_identity(db: ConnectionFactory, path: Path, name: str | None, clock: Cl
             # Drawn once per store file (a store made by an older edgeq gets one on
             # first open): every uid it issues from now on carries it.
             meta["incarnation"] = new_incarnation()
-            tx.execute("INSERT INTO edgeq_meta (key, value) VALUES ('incarnation', ?)", (meta["incarnation"],))
+            tx.execute(
+                "INSERT INTO edgeq_meta (key, value) VALUES ('incarnation', ?)", (meta["incarnation"],)
+            )
         _check_schema(tx, meta.get("schema"), renew=migrated)
     if not (isinstance(stored, str) and _NAME.fullmatch(stored)):
         raise damaged(f"its queue manager name {stored!r} is not a name edgeq writes", conn)
     incarnation = meta["incarnation"]
     if not (isinstance(incarnation, str) and _INCARNATION.fullmatch(incarnation)):
-        raise damaged(f"its incarnation {incarnation!r} (part of every uid it issues) is unreadable", conn)
+        raise damaged(
+            f"its incarnation {incarnation!r} (part of every uid it issues) is unreadable", conn
+        )
     if name is not None and name != stored:
         raise NameMismatch(
             f"{path} belongs to queue manager {stored!r}, not {name!r}: "
@@ -112,9 +112,8 @@ def open_identity(db: ConnectionFactory, path: Path, name: str | None, clock: Cl
 
 
 def renew_incarnation(conn: sqlite3.Connection, name: str, above: int) -> str:
-    """Draw the store a new incarnation, its stamp clock raised to at least ``above``, in the
-    caller's transaction; return the new origin. Processes that opened the store before
-    keep the old incarnation until they reopen it, their stamps above ``above``."""
+    """Draw a new incarnation, the stamp clock raised to at least ``above``; return the new origin.
+    Processes that opened the store before keep the old one until they reopen it."""
     token = new_incarnation()
     conn.execute("UPDATE edgeq_meta SET value = ? WHERE key = 'incarnation'", (token,))
     conn.execute("UPDATE edgeq_clock SET stamp = max(stamp, ?) WHERE id = 1", (above,))
@@ -122,10 +121,10 @@ def renew_incarnation(conn: sqlite3.Connection, name: str, above: int) -> str:
 
 
 def _schema_digest(conn: sqlite3.Connection) -> str:
-    """A digest of every table and index definition (not where they are in the file:
-    rebuilding an index moves it, and that is no damage)."""
+    """A digest of every table and index definition (not their place: a rebuilt index moves)."""
     rows = conn.execute(
-        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_stat%' ORDER BY type, name"
+        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_stat%' "
+        "ORDER BY type, name"
     ).fetchall()
     return hashlib.sha256(repr(rows).encode()).hexdigest()[:32]
 
@@ -136,26 +135,28 @@ def _check_schema(conn: sqlite3.Connection, kept: str | None, *, renew: bool) ->
     if kept is None or renew:
         conn.execute("INSERT OR REPLACE INTO edgeq_meta (key, value) VALUES ('schema', ?)", (digest,))
     elif kept != digest:
-        raise damaged("its schema (the definitions of its tables and indexes) is not the one edgeq wrote", conn)
+        raise damaged(
+            "its schema (the definitions of its tables and indexes) is not the one edgeq wrote", conn
+        )
 
 
 def journal_setting(db: ConnectionFactory, journal: str | None) -> JournalSide | None:
-    """The journal mode is a property of the store: given once, kept for every later open.
-
-    A store never given one journals its device-side expiries (``"device"``) as
-    soon as it has a remote or home-server queue: they are reported at the next
-    sync, whoever opened the store first.
-    """
+    """The store's journal mode, given once and kept; never given, ``"device"`` as soon as the
+    store has a remote or home-server queue."""
     with db.write() as conn:
         if journal is not None:
-            conn.execute("INSERT OR REPLACE INTO edgeq_meta (key, value) VALUES ('journal', ?)", (journal,))
+            conn.execute(
+                "INSERT OR REPLACE INTO edgeq_meta (key, value) VALUES ('journal', ?)", (journal,)
+            )
             stored = journal
         else:
             row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'journal'").fetchone()
             if row is not None:
                 stored = row[0]
             else:
-                synced = conn.execute("SELECT 1 FROM queues WHERE kind IN ('remote', 'home') LIMIT 1").fetchone()
+                synced = conn.execute(
+                    "SELECT 1 FROM queues WHERE kind IN ('remote', 'home') LIMIT 1"
+                ).fetchone()
                 stored = "off" if synced is None else "device"
         if stored not in _JOURNALS:
             raise damaged(f"its journal setting {stored!r} is not one edgeq writes", conn)

@@ -21,11 +21,8 @@ EXPIRY_KINDS = {type(None): 0, Int32: 1, Int64: 2}
 
 
 def _reported_expiry(row: MessageRow) -> Int32 | Int64 | None:
-    """The expiry a got message carries onward: its own, unless a cap cut it shorter.
-
-    A capped message carries the cap as an absolute expiry, so the lowest cap
-    along a forwarding path wins (IBM MQ CAPEXPRY).
-    """
+    """The expiry a got message carries onward: its own, or the cap as an absolute expiry if
+    shorter, so the lowest cap along a forwarding path wins (IBM MQ CAPEXPRY)."""
     own: Int32 | Int64 | None = None
     own_deadline = None
     if row.expiry_kind == 1 and row.expiry_value is not None:

@@ -1,8 +1,5 @@
-"""The storage contract for rules: bindings, durable events, failures and counters.
-
-Like :class:`edgeq.store.tx.Tx`, every verb runs inside a transaction the caller
-opened; policy (what to record, when to retry) lives in ``edgeq.events.dispatch``.
-"""
+"""The storage contract for rules: bindings, durable events, failures and counters, each verb
+in the caller's transaction (policy: ``edgeq.events.dispatch``)."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ class BindingRow:
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
-    """A durable rule event, with a copy of the message row it concerns (None: a
-    quarantined message whose uid is unreadable too)."""
+    """A durable rule event and a copy of its message row (None: quarantined, uid unreadable)."""
     id: int
     queue: str
     kind: str
@@ -72,7 +68,6 @@ _FAILURE_COLS = "event_id, binding, rule, queue, attempts, last_error, last_ms, 
 
 
 class RuleTx:
-    """Rule verbs on one open transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -96,19 +91,23 @@ class RuleTx:
             config = exc
         if not isinstance(config, dict):
             raise damaged(
-                f"the config of rule binding {r[0]} ({r[3]!r} on queue {r[1]!r}) is unreadable ({config}); "
-                "`edgeq check --repair` sets the binding aside: bind the rule again with alter_queue(..., rules=[...])",
+                f"the config of rule binding {r[0]} ({r[3]!r} on queue {r[1]!r}) is unreadable "
+                f"({config}); `edgeq check --repair` sets the binding aside: bind the rule again "
+                "with alter_queue(..., rules=[...])",
                 self.conn,
             )
         return config
 
-    def replace_bindings(self, queue_id: int, specs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[int]:
+    def replace_bindings(
+        self, queue_id: int, specs: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[int]:
         """Replace a queue's bindings with ``specs`` (in order); return the new binding ids."""
         self.conn.execute("DELETE FROM rule_bindings WHERE queue_id = ?", (queue_id,))
         ids = []
         for position, (name, config) in enumerate(specs):
             (new_id,) = self.conn.execute(
-                "INSERT INTO rule_bindings (queue_id, position, name, config) VALUES (?, ?, ?, ?) RETURNING id",
+                "INSERT INTO rule_bindings (queue_id, position, name, config) VALUES (?, ?, ?, ?) "
+                "RETURNING id",
                 (queue_id, position, name, json.dumps(dict(config), sort_keys=True)),
             ).fetchone()
             ids.append(int(new_id))
@@ -119,19 +118,19 @@ class RuleTx:
     def record(self, queue: str, kind: str, detail: str | None, at_ms: int, row: MessageRow) -> int:
         """Record a durable event with a copy of its message row; return the event id."""
         (event_id,) = self.conn.execute(
-            "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES (?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES (?, ?, ?, ?, ?) "
+            "RETURNING id",
             (queue, kind, detail, at_ms, cbor2.dumps(list(row))),
         ).fetchone()
         return int(event_id)
 
     def _event(self, r: tuple[Any, ...]) -> EventRow:
-        """A recorded event as its rules are to see it. One that is not as it was recorded
-        (its message copy fails its checksum, or it cannot be read) is delivered as
-        what it is: a quarantined message, carrying its uid alone."""
+        """A recorded event as its rules see it; a damaged one as a quarantined message's removal."""
         event_id, queue, kind, detail, at_ms, blob = r
         row: MessageRow | None = None
-        why = None if isinstance(queue, str) and detail in _DETAILS.get(kind, ()) and type(at_ms) is int else (
-            "its queue, kind, reason or time is unreadable"
+        why = (
+            None if isinstance(queue, str) and detail in _DETAILS.get(kind, ()) and type(at_ms) is int
+            else "its queue, kind, reason or time is unreadable"
         )
         try:
             # Rows recorded by an older schema have fewer trailing columns: their defaults apply.
@@ -139,11 +138,12 @@ class RuleTx:
         except Exception as exc:  # whatever a damaged blob decodes to (or fails with)
             why = f"its message copy is unreadable ({type(exc).__name__})"
         if why is None and row is not None and detail == "quarantined":
-            return EventRow(event_id, queue, kind, detail, at_ms, stripped(row))  # was never more than a uid
+            # never more than a uid
+            return EventRow(event_id, queue, kind, detail, at_ms, stripped(row))
         if why is None and row is not None and is_intact(queue, row):
             return EventRow(event_id, queue, kind, detail, at_ms, row)
-        log.error("rule event %s on queue %s is damaged in the store (%s): its rules are told the message was "
-                  "quarantined; run `edgeq check` to look for more damage", event_id, queue,
+        log.error("rule event %s on queue %s is damaged in the store (%s): its rules are told the "
+                  "message was quarantined; run `edgeq check` to look for more damage", event_id, queue,
                   why or "its message copy fails its checksum")
         return EventRow(
             event_id, str(queue), "removed", "quarantined", at_ms if type(at_ms) is int else 0,
@@ -153,12 +153,12 @@ class RuleTx:
     def pending(self) -> list[EventRow]:
         """Events recorded but not yet delivered (a crash came between), oldest first."""
         rows = self.conn.execute(
-            "SELECT id, queue, kind, detail, at_ms, message FROM rule_events WHERE delivered = 0 ORDER BY id"
+            "SELECT id, queue, kind, detail, at_ms, message FROM rule_events WHERE delivered = 0 "
+            "ORDER BY id"
         ).fetchall()
         return [self._event(r) for r in rows]
 
     def event(self, event_id: int) -> EventRow | None:
-        """The recorded event ``event_id``, or None if it has been forgotten."""
         r = self.conn.execute(
             "SELECT id, queue, kind, detail, at_ms, message FROM rule_events WHERE id = ?", (event_id,)
         ).fetchone()
@@ -179,7 +179,8 @@ class RuleTx:
     # -- failures ----------------------------------------------------------------------
 
     def fail(
-        self, event_id: int, binding: str, rule: str, queue: str, error: str, now_ms: int, limit: int, base_ms: int
+        self, event_id: int, binding: str, rule: str, queue: str, error: str, now_ms: int, limit: int,
+        base_ms: int,
     ) -> FailureRow:
         """Count one more failed delivery; park it once ``limit`` attempts have failed."""
         row = self.conn.execute(
@@ -196,7 +197,9 @@ class RuleTx:
 
     def succeed(self, event_id: int, binding: str) -> None:
         """A retry worked: drop the failure, and the event once nothing else needs it."""
-        self.conn.execute("DELETE FROM rule_failures WHERE event_id = ? AND binding = ?", (event_id, binding))
+        self.conn.execute(
+            "DELETE FROM rule_failures WHERE event_id = ? AND binding = ?", (event_id, binding)
+        )
         self.conn.execute(
             "DELETE FROM rule_events WHERE id = ? AND delivered = 1 "
             "AND id NOT IN (SELECT event_id FROM rule_failures)",
@@ -204,7 +207,7 @@ class RuleTx:
         )
 
     def failures(self, *, parked: bool | None = None, due_ms: int | None = None) -> list[FailureRow]:
-        """Failed deliveries by event: all, only parked (or unparked) ones, or those due by ``due_ms``."""
+        """Failed deliveries by event: all, parked (or unparked) ones, or those due by ``due_ms``."""
         clauses, args = [], []
         if parked is not None:
             clauses.append("parked = ?")
@@ -219,8 +222,10 @@ class RuleTx:
         return [FailureRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
 
     def next_retry_ms(self) -> int | None:
-        """When the earliest unparked failed delivery is due for a retry, or None if there is none."""
-        (value,) = self.conn.execute("SELECT min(next_ms) FROM rule_failures WHERE parked = 0").fetchone()
+        """When the earliest unparked failed delivery is due for a retry, or None."""
+        (value,) = self.conn.execute(
+            "SELECT min(next_ms) FROM rule_failures WHERE parked = 0"
+        ).fetchone()
         return None if value is None else int(value)
 
     def rearm(self, now_ms: int, event_id: int | None = None) -> int:
@@ -234,9 +239,11 @@ class RuleTx:
 
     # -- counters ----------------------------------------------------------------------
 
-    def apply_stats(self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]]) -> list[bool]:
-        """Add each ``(increments, event_id)`` of ``batch`` to a queue's counters, once per
-        durable event id; return whether each was applied. A constant number of statements."""
+    def apply_stats(
+        self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]]
+    ) -> list[bool]:
+        """Add each ``(increments, event_id)`` to a queue's counters once per event id; return
+        whether each was applied (a constant number of statements)."""
         ids = [event_id for _, event_id in batch if event_id is not None]
         fresh: set[int] = set()
         if ids:
@@ -247,7 +254,8 @@ class RuleTx:
             )}
             # Ids below the oldest event still held can never be delivered again.
             self.conn.execute(
-                "DELETE FROM stats_applied WHERE event_id < coalesce((SELECT min(id) FROM rule_events), ?)",
+                "DELETE FROM stats_applied "
+                "WHERE event_id < coalesce((SELECT min(id) FROM rule_events), ?)",
                 (min(ids),),
             )
         applied, totals = [], Counter[str]()
@@ -268,7 +276,6 @@ class RuleTx:
         return applied
 
     def stats(self, queue: str) -> dict[str, int]:
-        """A queue's counters, by name."""
         rows = self.conn.execute(
             "SELECT counter, value FROM queue_stats WHERE queue = ? ORDER BY counter", (queue,)
         ).fetchall()

@@ -1,77 +1,7 @@
-"""The store's schema and its migrations.
-
-``PRAGMA user_version`` records the schema version; :data:`MIGRATIONS` lists the
-steps to reach :data:`SCHEMA_VERSION`, each run in one transaction. Tables are
-declared through sqlite-utils; partial indexes, which it cannot express, are
-plain SQL.
-
-Tables:
-
-``edgeq_meta``
-    key/value: the queue manager ``name``, its ``created_ms`` and the store's
-    ``incarnation`` (random, drawn when the file is made: part of every uid's
-    origin, see ``edgeq.uid``).
-``edgeq_clock``
-    one row, the last 64-bit stamp issued (uids and arrival order).
-``queues``
-    one row per local queue, its attributes and its current ``depth`` and
-    ``bytes`` (v8: data plus fields, as stored), both kept in step with
-    ``messages`` by every verb in ``edgeq.store.tx``.
-``rule_bindings`` (v2)
-    a queue's persisted rules, in order: entry-point name (or dotted path) and JSON config.
-``rule_events`` (v2)
-    expiry/removal events owed to persisted rules, written in the deleting
-    transaction and removed once delivered (at-least-once across crashes).
-``rule_failures`` (v2)
-    deliveries that raised: attempts, last error, next retry, parked.
-``confirmed_uids`` (v3)
-    uids of confirmed assured puts, kept so a late duplicate is recognised after
-    the message itself was consumed: until their sender settles them (v7), or
-    ``remember_confirmed_ms`` for senders that never do.
-``settled_origins`` (v7)
-    origins whose sender reports what it has settled (a low-water stamp): their
-    remembered uids are forgotten only when settled, never by age.
-``journal`` (v4)
-    append-only history when ``QueueManager(journal=...)`` is on: ``accepted``
-    (confirmed assured puts), ``expired`` (with side and check point),
-    ``delivered`` (gets) and (v11) ``dead-lettered`` and ``discarded`` entries; see ``edgeq.store.journal``.
-``quarantine`` (v6)
-    rows of encrypted queues whose integrity check failed (tampered, or moved
-    from another queue or message): kept whole, never silently dropped.
-``refusals`` (v8)
-    per message of a remote queue, how often its target refused it and why; a
-    message refused ``queues.refusal_limit`` times moves to the dead-letter queue
-    (rules see reason ``refused``; ``edgeq_meta`` key ``dead_letter_queue`` names it
-    when it is not ``SYSTEM.DEAD.LETTER.QUEUE``).
-``admin_replies`` (v9)
-    on a device: the reply to every admin request it executed, by request id, so a
-    request delivered twice is answered from here and never executed twice.
-``admin_keys`` (v9)
-    on a device: the operator keys whose signed admin requests it executes, and
-    which actions each may run.
-``admin_requests`` (v9)
-    on a home server: the admin requests sent to devices and the replies received;
-    (v13) ``delivered_ms``: when a pull first handed the request to its device.
-``devices`` (v5)
-    the devices a home server has heard from: last contact, clock offset.
-``device_refusals`` (v12)
-    on a home server: what it refused of each device's puts, per device, queue and
-    reason (a count, the first and last time, the last reason's text).
-``queue_stats`` / ``stats_applied`` (v2)
-    per-queue counters (the ``counters`` rule), deduplicated by event id.
-``messages``
-    one row per message. ``state`` is 0 ready, 1 put-locked, 2 get-locked.
-    ``rank`` is the priority on priority queues and 0 on FIFO ones, ``seq`` the
-    arrival (or put-confirm) stamp: ``ORDER BY rank DESC, seq`` is get order.
-    ``deadline`` is the effective expiry in epoch ms (NULL: never). ``crc`` (v8)
-    is the row's checksum (``edgeq.store.integrity``). ``not_before`` (v10): a message backed
-    out is not got again before this time (epoch ms; NULL: no delay), the queue's
-    ``redelivery_delay_ms`` doubling with each backout up to ``max_redelivery_delay_ms``.
-
-Queues carry (v9) ``backout_threshold`` and ``backout_queue`` (IBM MQ's BOTHRESH and
-BOQNAME): a message backed out that many times is moved, not redelivered; and (v9)
-``compression``, the codec a remote or home-server queue's batches cross the wire in
-(``edgeq.encoding.compression``).
+"""The store's schema and its migrations: :data:`MIGRATIONS` lists the steps to reach
+:data:`SCHEMA_VERSION` (``PRAGMA user_version``), run in one transaction. Tables are declared
+through sqlite-utils; partial indexes, which it cannot express, are plain SQL. What each table
+holds: docs/storage.md, "Schema".
 """
 
 from __future__ import annotations
@@ -145,9 +75,16 @@ def _v1(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX messages_uid ON messages (queue_id, origin, stamp)")
     # Only ready messages are candidates for get/browse, so only they are indexed
     # for it: locked rows never slow a get down.
-    db.execute(f"CREATE INDEX messages_ready ON messages (queue_id, rank DESC, seq) WHERE state = {MessageState.READY:d}")
-    db.execute("CREATE INDEX messages_deadline ON messages (queue_id, deadline) WHERE deadline IS NOT NULL")
-    db.execute("CREATE INDEX messages_confirm ON messages (queue_id, confirm_id) WHERE confirm_id IS NOT NULL")
+    db.execute(
+        "CREATE INDEX messages_ready ON messages (queue_id, rank DESC, seq) "
+        f"WHERE state = {MessageState.READY:d}"
+    )
+    db.execute(
+        "CREATE INDEX messages_deadline ON messages (queue_id, deadline) WHERE deadline IS NOT NULL"
+    )
+    db.execute(
+        "CREATE INDEX messages_confirm ON messages (queue_id, confirm_id) WHERE confirm_id IS NOT NULL"
+    )
     db.execute("INSERT INTO edgeq_clock (id, stamp) VALUES (1, 0)")
 
 
@@ -205,8 +142,7 @@ def _v3(db: Database) -> None:
 
 
 def _v4(db: Database) -> None:
-    """The journal: an append-only history for analytics (home server) or an outbox
-    of expiries to report (device)."""
+    """The journal: history for analytics (home server) or an outbox of expiries (device)."""
     db.execute(
         """CREATE TABLE journal (
                id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -232,8 +168,7 @@ def _v4(db: Database) -> None:
 
 
 def _v5(db: Database) -> None:
-    """Devices a home server knows: last contact and clock offset (and, for the
-    security layer, a public key, allowed queues and revocation)."""
+    """Devices a home server knows: last contact, clock offset, public key, queues, revocation."""
     db.table("devices").create(
         {
             "name": str, "added_ms": int, "last_seen_ms": int, "clock_offset_ms": int, "agent": str,
@@ -245,8 +180,7 @@ def _v5(db: Database) -> None:
 
 
 def _v6(db: Database) -> None:
-    """Encryption at rest: a queue's cipher, the key each row was sealed with, and
-    the quarantine for rows that fail their integrity check."""
+    """Encryption at rest: a queue's cipher, each row's key, the quarantine."""
     db.execute("ALTER TABLE queues ADD COLUMN encryption TEXT")
     db.execute("ALTER TABLE messages ADD COLUMN key_id TEXT")
     db.table("quarantine").create(
@@ -257,8 +191,7 @@ def _v6(db: Database) -> None:
 
 
 def _v7(db: Database) -> None:
-    """Exactly-once without a time window: origins that settle their uids, and an
-    index to forget one origin's settled uids across every queue."""
+    """Exactly-once without a time window: origins that settle their uids."""
     db.execute(
         """CREATE TABLE settled_origins (
                origin TEXT PRIMARY KEY,
@@ -269,9 +202,7 @@ def _v7(db: Database) -> None:
 
 
 def _v8(db: Database) -> None:
-    """Field-grade storage and sync: row checksums, byte budgets with overflow
-    strategies, bounded refusals of remote-queue messages, and an index to find
-    put-locked (unconfirmed) messages by origin and age."""
+    """Row checksums, byte budgets, bounded refusals, put-locked messages by origin and age."""
     db.execute("ALTER TABLE messages ADD COLUMN crc INTEGER")
     db.execute(f"UPDATE messages SET crc = {CRC_SQL}")
     # Rule events recorded but not yet delivered carry copies of message rows: give
@@ -282,18 +213,23 @@ def _v8(db: Database) -> None:
     from edgeq.store.integrity import row_crc
     from edgeq.store.tx import MessageRow
 
-    for event_id, queue, blob in db.execute("SELECT id, queue, message FROM rule_events").fetchall():
+    for event_id, queue, blob in db.execute(
+        "SELECT id, queue, message FROM rule_events"
+    ).fetchall():
         try:
             values = list(cbor2.loads(blob))
             if not 18 <= len(values) <= 19:
                 continue
             r = MessageRow(*values)  # an older row: no key id before v6, no crc before v8
-            crc = row_crc(queue, r.origin, r.stamp, r.priority, r.created_ms, r.arrived_ms, r.expiry_kind,
-                          r.expiry_value, r.cap_at, r.deadline, r.correlation_id, r.reply_to, r.report, r.key_id,
-                          r.fields, r.data)
+            crc = row_crc(queue, r.origin, r.stamp, r.priority, r.created_ms, r.arrived_ms,
+                          r.expiry_kind, r.expiry_value, r.cap_at, r.deadline, r.correlation_id,
+                          r.reply_to, r.report, r.key_id, r.fields, r.data)
         except Exception:  # damaged before this migration: left for edgeq check
             continue
-        db.execute("UPDATE rule_events SET message = ? WHERE id = ?", (cbor2.dumps(list(r._replace(crc=crc))), event_id))
+        db.execute(
+            "UPDATE rule_events SET message = ? WHERE id = ?",
+            (cbor2.dumps(list(r._replace(crc=crc))), event_id),
+        )
     db.execute("ALTER TABLE queues ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE queues ADD COLUMN max_bytes INTEGER")
     db.execute("ALTER TABLE queues ADD COLUMN on_full TEXT NOT NULL DEFAULT 'reject'")
@@ -303,7 +239,8 @@ def _v8(db: Database) -> None:
         "FROM messages WHERE messages.queue_id = queues.id)"
     )
     db.execute(
-        f"CREATE INDEX messages_put_locked ON messages (origin, arrived_ms) WHERE state = {MessageState.PUT_LOCKED:d}"
+        "CREATE INDEX messages_put_locked ON messages (origin, arrived_ms) "
+        f"WHERE state = {MessageState.PUT_LOCKED:d}"
     )
     db.execute(
         """CREATE TABLE refusals (
@@ -318,9 +255,7 @@ def _v8(db: Database) -> None:
 
 
 def _v9(db: Database) -> None:
-    """Waiting consumers and remote administration: backout thresholds, the replies a
-    device remembers (exactly-once execution of admin requests), the operator keys it
-    trusts, and a home server's record of the requests it sent."""
+    """Backout thresholds, compression, and remote administration (replies, keys, requests)."""
     db.execute("ALTER TABLE queues ADD COLUMN backout_threshold INTEGER")
     db.execute("ALTER TABLE queues ADD COLUMN backout_queue TEXT")
     db.execute("ALTER TABLE queues ADD COLUMN compression TEXT")
@@ -352,16 +287,21 @@ def _v9(db: Database) -> None:
                reply BLOB) WITHOUT ROWID"""
     )
     db.execute("CREATE INDEX admin_requests_device ON admin_requests (device, created_ms)")
-    db.execute("CREATE INDEX admin_requests_pending ON admin_requests (created_ms) WHERE replied_ms IS NULL")
+    db.execute(
+        "CREATE INDEX admin_requests_pending ON admin_requests (created_ms) WHERE replied_ms IS NULL"
+    )
 
 
 def _v10(db: Database) -> None:
-    """Redelivery delays: a message backed out waits ``not_before`` (epoch ms) before a get
-    takes it again; each queue says how long (its first delay, doubling up to its most)."""
+    """Redelivery delays: a message backed out is not got again before ``not_before``."""
     db.execute("ALTER TABLE messages ADD COLUMN not_before INTEGER")
     db.execute("ALTER TABLE queues ADD COLUMN redelivery_delay_ms INTEGER NOT NULL DEFAULT 1000")
-    db.execute("ALTER TABLE queues ADD COLUMN max_redelivery_delay_ms INTEGER NOT NULL DEFAULT 300000")
-    db.execute("CREATE INDEX messages_delayed ON messages (queue_id, not_before) WHERE not_before IS NOT NULL")
+    db.execute(
+        "ALTER TABLE queues ADD COLUMN max_redelivery_delay_ms INTEGER NOT NULL DEFAULT 300000"
+    )
+    db.execute(
+        "CREATE INDEX messages_delayed ON messages (queue_id, not_before) WHERE not_before IS NOT NULL"
+    )
     # The ready index carries not_before too, so a get passes a delayed message by on the
     # index entry alone, without reading its row (about 4x cheaper per message passed).
     db.execute("DROP INDEX messages_ready")
@@ -372,8 +312,7 @@ def _v10(db: Database) -> None:
 
 
 def _v11(db: Database) -> None:
-    """The dead-letter queue: a device may report the same dead-lettering (or discard)
-    twice (at-least-once, as its expiries): a home server keeps one."""
+    """A device's dead-lettering (or discard) reported twice is kept once, as its expiries."""
     db.execute(
         "CREATE UNIQUE INDEX journal_device_dead_letter ON journal (kind, uid, queue) "
         "WHERE kind IN ('dead-lettered', 'discarded') AND side = 'device'"
@@ -381,8 +320,7 @@ def _v11(db: Database) -> None:
 
 
 def _v12(db: Database) -> None:
-    """What a home server refused, per device, queue and reason: a count, the first and last
-    time and the last reason's text (bounded: a row per key, never one per message)."""
+    """What a home server refused, per device, queue and reason (a row per key)."""
     db.execute(
         """CREATE TABLE device_refusals (
                device TEXT NOT NULL,
@@ -398,14 +336,13 @@ def _v12(db: Database) -> None:
 
 
 def _v13(db: Database) -> None:
-    """Admin requests handed over: when a pull first gave a request to its device (NULL:
-    never), so one whose expiry passed with no reply reads as never executed only if it was
-    never handed over. A request sent before counts as handed over unless its message still
-    waits, never got, on the device's admin queue (``<device>.SYSTEM.ADMIN``)."""
+    """When a pull first handed an admin request over; an older one counts as handed over unless
+    its message still waits, never got, on ``<device>.SYSTEM.ADMIN``."""
     db.execute("ALTER TABLE admin_requests ADD COLUMN delivered_ms INTEGER")
     db.execute(  # the waiting messages read once (a set), not once per request
         "UPDATE admin_requests SET delivered_ms = created_ms WHERE replied_ms IS NULL "
-        "AND (device || '.SYSTEM.ADMIN', request_id) NOT IN (SELECT q.name, lower(hex(m.correlation_id)) "
+        "AND (device || '.SYSTEM.ADMIN', request_id) NOT IN "
+        "(SELECT q.name, lower(hex(m.correlation_id)) "
         "FROM queues q CROSS JOIN messages m ON m.queue_id = q.id WHERE q.name LIKE '%.SYSTEM.ADMIN' "
         f"AND m.state = {MessageState.READY:d} AND m.backout_count = 0 AND m.correlation_id IS NOT NULL)"
     )
@@ -418,11 +355,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the schema on ``conn`` up to :data:`SCHEMA_VERSION`; return the version found.
-
-    Runs inside ``BEGIN IMMEDIATE`` so two processes opening a new file at once
-    cannot both create it.
-    """
+    """Bring the schema on ``conn`` up to :data:`SCHEMA_VERSION`; return the version found. In
+    ``BEGIN IMMEDIATE``, so two processes opening a new file cannot both create it."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         found = int(conn.execute("PRAGMA user_version").fetchone()[0])

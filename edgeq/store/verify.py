@@ -1,12 +1,5 @@
-"""Message rows that fail their check: telling a damaged index from a damaged row.
-
-SQLite reads a row through an index and takes the columns the index holds from the
-index itself, so a damaged index can hand out another queue's row, a row under
-another uid, or one row twice. Before a row is quarantined, :func:`diagnose` reads
-it again by rowid, from the table alone: if that copy is intact for the queue that
-owns it, the index is damaged, not the row, and nothing is quarantined (rebuilding
-the indexes repairs it). :func:`tolerant` re-reads rows whose text is not UTF-8 so
-they fail their checksum instead of failing the whole read.
+"""Message rows that fail their check: a damaged index told from a damaged row, by reading the
+row again from the table alone (docs/storage.md, "What is detected, and what is not").
 """
 
 from __future__ import annotations
@@ -34,9 +27,8 @@ _LENIENT = functools.partial(str, encoding="utf-8", errors="replace")
 
 
 def tolerant(conn: sqlite3.Connection, read: Callable[[], T]) -> T:
-    """``read()``; if a text value it meets is not UTF-8 (a damaged row), ``read()`` again
-    with such text decoded leniently, so the damaged row is found by its checksum. ``read``
-    must not write (it may run twice)."""
+    """``read()``, again with :func:`lenient` text if it met text that is not UTF-8 (so the row
+    fails its checksum instead of the read). ``read`` must not write: it may run twice."""
     try:
         return read()
     except (sqlite3.OperationalError, UnicodeDecodeError) as exc:
@@ -49,8 +41,7 @@ def tolerant(conn: sqlite3.Connection, read: Callable[[], T]) -> T:
 
 @contextmanager
 def lenient(conn: sqlite3.Connection) -> Iterator[None]:
-    """Within the block, text that is not UTF-8 reads with U+FFFD in its place (for the
-    rows of the damage path: they fail their checksum, and are quarantined as read)."""
+    """Within the block, text that is not UTF-8 reads with U+FFFD in its place."""
     before = conn.text_factory
     conn.text_factory = _LENIENT
     try:
@@ -64,24 +55,28 @@ def _owner(tx: Tx, row_id: int) -> tuple[QueueRow | None, MessageRow] | None:
     copies = tx.rows([row_id])
     if not copies:
         return None
-    (queue_id,) = tx.conn.execute("SELECT queue_id FROM messages WHERE id = ?", (row_id,)).fetchone()
+    (queue_id,) = tx.conn.execute(
+        "SELECT queue_id FROM messages WHERE id = ?", (row_id,)
+    ).fetchone()
     named = tx.conn.execute("SELECT name FROM queues WHERE id = ?", (queue_id,)).fetchone()
     owner = tx.queue(named[0]) if named is not None and isinstance(named[0], str) else None
     return (owner if owner is not None and owner.id == queue_id else None), copies[0]
 
 
-def diagnose(tx: Tx, q: QueueRow, row: MessageRow, *, same_tx: bool = True) -> tuple[QueueRow, MessageRow] | None:
-    """``row``, read for queue ``q``, failed its checksum: the queue and the row (as the
-    table holds it) to quarantine; None if the row is gone (read in an earlier
-    transaction, ``same_tx=False``, and taken since). Raises the index-damaged
-    :class:`~edgeq.errors.StoreError` if the table holds the row intact for its own
-    queue: then the index is damaged, and a good row must not be quarantined."""
+def diagnose(
+    tx: Tx, q: QueueRow, row: MessageRow, *, same_tx: bool = True
+) -> tuple[QueueRow, MessageRow] | None:
+    """For ``row`` of ``q`` that failed its checksum: the queue and row (as the table holds it) to
+    quarantine; None if gone since an earlier transaction (``same_tx=False``). Raises the
+    index-damaged StoreError if the table's copy is intact: the index is damaged, not the row."""
     found = tolerant(tx.conn, lambda: _owner(tx, row.id))
     if found is None:
         if not same_tx:
             return None
-        raise index_damaged(f"an index of queue {q.name!r} points at message row {row.id}, which does not exist",
-                            tx.conn)
+        raise index_damaged(
+            f"an index of queue {q.name!r} points at message row {row.id}, which does not exist",
+            tx.conn,
+        )
     owner, copy = found
     if owner is not None and is_intact(owner.name, copy):
         where = "" if owner.id == q.id else f" of queue {owner.name!r}"
@@ -93,27 +88,28 @@ def diagnose(tx: Tx, q: QueueRow, row: MessageRow, *, same_tx: bool = True) -> t
 
 
 def locked_unindexed(tx: Tx, queue_id: int, origin: str, stamp: int) -> bool:
-    """Whether the queue holds message (``origin``, ``stamp``) locked, found through the
-    lock index instead of the uid index (a few rows: only locked ones): asked when the
-    uid index did not find a message a caller holds a lock on, to tell a damaged uid
-    index from a caller's mistake."""
+    """Whether the queue holds the message locked, found through the lock index, not the uid
+    index: tells a damaged uid index from a caller's mistake."""
     row = tx.conn.execute(
-        "SELECT 1 FROM messages INDEXED BY messages_confirm WHERE queue_id = ? AND confirm_id IS NOT NULL "
-        "AND origin = ? AND stamp = ? LIMIT 1", (queue_id, origin, stamp),
+        "SELECT 1 FROM messages INDEXED BY messages_confirm WHERE queue_id = ? "
+        "AND confirm_id IS NOT NULL AND origin = ? AND stamp = ? LIMIT 1", (queue_id, origin, stamp),
     ).fetchone()
     return row is not None
 
 
 def stripped(row: MessageRow) -> MessageRow | None:
-    """What a rule is told of a quarantined message: its uid alone (no data, no fields,
-    nothing else that might be damaged), or None if even the uid is unreadable.
+    """What a rule is told of a quarantined message: its uid alone, or None if even that is unreadable.
 
-    >>> stripped(MessageRow(7, "DEV1", 5, 0, None, 68, 1, 1, 0, None, None, None, 0, None, None, None, b"f", b"x"))
-    MessageRow(id=7, origin='DEV1', stamp=5, state=0, confirm_id=None, priority=0, created_ms=0, arrived_ms=0, \
-expiry_kind=0, expiry_value=None, cap_at=None, deadline=None, backout_count=0, correlation_id=None, reply_to=None, \
-report=None, fields=None, data=b'', key_id=None, crc=None)
+    >>> s = stripped(MessageRow(7, "DEV1", 5, 0, None, 68, 1, 1, 0, *[None] * 3, 0, *[None] * 3, b"f", b"x"))
+    >>> s.origin, s.stamp, s.priority, s.fields, s.data
+    ('DEV1', 5, 0, None, b'')
     """
     origin, stamp = row.origin, row.stamp
-    if not (isinstance(origin, str) and _ORIGIN.fullmatch(origin) and type(stamp) is int and 0 < stamp <= MAX_STAMP):
+    if not (
+        isinstance(origin, str) and _ORIGIN.fullmatch(origin) and type(stamp) is int
+        and 0 < stamp <= MAX_STAMP
+    ):
         return None
-    return MessageRow(row.id, origin, stamp, 0, None, 0, 0, 0, 0, None, None, None, 0, None, None, None, None, b"")
+    return MessageRow(
+        row.id, origin, stamp, 0, None, 0, 0, 0, 0, None, None, None, 0, None, None, None, None, b""
+    )
