@@ -13,13 +13,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, get_args
 
 import cbor2
 
 from edgeq.check.report import DamagedRecord
 from edgeq.errors import EdgeqError
 from edgeq.names import INCARNATION_SEPARATOR, check_name, check_origin
+from edgeq.store.journal import JournalKind
 from edgeq.store.tx import MessageRow
 from edgeq.types import EVENT_KINDS
 
@@ -219,8 +220,9 @@ def _message_copy(blob: bytes) -> bool:
     return isinstance(row.origin, str) and isinstance(row.stamp, int) and isinstance(row.data, bytes)
 
 
+_JOURNAL_KINDS = get_args(JournalKind)
 _JOURNAL_WHAT = {
-    "kind": "its kind is not accepted, expired or delivered",
+    "kind": f"its kind is not {', '.join(_JOURNAL_KINDS[:-1])} or {_JOURNAL_KINDS[-1]}",
     "side": "its side is neither server nor device",
     "name": "a queue, uid, origin, check point or device in it is not a plain name",
     "number": "a time, size or clock offset in it is not an integer",
@@ -236,7 +238,7 @@ def _journal(conn: sqlite3.Connection) -> Iterator[DamagedRecord]:
     with raw_text(conn):
         rows = conn.execute(
             f"""SELECT id, queue, what FROM (SELECT id, queue, CASE
-                    WHEN kind NOT IN ('accepted', 'expired', 'delivered') THEN 'kind'
+                    WHEN kind NOT IN ({', '.join(repr(k) for k in _JOURNAL_KINDS)}) THEN 'kind'
                     WHEN side NOT IN ('server', 'device') THEN 'side'
                     WHEN typeof(queue) != 'text' OR typeof(uid) != 'text' OR typeof(origin) != 'text'
                          OR typeof(check_point) NOT IN ('text', 'null')

@@ -241,7 +241,7 @@ def test_every_message_of_a_queue_failing_blames_the_queue_not_the_messages(
         assert len(found.messages) == 30 and {m.fix for m in found.messages} == {"leave"}
         assert [(r.table, r.queue) for r in found.records] == [("queues", "ORDERZ")]
         report = qm.check(repair=True)
-        assert report.repairs is not None and report.repairs.quarantined == ()
+        assert report.repairs is None  # nothing to repair, nothing quarantined
         assert len(report.repairs.left) == 31
         assert qm.depth("ORDERZ") == 30 and qm.quarantined() == []
 
@@ -395,3 +395,17 @@ def test_an_edgeq_store_whose_schema_version_was_lost_is_damaged_not_foreign(sto
     damage.execute(store, "PRAGMA user_version = 0")
     report = preflight(store)
     assert report is not None and "no schema version" in report.unreadable[0]
+
+
+def test_a_journal_of_dead_lettered_and_discarded_messages_is_not_damage(db_path: Path, clock: ManualClock) -> None:
+    """Since the dead-letter queue a journal holds these kinds too: they are records, not damage."""
+    with QueueManager(db_path, name="DEV1", clock=clock) as qm:
+        qm.define_remote_queue("METRICS", target_qmgr="HOME", refusal_limit=1)
+        uid = qm.put("METRICS", Message(b"refused once too often"))
+        qm.refused("METRICS", [(uid, "no-queue: HOME has no queue METRICS")])
+        qm.dlq_delete([uid])
+        assert {e.kind for e in qm.journal_since()} >= {"dead-lettered", "discarded"}
+        report = qm.check(repair=True)
+        assert report.records == () and report.clean
+        assert report.repairs is None  # nothing to repair, nothing quarantined
+        assert {e.kind for e in qm.journal_since()} >= {"dead-lettered", "discarded"}
