@@ -23,23 +23,19 @@ class RuleHost(Protocol):
     name: str
 
     def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
-        """Put a message (see ``QueueManager.put``)."""
         ...
 
     def queue_names(self) -> list[str]:
-        """The queues defined, sorted."""
         ...
 
     def apply_stats(
         self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None, durable: bool = True
     ) -> bool:
-        """Add to a queue's persistent counters (see ``QueueManager.apply_stats``)."""
         ...
 
     def apply_stats_each(
         self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
     ) -> list[bool]:
-        """Add a batch of increments in one write (see ``QueueManager.apply_stats_each``)."""
         ...
 
 
@@ -63,9 +59,6 @@ class _Values:
 
 class RuleEvent(_Values):
     """What happened, as a rule hook receives it (immutable); see docs/rules.md, 'Events and when they fire'.
-
-    ``id`` is stable for durably recorded events (redelivered after a crash), else None; ``message`` is
-    copied on first reading.
 
     >>> RuleEvent("threshold", "Q", "DEV1", 5, depth=100)
     RuleEvent(kind='threshold', queue='Q', queue_manager='DEV1', at_ms=5, message=None, where=None, \
@@ -157,8 +150,7 @@ class QueueRule:
     def on_events(self, events: Sequence[RuleEvent]) -> None:
         """The events of one commit on this rule's queue, in order; the default calls each one's hook.
 
-        Override it to handle them in one write (docs/rules.md, 'The batch hook').
-        """
+        Override it to handle them in one write (docs/rules.md, 'The batch hook')."""
         for event in events:
             getattr(self, f"on_{event.kind}")(event)
 

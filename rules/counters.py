@@ -24,8 +24,7 @@ def _counted(kind: str, where: str | None, reason: str | None) -> tuple[str, ...
 class CountersRule(QueueRule):
     """Counts what happens on a queue, durably, for ``qm.queue_stats``.
 
-    The counters, and what a crash can miss: docs/rules.md, 'Built-in rules'. No config.
-    """
+    The counters, and what a crash can miss: docs/rules.md, 'Built-in rules'. No config."""
 
     def on_events(self, events: Sequence[RuleEvent]) -> None:
         """Count a commit's events in one write: those without an id summed, each durable one by id."""
@@ -48,7 +47,6 @@ class CountersRule(QueueRule):
             self.queue_manager.apply_stats_each(events[0].queue, batch, durable=False)
 
     def _one(self, event: RuleEvent) -> None:
-        """A single event, as a batch of one."""
         self.on_events([event])
 
     on_added = on_removed = on_expired = on_duplicate = _one

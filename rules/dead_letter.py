@@ -54,12 +54,10 @@ class DeadLetterRule(QueueRule):
         super().attach(queue_manager, queue)
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Copy the expired message, if ``expired`` is among the reasons."""
         if "expired" in self.reasons:
             self._copy(event, "expired")
 
     def on_removed(self, event: RuleEvent) -> None:
-        """Copy the removed message, if its reason is among the reasons."""
         if event.reason in self.reasons:
             self._copy(event, event.reason or "deleted")
 

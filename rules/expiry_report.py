@@ -31,7 +31,6 @@ class ExpiryReportRule(QueueRule):
     """
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Report the expiry on the message's ``reply_to`` queue, if it asked for a report."""
         message, qm = event.message, self.queue_manager
         if message is None or qm is None or message.expiry_report == "none" or message.reply_to is None:
             return

@@ -1,7 +1,6 @@
 """Finding rules by name: the ``edgeq.rules`` entry-point group, or ``module:Class``.
 
-Plugins load when a queue manager opens or a binding is made, never at import.
-"""
+Plugins load when a queue manager opens or a binding is made, never at import."""
 
 from __future__ import annotations
 

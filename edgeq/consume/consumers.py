@@ -1,6 +1,5 @@
 """Consumer loops (:class:`Consumer`) and listeners (:class:`Listener`): each message got assured,
-confirmed once the application is done with it, undone if it failed. See docs/consumers.md.
-"""
+confirmed once the application is done with it, undone if it failed. See docs/consumers.md."""
 
 from __future__ import annotations
 
@@ -88,11 +87,7 @@ class _Taker:
 
 
 class Consumer:
-    """The messages of one queue, for a loop: see ``QueueManager.consume``.
-
-    With ``confirm=True``, asking for the next message or leaving a ``with`` block normally confirms
-    the one in hand; an exception, :meth:`close` or leaving a bare ``for`` early undoes it.
-    """
+    """The messages of one queue, for a loop: see ``QueueManager.consume`` and docs/consumers.md."""
 
     def __init__(
         self, gets: Gets, waker: Waker, queue: str, *, wait: float, confirm: bool,
@@ -165,10 +160,7 @@ class Consumer:
 
 
 class Listener:
-    """Threads handing every message of a queue to a callback: see ``QueueManager.listen``.
-
-    An error of the store (not of the callback) stops every thread and is kept in :attr:`error`.
-    """
+    """Threads handing every message of a queue to a callback: see ``QueueManager.listen``."""
 
     def __init__(
         self, gets: Gets, waker: Waker, queue: str, callback: Callable[[Message], object], *,
@@ -219,8 +211,7 @@ class Listener:
     def stop(self, timeout: float | None = None) -> bool:
         """Stop listening; wait up to ``timeout`` s (None: no limit) for callbacks in progress.
 
-        Return whether every thread has ended. Safe twice, and from the callback itself.
-        """
+        Return whether every thread has ended. Safe twice, and from the callback itself."""
         self._stopping.set()
         self._waker.poke()
         return self.join(timeout)

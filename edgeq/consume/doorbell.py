@@ -21,8 +21,7 @@ log = logging.getLogger("edgeq")
 class Doorbell:
     """Rings in the event loop whenever the store changes, while any coroutine listens.
 
-    A listener reads :attr:`rings` before its attempt and awaits :meth:`after` it: no wake-up is lost.
-    """
+    A listener reads :attr:`rings` before its attempt and awaits :meth:`after` it: no wake-up is lost."""
 
     def __init__(self, waker: Waker, loop: asyncio.AbstractEventLoop) -> None:
         self._waker = waker

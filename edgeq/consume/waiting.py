@@ -1,8 +1,7 @@
 """Waiting for messages: what a get with ``wait=`` does between its attempts.
 
 It retries an ordinary get only after the store changed (this process's commits, or another's seen
-by a ``data_version`` watcher), or a redelivery delay ended. See docs/consumers.md, 'How wake-ups work'.
-"""
+by a ``data_version`` watcher), or a redelivery delay ended. See docs/consumers.md, 'How wake-ups work'."""
 
 from __future__ import annotations
 
@@ -62,16 +61,7 @@ def check_wait(wait: object) -> float | None:
 
 
 class Waker:
-    """Where the getters of one queue manager wait for the store to change.
-
-    >>> import tempfile, os
-    >>> from edgeq.store.connection import ConnectionFactory
-    >>> db = ConnectionFactory(os.path.join(tempfile.mkdtemp(), "x.db"))
-    >>> waker = Waker(db)
-    >>> waker.until(lambda: [], 0.01)        # nothing came within 10 ms
-    []
-    >>> waker.close(); db.close()
-    """
+    """Where the getters of one queue manager wait for the store to change."""
 
     def __init__(
         self, db: ConnectionFactory, *, poll_min_s: float = POLL_MIN_S, poll_max_s: float = POLL_MAX_S,
@@ -119,12 +109,9 @@ class Waker:
         self, attempt: Callable[[], list[T]], wait: object, *, stop: Callable[[], bool] | None = None,
         due: Callable[[], float | None] | None = None,
     ) -> list[T]:
-        """Call ``attempt`` until it returns something, for at most ``wait`` (None: once).
-
-        Retries after a store change, or when ``due()`` (seconds, None: never) says something
-        becomes available. Returns ``[]`` when the wait ends or ``stop()`` (then :meth:`poke`);
-        raises :class:`QueueManagerClosed` once closing.
-        """
+        """Call ``attempt`` until it returns something, for at most ``wait`` (None: once), retrying after
+        a store change or when ``due()`` seconds pass; ``[]`` when the wait ends or ``stop()`` (then
+        :meth:`poke`). Raises :class:`QueueManagerClosed` once closing."""
         seconds = check_wait(wait)
         if seconds is None:
             return attempt()

@@ -161,7 +161,6 @@ class RuleBook:
             return RuleTx(conn).failures(parked=parked)
 
     def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
-        """Retry failed deliveries now (see ``QueueManager.retry_rule_failures``)."""
         if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
             raise InvalidType(f"event_id must be an int, not {event_id!r}")
         if parked:
@@ -170,7 +169,6 @@ class RuleBook:
         return self.sink.rules.retry(force=True, event_id=event_id)
 
     def queue_stats(self, queue: str) -> dict[str, int]:
-        """A queue's persistent counters."""
         check_name(queue, "queue name")
         with self.sink.db.read() as conn:
             require_queue(Tx(conn), self.qm_name, queue)

@@ -1,8 +1,7 @@
 """Delivering queue events to rules: after commit, in binding order, never lost.
 
 How (recorded in the deleting transaction, at-least-once, retried, parked): docs/rules.md,
-'What edgeq guarantees about delivery'.
-"""
+'What edgeq guarantees about delivery'."""
 
 from __future__ import annotations
 
@@ -72,7 +71,6 @@ def _by_queue(events: Iterable[Pending]) -> dict[str, list[Pending]]:
 
 
 def _batched(rule: object) -> bool:
-    """Whether a rule has its own batch hook (``on_events`` overridden)."""
     from edgeq.rules.base import QueueRule
 
     hook = getattr(type(rule), "on_events", None)

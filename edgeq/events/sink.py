@@ -1,8 +1,7 @@
 """The event sink: the one writer of what a queue manager owes its rules and its journal.
 
 Events are made here (no copies when nothing wants them), recorded in the caller's transaction and
-delivered after the commit; the journal's readers are here too, so its rows are written in one place.
-"""
+delivered after the commit; the journal's readers are here too, so its rows are written in one place."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ _READ = frozenset({"expired", "removed"})
 class EventSink:
     """Builds, records and delivers a queue manager's rule events and journal rows.
 
-    ``journal``: ``"server"`` (accepted, expired, delivered), ``"device"`` (expiries only) or None.
-    """
+    ``journal``: ``"server"`` (accepted, expired, delivered), ``"device"`` (expiries only) or None."""
 
     def __init__(
         self, qm_name: str, db: ConnectionFactory, clock: Clock, rules: Dispatcher,
@@ -103,11 +101,8 @@ class EventSink:
         return [Pending("added", queue, now_ms, new=row) for row in rows]
 
     def record(self, tx: Tx, events: list[Pending]) -> None:
-        """Make the events durable in the caller's transaction: rule events and journal entries.
-
-        A damaged row becomes a ``quarantined`` removal; an intact "expired" row that has not
-        expired means a damaged deadline index, which is raised (docs/storage.md).
-        """
+        """Make the events durable in the caller's transaction (a damaged row becomes a ``quarantined``
+        removal; an "expired" row that has not expired raises: a damaged deadline index)."""
         for ev in events:
             row = ev.row
             if row is None or ev.kind not in _READ or ev.reason == "quarantined":
@@ -164,11 +159,8 @@ class EventSink:
         self, tx: Tx, q: QueueRow, row: MessageRow, now: int, *, through_index: bool = False,
         same_tx: bool = True,
     ) -> list[Pending]:
-        """Quarantine a row of ``q`` that failed its integrity check; rules see it ``quarantined``.
-
-        ``through_index``: re-read it from the table first, and raise if only the index is damaged;
-        ``same_tx=False``: it was read in an earlier transaction, so skip it if gone since.
-        """
+        """Quarantine a row of ``q`` failing its integrity check (``through_index``: unless only the
+        index is damaged, raised; ``same_tx=False``: read earlier, skipped if gone since)."""
         with lenient(tx.conn):  # a damaged row's text may not even be UTF-8
             if through_index:
                 found = diagnose(tx, q, row, same_tx=same_tx)

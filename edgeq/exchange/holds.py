@@ -1,7 +1,4 @@
-"""Held puts: assured puts stored locked and never confirmed, measured, listed and undone by sender.
-
-Why a home server needs it, and what an undo does: docs/protocol.md, 'Held puts'.
-"""
+"""Held puts: assured puts stored locked and never confirmed, by sender (docs/protocol.md, 'Held puts')."""
 
 from __future__ import annotations
 

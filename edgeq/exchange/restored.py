@@ -1,6 +1,5 @@
 """A device store found restored from an older copy (a backup, an image, a snapshot): behind what
-its home server has seen of its origin. See docs/protocol.md, 'A store restored from a backup'.
-"""
+its home server has seen of its origin. See docs/protocol.md, 'A store restored from a backup'."""
 
 from __future__ import annotations
 

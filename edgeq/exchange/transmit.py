@@ -137,12 +137,10 @@ class Transmitter:
         return len(ids)
 
     def settled_below(self) -> int:
-        """This store's low-water mark (see ``QueueManager.settled_below``)."""
         with self.sink.db.read() as conn:
             return Tx(conn).transmission_low_water(self.origin)
 
     def settle(self, origin: str, below: int) -> int:
-        """Forget ``origin``'s remembered uids below ``below`` (see ``QueueManager.settle``)."""
         check_origin(origin, "settle origin")
         below = check_stamp(below, "below")
         with self.sink.write(durable=False) as tx:  # lost in a power cut: only remembered a little longer

@@ -39,10 +39,7 @@ _MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
 
 @dataclass(frozen=True, slots=True)
 class QueueAttributes:
-    """A queue's definition, as ``qm.queue_attributes("Q")`` returns it.
-
-    Each attribute's meaning: docs/storage.md, 'Queue attributes'.
-    """
+    """A queue's definition (``qm.queue_attributes("Q")``); meanings: docs/storage.md, 'Queue attributes'."""
 
     name: str
     expiry_ms: int | None
@@ -85,7 +82,6 @@ class QueueAttributes:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The attributes as a plain dict (for JSON output)."""
         return {name: getattr(self, name) for name in self.__slots__}
 
 
@@ -98,8 +94,7 @@ def _on_full(stored: str) -> OnFull:
 class QueueUsage:
     """What a queue holds against its budget, as ``qm.queue_usage("Q")`` returns it.
 
-    ``bytes``: data plus fields as stored; ``overflowed``: ``on_full`` discards since this object opened.
-    """
+    ``bytes``: data plus fields as stored; ``overflowed``: ``on_full`` discards since this object opened."""
 
     name: str
     depth: int

@@ -1,8 +1,7 @@
 """Undoing assured gets, and moving poison messages to a backout queue (IBM MQ's BOTHRESH/BOQNAME).
 
 What moves, what never does, and the redelivery delay: docs/consumers.md, 'Poison messages'.
-:meth:`Backout.move` is the one move of a message between queues (the dead-letter queue's too).
-"""
+:meth:`Backout.move` is the one move of a message between queues (the dead-letter queue's too)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The flash budget: how a put makes room under ``max_depth``, ``max_bytes`` and ``max_store_bytes``
-by the queue's ``on_full``. See docs/storage.md, 'Flash budget'.
-"""
+by the queue's ``on_full``. See docs/storage.md, 'Flash budget'."""
 
 from __future__ import annotations
 

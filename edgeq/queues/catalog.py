@@ -54,7 +54,6 @@ class QueueCatalog:
 
     def define_queue(self, name: str, rules: Sequence[RuleSpec] | None, encryption: str | None,
                      exist_ok: bool = False, **attributes: Any) -> None:
-        """Define a local queue with ``attributes`` (those of ``QueueManager.define_queue``)."""
         self.define(
             name, attributes, rules, {"encryption": self.sealer.cipher(encryption)}, exist_ok=exist_ok
         )
@@ -99,7 +98,6 @@ class QueueCatalog:
         ]
 
     def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
-        """Change some of a queue's attributes (see ``QueueManager.alter_queue``)."""
         check_name(name, "queue name")
         if not attributes:
             raise InvalidArgument("alter_queue needs at least one attribute to change, e.g. expiry_ms=60000")
@@ -130,7 +128,6 @@ class QueueCatalog:
         return result
 
     def queue_attributes(self, name: str) -> QueueAttributes:
-        """The definition of a queue."""
         check_name(name, "queue name")
         with self.sink.db.read() as conn:
             return QueueAttributes.from_row(require_queue(Tx(conn), self.qm_name, name))
@@ -154,7 +151,6 @@ class QueueCatalog:
         return StoreUsage(sum(q.bytes for q in queues), self.max_store_bytes, queues)
 
     def queue_names(self) -> list[str]:
-        """The names of the queues defined here, sorted."""
         with self.sink.db.read() as conn:
             return [q.name for q in Tx(conn).queues()]
 
@@ -187,7 +183,6 @@ class QueueCatalog:
         self, name: str, *, target_qmgr: str, target_queue: str | None, mode: Literal["async", "sync"],
         rules: Sequence[RuleSpec] | None, encryption: str | None, exist_ok: bool = False, **attributes: Any,
     ) -> None:
-        """Define a remote queue with ``attributes`` (see ``QueueManager.define_remote_queue``)."""
         check_name(target_qmgr, "target queue manager name")
         if target_queue is not None:
             check_name(target_queue, "target queue name")
@@ -204,7 +199,6 @@ class QueueCatalog:
     def define_home_server_queue(
         self, name: str, *, server: str, exist_ok: bool = False, **attributes: Any
     ) -> None:
-        """Define a home-server queue (see ``QueueManager.define_home_server_queue``)."""
         check_name(server, "home server name")
         rules = attributes.pop("rules", None)
         cipher = self.sealer.cipher(attributes.pop("encryption", None))

@@ -1,6 +1,5 @@
 """MQe's expiry check points that discard in bulk: activation, deletion, size inquiry and sweeps
-(docs/expiry.md). The per-message ones (add, get, browse) are where messages are put and taken.
-"""
+(docs/expiry.md). The per-message ones (add, get, browse) are where messages are put and taken."""
 
 from __future__ import annotations
 
@@ -94,8 +93,7 @@ class ExpiryPolicy:
     def discard_expired(self, name: str, where: Where) -> int:
         """Discard every expired message of a queue, any state, at check point ``where``.
 
-        Without rules one DELETE, else in batches; a read-only store keeps them (docs/expiry.md).
-        """
+        Without rules one DELETE, else in batches; a read-only store keeps them (docs/expiry.md)."""
         if self.sink.db.read_only:
             return 0
         if not self.sink.observed(name, "expired"):

@@ -1,7 +1,6 @@
 """The dead-letter queue: where a message goes that cannot be delivered (IBM MQ's DLQ).
 
-What moves there, its header, and the operator's verbs: docs/protocol.md, 'Dead-letter queue'.
-"""
+What moves there, its header, and the operator's verbs: docs/protocol.md, 'Dead-letter queue'."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ class Resent:
 
 
 class DeadLetters:
-    """The dead-letter queue of one queue manager: moving given-up messages there, and the
-    operator's browse, re-send and delete."""
+    """The dead-letter queue of one queue manager: moving given-up messages there; the operator's verbs."""
 
     def __init__(self, qm_name: str, sink: EventSink, sealer: Sealer, backout: Backout) -> None:
         self.qm_name = qm_name
