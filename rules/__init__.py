@@ -1,7 +1,4 @@
-"""Queue rules: code that runs when things happen on a queue (``edgeq.rules``).
-
-Attach an instance with ``qm.add_rule("Q", rule)``. See :class:`QueueRule`.
-"""
+"""Queue rules: code that runs when things happen on a queue. See docs/rules.md and :class:`QueueRule`."""
 
 from edgeq.rules.base import QueueRule
 

@@ -18,30 +18,24 @@ __all__ = ["EventKind", "QueueRule", "RuleEvent", "RuleHost"]
 
 
 class RuleHost(Protocol):
-    """What a rule may call on the queue manager it is attached to
-    (:class:`edgeq.QueueManager` is one): rules see the queue manager through this,
-    so the rules package never imports it."""
+    """What a rule may call on its queue manager: rules see it through this, never import it."""
 
     name: str
 
     def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
-        """Put a message (see ``QueueManager.put``)."""
         ...
 
     def queue_names(self) -> list[str]:
-        """The queues defined, sorted."""
         ...
 
     def apply_stats(
         self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None, durable: bool = True
     ) -> bool:
-        """Add to a queue's persistent counters (see ``QueueManager.apply_stats``)."""
         ...
 
     def apply_stats_each(
         self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
     ) -> list[bool]:
-        """Add a batch of increments in one write (see ``QueueManager.apply_stats_each``)."""
         ...
 
 
@@ -64,18 +58,7 @@ class _Values:
 
 
 class RuleEvent(_Values):
-    """What happened, as a rule hook receives it (immutable).
-
-    ``id`` is stable for the events edgeq records durably (``expired`` and
-    ``removed`` on queues with persisted rule bindings): after a crash the same
-    event is delivered again with the same id, so a rule can deduplicate. Other
-    events, and those on queues with only in-process rules, have ``id=None``.
-
-    ``message`` is an immutable copy (None for queue-level events), made when it is
-    first read: a rule that never reads it (``counters``) never pays for it. ``where``
-    is set for ``expired`` (the MQe check point), ``reason`` for ``removed`` and
-    ``duplicate``, ``depth`` for ``threshold``; ``at_ms`` is when it happened
-    (epoch ms, from the queue manager's clock). ``load`` (edgeq's) makes the message.
+    """What happened, as a rule hook receives it (immutable); see docs/rules.md, 'Events and when they fire'.
 
     >>> RuleEvent("threshold", "Q", "DEV1", 5, depth=100)
     RuleEvent(kind='threshold', queue='Q', queue_manager='DEV1', at_ms=5, message=None, where=None, \
@@ -131,14 +114,8 @@ reason=None, depth=100, id=None)
 class QueueRule:
     """A queue rule, as MQe's: told of a queue's events, never able to veto them.
 
-    Every hook is a no-op here; override the ones you need. Hooks run *after*
-    the change has committed, outside the caller's transaction, in the thread
-    that made the change, in binding order: each rule is given all the events of
-    one commit (:meth:`on_events`) before the next rule. A rule may itself put messages (for
-    example a copy of an expired one onto a dead-letter queue) through
-    ``self.queue_manager``. A hook that raises is logged on the ``edgeq.rules``
-    logger and never breaks the operation; for durable events it is retried and
-    finally parked (see ``docs/rules.md``).
+    Every hook is a no-op here: override the ones you need. Hooks run after the commit, in the caller's
+    thread; one that raises is logged, never breaks the operation (docs/rules.md).
 
     >>> from edgeq import QueueManager, Message, Int64
     >>> from edgeq.rules import QueueRule
@@ -152,10 +129,6 @@ class QueueRule:
     >>> rule.expired
     ['add']
     >>> qm.close()
-
-    To make a rule usable by name in ``define_queue(rules=[...])``, register the
-    class under the ``edgeq.rules`` entry-point group; :meth:`from_config`
-    builds it from the binding's JSON config.
     """
 
     queue_manager: RuleHost | None = None
@@ -163,10 +136,7 @@ class QueueRule:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> QueueRule:
-        """Build the rule from a binding's JSON config; raise ``InvalidArgument`` if it is bad.
-
-        The default passes the config as keyword arguments to the constructor.
-        """
+        """Build the rule from a binding's JSON config (as constructor keywords); bad: ``InvalidArgument``."""
         try:
             return cls(**config)
         except TypeError as exc:
@@ -178,12 +148,9 @@ class QueueRule:
         self.queue = queue
 
     def on_events(self, events: Sequence[RuleEvent]) -> None:
-        """The events of one commit on this rule's queue, in order: override it to handle
-        them together (one write for all). The default calls each event's own hook.
+        """The events of one commit on this rule's queue, in order; the default calls each one's hook.
 
-        A batch hook that raises fails every durable event of the batch; each is then
-        retried alone, as ``on_events([event])`` (see ``docs/rules.md``).
-        """
+        Override it to handle them in one write (docs/rules.md, 'The batch hook')."""
         for event in events:
             getattr(self, f"on_{event.kind}")(event)
 
@@ -194,9 +161,7 @@ class QueueRule:
         """A message was stored on the queue (locked, if put with a confirm id)."""
 
     def on_removed(self, event: RuleEvent) -> None:
-        """A message left the queue; ``event.reason`` says why (``edgeq.types.RemovalReason``):
-        got, confirmed, deleted, purged, transmitted, quarantined, overflow, refused or
-        backout (moved to the queue's backout queue)."""
+        """A message left the queue; ``event.reason`` says why (``edgeq.types.RemovalReason``)."""
 
     def on_expired(self, event: RuleEvent) -> None:
         """An expired message was discarded at check point ``event.where``."""

@@ -22,25 +22,7 @@ _REASONS = ("expired", "got", "confirmed", "deleted", "purged", "overflow", "ref
 class DeadLetterRule(QueueRule):
     """Copies expired (or otherwise deleted) messages to a dead-letter queue, as MQe's rule does.
 
-    Config: ``queue`` (the dead-letter queue, required, on the same queue
-    manager); ``reasons`` (default ``["expired", "refused"]``: the messages that could
-    not be delivered, expired or, on a remote queue, refused by its target
-    ``refusal_limit`` times; also ``got``, ``confirmed``,
-    ``deleted``, ``purged``, ``overflow``: discarded to make room by the queue's
-    ``on_full``, and ``backout``: moved to the queue's backout queue, a copy kept
-    here too); ``keep_expiry`` (default false: the copy never
-    expires; true: it keeps the remaining expiry, as IBM MQ's DLQ handling does).
-
-    The copy keeps the message's uid (so a redelivered event never makes a second
-    copy), is marked ``resend``, and carries fields ``dlq.queue``,
-    ``dlq.reason``, ``dlq.where`` (for expiry), ``dlq.original_expiry`` and
-    ``dlq.at_ms`` (``edgeq.types``: the header the store's own dead-letter queue
-    uses too). Each copy adds one to the source queue's ``dead_lettered``
-    counter.
-
-    A remote queue's message refused ``refusal_limit`` times needs no rule: it
-    moves to the store's dead-letter queue by itself (``edgeq.queues.deadletter``); a
-    rule with reason ``refused`` keeps a copy in its own queue as well.
+    Config (``queue``, ``reasons``, ``keep_expiry``) and the copy's fields: docs/rules.md, 'Built-in rules'.
 
     >>> import tempfile, os
     >>> from edgeq import QueueManager, Message, Int64
@@ -72,12 +54,10 @@ class DeadLetterRule(QueueRule):
         super().attach(queue_manager, queue)
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Copy the expired message to the dead-letter queue, if ``expired`` is among the reasons."""
         if "expired" in self.reasons:
             self._copy(event, "expired")
 
     def on_removed(self, event: RuleEvent) -> None:
-        """Copy the removed message to the dead-letter queue, if its reason is among the reasons."""
         if event.reason in self.reasons:
             self._copy(event, event.reason or "deleted")
 

@@ -17,15 +17,7 @@ WITH_DATA_BYTES = 100
 class ExpiryReportRule(QueueRule):
     """Puts an expiry report on the ``reply_to`` queue of each expired message that asked for one.
 
-    A message asks with ``Message(..., reply_to="REPLIES", expiry_report=...)``:
-    ``"with-data"`` (the report carries the first 100 bytes), ``"with-full-data"``
-    or ``"none"`` (the default: no report). As in IBM MQ, the report is made when
-    the message is *discarded*, not when it became eligible. The report's
-    ``correlation_id`` is the expired message's uid (as bytes) and its fields
-    are ``report`` (``"expiry"``), ``report.uid``, ``report.queue``,
-    ``report.where``, ``report.at_ms`` and ``report.event`` (the event id, so a
-    consumer can drop the rare duplicate made by a redelivery after a crash).
-    No config.
+    As in IBM MQ, the report is made when the message is discarded; its fields: docs/rules.md. No config.
 
     >>> import tempfile, os
     >>> from edgeq import QueueManager, Message, Int64
@@ -39,7 +31,6 @@ class ExpiryReportRule(QueueRule):
     """
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Put an expiry report on the message's ``reply_to`` queue, if it asked for one."""
         message, qm = event.message, self.queue_manager
         if message is None or qm is None or message.expiry_report == "none" or message.reply_to is None:
             return

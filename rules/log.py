@@ -20,19 +20,15 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 class LogRule(QueueRule):
     """Logs chosen queue events as one JSON object per line.
 
-    Config: ``events`` (default ``["expired", "removed"]``, or any of
-    activated, added, removed, expired, duplicate, threshold, closed,
-    queue_deleted), ``level`` (debug, info, warning, error; default info),
-    ``logger`` (default ``edgeq.rules.log``). Each record's message is the JSON
-    object; the same dict is attached as ``record.edgeq_event`` for handlers
-    that want fields.
+    Config ``events``, ``level``, ``logger``: docs/rules.md. The dict is also ``record.edgeq_event``.
 
     >>> LogRule(events=["expired"], level="warning").level
     30
     """
 
     def __init__(
-        self, events: Sequence[str] = ("expired", "removed"), level: str = "info", logger: str = "edgeq.rules.log"
+        self, events: Sequence[str] = ("expired", "removed"), level: str = "info",
+        logger: str = "edgeq.rules.log",
     ) -> None:
         if isinstance(events, str) or not all(e in _KINDS for e in events):
             raise InvalidArgument(f"events must be a list drawn from {list(_KINDS)}, not {events!r}")

@@ -1,8 +1,6 @@
 """Finding rules by name: the ``edgeq.rules`` entry-point group, or ``module:Class``.
 
-Nothing here runs at import time: plugins are loaded when a queue manager
-opens (or a binding is made), explicitly.
-"""
+Plugins load when a queue manager opens or a binding is made, never at import."""
 
 from __future__ import annotations
 
@@ -60,7 +58,9 @@ def installed_rules() -> list[RuleInfo]:
 
 def _check_class(obj: object, name: str) -> type[QueueRule]:
     if not (inspect.isclass(obj) and issubclass(obj, QueueRule)):
-        raise RuleLoadError(f"rule {name!r} resolves to {obj!r}, which is not a subclass of edgeq.rules.QueueRule")
+        raise RuleLoadError(
+            f"rule {name!r} resolves to {obj!r}, which is not a subclass of edgeq.rules.QueueRule"
+        )
     return obj
 
 
@@ -99,7 +99,9 @@ def load_rule_class(name: str) -> type[QueueRule]:
 def build_rule(name: str, config: Mapping[str, Any]) -> QueueRule:
     """Load rule ``name`` and build it from ``config``, or raise a clear ``RuleError``."""
     if not isinstance(config, Mapping):
-        raise RuleConfigError(f"rule {name!r}: config must be a JSON object (a dict), not {type(config).__name__}")
+        raise RuleConfigError(
+            f"rule {name!r}: config must be a JSON object (a dict), not {type(config).__name__}"
+        )
     cls = load_rule_class(name)
     try:
         rule = cls.from_config(dict(config))

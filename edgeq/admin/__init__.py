@@ -1,1 +1,1 @@
-"""Remote administration on the device: the admin message, its executor, what each action does, and its SQL."""
+"""Remote administration on the device: the admin message, its executor, the actions, their SQL."""

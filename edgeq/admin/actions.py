@@ -1,12 +1,5 @@
-"""What each admin action does on a device, through the queue manager's own verbs (so an
-admin request behaves exactly as the same call made locally: ``delete_queue`` and the depth
-inquiry purge expired messages first, at MQe's check points ``delete`` and ``depth``, and
-the queue's rules fire there).
-
-Each action checks its target and params and answers items (see
-:class:`~edgeq.admin.wire.AdminReply`); a bad target or param, or any error of the verb,
-is a failed item with the reason, never an exception out of :func:`run_action`.
-"""
+"""What each admin action does on a device, through the queue manager's own verbs, so a request
+behaves as the same local call; a bad target, param or verb error is a failed item, never raised."""
 
 from __future__ import annotations
 
@@ -39,8 +32,7 @@ Item = dict[str, object]
 
 
 class AdminHost(Protocol):
-    """What the executor calls on the queue manager (:class:`edgeq.QueueManager` is one), so
-    the core never imports the facade."""
+    """What the executor calls on the queue manager (``QueueManager`` is one): the core never imports it."""
 
     name: str
 
@@ -54,71 +46,54 @@ class AdminHost(Protocol):
         ...
 
     def define_queue(self, name: str, **attributes: Any) -> None:
-        """See ``QueueManager.define_queue``."""
         ...
 
     def define_remote_queue(self, name: str, **attributes: Any) -> None:
-        """See ``QueueManager.define_remote_queue``."""
         ...
 
     def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
-        """See ``QueueManager.define_home_server_queue``."""
         ...
 
     def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
-        """See ``QueueManager.alter_queue``."""
         ...
 
     def delete_queue(self, name: str) -> None:
-        """See ``QueueManager.delete_queue``."""
         ...
 
     def queue_attributes(self, name: str) -> QueueAttributes:
-        """See ``QueueManager.queue_attributes``."""
         ...
 
     def queue_usage(self, name: str) -> QueueUsage:
-        """See ``QueueManager.queue_usage`` (purges expired messages first, at ``depth``)."""
         ...
 
     def queue_names(self) -> list[str]:
-        """See ``QueueManager.queue_names``."""
         ...
 
     def purge(self, name: str) -> int:
-        """See ``QueueManager.purge``."""
         ...
 
     def sweep_expired(self, name: str | None = None) -> int:
-        """See ``QueueManager.sweep_expired``."""
         ...
 
     def queue_bindings(self, queue: str) -> list[BindingInfo]:
-        """See ``QueueManager.queue_bindings``."""
         ...
 
     def rule_failures(self, *, parked: bool | None = None) -> list[FailureRow]:
-        """See ``QueueManager.rule_failures``."""
         ...
 
     def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
-        """See ``QueueManager.retry_rule_failures``."""
         ...
 
     def sync_overview(self) -> SyncOverview:
-        """See ``QueueManager.sync_overview``."""
         ...
 
     def browse(self, queue: str, *, limit: int | None = None) -> list[Message]:
-        """See ``QueueManager.browse``."""
         ...
 
     def put_each(self, queue: str, messages: Sequence[Message]) -> list[PutResult]:
-        """See ``QueueManager.put_each``."""
         ...
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
-        """See ``QueueManager.delete_message``."""
         ...
 
 
@@ -132,9 +107,8 @@ class _Refused(Exception):
 
 
 def run_action(host: AdminHost, db: ConnectionFactory, request: AdminRequest) -> tuple[list[Item], str]:
-    """Run ``request``'s action on ``host``; return its items and a one-line message.
-    Never raises for anything the request or the store does (an unexpected error is logged
-    with its traceback and answered as an internal error)."""
+    """Run ``request``'s action on ``host``; return its items and a one-line message. Never raises:
+    an unexpected error is logged and answered as an internal error."""
     action = _ACTIONS[request.action]
     what = f"{request.action} {request.target or ''}".strip()
     try:
@@ -152,7 +126,9 @@ def run_action(host: AdminHost, db: ConnectionFactory, request: AdminRequest) ->
     return items, f"{what}: {summary}"
 
 
-def _extra(host: AdminHost, db: ConnectionFactory, request: AdminRequest, exc: EdgeqError) -> dict[str, object]:
+def _extra(
+    host: AdminHost, db: ConnectionFactory, request: AdminRequest, exc: EdgeqError
+) -> dict[str, object]:
     """What a failed item says besides its reason: a refused delete's live count."""
     if isinstance(exc, QueueNotEmpty) and request.target is not None:
         with db.read() as conn:
@@ -165,7 +141,6 @@ def _extra(host: AdminHost, db: ConnectionFactory, request: AdminRequest, exc: E
 
 
 def _queue(request: AdminRequest) -> str:
-    """The target queue of an action that needs one."""
     if request.target is None:
         raise _Refused(f"{request.action} needs a target queue")
     return request.target
@@ -192,14 +167,15 @@ def _params(request: AdminRequest, allowed: Sequence[str], required: Sequence[st
 
 
 def _check_rule_names(specs: object) -> None:
-    """A rule bound by request must be an installed plugin (an entry point, by name): a module
-    path (``pkg.mod:Class``) would make the device import code the operator names."""
+    """Refuse a module path (``pkg.mod:Class``) as a rule: by request only installed plugins, by
+    name, so a device never imports code the operator names."""
     if not isinstance(specs, list):
         return  # the verb itself says what is wrong
     for spec in specs:
         name = spec if isinstance(spec, str) else spec[0] if isinstance(spec, list) and spec else None
         if isinstance(name, str) and ":" in name:
-            raise _Refused(f"rule {name!r} is a module path: by admin request only installed rule plugins may be "
+            raise _Refused(f"rule {name!r} is a module path: "
+                           "by admin request only installed rule plugins may be "
                            "bound, by name (edgeq rules list on the device shows them)")
 
 
@@ -340,7 +316,9 @@ def _inquire_sync(host: AdminHost, db: ConnectionFactory, request: AdminRequest)
 
 def _json_safe(value: Mapping[str, Any]) -> dict[str, Any]:
     """What the sync agent recorded (JSON) as reply values: its keys and plain values."""
-    return {str(k): v for k, v in value.items() if isinstance(v, (str, int, float, bool, list, dict)) or v is None}
+    return {
+        str(k): v for k, v in value.items() if isinstance(v, (str, int, float, bool, list, dict)) or v is None
+    }
 
 
 _ACTIONS: dict[str, Callable[[AdminHost, ConnectionFactory, AdminRequest], list[Item]]] = {

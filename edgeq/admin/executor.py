@@ -1,34 +1,5 @@
-"""The device's admin executor: checks an admin request, runs it at most once, remembers
-its reply, and sends the reply (``QueueManager.execute_admin`` and ``process_admin``).
-
-In order, for each request (docs/admin.md, "On the device"):
-
-1. **Decoded** within bounds (:meth:`AdminRequest.from_bytes`), else refused as malformed.
-2. **Authenticated**: signed, by a key this device trusts, and the signature verifies.
-   Anything else is refused; such a refusal is remembered under a digest of the request's
-   bytes (the newest :data:`MAX_REFUSED` of them), never under the id it claims (so a forged
-   or damaged copy cannot stand in for the genuine request, which still runs when it
-   arrives), and its reply goes only to
-   :data:`ADMIN_REPLY_QUEUE`, never to a queue the unauthenticated request names.
-3. **Already answered?** A request remembered under its id is answered from the remembered
-   reply and not run again (a duplicate, a replay, a resend after a lost reply).
-4. **Allowed**: for this device, an action the key may run, created within the remembered
-   window (:data:`RETENTION_MS`, so a replay of a forgotten request is refused rather than
-   run again) and not in the future beyond :data:`MAX_SKEW_MS`, not expired. Expired is
-   judged on this device's clock alone (:func:`deadline_ms`): the lifetime the request's
-   message had left when it arrived (carried as remaining milliseconds, counted down by the
-   server), never longer than the signed lifetime ``expires_ms - created_ms``; the
-   operator's absolute ``expires_ms`` is never compared with this clock.
-5. **Started**: the marker reply ("interrupted: outcome unknown, inquire") is remembered
-   in one transaction with the check of step 3. Then the action runs (in its own
-   transactions), then its reply replaces the marker. A crash in between leaves the marker:
-   the redelivered request is answered with it and not run again. At most once, and the
-   operator is told to inquire.
-
-Every outcome is logged (logger ``edgeq.admin``: info when run, warning when refused) and
-remembered in ``admin_replies`` (``QueueManager.admin_history``) for
-:data:`RETENTION_MS` (+ :data:`MAX_SKEW_MS`).
-"""
+"""The device's admin executor: checks an admin request, runs it at most once, remembers and
+sends its reply. The checks in order, and why at most once: docs/admin.md, 'On the device'."""
 
 from __future__ import annotations
 
@@ -81,15 +52,15 @@ MAX_REFUSED: Final = 1_000
 #: How long one ``process_admin`` holds the admin lease without renewing it.
 LEASE_MS: Final = 600_000
 #: The reply of a request whose action started and never recorded its outcome.
-INTERRUPTED: Final = ("interrupted: outcome unknown, inquire (the action started on this device and its outcome "
-                      "was never recorded, e.g. the process was killed; it is not run again)")
+INTERRUPTED: Final = (
+    "interrupted: outcome unknown, inquire (the action started on this device and its outcome "
+    "was never recorded, e.g. the process was killed; it is not run again)"
+)
 
 
 def deadline_ms(request: AdminRequest, arrived_ms: int, remaining_ms: int | None) -> int | None:
-    """When ``request``, arrived at ``arrived_ms`` (this device's clock) with ``remaining_ms``
-    of its message's lifetime left (None: no message, or one without expiry), expires here;
-    None: never. Bounded by the signed lifetime, a duration on the operator's clock, so a
-    server cannot lengthen it; the operator's ``expires_ms`` itself is no deadline here.
+    """When ``request``, arrived at ``arrived_ms`` with ``remaining_ms`` of its message's lifetime
+    left (None: none), expires on this device's clock; None: never. Bounded by the signed lifetime.
 
     >>> from edgeq.admin.wire import AdminRequest
     >>> r = AdminRequest.create("sweep", device="D", reply_qmgr="H", created_ms=1_000, key_id="k",
@@ -104,8 +75,7 @@ def deadline_ms(request: AdminRequest, arrived_ms: int, remaining_ms: int | None
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    """A reply, the stamp of its message's uid, and where it goes (None: the reply queue of an
-    unauthenticated request's refusal, :data:`ADMIN_REPLY_QUEUE`)."""
+    """A reply, the stamp of its message's uid, and where it goes (None: :data:`ADMIN_REPLY_QUEUE`)."""
 
     reply: AdminReply
     stamp: int
@@ -122,16 +92,18 @@ class AdminExecutor:
 
     # -- trusted keys ------------------------------------------------------------------------
 
-    def trust(self, key_id: str, public_key: bytes | str | Ed25519PublicKey, actions: Sequence[str]) -> AdminKey:
-        """Trust an operator key for ``actions`` (``"*"``: all); see ``QueueManager.trust_admin_key``."""
+    def trust(
+        self, key_id: str, public_key: bytes | str | Ed25519PublicKey, actions: Sequence[str]
+    ) -> AdminKey:
         check_key_id(key_id)
         raw = raw_public_key(public_key)
         if isinstance(actions, str) or not isinstance(actions, Sequence) or not actions:
             raise InvalidType("actions must be a non-empty list of action names, or ['*'] for every action")
         unknown = [a for a in actions if a != "*" and a not in ACTIONS]
         if unknown:
-            raise InvalidArgument(f"unknown admin action(s) {', '.join(map(repr, unknown))}: use {', '.join(ACTIONS)} "
-                                  "or '*'")
+            raise InvalidArgument(
+                f"unknown admin action(s) {', '.join(map(repr, unknown))}: use {', '.join(ACTIONS)} or '*'"
+            )
         chosen = ("*",) if "*" in actions else tuple(dict.fromkeys(actions))
         key = AdminKey(key_id, raw, chosen, self.host.now_ms())
         with self.db.write() as conn:
@@ -140,7 +112,6 @@ class AdminExecutor:
         return key
 
     def untrust(self, key_id: str) -> bool:
-        """Stop trusting ``key_id``; whether it was trusted."""
         check_key_id(key_id)
         with self.db.write() as conn:
             gone = AdminTx(conn).untrust(key_id)
@@ -149,12 +120,10 @@ class AdminExecutor:
         return gone
 
     def keys(self) -> list[AdminKey]:
-        """The trusted operator keys, by id."""
         with self.db.read() as conn:
             return AdminTx(conn).keys()
 
     def history(self, limit: int) -> list[AdminReply]:
-        """The replies remembered, newest first."""
         limit = check_count(limit)
         with self.db.read() as conn:
             records = AdminTx(conn).history(limit)
@@ -163,8 +132,8 @@ class AdminExecutor:
     # -- executing -----------------------------------------------------------------------------
 
     def execute(self, data: bytes, remaining_ms: int | None = None) -> AdminReply:
-        """Check and run one encoded request, at most once; its reply (see the module docstring).
-        ``remaining_ms``: the lifetime its message had left on arrival (None: its signed lifetime)."""
+        """Check and run one encoded request, at most once; return its reply. ``remaining_ms``:
+        the lifetime its message had left on arrival (None: its signed lifetime)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidType(f"execute_admin takes the request's bytes, not {type(data).__name__}")
         if remaining_ms is not None and (
@@ -193,13 +162,14 @@ class AdminExecutor:
         if not request.verify(key.public_key):
             return self._unauthenticated(
                 data, request.request_id, request.target,
-                f"refused: the signature does not verify with key {request.key_id!r}: the request was changed "
-                "after it was signed (tampered), or signed with another key", now)
+                f"refused: the signature does not verify with key {request.key_id!r}: "
+                "the request was changed after it was signed (tampered), or signed with another key", now)
         return self._authenticated(request, key, now, deadline_ms(request, arrived_ms, remaining_ms))
 
-    def _unauthenticated(self, data: bytes, request_id: str, target: str | None, reason: str, now: int) -> _Outcome:
-        """Refuse a request that is not from a trusted key: remembered under the digest of its
-        bytes (the same bytes again get the same reply, one message), logged."""
+    def _unauthenticated(
+        self, data: bytes, request_id: str, target: str | None, reason: str, now: int
+    ) -> _Outcome:
+        """Refuse a request not from a trusted key, remembered under the digest of its bytes."""
         log.warning("admin request %s refused: %s", request_id or "(no id)", reason)
         reply = AdminReply(request_id, self.host.name, "failed", (item(target, reason, authenticated=False),),
                            reason, now)
@@ -218,15 +188,16 @@ class AdminExecutor:
     def _refusal(self, request: AdminRequest, key: AdminKey, now: int, deadline: int | None) -> str | None:
         """Why an authenticated request must not run, or None."""
         if request.device != self.host.name:
-            return (f"refused: the request is for queue manager {request.device}, and this is {self.host.name}: "
-                    "it was routed to the wrong device")
+            return (f"refused: the request is for queue manager {request.device}, "
+                    f"and this is {self.host.name}: it was routed to the wrong device")
         if not key.allows(request.action):
             return (f"refused: key {request.key_id!r} may not run {request.action} (it may run "
-                    f"{', '.join(key.actions)}): sign with another key, or widen it with edgeq keys trust-admin")
+                    f"{', '.join(key.actions)}): "
+                    "sign with another key, or widen it with edgeq keys trust-admin")
         if request.created_ms < now - RETENTION_MS:
             return (f"refused: the request was created {(now - request.created_ms) // 86_400_000} days ago, "
-                    f"beyond the {RETENTION_MS // 86_400_000} days this device remembers requests (a replay, or "
-                    "a request held too long): make a new one")
+                    f"beyond the {RETENTION_MS // 86_400_000} days this device remembers requests "
+                    "(a replay, or a request held too long): make a new one")
         if request.created_ms > now + MAX_SKEW_MS:
             return ("refused: the request was created more than a day in the future by this device's clock: "
                     "check the operator's and the device's clocks")
@@ -240,8 +211,9 @@ class AdminExecutor:
         rid, target = request.request_id, request.target
         reason = self._refusal(request, key, now, deadline)
         # The refusal, or the marker: remembered in the transaction that finds nothing remembered.
-        first = AdminReply(rid, self.host.name, "failed", (item(target, reason or INTERRUPTED),), reason or INTERRUPTED,
-                           now)
+        first = AdminReply(
+            rid, self.host.name, "failed", (item(target, reason or INTERRUPTED),), reason or INTERRUPTED, now
+        )
         with self.db.write() as conn:
             admin = AdminTx(conn)
             known = admin.remembered(rid)
@@ -253,7 +225,9 @@ class AdminExecutor:
             admin.prune(now - RETENTION_MS - MAX_SKEW_MS)
             admin.remember(rid, now, first.to_bytes(), stamp, final=reason is not None)
         if reason is not None:
-            log.warning("admin request %s (%s) by key %s refused: %s", rid, request.action, request.key_id, reason)
+            log.warning(
+                "admin request %s (%s) by key %s refused: %s", rid, request.action, request.key_id, reason
+            )
             return _Outcome(first, stamp, request.reply_queue, rid)
         items, message = run_action(self.host, self.db, request)
         reply = self._reply(request, items, message, now)
@@ -263,23 +237,26 @@ class AdminExecutor:
                  reply.message)
         return _Outcome(reply, stamp, request.reply_queue, rid)
 
-    def _reply(self, request: AdminRequest, items: list[dict[str, object]], message: str, now: int) -> AdminReply:
-        """The reply of an action that ran; if its values cannot travel (too large, a value no
-        reply may hold), a failed reply that says so (the action did run)."""
+    def _reply(
+        self, request: AdminRequest, items: list[dict[str, object]], message: str, now: int
+    ) -> AdminReply:
+        """The reply of an action that ran, or a failed one if its values cannot travel."""
         try:
-            reply = AdminReply(request.request_id, self.host.name, overall_rc(items), tuple(items), message[:1000], now)
+            reply = AdminReply(
+                request.request_id, self.host.name, overall_rc(items), tuple(items), message[:1000], now
+            )
             reply.to_bytes()
         except EdgeqError as exc:
             reason = f"the action ran, but its reply cannot be sent ({exc}): inquire fewer objects"
             log.error("admin request %s: %s", request.request_id, reason)
-            return AdminReply(request.request_id, self.host.name, "failed", (item(request.target, reason),), reason,
-                              now)
+            return AdminReply(
+                request.request_id, self.host.name, "failed", (item(request.target, reason),), reason, now
+            )
         return reply
 
     # -- the admin queue -----------------------------------------------------------------------
 
     def process(self, limit: int) -> list[AdminReply]:
-        """Run the requests waiting on :data:`ADMIN_QUEUE` (see ``QueueManager.process_admin``)."""
         limit = check_count(limit)
         if ADMIN_QUEUE not in self.host.queue_names():
             return []
@@ -287,7 +264,8 @@ class AdminExecutor:
         # Read before the browse: each message's remaining lifetime is measured no earlier.
         arrived = self.host.now_ms()
         if not self._lease(token):
-            log.info("another process_admin holds the admin lease of %s: leaving the requests to it", self.host.name)
+            log.info("another process_admin holds the admin lease of %s: leaving the requests to it",
+                     self.host.name)
             return []
         replies = []
         try:
@@ -313,16 +291,16 @@ class AdminExecutor:
             return AdminTx(conn).take_lease(token, now, now + LEASE_MS)
 
     def _send(self, outcome: _Outcome) -> None:
-        """Put the reply on its reply queue, as the message of uid (origin, stamp): put again
-        after a crash, it is the same message (a held copy answers "duplicate")."""
+        """Put the reply on its reply queue as the message of its one uid (again after a crash:
+        a duplicate)."""
         queue = outcome.reply_queue or ADMIN_REPLY_QUEUE
         reply = outcome.reply
         message = reply_message(reply, MessageUID(self.host.origin, outcome.stamp))
         try:
             (result,) = self.host.put_each(queue, [message])
         except EdgeqError as exc:
-            log.error("the reply to admin request %s cannot be put on %s (%s); it stays remembered: a resend of "
-                      "the request gets it", reply.request_id or "(no id)", queue, exc)
+            log.error("the reply to admin request %s cannot be put on %s (%s); it stays remembered: "
+                      "a resend of the request gets it", reply.request_id or "(no id)", queue, exc)
             return
         if result.status != "refused" and result.uid.stamp != outcome.stamp:
             # Put under a new uid (the old one is below the settled mark: docs/protocol.md): the
@@ -330,8 +308,8 @@ class AdminExecutor:
             with self.db.write() as conn:
                 AdminTx(conn).restamp(outcome.key, result.uid.stamp)
         if result.status == "refused":
-            log.error("the reply to admin request %s was refused by %s (%s); it stays remembered: a resend of the "
-                      "request gets it", reply.request_id or "(no id)", queue, result.detail)
+            log.error("the reply to admin request %s was refused by %s (%s); it stays remembered: "
+                      "a resend of the request gets it", reply.request_id or "(no id)", queue, result.detail)
 
 
 def _decoded(record: AdminRecord) -> AdminReply:

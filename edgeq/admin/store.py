@@ -1,14 +1,5 @@
-"""The SQL of remote administration on a device: the operator keys it trusts (table
-``admin_keys``), the replies it remembers (table ``admin_replies``, what makes execution
-exactly once) and the lease that lets one ``process_admin`` run at a time (``edgeq_meta``
-key ``admin.lease``: its holder's token, PID and, where the system tells, the process's
-start time, so a later process given the same PID does not hold it up).
-
-A remembered reply is stored as a small CBOR record: the reply's bytes, the stamp of the
-uid its message gets (reserved once, so the reply is the same message however often it is
-put), and whether it is final or the marker written before the action ran (the marker
-*is* the reply a redelivery gets after a crash: "interrupted: outcome unknown").
-"""
+"""The SQL of remote administration on a device: trusted operator keys (``admin_keys``), the
+replies remembered (``admin_replies``: exactly once), and the ``process_admin`` lease."""
 
 from __future__ import annotations
 
@@ -43,19 +34,14 @@ class AdminKey:
     added_ms: int
 
     def allows(self, action: str) -> bool:
-        """Whether requests signed with this key may run ``action``.
-
-        >>> AdminKey("ops", bytes(32), ("inquire-queue",), 0).allows("purge")
-        False
-        """
+        """Whether requests signed with this key may run ``action``."""
         return "*" in self.actions or action in self.actions
 
 
 @dataclass(frozen=True, slots=True)
 class AdminRecord:
-    """A remembered reply: under the request's id (or ``refused.<digest>``), when it was
-    recorded, the reply's bytes, its message's uid stamp, and whether it is final (False:
-    the marker of a request whose action started and never recorded its outcome)."""
+    """A remembered reply: under the request's id (or ``refused.<digest>``), its bytes, its
+    message's uid stamp, and ``final`` (False: the marker written before the action ran)."""
 
     key: str
     executed_ms: int
@@ -65,7 +51,6 @@ class AdminRecord:
 
 
 class AdminTx:
-    """Admin verbs on one open transaction (``conn``)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -76,8 +61,8 @@ class AdminTx:
         """Trust ``key`` (replacing a key of the same id, and its actions)."""
         self.conn.execute(
             "INSERT INTO admin_keys (key_id, public_key, actions, added_ms) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (key_id) DO UPDATE SET public_key = excluded.public_key, actions = excluded.actions, "
-            "added_ms = excluded.added_ms",
+            "ON CONFLICT (key_id) DO UPDATE SET public_key = excluded.public_key, "
+            "actions = excluded.actions, added_ms = excluded.added_ms",
             (key.key_id, key.public_key, _actions_text(key.actions), key.added_ms),
         )
 
@@ -86,15 +71,15 @@ class AdminTx:
         return self.conn.execute("DELETE FROM admin_keys WHERE key_id = ?", (key_id,)).rowcount > 0
 
     def key(self, key_id: str) -> AdminKey | None:
-        """The trusted key ``key_id``, or None."""
         row = self.conn.execute(
             "SELECT key_id, public_key, actions, added_ms FROM admin_keys WHERE key_id = ?", (key_id,)
         ).fetchone()
         return None if row is None else self._key(row)
 
     def keys(self) -> list[AdminKey]:
-        """Every trusted key, by id."""
-        rows = self.conn.execute("SELECT key_id, public_key, actions, added_ms FROM admin_keys ORDER BY key_id")
+        rows = self.conn.execute(
+            "SELECT key_id, public_key, actions, added_ms FROM admin_keys ORDER BY key_id"
+        )
         return [self._key(row) for row in rows]
 
     def _key(self, row: tuple[object, ...]) -> AdminKey:
@@ -130,7 +115,8 @@ class AdminTx:
         """Replace the marker remembered under ``key`` by the final reply."""
         blob = cbor2.dumps({"reply": reply, "stamp": stamp, "final": True})
         self.conn.execute(
-            "UPDATE admin_replies SET executed_ms = ?, reply = ? WHERE request_id = ?", (executed_ms, blob, key)
+            "UPDATE admin_replies SET executed_ms = ?, reply = ? WHERE request_id = ?",
+            (executed_ms, blob, key),
         )
 
     def restamp(self, key: str, stamp: int) -> None:
@@ -146,8 +132,8 @@ class AdminTx:
         return self.conn.execute("DELETE FROM admin_replies WHERE executed_ms < ?", (before_ms,)).rowcount
 
     def prune_refused(self, keep: int) -> int:
-        """Forget all but the ``keep`` most recent refusals of unauthenticated requests (under
-        :data:`REFUSED_PREFIX`); how many were forgotten."""
+        """Forget all but the ``keep`` most recent refusals of unauthenticated requests; how many
+        were forgotten."""
         low, high = REFUSED_PREFIX, REFUSED_PREFIX[:-1] + chr(ord(REFUSED_PREFIX[-1]) + 1)
         return self.conn.execute(
             "DELETE FROM admin_replies WHERE request_id >= ? AND request_id < ? AND request_id NOT IN "
@@ -158,7 +144,8 @@ class AdminTx:
     def history(self, limit: int) -> list[AdminRecord]:
         """The ``limit`` most recently recorded replies, newest first."""
         rows = self.conn.execute(
-            "SELECT request_id, executed_ms, reply FROM admin_replies ORDER BY executed_ms DESC LIMIT ?", (limit,)
+            "SELECT request_id, executed_ms, reply FROM admin_replies ORDER BY executed_ms DESC LIMIT ?",
+            (limit,),
         )
         return [self._record(row) for row in rows]
 
@@ -177,9 +164,8 @@ class AdminTx:
     # -- the lease ---------------------------------------------------------------------------
 
     def take_lease(self, token: str, now_ms: int, until_ms: int) -> bool:
-        """Take (or renew) the admin lease for ``token`` until ``until_ms``; False while
-        another holder's lease runs (one whose time is not up and whose process, on this
-        host, is alive)."""
+        """Take (or renew) the admin lease for ``token`` until ``until_ms``; False while another
+        holder's lease runs (its time not up and its process alive)."""
         row = self.conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (_LEASE_KEY,)).fetchone()
         if row is not None:
             holder = _lease(str(row[0]))
@@ -190,13 +176,13 @@ class AdminTx:
         value = json.dumps({"token": token, "pid": pid, "started": _started(pid), "until_ms": until_ms},
                            separators=(",", ":"))
         self.conn.execute(
-            "INSERT INTO edgeq_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            "INSERT INTO edgeq_meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (_LEASE_KEY, value),
         )
         return True
 
     def release_lease(self, token: str) -> None:
-        """Give the lease up, if ``token`` holds it."""
         row = self.conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (_LEASE_KEY,)).fetchone()
         holder = None if row is None else _lease(str(row[0]))
         if holder is not None and holder[0] == token:
@@ -204,7 +190,6 @@ class AdminTx:
 
 
 def _actions_text(actions: Sequence[str]) -> str:
-    """How ``admin_keys.actions`` holds them: ``*``, or a JSON list."""
     return "*" if "*" in actions else json.dumps(list(actions), separators=(",", ":"))
 
 
@@ -223,9 +208,8 @@ def _lease(value: str) -> tuple[str, int, int, int | None] | None:
 
 
 def _started(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks after boot, from Linux's ``/proc``): with the
-    pid, what tells a lease's holder from a later process given the same pid. None where it
-    cannot be read (another system: the pid alone, and the lease's time, decide)."""
+    """When process ``pid`` started (Linux's ``/proc``), telling a lease's holder from a later
+    process given its pid; None where it cannot be read."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
         return int(stat.rpartition(")")[2].split()[19])  # field 22, counted after the name's ")"
@@ -234,8 +218,8 @@ def _started(pid: int) -> int | None:
 
 
 def _alive(pid: int, started: int | None) -> bool:
-    """Whether process ``pid``, started at ``started`` (None: not known), runs on this host
-    (True where that cannot be told: the lease's time then decides)."""
+    """Whether process ``pid`` (started at ``started``, if known) runs on this host (True where
+    that cannot be told: the lease's time decides)."""
     if os.name != "posix" or pid <= 0:
         return True
     try:

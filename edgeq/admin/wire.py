@@ -1,21 +1,5 @@
-"""Admin messages (MQe's administration by message): the request an operator signs and a
-device executes, and the reply the device sends back. Pure: no I/O, no store.
-
-A request travels as a message on the device's admin queue (:data:`ADMIN_QUEUE`), its data
-:meth:`AdminRequest.to_bytes`, its correlation id the request id's bytes and, when the request
-has ``expires_ms``, that expiry (``Int64``) on the home store: it expires there like any
-message (:func:`request_message`), and a pull hands the device what it has left. The device
-never compares ``expires_ms`` with its own clock: it keeps the remaining lifetime it got,
-at most the signed ``expires_ms - created_ms`` (:func:`edgeq.admin.executor.deadline_ms`). The reply travels on the request's reply queue, normally
-:data:`ADMIN_REPLY_QUEUE` (:func:`reply_message`). Both are CBOR maps (schema
-:data:`ADMIN_SCHEMA`, key ``"v"``), decoded within fixed bounds (:mod:`edgeq.encoding.cbor`: no tags,
-bounded size, nesting and items) and checked field by field; anything else raises
-:class:`~edgeq.errors.AdminError`. See docs/admin.md for every action and its reply.
-
-A request is signed with an operator's Ed25519 key over :meth:`AdminRequest.signed_bytes`:
-canonical CBOR (RFC 8949 4.2.1 as cbor2 writes it) of every field but the signature, the
-schema version and the message type included, so no field can be changed, and a reply can
-never pass for a request, without the signature failing.
+"""Admin messages (MQe's administration by message): the request an operator signs and a device
+executes, and the reply it sends back. Pure: no I/O, no store. Fields, bounds, signing: docs/admin.md.
 
 >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 >>> key = Ed25519PrivateKey.generate()
@@ -103,41 +87,30 @@ _REPLY_KEYS: Final = frozenset({"v", "type", "id", "device", "rc", "results", "m
 
 
 def new_request_id() -> str:
-    """A fresh random request id: 32 lowercase hex digits (128 bits).
-
-    >>> len(new_request_id())
-    32
-    """
+    """A fresh random request id: 32 lowercase hex digits (128 bits)."""
     return secrets.token_hex(16)
 
 
 def check_key_id(value: object) -> str:
-    """Return ``value`` if it is a valid operator key id: 1 to 64 of ``A-Za-z0-9._@-``.
-
-    >>> check_key_id("ops@home")
-    'ops@home'
-    """
+    """Return ``value`` if it is a valid operator key id: 1 to 64 of ``A-Za-z0-9._@-``."""
     if not isinstance(value, str):
         raise InvalidType(f"an admin key id must be a str, not {type(value).__name__}")
     if not _KEY_ID.fullmatch(value):
-        raise InvalidArgument(f"admin key id {describe(value)} is not valid: use 1 to 64 of A-Z, a-z, 0-9, '.', '_', "
-                              "'@' and '-', e.g. 'ops-alice'")
+        raise InvalidArgument(f"admin key id {describe(value)} is not valid: "
+                              "use 1 to 64 of A-Z, a-z, 0-9, '.', '_', '@' and '-', e.g. 'ops-alice'")
     return value
 
 
 def raw_public_key(key: bytes | str | Ed25519PublicKey) -> bytes:
-    """The 32 raw bytes of an Ed25519 public key given raw, as PEM (a ``.pub`` file's text
-    or bytes, from ``edgeq keys new`` or ``edgeq admin keygen``), or as a key object.
-
-    >>> raw_public_key(bytes(32)) == bytes(32)
-    True
-    """
+    """The 32 raw bytes of an Ed25519 public key given raw, as PEM (a ``.pub`` file) or as a key object."""
     if isinstance(key, Ed25519PublicKey):
         return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     if isinstance(key, str):
         key = key.encode()
     if not isinstance(key, (bytes, bytearray)):
-        raise InvalidType(f"a public key is raw bytes, PEM text or an Ed25519PublicKey, not {type(key).__name__}")
+        raise InvalidType(
+            f"a public key is raw bytes, PEM text or an Ed25519PublicKey, not {type(key).__name__}"
+        )
     if len(key) == 32:
         return bytes(key)
     try:
@@ -153,9 +126,8 @@ def raw_public_key(key: bytes | str | Ed25519PublicKey) -> bytes:
 
 
 def _plain(value: object, where: str, depth: int, *, floats: bool) -> object:
-    """``value`` checked to be plain CBOR data (null, bool, int of 64 bits, text, bytes, and
-    lists and text-keyed maps of them; floats only in replies), frozen: lists become tuples,
-    maps read-only."""
+    """``value`` checked to be plain CBOR data (floats only in replies), frozen: lists become
+    tuples, maps read-only."""
     if depth > 6:
         raise InvalidArgument(f"{where} nests too deep")
     if value is None or isinstance(value, bool):
@@ -220,7 +192,9 @@ def _text(value: object, what: str) -> str:
     return value
 
 
-def _decode(data: object, kind: str, limit: int, limits: DecodeLimits, keys: frozenset[str]) -> dict[str, Any]:
+def _decode(
+    data: object, kind: str, limit: int, limits: DecodeLimits, keys: frozenset[str]
+) -> dict[str, Any]:
     """The checked top-level map of an encoded admin message (``kind``: request or reply)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise AdminError(f"an admin {kind} is bytes, not {type(data).__name__}")
@@ -235,10 +209,12 @@ def _decode(data: object, kind: str, limit: int, limits: DecodeLimits, keys: fro
         raise AdminError(f"malformed admin {kind}: a CBOR map is expected, not {type(body).__name__}")
     version = body.get("v")
     if version != ADMIN_SCHEMA:
-        raise AdminError(f"admin {kind} of schema version {describe(version)}: this edgeq understands version "
-                         f"{ADMIN_SCHEMA} only; upgrade the older side")
+        raise AdminError(f"admin {kind} of schema version {describe(version)}: "
+                         f"this edgeq understands version {ADMIN_SCHEMA} only; upgrade the older side")
     if body.get("type") != f"admin-{kind}":
-        raise AdminError(f"malformed admin {kind}: its type is {describe(body.get('type'))}, not 'admin-{kind}'")
+        raise AdminError(
+            f"malformed admin {kind}: its type is {describe(body.get('type'))}, not 'admin-{kind}'"
+        )
     unknown = sorted(str(k) for k in body if k not in keys)
     if unknown:
         raise AdminError(f"malformed admin {kind}: unknown field(s) {describe(', '.join(unknown))} in "
@@ -254,17 +230,7 @@ def _decode(data: object, kind: str, limit: int, limits: DecodeLimits, keys: fro
 
 @dataclass(frozen=True)
 class AdminRequest:
-    """One admin request (see the module docstring and docs/admin.md).
-
-    ``target``: the queue acted on (None for the actions on the queue manager: inquire-all,
-    inquire-sync, and sweep or inquire-rules of every queue); ``params``: the action's
-    parameters (plain data; for define-queue and alter-queue the keywords of
-    ``QueueManager.define_queue`` and ``alter_queue``); ``device``: the queue manager that
-    must execute it; the reply goes to queue ``reply_queue`` for queue manager
-    ``reply_qmgr``; ``created_ms`` / ``expires_ms``: epoch ms on the operator's clock (a
-    device takes only their difference, the lifetime);
-    ``key_id``: the operator key that signs it.
-    """
+    """One admin request; each field's meaning: docs/admin.md, 'The request'."""
 
     request_id: str
     action: str
@@ -280,13 +246,17 @@ class AdminRequest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not _REQUEST_ID.fullmatch(self.request_id):
-            raise InvalidArgument(f"request_id {describe(self.request_id)} is not 16 to 64 lowercase hex digits "
-                                  "(an even count): make one with new_request_id()")
+            raise InvalidArgument(f"request_id {describe(self.request_id)} is not 16 to 64 lowercase "
+                                  "hex digits (an even count): make one with new_request_id()")
         if self.action not in ACTIONS:
-            raise InvalidArgument(f"unknown admin action {describe(self.action)}: use one of {', '.join(ACTIONS)}")
+            raise InvalidArgument(
+                f"unknown admin action {describe(self.action)}: use one of {', '.join(ACTIONS)}"
+            )
         if self.target is not None:
             check_name(self.target, "target queue name")
-        object.__setattr__(self, "params", MappingProxyType(_plain_map(self.params, "params", 1, floats=False)))
+        object.__setattr__(
+            self, "params", MappingProxyType(_plain_map(self.params, "params", 1, floats=False))
+        )
         check_name(self.device, "device (queue manager) name")
         check_name(self.reply_qmgr, "reply queue manager name")
         check_name(self.reply_queue, "reply queue name")
@@ -295,7 +265,9 @@ class AdminRequest:
             _int(self.expires_ms, "expires_ms", low=1)
         check_key_id(self.key_id)
         if not isinstance(self.signature, (bytes, bytearray)) or len(self.signature) not in (0, 64):
-            raise InvalidArgument("signature must be empty (unsigned) or the 64 bytes of an Ed25519 signature")
+            raise InvalidArgument(
+                "signature must be empty (unsigned) or the 64 bytes of an Ed25519 signature"
+            )
         object.__setattr__(self, "signature", bytes(self.signature))
 
     @classmethod
@@ -305,8 +277,8 @@ class AdminRequest:
         expires_ms: int | None = None,
     ) -> AdminRequest:
         """A new unsigned request with a fresh id; sign it with :meth:`sign`."""
-        return cls(new_request_id(), action, target, params or {}, device, reply_qmgr, reply_queue, created_ms,
-                   expires_ms, key_id)
+        return cls(new_request_id(), action, target, params or {}, device, reply_qmgr, reply_queue,
+                   created_ms, expires_ms, key_id)
 
     def _fields(self) -> dict[str, object]:
         return {
@@ -331,8 +303,10 @@ class AdminRequest:
         if not self.signature:
             return False
         try:
-            key = public_key if isinstance(public_key, Ed25519PublicKey) else Ed25519PublicKey.from_public_bytes(
-                raw_public_key(public_key))
+            key = (
+                public_key if isinstance(public_key, Ed25519PublicKey)
+                else Ed25519PublicKey.from_public_bytes(raw_public_key(public_key))
+            )
             key.verify(self.signature, self.signed_bytes())
         except (InvalidSignature, ValueError):  # ValueError: bytes that are no public key verify nothing
             return False
@@ -346,14 +320,14 @@ class AdminRequest:
         """The request as it travels (canonical CBOR, with the signature)."""
         data = cbor2.dumps({**self._fields(), "sig": self.signature}, canonical=True)
         if len(data) > MAX_REQUEST_BYTES:
-            raise InvalidArgument(f"the request encodes to {len(data)} bytes, more than the {MAX_REQUEST_BYTES} "
-                                  "a device accepts: send smaller params")
+            raise InvalidArgument(f"the request encodes to {len(data)} bytes, "
+                                  f"more than the {MAX_REQUEST_BYTES} a device accepts: send smaller params")
         return data
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AdminRequest:
-        """Decode a request (bounded, every field checked); :class:`AdminError` if it is not one.
-        The signature is not checked here: see :meth:`verify`."""
+        """Decode a request (bounded, every field checked), or :class:`AdminError`; the
+        signature is checked by :meth:`verify`, not here."""
         body = _decode(data, "request", MAX_REQUEST_BYTES, _REQUEST_LIMITS, _REQUEST_KEYS)
         try:
             sig = body["sig"]
@@ -374,8 +348,7 @@ class AdminRequest:
 
 
 def overall_rc(items: Iterable[Mapping[str, object]]) -> ReplyRC:
-    """A reply's rc from its items': success if none failed (or there are none), failed if all
-    did, mixed otherwise.
+    """A reply's rc from its items': success if none failed, failed if all did, mixed otherwise.
 
     >>> overall_rc([{"rc": "success"}, {"rc": "failed"}]), overall_rc([])
     ('mixed', 'success')
@@ -389,7 +362,9 @@ def overall_rc(items: Iterable[Mapping[str, object]]) -> ReplyRC:
 def _item(value: object, index: int) -> Mapping[str, object]:
     item = _plain_map(value, f"results[{index}]", 2, floats=True)
     if item.get("rc") not in ("success", "failed"):
-        raise InvalidArgument(f"results[{index}] rc must be 'success' or 'failed', not {describe(item.get('rc'))}")
+        raise InvalidArgument(
+            f"results[{index}] rc must be 'success' or 'failed', not {describe(item.get('rc'))}"
+        )
     for key in ("object", "reason"):
         if item.get(key) is not None and not isinstance(item.get(key), str):
             raise InvalidType(f"results[{index}] {key} must be text or null, not {describe(item.get(key))}")
@@ -400,11 +375,7 @@ def _item(value: object, index: int) -> Mapping[str, object]:
 
 @dataclass(frozen=True)
 class AdminReply:
-    """A device's answer to one request: ``rc`` (MQe's RC_Success / RC_Fail / RC_Mixed), one
-    result per item acted on (``{"object": name or None, "rc": "success" | "failed",
-    "reason": text or None, ...values}``), a one-line ``message``, and when it was executed
-    (epoch ms, device clock). ``request_id`` is ``""`` when the request was too malformed to
-    name one."""
+    """A device's answer to one request; each field's meaning: docs/admin.md, 'The reply'."""
 
     request_id: str
     device: str
@@ -414,7 +385,9 @@ class AdminReply:
     executed_ms: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.request_id, str) or (self.request_id and not _REQUEST_ID.fullmatch(self.request_id)):
+        if not isinstance(self.request_id, str) or (
+            self.request_id and not _REQUEST_ID.fullmatch(self.request_id)
+        ):
             raise InvalidArgument(f"reply request_id {describe(self.request_id)} is not a request id (or '')")
         check_name(self.device, "device (queue manager) name")
         if self.rc not in get_args(ReplyRC):
@@ -427,17 +400,19 @@ class AdminReply:
 
     @property
     def ok(self) -> bool:
-        """Whether every item succeeded."""
         return self.rc == "success"
 
     def to_bytes(self) -> bytes:
         """The reply as it travels (CBOR); :class:`AdminError` past :data:`MAX_REPLY_BYTES`."""
         data = cbor2.dumps({
-            "v": ADMIN_SCHEMA, "type": "admin-reply", "id": self.request_id, "device": self.device, "rc": self.rc,
-            "results": [as_python(r) for r in self.results], "message": self.message, "executed_ms": self.executed_ms,
+            "v": ADMIN_SCHEMA, "type": "admin-reply", "id": self.request_id, "device": self.device,
+            "rc": self.rc, "results": [as_python(r) for r in self.results], "message": self.message,
+            "executed_ms": self.executed_ms,
         }, canonical=True)
         if len(data) > MAX_REPLY_BYTES:
-            raise AdminError(f"the reply encodes to {len(data)} bytes, more than the {MAX_REPLY_BYTES} allowed")
+            raise AdminError(
+                f"the reply encodes to {len(data)} bytes, more than the {MAX_REPLY_BYTES} allowed"
+            )
         return data
 
     @classmethod
@@ -450,7 +425,9 @@ class AdminReply:
                 raise InvalidType(f"results must be a list, not {describe(results)}")
             for key in ("id", "device", "rc"):
                 _text(body[key], key)
-            return cls(body["id"], body["device"], body["rc"], tuple(results), body["message"], body["executed_ms"])
+            return cls(
+                body["id"], body["device"], body["rc"], tuple(results), body["message"], body["executed_ms"]
+            )
         except EdgeqError as exc:
             raise AdminError(f"malformed admin reply: {exc}") from exc
 
@@ -459,9 +436,8 @@ class AdminReply:
 
 
 def request_message(request: AdminRequest) -> Message:
-    """The message that carries ``request`` to a device's admin queue: correlation id the
-    request id's bytes, and the request's expiry as an absolute one (so it expires there like
-    any message, rules told)."""
+    """The message that carries ``request`` to a device's admin queue: correlation id the request
+    id's bytes, and its ``expires_ms`` as an absolute expiry."""
     return Message(
         request.to_bytes(), correlation_id=bytes.fromhex(request.request_id),
         expiry=None if request.expires_ms is None else Int64(request.expires_ms),
@@ -469,10 +445,9 @@ def request_message(request: AdminRequest) -> Message:
 
 
 def reply_message(reply: AdminReply, uid: MessageUID | None = None) -> Message:
-    """The message that carries ``reply`` to its reply queue (correlation id as the request's).
-    A device gives each request's reply one ``uid``, whatever times it is put, so a reply put
-    again after a crash is recognised as a duplicate."""
+    """The message that carries ``reply`` to its reply queue; a device gives each request's reply
+    one ``uid``, so a reply put again after a crash is a duplicate."""
     return Message(
-        reply.to_bytes(), correlation_id=bytes.fromhex(reply.request_id) if reply.request_id else None, uid=uid,
-        created_ms=reply.executed_ms if uid is not None else None,
+        reply.to_bytes(), correlation_id=bytes.fromhex(reply.request_id) if reply.request_id else None,
+        uid=uid, created_ms=reply.executed_ms if uid is not None else None,
     )

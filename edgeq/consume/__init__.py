@@ -1,1 +1,1 @@
-"""Handing messages to application code: waiting gets, the asyncio doorbell, consumer loops and listeners."""
+"""Handing messages to application code: waiting gets, the asyncio doorbell, consumer loops, listeners."""

@@ -1,12 +1,5 @@
-"""Consumer loops and listeners: the messages of a queue handed to application code,
-each got assured and confirmed once the code is done with it, or undone if it failed.
-
-:class:`Consumer` is what ``QueueManager.consume`` returns: an iterator (and a
-context manager) for a loop in the caller's thread. :class:`Listener` is what
-``QueueManager.listen`` returns: threads that call a callback with every message.
-Both wait for messages through the store's :class:`~edgeq.consume.waiting.Waker`, so they
-wake at once for a put and burn nothing while idle (docs/consumers.md).
-"""
+"""Consumer loops (:class:`Consumer`) and listeners (:class:`Listener`): each message got assured,
+confirmed once the application is done with it, undone if it failed. See docs/consumers.md."""
 
 from __future__ import annotations
 
@@ -47,24 +40,24 @@ def check_readable(gets: Gets, queue: str) -> None:
 
 
 class _Taker:
-    """Takes one message at a time from a queue and settles it (shared by both loops)."""
+    """Takes one message at a time from a queue and settles it (for both loops)."""
 
-    def __init__(self, gets: Gets, queue: str, *, confirm: bool, wanted: Mapping[str, FieldValue] | None) -> None:
+    def __init__(
+        self, gets: Gets, queue: str, *, confirm: bool, wanted: Mapping[str, FieldValue] | None
+    ) -> None:
         self.gets = gets
         self.queue = queue
         self.confirm = confirm
         self.wanted = dict(wanted) if wanted is not None else None
 
     def take(self) -> list[tuple[int | None, Message]]:
-        """The next message, if any, with the confirm id it is locked under (a fresh
-        one; None: taken for good, without ``confirm``)."""
+        """The next message, if any, with its fresh confirm id (None without ``confirm``)."""
         confirm_id = _confirm_id() if self.confirm else None
         got = self.gets.get_many(self.queue, 1, confirm_id=confirm_id, filter=self.wanted)
         return [(confirm_id, message) for message in got]
 
     def done(self, message: Message) -> None:
-        """Confirm an assured get: the message is deleted. If it expired meanwhile, or
-        its lock was released (``release_locks``), there is nothing left to confirm."""
+        """Confirm an assured get; one that expired or lost its lock meanwhile is logged."""
         assert message.uid is not None  # a got message always has one
         try:
             self.gets.confirm_get(self.queue, message.uid)
@@ -75,9 +68,8 @@ class _Taker:
             log.warning("message %s of %s could not be confirmed: %s", message.uid, self.queue, exc)
 
     def failed(self, confirm_id: int, message: Message) -> tuple[bool, str]:
-        """Undo an assured get that failed: one more backout, got again after the queue's
-        redelivery delay (a backout queue may take it instead). Returns whether it was
-        undone, and what became of it, for a log line."""
+        """Undo a failed assured get (one more backout); return whether it was undone and what
+        became of it, for a log line."""
         try:
             _, due = self.gets.undo_due(self.queue, confirm_id)
         except ConfirmIdNotFound as exc:
@@ -91,19 +83,11 @@ class _Taker:
         return True, f"{backouts}, offered again in {max(0, at - self.gets.clock()) / 1000:g} s"
 
     def due_in(self) -> float | None:
-        """Seconds until a message of the queue waiting out a redelivery delay may be got."""
         return self.gets.due_in(self.queue)
 
 
 class Consumer:
-    """The messages of one queue, for a loop: see ``QueueManager.consume``.
-
-    With ``confirm=True`` each message is got assured, and settled by what the loop
-    does next: asking for the next message confirms it (the body finished); leaving a
-    ``with`` block normally (also by ``break``) confirms it, leaving it by an
-    exception undoes it; :meth:`close`, or leaving a bare ``for`` loop early, undoes
-    it (a generator cannot tell ``break`` from an exception: undoing loses nothing).
-    """
+    """The messages of one queue, for a loop: see ``QueueManager.consume`` and docs/consumers.md."""
 
     def __init__(
         self, gets: Gets, waker: Waker, queue: str, *, wait: float, confirm: bool,
@@ -117,7 +101,6 @@ class Consumer:
 
     @property
     def queue(self) -> str:
-        """The queue consumed."""
         return self._taker.queue
 
     def __iter__(self) -> Self:
@@ -140,7 +123,6 @@ class Consumer:
         return message
 
     def _settle(self, *, done: bool) -> None:
-        """Confirm (``done``) or undo the message the body held, if any."""
         held, self._held = self._held, None
         if held is None:
             return
@@ -154,8 +136,7 @@ class Consumer:
                     log.warning("message %s of %s: %s", message.uid, self.queue, what)
 
     def close(self) -> None:
-        """Stop consuming: the message in hand, if any, is undone (visible again, one
-        more backout). Iterating afterwards ends at once."""
+        """Stop consuming: the message in hand, if any, is undone; iterating afterwards ends."""
         self._ended = True
         self._settle(done=False)
 
@@ -179,13 +160,7 @@ class Consumer:
 
 
 class Listener:
-    """Threads handing every message of a queue to a callback: see ``QueueManager.listen``.
-
-    ``stop()`` (or leaving the ``with`` block) stops it: a callback in progress
-    finishes and its message is settled first. An error of the store itself (not of
-    the callback) stops every thread and is kept in :attr:`error`; closing the queue
-    manager stops it too, without an error.
-    """
+    """Threads handing every message of a queue to a callback: see ``QueueManager.listen``."""
 
     def __init__(
         self, gets: Gets, waker: Waker, queue: str, callback: Callable[[Message], object], *,
@@ -201,14 +176,14 @@ class Listener:
         self._failed = 0
         self._traced: dict[str, int] = {}  # uid -> when its callback's traceback was last logged (clock ms)
         self._threads = [
-            threading.Thread(target=self._run, name=f"edgeq-listen:{queue}:{n}", daemon=True) for n in range(threads)
+            threading.Thread(target=self._run, name=f"edgeq-listen:{queue}:{n}", daemon=True)
+            for n in range(threads)
         ]
         for thread in self._threads:
             thread.start()
 
     @property
     def queue(self) -> str:
-        """The queue listened to."""
         return self._taker.queue
 
     @property
@@ -231,21 +206,18 @@ class Listener:
 
     @property
     def running(self) -> bool:
-        """Whether any of its threads still runs."""
         return any(thread.is_alive() for thread in self._threads)
 
     def stop(self, timeout: float | None = None) -> bool:
-        """Stop listening; wait up to ``timeout`` seconds (None: as long as it takes)
-        for callbacks in progress to finish. Return whether every thread has ended.
-        Safe to call twice, and from the callback itself (it then does not wait for
-        its own thread)."""
+        """Stop listening; wait up to ``timeout`` s (None: no limit) for callbacks in progress.
+
+        Return whether every thread has ended. Safe twice, and from the callback itself."""
         self._stopping.set()
         self._waker.poke()
         return self.join(timeout)
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait up to ``timeout`` seconds for the listener to stop (by :meth:`stop`, an
-        error of the store, or the queue manager closing); return whether it has."""
+        """Wait up to ``timeout`` s for the listener to stop; return whether it has."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             if thread is threading.current_thread():
@@ -280,8 +252,7 @@ class Listener:
                 return
 
     def _deliver(self) -> list[tuple[int | None, Message]]:
-        """Take one message and hand it to the callback (inside the waker's busy section,
-        so closing the queue manager lets it finish)."""
+        """Take one message and hand it to the callback, inside the waker's busy section."""
         got = self._taker.take()
         if not got:
             return got
@@ -289,14 +260,18 @@ class Listener:
         try:
             self._callback(message)
         except BaseException as exc:
-            what = self._taker.failed(confirm_id, message)[1] if confirm_id is not None else "it is gone (confirm=False)"
+            what = (
+                self._taker.failed(confirm_id, message)[1] if confirm_id is not None
+                else "it is gone (confirm=False)"
+            )
             with self._lock:
                 self._failed += 1
             if not isinstance(exc, Exception):
                 raise  # SystemExit and the like stop the listener
             traced = self._trace_due(str(message.uid))
-            log.error("the listener's callback failed on message %s of %s (%s: %s); %s%s", message.uid, self.queue,
-                      type(exc).__name__, exc, what, "" if traced else " (traceback logged within the last minute)",
+            log.error("the listener's callback failed on message %s of %s (%s: %s); %s%s",
+                      message.uid, self.queue, type(exc).__name__, exc, what,
+                      "" if traced else " (traceback logged within the last minute)",
                       exc_info=exc if traced else None)
         else:
             if confirm_id is not None:
@@ -306,9 +281,8 @@ class Listener:
         return got
 
     def _trace_due(self, uid: str) -> bool:
-        """Whether a failure of message ``uid`` gets its traceback logged: at most once
-        per :data:`TRACEBACK_EVERY_MS` a message (a poison message's next failures log
-        one line each). Only uids traced within that time are remembered."""
+        """Whether this failure of ``uid`` logs its traceback: at most once per
+        :data:`TRACEBACK_EVERY_MS` a message."""
         now = self._taker.gets.clock()
         with self._lock:
             last = self._traced.get(uid)

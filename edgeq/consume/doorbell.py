@@ -1,6 +1,5 @@
-"""A doorbell for coroutines waiting for a store to change: rung in the event loop
-from the store's :class:`~edgeq.consume.waiting.Waker`, so an asyncio get waits without
-holding a thread (``edgeq.aio``)."""
+"""A doorbell rung in the event loop when the store changes, so an asyncio get waits without
+holding a thread (``edgeq.aio``; docs/aio.md)."""
 
 from __future__ import annotations
 
@@ -22,12 +21,7 @@ log = logging.getLogger("edgeq")
 class Doorbell:
     """Rings in the event loop whenever the store changes, while any coroutine listens.
 
-    A thread sits in the store's :class:`~edgeq.consume.waiting.Waker` (so another process's
-    commits are watched for too) and, at each change, schedules :meth:`_ring` on the
-    loop; it leaves as soon as nobody listens. A listener reads :attr:`rings` *before*
-    its attempt and awaits :meth:`after` it: a change during the attempt has rung by
-    then, so no wake-up is lost.
-    """
+    A listener reads :attr:`rings` before its attempt and awaits :meth:`after` it: no wake-up is lost."""
 
     def __init__(self, waker: Waker, loop: asyncio.AbstractEventLoop) -> None:
         self._waker = waker
@@ -57,8 +51,8 @@ class Doorbell:
             self._waker.poke()
 
     async def after(self, seen: int, deadline: float | None) -> bool:
-        """Wait until the bell rang after ``seen`` rings (True), or the loop's clock
-        reached ``deadline`` (False; None: no deadline)."""
+        """Wait until the bell rang after ``seen`` rings (True), or the loop's clock reached
+        ``deadline`` (False; None: none)."""
         while self.rings <= seen:
             if self.closed:
                 raise QueueManagerClosed("the queue manager was closed while a get waited")

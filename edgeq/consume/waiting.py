@@ -1,42 +1,7 @@
 """Waiting for messages: what a get with ``wait=`` does between its attempts.
 
-A waiting get never polls the queue. It tries an ordinary get (so expiry, filters,
-priorities and integrity checks apply at every attempt exactly as without a wait);
-if that finds nothing, it sleeps on the store's :class:`Waker` until something
-*changed* in the store, or its deadline passes, and tries again. Changes are
-announced two ways:
-
-- **this queue manager** (any of its threads): the connection factory calls
-  :meth:`Waker.notify` after every write transaction that changed a row, so a
-  put, an assured put's confirm, an undone get, a transmission receipt or an
-  alter wakes the waiters at once (about a thread switch);
-- **another process, or another QueueManager on the same file**: a watcher
-  thread reads ``PRAGMA data_version`` on its own connection, which changes
-  whenever another connection commits. It runs only while someone waits, and
-  polls adaptively: every 5 ms just after a change, backing off to every 40 ms
-  when nothing happens (about 25 cheap reads a second: well under 1% of a core,
-  and a wake-up within ~20 ms at the median). The stdlib has no file-change
-  notification, and the WAL file's size or mtime can miss a commit (a WAL
-  restarted from its beginning keeps its size; mtimes are coarse).
-
-A change wakes every waiter of the store: each retries its own get, one takes the
-message, the others find nothing and sleep again. A retry that finds nothing
-changes nothing (beyond discarding, once, expired messages it met), so it wakes
-nobody: no waiter can keep another one spinning.
-
-No wake-up is lost: a waiter takes the waker's change count *before* each
-attempt, and sleeps only while the count is unchanged; the watcher, whenever it
-starts watching, re-reads ``data_version`` and then counts a change, so a commit
-it could not have seen still makes every waiter try again.
-
-A message waiting out its redelivery delay (``edgeq.queues.backout``) becomes gettable with no
-change to the store: after an empty attempt the waiter asks when the queue's earliest
-delayed message is due (one indexed read, on this path only) and sleeps no longer than
-that. A :class:`~edgeq.clock.ManualClock` moved forward counts as a change.
-
-Closing the queue manager (:meth:`Waker.close`) wakes every waiter: a waiting get
-raises :class:`~edgeq.errors.QueueManagerClosed`.
-"""
+It retries an ordinary get only after the store changed (this process's commits, or another's seen
+by a ``data_version`` watcher), or a redelivery delay ended. See docs/consumers.md, 'How wake-ups work'."""
 
 from __future__ import annotations
 
@@ -68,8 +33,8 @@ _MAX_SLEEP_S = 3600.0
 
 
 def check_wait(wait: object) -> float | None:
-    """A wait: seconds (int or float) or a :class:`~datetime.timedelta`, never
-    negative; ``math.inf`` waits until a message comes. None means no wait.
+    """A wait: seconds or a :class:`~datetime.timedelta`, never negative; ``math.inf`` waits until a
+    message comes, None means no wait.
 
     >>> check_wait(2), check_wait(timedelta(milliseconds=250)), check_wait(None)
     (2.0, 0.25, None)
@@ -96,16 +61,7 @@ def check_wait(wait: object) -> float | None:
 
 
 class Waker:
-    """Where the getters of one queue manager wait for the store to change.
-
-    >>> import tempfile, os
-    >>> from edgeq.store.connection import ConnectionFactory
-    >>> db = ConnectionFactory(os.path.join(tempfile.mkdtemp(), "x.db"))
-    >>> waker = Waker(db)
-    >>> waker.until(lambda: [], 0.01)        # nothing came within 10 ms
-    []
-    >>> waker.close(); db.close()
-    """
+    """Where the getters of one queue manager wait for the store to change."""
 
     def __init__(
         self, db: ConnectionFactory, *, poll_min_s: float = POLL_MIN_S, poll_max_s: float = POLL_MAX_S,
@@ -139,12 +95,11 @@ class Waker:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
         return self._closed
 
     @property
     def waiting(self) -> int:
-        """How many getters wait now (found nothing, and wait for a change)."""
+        """How many getters wait for a change now."""
         with self._cond:
             return self._waiters
 
@@ -154,16 +109,9 @@ class Waker:
         self, attempt: Callable[[], list[T]], wait: object, *, stop: Callable[[], bool] | None = None,
         due: Callable[[], float | None] | None = None,
     ) -> list[T]:
-        """Call ``attempt`` until it returns something, for at most ``wait`` (see
-        :func:`check_wait`; None: once), retrying only after the store changed, or
-        when ``due()`` (asked after each empty attempt) says something becomes
-        available without a change: in that many seconds (a message's redelivery
-        delay ending; None: nothing will).
-
-        Returns what ``attempt`` returned, or an empty list when the wait ended (or
-        ``stop()`` became true: call :meth:`poke` after making it so). Raises
-        :class:`QueueManagerClosed` once the queue manager is closing.
-        """
+        """Call ``attempt`` until it returns something, for at most ``wait`` (None: once), retrying after
+        a store change or when ``due()`` seconds pass; ``[]`` when the wait ends or ``stop()`` (then
+        :meth:`poke`). Raises :class:`QueueManagerClosed` once closing."""
         seconds = check_wait(wait)
         if seconds is None:
             return attempt()
@@ -190,8 +138,8 @@ class Waker:
 
     @contextmanager
     def busy(self) -> Iterator[None]:
-        """A section that :meth:`close` lets finish (a get and what settles it) before the
-        store's connections close; raises :class:`QueueManagerClosed` if closing already."""
+        """A section :meth:`close` lets finish before the connections close; raises
+        :class:`QueueManagerClosed` if closing already."""
         me = threading.get_ident()
         with self._cond:
             if self._closed and me not in self._inside:
@@ -208,8 +156,7 @@ class Waker:
                     self._cond.notify_all()  # close() may be waiting for this section
 
     def _sleep(self, token: int, deadline: float, stop: Callable[[], bool] | None) -> bool:
-        """Sleep until the store changed after ``token`` (True: try again), or the
-        deadline passed or ``stop()`` (False)."""
+        """Sleep until the store changed after ``token`` (True), or the deadline or ``stop()`` (False)."""
         with self._cond:
             while True:
                 if self._closed:
@@ -246,7 +193,7 @@ class Waker:
     # -- the watcher -------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        """Announce other connections' commits while anyone waits (see the module docstring)."""
+        """Announce other connections' commits while anyone waits (docs/consumers.md)."""
         try:
             conn = self._db.connection()  # this thread's own connection, closed with the store
             watching = False
@@ -285,9 +232,8 @@ class Waker:
     # -- closing ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Wake every waiter (their gets raise :class:`QueueManagerClosed`), let the
-        sections in progress in other threads finish (up to ``close_timeout_s``), and
-        stop the watcher. Call it before closing the store's connections."""
+        """Wake every waiter (their gets raise), let other threads' sections finish (up to
+        ``close_timeout_s``) and stop the watcher; call it before closing the connections."""
         me = threading.get_ident()
         with self._cond:
             if self._closed:

@@ -1,5 +1,4 @@
-"""Rule bindings: validating, storing and re-attaching a queue's rules, and the
-queue manager's rule API (:class:`RuleBook`)."""
+"""Rule bindings: validating, storing and re-attaching a queue's rules; the rule API (:class:`RuleBook`)."""
 
 from __future__ import annotations
 
@@ -89,8 +88,8 @@ def build_bindings(
 
 
 class BrokenRule:
-    """Stands in for a persisted rule whose plugin failed to load: every hook raises,
-    so its events are retried and parked (visible in ``rule_failures``), never lost."""
+    """Stands in for a persisted rule whose plugin failed to load: every hook raises, so its events
+    are retried and parked, never lost."""
 
     def __init__(self, name: str, reason: str) -> None:
         self.name, self.reason = name, reason
@@ -100,15 +99,13 @@ class BrokenRule:
             raise AttributeError(hook)
 
         def fail(event: object) -> None:
-            """Raise: the rule's plugin is not loaded."""
             raise RuntimeError(f"rule {self.name!r} is not loaded: {self.reason}")
 
         return fail
 
 
 def attach_stored(qm: RuleHost, rows: Sequence[BindingRow]) -> dict[str, list[Binding]]:
-    """Re-attach persisted bindings at open. A broken plugin is logged and stood in for;
-    it never stops the queue manager or other queues."""
+    """Re-attach persisted bindings at open; a broken plugin is logged and stood in for."""
     out: dict[str, list[Binding]] = {}
     for row in rows:
         key = f"b{row.id}"
@@ -124,8 +121,7 @@ def attach_stored(qm: RuleHost, rows: Sequence[BindingRow]) -> dict[str, list[Bi
     return out
 
 class RuleBook:
-    """The rule API of a queue manager: in-process rules, bindings, failed deliveries
-    and the counters rules keep. ``host`` is what rules are attached to."""
+    """A queue manager's rule API: in-process rules, bindings, failed deliveries, counters."""
 
     def __init__(self, qm_name: str, host: RuleHost, sink: EventSink) -> None:
         self.qm_name = qm_name
@@ -165,7 +161,6 @@ class RuleBook:
             return RuleTx(conn).failures(parked=parked)
 
     def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
-        """Retry failed deliveries now (see ``QueueManager.retry_rule_failures``)."""
         if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
             raise InvalidType(f"event_id must be an int, not {event_id!r}")
         if parked:
@@ -174,7 +169,6 @@ class RuleBook:
         return self.sink.rules.retry(force=True, event_id=event_id)
 
     def queue_stats(self, queue: str) -> dict[str, int]:
-        """A queue's persistent counters."""
         check_name(queue, "queue name")
         with self.sink.db.read() as conn:
             require_queue(Tx(conn), self.qm_name, queue)
@@ -183,8 +177,8 @@ class RuleBook:
     def apply_stats_each(
         self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
     ) -> list[bool]:
-        """Add a batch of ``(increments, event_id)`` to a queue's counters in one write,
-        once per durable event id; return whether each was applied."""
+        """Add ``(increments, event_id)`` pairs to a queue's counters in one write, once per durable
+        event id; return whether each was applied."""
         check_name(queue, "queue name")
         if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
             raise InvalidType("apply_stats_each takes a list of (increments, event_id) pairs")

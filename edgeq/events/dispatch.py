@@ -1,17 +1,7 @@
 """Delivering queue events to rules: after commit, in binding order, never lost.
 
-Expiry and removal events on a queue with persisted rule bindings are written to
-``rule_events`` inside the transaction that deleted the message, delivered after
-it commits, and forgotten in a later transaction. A crash anywhere in between
-leaves the event in the table, and it is delivered again when the queue
-manager reopens: at-least-once, with a stable id. A hook that raises is logged
-with the event id, counted, retried with exponential backoff, and parked after
-``retry_limit`` attempts; it never blocks other rules or the queue.
-
-Each rule is given the events of one commit together: its batch hook
-(``QueueRule.on_events``) once if it has one, so a rule can do its work for a
-``put_many`` of 10,000 in one write; else its per-event hooks, one call each.
-"""
+How (recorded in the deleting transaction, at-least-once, retried, parked): docs/rules.md,
+'What edgeq guarantees about delivery'."""
 
 from __future__ import annotations
 
@@ -47,8 +37,8 @@ DURABLE_KINDS = frozenset({"expired", "removed"})
 
 @dataclass(slots=True)
 class Pending:
-    """An event owed to a queue's rules; ``id`` is set once it is recorded durably.
-    ``new``: an ``added`` event's row as put (its copy is made only if a rule reads it)."""
+    """An event owed to a queue's rules; ``id`` is set once it is recorded durably. ``new``: an
+    ``added`` event's row as put (copied only if a rule reads it)."""
 
     kind: EventKind
     queue: str
@@ -74,7 +64,6 @@ def _from_stored(row: EventRow) -> Pending:
 
 
 def _by_queue(events: Iterable[Pending]) -> dict[str, list[Pending]]:
-    """Events by queue, each queue's in the order they happened."""
     out: dict[str, list[Pending]] = {}
     for ev in events:
         out.setdefault(ev.queue, []).append(ev)
@@ -82,7 +71,6 @@ def _by_queue(events: Iterable[Pending]) -> dict[str, list[Pending]]:
 
 
 def _batched(rule: object) -> bool:
-    """Whether a rule has its own batch hook (``on_events`` overridden)."""
     from edgeq.rules.base import QueueRule
 
     hook = getattr(type(rule), "on_events", None)
@@ -130,11 +118,9 @@ class Dispatcher:
     # -- bindings ------------------------------------------------------------------------
 
     def of(self, queue: str) -> tuple[Binding, ...]:
-        """The queue's bindings, in delivery order (``()`` if it has none)."""
         return self._bindings.get(queue, ())
 
     def wants(self, queue: str) -> bool:
-        """Whether any rule is bound to ``queue``."""
         return queue in self._bindings
 
     def durable(self, queue: str) -> bool:
@@ -162,7 +148,6 @@ class Dispatcher:
             return len(after) != len(before)
 
     def drop(self, queue: str) -> None:
-        """Forget every binding of ``queue`` (as when it is deleted)."""
         with self._lock:
             self._bindings.pop(queue, None)
 
@@ -191,8 +176,8 @@ class Dispatcher:
     # -- after commit -----------------------------------------------------------------------
 
     def _events(self, pending: Iterable[Pending]) -> list[RuleEvent]:
-        """The rules' view of ``pending``. The message copy of a row in clear is made only if
-        a rule reads it; a sealed row is opened now, while the store's keys are at hand."""
+        """The rules' view of ``pending``: a clear row is copied only if a rule reads it; a sealed
+        row is opened now, while the store's keys are at hand."""
         from edgeq.rules.base import RuleEvent
 
         out = []
@@ -209,13 +194,11 @@ class Dispatcher:
         return out
 
     def _copy(self, queue: str, row: MessageRow | NewMessage, at_ms: int) -> Message:
-        """A rule's copy of the message of ``row`` (as stored, or as put), as it was at ``at_ms``."""
         stored = row if isinstance(row, MessageRow) else as_stored(queue, row)
         return to_message(self._unseal(queue, stored), at_ms)
 
     def _call(self, binding: Binding, hook: str, events: Sequence[RuleEvent]) -> str | None:
-        """Run one hook (``events``: the one event of a per-event hook, or a batch);
-        return None, or the error text if it raised."""
+        """Run one hook on one event or a batch; return None, or the error text if it raised."""
         try:
             if hook == "events":
                 binding.rule.on_events(events)
@@ -231,9 +214,8 @@ class Dispatcher:
         return None
 
     def _deliver(self, binding: Binding, events: Sequence[RuleEvent]) -> list[tuple[RuleEvent, str]]:
-        """Give one rule a commit's events of its queue: all at once if it has a batch hook,
-        else one hook call per event (so one failing event does not fail the others).
-        Returns the events whose delivery failed, with the error."""
+        """Give one rule a commit's events: all at once to a batch hook, else one call per event
+        (one failing event does not fail the others). Returns the failed events with their error."""
         if _batched(binding.rule):
             error = self._call(binding, "events", events)
             return [] if error is None else [(event, error) for event in events]
@@ -245,8 +227,7 @@ class Dispatcher:
         return failed
 
     def dispatch(self, events: list[Pending]) -> None:
-        """Deliver events to every rule in binding order, each rule a queue's events of
-        the commit together; record failures of durable ones."""
+        """Deliver events to every rule in binding order; record failures of durable ones."""
         failed: list[tuple[int, str, Binding, str]] = []
         for queue, pending in _by_queue(events).items():
             bindings = self.of(queue)
@@ -287,8 +268,8 @@ class Dispatcher:
         return len(rows)
 
     def retry(self, *, force: bool = False, event_id: int | None = None) -> int:
-        """Retry failed deliveries that are due (with ``force``: all that are not
-        parked, now), optionally only those of ``event_id``; return how many succeeded."""
+        """Retry the failed deliveries that are due (``force``: all not parked), optionally only
+        ``event_id``'s; return how many succeeded."""
         now = self._clock()
         with self._db.read() as conn:
             due = RuleTx(conn).failures(parked=False, due_ms=None if force else now)

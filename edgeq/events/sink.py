@@ -1,13 +1,7 @@
 """The event sink: the one writer of what a queue manager owes its rules and its journal.
 
-Every part that adds, removes or discards messages turns the rows into
-:class:`~edgeq.events.dispatch.Pending` events here (:meth:`EventSink.events`, which makes
-no copies when nothing wants them), records them durably in its own transaction
-(:meth:`EventSink.record`: rule events and journal rows) and delivers them after
-the commit (:meth:`EventSink.dispatch`). The journal's readers and the device
-expiry reports a home server receives are here too, so journal rows are written
-in one place.
-"""
+Events are made here (no copies when nothing wants them), recorded in the caller's transaction and
+delivered after the commit; the journal's readers are here too, so its rows are written in one place."""
 
 from __future__ import annotations
 
@@ -51,12 +45,11 @@ _READ = frozenset({"expired", "removed"})
 class EventSink:
     """Builds, records and delivers a queue manager's rule events and journal rows.
 
-    ``journal`` is ``"server"`` (accepted, expired and delivered messages),
-    ``"device"`` (expiries only, an outbox to report) or None.
-    """
+    ``journal``: ``"server"`` (accepted, expired, delivered), ``"device"`` (expiries only) or None."""
 
     def __init__(
-        self, qm_name: str, db: ConnectionFactory, clock: Clock, rules: Dispatcher, journal: JournalSide | None
+        self, qm_name: str, db: ConnectionFactory, clock: Clock, rules: Dispatcher,
+        journal: JournalSide | None,
     ) -> None:
         self.qm_name = qm_name
         self.db = db
@@ -66,16 +59,14 @@ class EventSink:
 
     @contextmanager
     def write(self, *, durable: bool = True) -> Iterator[Tx]:
-        """A write transaction; the rule events delivered since the last one are
-        forgotten in it (so a crash re-delivers only what was not delivered)."""
+        """A write transaction that also forgets the rule events delivered since the last one."""
         with self.db.write(durable=durable) as conn:
             self.rules.flush(conn)
             yield Tx(conn)
 
     def run(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
-        """``body`` in a write transaction, as :meth:`write` would run it; concurrent
-        calls share one thread's transaction (``ConnectionFactory.run``): ``body`` may run
-        on another thread, so it must use only its ``Tx`` and thread-safe state."""
+        """``body`` in a write transaction shared with concurrent calls (``ConnectionFactory.run``):
+        it may run on another thread, so it must use only its ``Tx`` and thread-safe state."""
 
         def step(conn: sqlite3.Connection) -> T:
             self.rules.flush(conn)
@@ -86,9 +77,8 @@ class EventSink:
     # -- events ----------------------------------------------------------------------------
 
     def observed(self, queue: str, kind: EventKind) -> bool:
-        """Whether anything must see this queue's ``kind`` events: its rules, or the
-        journal (a server's journals expiries and deliveries, a device's only expiries,
-        so a syncing device pays nothing extra on its puts and transmissions)."""
+        """Whether rules or the journal must see this queue's ``kind`` events (a device's journal
+        takes only expiries, so its puts and transmissions pay nothing extra)."""
         if self.rules.wants(queue):
             return True
         if self.journal == "server":
@@ -105,21 +95,14 @@ class EventSink:
         return [Pending(kind, queue, now_ms, row=row, where=where, reason=reason) for row in rows]
 
     def added(self, queue: str, rows: Iterable[NewMessage], now_ms: int) -> list[Pending]:
-        """One ``added`` event per row put; empty if nothing wants them. The rows are
-        kept as put: a rule's copy is made only if it reads the message."""
+        """One ``added`` event per row put, kept as put; empty if nothing wants them."""
         if not self.observed(queue, "added"):
             return []
         return [Pending("added", queue, now_ms, new=row) for row in rows]
 
     def record(self, tx: Tx, events: list[Pending]) -> None:
-        """Make the events durable in the caller's transaction: rule events and journal entries.
-
-        A removed or expired row that fails its checksum is never passed on: its event
-        becomes a removal for reason ``quarantined`` and the row goes to the quarantine
-        (the caller already deleted it), so no rule and no journal sees damaged values.
-        An intact row discarded as expired that has not expired was found through a
-        damaged deadline index: that is raised, and the caller's transaction undone.
-        """
+        """Make the events durable in the caller's transaction (a damaged row becomes a ``quarantined``
+        removal; an "expired" row that has not expired raises: a damaged deadline index)."""
         for ev in events:
             row = ev.row
             if row is None or ev.kind not in _READ or ev.reason == "quarantined":
@@ -128,8 +111,8 @@ class EventSink:
                 self._set_aside(tx, ev, row)
             elif ev.kind == "expired" and not is_expired(row, ev.at_ms):  # its deadline came from an index
                 raise index_damaged(
-                    f"message {row.origin}.{row.stamp} of queue {ev.queue!r} was taken for expired through the "
-                    "deadline index, and it is not", tx.conn,
+                    f"message {row.origin}.{row.stamp} of queue {ev.queue!r} was taken for expired "
+                    "through the deadline index, and it is not", tx.conn,
                 )
         self.rules.record(tx.conn, events)
         if self.journal is None:
@@ -170,21 +153,14 @@ class EventSink:
         )
 
     def dispatch(self, events: list[Pending]) -> None:
-        """Deliver recorded events to the rules (after their transaction committed)."""
         self.rules.dispatch(events)
 
     def quarantine(
-        self, tx: Tx, q: QueueRow, row: MessageRow, now: int, *, through_index: bool = False, same_tx: bool = True,
+        self, tx: Tx, q: QueueRow, row: MessageRow, now: int, *, through_index: bool = False,
+        same_tx: bool = True,
     ) -> list[Pending]:
-        """Move a row of ``q`` that failed its integrity check to the quarantine; rules see
-        it removed (``quarantined``, with its uid only).
-
-        ``through_index``: the row was read through an index and failed its checksum, so
-        it is read again from the table first (:func:`edgeq.store.verify.diagnose`): if the
-        table holds it intact, the index is damaged, and that is raised instead (nothing
-        is quarantined). ``same_tx=False``: the row was read in an earlier transaction,
-        and is skipped if it is gone since.
-        """
+        """Quarantine a row of ``q`` failing its integrity check (``through_index``: unless only the
+        index is damaged, raised; ``same_tx=False``: read earlier, skipped if gone since)."""
         with lenient(tx.conn):  # a damaged row's text may not even be UTF-8
             if through_index:
                 found = diagnose(tx, q, row, same_tx=same_tx)
@@ -192,22 +168,26 @@ class EventSink:
                     return []
                 q, row = found
             tx.quarantine(q.name, q.id, row, "integrity check failed", now)
-        log.error("message %s.%s on queue %s failed its integrity check: quarantined", row.origin, row.stamp, q.name)
+        log.error(
+            "message %s.%s on queue %s failed its integrity check: quarantined", row.origin, row.stamp, q.name
+        )
         return self._copies(q.name, row, now)
 
     def _copies(self, queue: str, row: MessageRow, now: int) -> list[Pending]:
-        """The event of a quarantined row, if anything wants it: removed, ``quarantined``,
-        carrying the uid alone (none if even that is unreadable)."""
+        """The event of a quarantined row, if anything wants it: removed, with its uid alone (if readable)."""
         if not self.observed(queue, "removed"):
             return []
         return [Pending("removed", queue, now, row=stripped(row), reason="quarantined")]
 
     def _set_aside(self, tx: Tx, ev: Pending, row: MessageRow) -> None:
-        """A row already deleted that fails its checksum: quarantine it, and tell its event so."""
+        """Quarantine a row already deleted that fails its checksum, and turn its event to say so."""
         q = tx.queue(ev.queue)
         with lenient(tx.conn):
             tx.quarantine(ev.queue, q.id if q is not None else 0, row, "integrity check failed", ev.at_ms)
-        log.error("message %s.%s on queue %s failed its integrity check: quarantined", row.origin, row.stamp, ev.queue)
+        log.error(
+            "message %s.%s on queue %s failed its integrity check: quarantined",
+            row.origin, row.stamp, ev.queue,
+        )
         ev.kind, ev.where, ev.reason, ev.row = "removed", None, "quarantined", stripped(row)
 
     # -- the journal -----------------------------------------------------------------------
@@ -265,8 +245,7 @@ class EventSink:
 
 
 def _device_expiry_row(device: str, e: JournalEntry, clock_offset_ms: int) -> tuple[object, ...]:
-    """The journal row of an expiry (or dead-lettering) ``device`` reported, its times
-    rebased to our clock."""
+    """The journal row of an expiry (or dead-lettering) ``device`` reported, rebased to our clock."""
     kind: JournalKind = next((k for k in DEVICE_KINDS if k == e.kind), "expired")
     return entry_row(
         kind, "device", e.at_ms - clock_offset_ms, e.queue, e.uid, e.origin,

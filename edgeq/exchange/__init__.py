@@ -1,1 +1,1 @@
-"""Exchanging messages with other queue managers: transmission, held puts and restored stores."""
+"""Exchanging messages with other queue managers: transmission, held puts, restored stores."""

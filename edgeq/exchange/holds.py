@@ -1,16 +1,4 @@
-"""Held puts: assured puts stored locked and never confirmed, by sender.
-
-A home server stores every pushed batch put-locked (invisible) until the device
-confirms it. A device that never confirms — it crashed for good, or a key was
-stolen — would leave those rows on the server for ever, unseen by any get and
-never expiring unless they carry an expiry. :class:`Holds` lets the server see
-them per sender (the queue manager name in each uid's origin, any incarnation),
-measure them for a quota, and undo them: an undone put is as if it had never
-arrived (rules see ``removed`` with reason ``deleted``, as for ``qm.undo``), so
-the device's resend of the same uid is stored afresh. Its SQL is
-:class:`HeldTx`, on the partial index ``messages_put_locked (origin, arrived_ms)``
-(schema v8), so every query reads held rows only.
-"""
+"""Held puts: assured puts stored locked and never confirmed, by sender (docs/protocol.md, 'Held puts')."""
 
 from __future__ import annotations
 
@@ -90,7 +78,8 @@ class HeldTx:
             return HeldUsage(0, 0)
         count, size = self.conn.execute(
             # CROSS JOIN: the uids drive the loop, each a seek on messages_uid (never a queue scan).
-            f"SELECT count(*), ifnull(sum({_SIZE}), 0) FROM json_each(?) AS u CROSS JOIN messages ON queue_id = ? "
+            f"SELECT count(*), ifnull(sum({_SIZE}), 0) FROM json_each(?) AS u "
+            "CROSS JOIN messages ON queue_id = ? "
             "AND origin = json_extract(u.value, '$[0]') AND stamp = json_extract(u.value, '$[1]') "
             f"WHERE state = {_PUT_LOCKED}",
             (json.dumps([[origin, stamp] for origin, stamp in uids]), queue_id),
@@ -120,7 +109,8 @@ class HeldTx:
         ``arrived_by``: (queue id, row id)."""
         where, args = self._held_by(sender)
         rows = self.conn.execute(
-            f"SELECT queue_id, id FROM messages WHERE {where} AND arrived_ms <= ? LIMIT ?", (*args, arrived_by, limit)
+            f"SELECT queue_id, id FROM messages WHERE {where} AND arrived_ms <= ? LIMIT ?",
+            (*args, arrived_by, limit),
         )
         return [(int(q), int(i)) for q, i in rows]
 
@@ -145,7 +135,9 @@ class Holds:
         self.sink = sink
         self.clock = sink.clock
 
-    def usage(self, sender: str, *, queue: str | None = None, uids: Sequence[MessageUID | str] | None = None) -> HeldUsage:
+    def usage(
+        self, sender: str, *, queue: str | None = None, uids: Sequence[MessageUID | str] | None = None
+    ) -> HeldUsage:
         """What ``sender`` holds put-locked; with ``queue`` and ``uids``, only those of
         the uids that ``queue`` holds put-locked (``oldest_ms`` is then None)."""
         checked = check_name(sender, "sender (a queue manager name)")
@@ -160,14 +152,15 @@ class Holds:
     def held(self, sender: str | None = None, *, older_than_ms: int | None = None) -> list[HeldGroup]:
         """The held puts (of ``sender``; held at least ``older_than_ms``) by sender and queue."""
         sender = _check_sender(sender)
-        arrived_by = None if older_than_ms is None else self.clock() - _check_age(older_than_ms, "older_than_ms")
+        arrived_by = (
+            None if older_than_ms is None else self.clock() - _check_age(older_than_ms, "older_than_ms")
+        )
         with self.sink.db.read() as conn:
             return HeldTx(conn).groups(sender, arrived_by)
 
     def undo(self, sender: str | None = None, *, older_than_ms: int = 0) -> int:
-        """Undo the held puts (of ``sender``) that arrived ``older_than_ms`` or more ago,
-        a batch per transaction; return how many. One that has expired meanwhile is
-        discarded as expired (``where="sweep"``), the others removed as ``deleted``."""
+        """Undo the held puts (of ``sender``) that arrived ``older_than_ms`` or more ago, a batch
+        per transaction; return how many."""
         sender = _check_sender(sender)
         age = _check_age(older_than_ms, "older_than_ms")
         total = 0
@@ -183,10 +176,12 @@ class Holds:
                 for queue_id, row_ids in by_queue.items():
                     rows = tx.delete(queue_id, row_ids)
                     name = names[queue_id]
-                    events += self.sink.events(name, "expired", [r for r in rows if is_expired(r, now)], now,
-                                               where="sweep")
-                    events += self.sink.events(name, "removed", [r for r in rows if not is_expired(r, now)], now,
-                                               reason="deleted")
+                    events += self.sink.events(
+                        name, "expired", [r for r in rows if is_expired(r, now)], now, where="sweep"
+                    )
+                    events += self.sink.events(
+                        name, "removed", [r for r in rows if not is_expired(r, now)], now, reason="deleted"
+                    )
                 self.sink.record(tx, events)
             self.sink.dispatch(events)
             total += len(picked)

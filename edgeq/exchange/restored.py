@@ -1,14 +1,5 @@
-"""A device store found restored from an older copy (a backup, an SD-card image, a VM
-snapshot): behind what its home server has seen of its origin.
-
-The sync agent asks at every hello (:meth:`QueueManager.check_restored`): the server
-answers its settled mark for the store's origin (no uid below it will ever be taken
-again) and the highest stamp of that origin it has seen. A store that holds a message
-below that mark, or has never issued that stamp, lived on elsewhere after the copy was
-taken. It then takes a new incarnation, in one transaction with a record of what was
-found, so that nothing it makes from then on can collide with what its old life sent
-(docs/protocol.md, "A store restored from a backup").
-"""
+"""A device store found restored from an older copy (a backup, an image, a snapshot): behind what
+its home server has seen of its origin. See docs/protocol.md, 'A store restored from a backup'."""
 
 from __future__ import annotations
 
@@ -42,16 +33,14 @@ class Restoration:
     resends: int  #: messages held here below that mark: the server answers them as delivered
 
     def as_dict(self) -> dict[str, Any]:
-        """For JSON."""
         return asdict(self)
 
 
 def check_restored(
     sink: EventSink, name: str, origin: str, server: str, *, settled: int | None, seen: int | None
 ) -> Restoration | None:
-    """Compare the store with what ``server`` has seen of ``origin``; if it is behind,
-    draw a new incarnation (stamps raised above ``seen``) and keep the record, in one
-    transaction. None: the store is not behind."""
+    """Compare the store with what ``server`` has seen of ``origin``; if it is behind, take
+    a new incarnation and keep the record, in one transaction. None: not behind."""
     check_name(server, "server")
     settled = None if settled is None else check_stamp(settled, "settled")
     seen = None if seen is None else check_stamp(seen, "seen")
@@ -85,8 +74,7 @@ def origin_seen(sink: EventSink, origin: str) -> tuple[int | None, int | None]:
 
 
 def settled_marks(sink: EventSink, origins: Collection[str]) -> dict[str, int]:
-    """The settled mark of each of ``origins`` that has one: below it, a uid of that origin
-    was settled by its sender and is never taken again."""
+    """The settled mark of each of ``origins`` that has one (below it, a uid is never taken again)."""
     checked = {check_origin(o, "origin") for o in origins}
     with sink.db.read() as conn:
         return Tx(conn).settled_marks(checked)

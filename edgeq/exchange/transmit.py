@@ -1,7 +1,5 @@
-"""The transmitter: the outbound side of remote queues (what the sync agent reads and
-deletes once the target confirmed it, and sync-mode delivery inside ``put``), and the
-settling of remembered uids that makes exactly-once independent of time
-(``docs/protocol.md``, "Exactly once without a time window")."""
+"""The transmitter: remote queues' outbound side (read by the sync agent, deleted once confirmed;
+sync-mode delivery inside ``put``) and the settling of remembered uids (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -130,19 +128,19 @@ class Transmitter:
         with self.sink.write() as tx:
             q = require_queue(tx, self.qm_name, queue)
             # One indexed SELECT per origin and 500 uids, not one per uid.
-            ids = [row.id for row in tx.find_many(q.id, [(uid.origin, uid.stamp) for uid in checked]).values()]
+            ids = [
+                row.id for row in tx.find_many(q.id, [(uid.origin, uid.stamp) for uid in checked]).values()
+            ]
             events = self.sink.events(queue, "removed", tx.delete(q.id, ids), now, reason="transmitted")
             self.sink.record(tx, events)
         self.sink.dispatch(events)
         return len(ids)
 
     def settled_below(self) -> int:
-        """This store's low-water mark (see ``QueueManager.settled_below``)."""
         with self.sink.db.read() as conn:
             return Tx(conn).transmission_low_water(self.origin)
 
     def settle(self, origin: str, below: int) -> int:
-        """Forget ``origin``'s remembered uids below ``below`` (see ``QueueManager.settle``)."""
         check_origin(origin, "settle origin")
         below = check_stamp(below, "below")
         with self.sink.write(durable=False) as tx:  # lost in a power cut: only remembered a little longer
@@ -174,9 +172,8 @@ class Transmitter:
     # -- refusals and sync state -------------------------------------------------------------
 
     def refused(self, queue: str, refusals: Sequence[tuple[MessageUID | str, str]]) -> list[Refusal]:
-        """Count one refusal of each ``(uid, reason)`` of remote queue ``queue`` and move those
-        that reached the queue's ``refusal_limit`` to the dead-letter queue, in one
-        transaction (those it cannot take stay); uids no longer held are skipped."""
+        """Count one refusal of each ``(uid, reason)`` of remote queue ``queue``, and move those at
+        its ``refusal_limit`` to the dead-letter queue, in one transaction."""
         checked = [(check_uid(uid), _reason(why)) for uid, why in refusals]
         self.expiry.touch(queue)
         now = self.clock()
@@ -185,7 +182,8 @@ class Transmitter:
             q = require_queue(tx, self.qm_name, queue)
             if q.kind != "remote":
                 raise InvalidArgument(
-                    f"{queue!r} is not a remote queue: only a remote queue's messages are refused by their target"
+                    f"{queue!r} is not a remote queue: "
+                    "only a remote queue's messages are refused by their target"
                 )
             held = tx.find_many(q.id, [(uid.origin, uid.stamp) for uid, _ in checked])
             counted = [(uid, why) for uid, why in checked if (uid.origin, uid.stamp) in held]
@@ -227,22 +225,23 @@ class Transmitter:
                     q.name, q.kind, (q.target_qmgr if remote else q.server) or "",
                     (q.target_queue or q.name) if remote else None, q.depth,
                     sync.oldest_arrival(q.id) if remote else None, messages, refusals, last, last_ms,
-                    (DEFAULT_REFUSAL_LIMIT if q.refusal_limit is None else q.refusal_limit) if remote else None,
+                    (DEFAULT_REFUSAL_LIMIT if q.refusal_limit is None else q.refusal_limit)
+                    if remote else None,
                     stored.get(f"{_STATE_KEY}.{q.name}", {}),
                 ))
         return SyncOverview(stored.get(_STATE_KEY, {}), queues, dlq, dlq_depth)
 
     def record_sync_state(self, states: Mapping[str, Mapping[str, Any] | None]) -> None:
-        """Keep what the sync agent knows of each queue (``""``: of itself) in the store, as
-        JSON, for ``edgeq sync status`` in another process; None forgets one. States of
-        queues that are not (or no longer) remote or home-server queues are dropped."""
+        """Keep the sync agent's state of each queue (``""``: itself) in the store as JSON, for
+        ``edgeq sync status``; None forgets one, and states of non-sync queues are dropped."""
         if not isinstance(states, Mapping):
             raise InvalidType("states must map queue names ('' for the agent) to dicts")
         with self.sink.write(durable=False) as tx:  # lost in a power cut: only a status is older
             syncing = {q.name for q in tx.queues() if q.kind in ("remote", "home")}
             sync = SyncTx(tx.conn)
             items: dict[str, str | None] = {
-                key: None for key in sync.meta_items(_STATE_KEY + ".") if key[len(_STATE_KEY) + 1:] not in syncing
+                key: None for key in sync.meta_items(_STATE_KEY + ".")
+                if key[len(_STATE_KEY) + 1:] not in syncing
             }
             for name, state in states.items():
                 if name and name not in syncing:

@@ -1,1 +1,1 @@
-"""Queues: attributes, the catalog, the flash budget, expiry check points, backout and the dead-letter queue."""
+"""Queues: attributes, the catalog, the flash budget, expiry check points, backout, dead letters."""

@@ -1,6 +1,5 @@
-"""Queue attributes: what ``define_queue``/``alter_queue`` accept, validated; what a
-queue holds against its budget (:class:`QueueUsage`, :class:`StoreUsage`); and the one
-way every part looks a queue up by name (with the error that says what to do)."""
+"""Queue attributes (validated), what queues hold against their budget, and the one way every part
+looks a queue up by name."""
 
 from __future__ import annotations
 
@@ -28,49 +27,19 @@ __all__ = [
 ]
 
 _POSITIVE = (
-    "expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold", "max_bytes", "refusal_limit",
-    "backout_threshold",
+    "expiry_ms", "cap_expiry_ms", "max_depth", "max_message_bytes", "depth_threshold", "max_bytes",
+    "refusal_limit", "backout_threshold",
 )
 _DELAYS = ("redelivery_delay_ms", "max_redelivery_delay_ms")
-ATTRIBUTE_NAMES = (*_POSITIVE, "default_priority", "ordering", "on_full", "backout_queue", "compression", *_DELAYS)
+ATTRIBUTE_NAMES = (
+    *_POSITIVE, "default_priority", "ordering", "on_full", "backout_queue", "compression", *_DELAYS,
+)
 _MAX = 2**62  # far beyond any useful interval, and safe to add to an epoch ms
 
 
 @dataclass(frozen=True, slots=True)
 class QueueAttributes:
-    """A local queue's definition, as ``qm.queue_attributes("Q")`` returns it.
-
-    ``expiry_ms``: messages without their own expiry expire this long after they
-    arrive (None: never). ``cap_expiry_ms``: new puts live at most this long on
-    the queue (IBM MQ CAPEXPRY). ``max_depth`` and ``max_message_bytes`` (data
-    plus encoded fields) bound the queue; ``ordering`` is ``"priority"`` (9 high
-    .. 0 low, then arrival) or ``"fifo"``. ``depth_threshold``: rules'
-    ``on_threshold`` fires when a put takes the depth up to it.
-
-    ``max_bytes`` bounds the data plus fields the queue holds, as stored (sealed,
-    on an encrypted queue). ``on_full`` says what a put does when ``max_depth``,
-    ``max_bytes`` or the queue manager's ``max_store_bytes`` would be exceeded:
-    ``"reject"`` (raise :class:`~edgeq.errors.QueueFull`), ``"discard-oldest"`` or
-    ``"discard-lowest-priority"`` (discard ready messages to make room; see
-    ``docs/storage.md``, "Flash budget"). ``refusal_limit`` (remote queues): how
-    many times the target may refuse a message before it moves to the dead-letter
-    queue (None: the sync agent's default).
-
-    ``backout_threshold`` and ``backout_queue`` (local and home-server queues; both
-    or neither): a message whose assured gets were undone ``backout_threshold``
-    times is moved to ``backout_queue`` instead of being delivered again (IBM MQ's
-    BOTHRESH/BOQNAME; ``docs/consumers.md``, "Poison messages").
-
-    ``redelivery_delay_ms`` and ``max_redelivery_delay_ms``: a message whose assured get
-    was undone with a backout (its consumer failed) is got again only after
-    ``redelivery_delay_ms`` (0: at once), doubling with each further backout up to
-    ``max_redelivery_delay_ms``, and never after it expires (``docs/consumers.md``,
-    "Redelivery delay").
-
-    ``compression`` (remote and home-server queues): ``"zstd"`` or ``"zlib"`` to send
-    their batches compressed as a whole, where the server takes it (``docs/protocol.md``,
-    "Compression"); None: uncompressed.
-    """
+    """A queue's definition (``qm.queue_attributes("Q")``); meanings: docs/storage.md, 'Queue attributes'."""
 
     name: str
     expiry_ms: int | None
@@ -102,7 +71,6 @@ class QueueAttributes:
 
     @classmethod
     def from_row(cls, row: QueueRow) -> QueueAttributes:
-        """The attributes of a stored queue row."""
         ordering: Ordering = "fifo" if row.ordering == "fifo" else "priority"
         kind: QueueKind = "remote" if row.kind == "remote" else "home" if row.kind == "home" else "local"
         return cls(
@@ -114,7 +82,6 @@ class QueueAttributes:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The attributes as a plain dict (for JSON output)."""
         return {name: getattr(self, name) for name in self.__slots__}
 
 
@@ -127,10 +94,7 @@ def _on_full(stored: str) -> OnFull:
 class QueueUsage:
     """What a queue holds against its budget, as ``qm.queue_usage("Q")`` returns it.
 
-    ``bytes`` is data plus fields as stored; ``overflowed`` counts the messages its
-    ``on_full`` strategy discarded through this queue manager object since it was
-    opened (the ``counters`` rule keeps a durable count, ``overflow``).
-    """
+    ``bytes``: data plus fields as stored; ``overflowed``: ``on_full`` discards since this object opened."""
 
     name: str
     depth: int
@@ -142,15 +106,15 @@ class QueueUsage:
 
     @classmethod
     def from_row(cls, row: QueueRow, overflowed: int = 0) -> QueueUsage:
-        """The usage of a stored queue row."""
-        return cls(row.name, row.depth, row.bytes, row.max_depth, row.max_bytes, _on_full(row.on_full), overflowed)
+        return cls(
+            row.name, row.depth, row.bytes, row.max_depth, row.max_bytes, _on_full(row.on_full), overflowed
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class StoreUsage:
-    """What the whole store holds, as ``qm.store_usage()`` returns it: ``bytes`` over
-    every queue, the queue manager's ``max_store_bytes`` (``max_bytes``), and each
-    queue's :class:`QueueUsage` by name."""
+    """What the whole store holds (``qm.store_usage()``): total ``bytes``, ``max_store_bytes``
+    (``max_bytes``), and each queue's :class:`QueueUsage`."""
 
     bytes: int
     max_bytes: int | None
@@ -180,7 +144,9 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
                 raise InvalidArgument(f"ordering must be 'priority' or 'fifo', not {value!r}")
         elif key == "on_full":
             if value not in ON_FULL:
-                raise InvalidArgument(f"on_full must be one of {', '.join(map(repr, ON_FULL))}, not {value!r}")
+                raise InvalidArgument(
+                    f"on_full must be one of {', '.join(map(repr, ON_FULL))}, not {value!r}"
+                )
         elif key == "backout_queue":
             if value is not None:
                 check_name(value, "backout queue name")
@@ -203,21 +169,20 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_redelivery(first_ms: int, most_ms: int) -> None:
-    """A queue's redelivery delays, as they will be once defined or altered, make sense
-    together: the first is no longer than the most it grows to.
+    """Refuse redelivery delays whose first is longer than the most it grows to.
 
     >>> check_redelivery(1_000, 300_000)
     """
     if first_ms > most_ms:
         raise InvalidArgument(
             f"redelivery_delay_ms ({first_ms}) is longer than max_redelivery_delay_ms ({most_ms}): the delay "
-            "starts at the first and doubles up to the second; raise max_redelivery_delay_ms or lower the first"
+            "starts at the first and doubles up to the second; "
+            "raise max_redelivery_delay_ms or lower the first"
         )
 
 
 def require_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:
-    """The row of queue ``name`` on queue manager ``qm_name``, or :class:`QueueNotFound`
-    naming the queues that are defined."""
+    """The row of queue ``name``, or :class:`QueueNotFound` naming the queues that are defined."""
     row = tx.queue(name)
     if row is None:
         known = [q.name for q in tx.queues()]

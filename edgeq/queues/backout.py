@@ -1,33 +1,7 @@
-"""Undoing assured gets, and moving poison messages (IBM MQ's BOTHRESH/BOQNAME).
+"""Undoing assured gets, and moving poison messages to a backout queue (IBM MQ's BOTHRESH/BOQNAME).
 
-An undone assured get makes its message ready again with one more backout. On a
-queue with a ``backout_threshold``, a message whose count reaches it is moved
-instead to the queue's ``backout_queue``, in the undo's own transaction: deleted
-here, inserted there (so a crash leaves it on one queue or the other, never both
-nor neither), keeping its uid, priority, times, deadline, fields, correlation id
-and reply-to; its checksum and seal are made for the new queue, and both queues'
-depth and bytes move with it. Rules of the source see it removed for ``backout``;
-rules of the backout queue see it added.
-
-A message backed out with a count is also not got again before its redelivery delay
-(the queue's ``redelivery_delay_ms``, doubling per backout up to its
-``max_redelivery_delay_ms``; never past its deadline), written as its ``not_before`` in
-the same UPDATE: a poison message cannot spin a consumer, nor hold up the messages
-behind it (docs/consumers.md, "Redelivery delay"). ``count=False`` and
-``release_locks`` hand messages back at once.
-
-What is never moved, and why (each is backed out as usual, and the move is tried
-again at its next backout): an expired message (it expires as usual, at the next
-check point); a row failing its checksum (a move would give damaged data a valid
-checksum; the next read quarantines it); and, logged as a warning, a message the
-backout queue cannot take: gone, encrypted data into a clear queue, a copy of the
-same uid already there, or full (its ``max_depth``/``max_bytes``, applied by its
-``on_full`` exactly as for a put; the store budget is not: a move adds nothing to
-the store).
-
-:meth:`Backout.move` is the one move of a message between queues: the dead-letter queue
-(``edgeq.queues.deadletter``) uses it too, with a header of fields added or removed.
-"""
+What moves, what never does, and the redelivery delay: docs/consumers.md, 'Poison messages'.
+:meth:`Backout.move` is the one move of a message between queues (the dead-letter queue's too)."""
 
 from __future__ import annotations
 
@@ -69,8 +43,7 @@ class Undone:
 
 
 class Backout:
-    """Undoes assured gets for a queue manager: backs messages out, or moves them on.
-    Discards a backout queue's ``on_full`` makes are counted in ``overflowed``."""
+    """Undoes assured gets for a queue manager: backs messages out, or moves them on."""
 
     def __init__(self, sink: EventSink, sealer: Sealer, overflowed: OverflowTally) -> None:
         self.sink = sink
@@ -80,11 +53,9 @@ class Backout:
     def undo_gets(
         self, tx: Tx, q: QueueRow, rows: Sequence[MessageRow], now: int, *, count: bool, delay: bool = True
     ) -> Undone:
-        """Undo the assured gets of ``rows`` (rows of ``q`` locked by gets) in ``tx``:
-        each is ready again with one more backout and got again only after its
-        redelivery delay (``delay=False``: at once; ``count=False``: neither, and never
-        moved), or moved to ``q``'s backout queue if that reaches its threshold. The
-        caller records :attr:`Undone.events` in ``tx`` and calls :meth:`settle` after."""
+        """Undo the assured gets of ``rows`` of ``q`` in ``tx``: ready again after their redelivery
+        delay, or moved to ``q``'s backout queue at its threshold. ``count=False``: no backout, no
+        delay, no move; ``delay=False``: no delay. The caller records the events, then :meth:`settle`."""
         undone = Undone()
         threshold = q.backout_threshold
         due = [] if not count or threshold is None or q.backout_queue is None else [
@@ -113,10 +84,8 @@ class Backout:
         self, tx: Tx, q: QueueRow, target: str | None, due: Sequence[MessageRow], now: int, undone: Undone,
         *, reason: RemovalReason, kept: Kept, header: Header | None = None,
     ) -> set[int]:
-        """Move what ``due`` (intact rows of ``q``) can to queue ``target`` in ``tx``, their
-        fields rewritten by ``header`` if given (the dead-letter queue's use); ``kept(row,
-        why)`` is told of each that cannot move. Rules of ``q`` see the moved ones removed
-        for ``reason``. Returns the ids moved; the caller records ``undone.events``."""
+        """Move what ``due`` (intact rows of ``q``) can to ``target`` in ``tx``, fields rewritten by
+        ``header``; ``kept(row, why)`` hears of the others. Returns the ids moved."""
         dst = tx.queue(target) if target is not None else None
         why = _unfit(q, dst, target)
         if dst is None or why is not None:
@@ -165,9 +134,8 @@ class Backout:
     def _row(
         self, src: QueueRow, dst: QueueRow, row: MessageRow, seq: int, header: Header | None
     ) -> NewMessage:
-        """The row ``row`` of ``src`` becomes on ``dst``: the same message, ready, its
-        fields rewritten by ``header`` if given, sealed for ``dst`` if it is encrypted
-        (a seal binds the queue's name)."""
+        """``row`` of ``src`` as it becomes on ``dst``: ready, fields by ``header``, sealed for
+        ``dst`` if encrypted (a seal binds the queue's name)."""
         plain = row if row.key_id is None else self.sealer.unseal_checked(src.name, row)
         fields = plain.fields if header is None else encode_fields(header(row, decode_fields(plain.fields)))
         new = NewMessage(
@@ -179,8 +147,8 @@ class Backout:
 
 
 def redelivery_delay_ms(first_ms: int, most_ms: int, backouts: int) -> int:
-    """How long a message backed out ``backouts`` times waits before it is got again:
-    ``first_ms``, doubling with each further backout, up to ``most_ms`` (0: no wait).
+    """How long a message backed out ``backouts`` times waits: ``first_ms``, doubling per backout,
+    up to ``most_ms``.
 
     >>> [redelivery_delay_ms(1_000, 300_000, n) for n in (1, 2, 3, 9, 10, 500)]
     [1000, 2000, 4000, 256000, 300000, 300000]
@@ -189,8 +157,8 @@ def redelivery_delay_ms(first_ms: int, most_ms: int, backouts: int) -> int:
 
 
 def redelivery_at(q: QueueRow, backouts: int, deadline: int | None, now: int) -> int | None:
-    """When a message of ``q`` backed out (now ``backouts`` times) at ``now`` may be got
-    again (None: at once): never after its ``deadline``, so it expires as usual."""
+    """When a message of ``q`` backed out at ``now`` may be got again (None: at once); never
+    after its ``deadline``."""
     delay = redelivery_delay_ms(q.redelivery_delay_ms, q.max_redelivery_delay_ms, backouts)
     if delay <= 0:
         return None
@@ -198,8 +166,8 @@ def redelivery_at(q: QueueRow, backouts: int, deadline: int | None, now: int) ->
 
 
 def _unfit(src: QueueRow, dst: QueueRow | None, target: str | None) -> str | None:
-    """Why ``dst`` can take none of ``src``'s messages (None: it can). define and alter
-    refuse these; a store changed by other means may still have them."""
+    """Why ``dst`` can take none of ``src``'s messages (None: it can); a store changed by other
+    means may have what define and alter refuse."""
     if dst is None:
         return "it is not defined"
     if dst.id == src.id:
@@ -211,7 +179,8 @@ def _unfit(src: QueueRow, dst: QueueRow | None, target: str | None) -> str | Non
 
 def _kept(q: QueueRow, row: MessageRow, target: str | None, why: str) -> None:
     log.warning(
-        "message %s.%s on queue %r reached its backout threshold (%s) but cannot move to backout queue %r: %s; "
+        "message %s.%s on queue %r reached its backout threshold (%s) "
+        "but cannot move to backout queue %r: %s; "
         "it stays on %r, ready again, and moves at its next backout once that is fixed",
         row.origin, row.stamp, q.name, q.backout_threshold, target, why, q.name,
     )

@@ -1,18 +1,5 @@
-"""The flash budget: how a put makes room under a queue's ``max_depth`` and ``max_bytes``
-and the queue manager's ``max_store_bytes``, by the queue's ``on_full`` strategy.
-
-A put transaction opens a :class:`Room` on its queue and asks it to :meth:`~Room.admit`
-each message. The room starts from the depth and bytes the queue row already carries
-(no query) and, only when the queue manager has a store budget, the store's total (one
-SELECT). When a message does not fit, the room first discards the queue's expired
-messages (dead already: rules see them expire at check point ``add``), then applies
-``on_full``: ``reject`` refuses; ``discard-oldest`` and ``discard-lowest-priority``
-walk the queue's ready messages in discard order (one lazily stepped SELECT for the
-whole batch) and discard as many as the message needs, or none at all if that cannot
-be enough. Locked messages (assured puts and gets in flight) are never discarded, nor
-is a message of the same batch. The store budget takes room only from the putting
-queue: a queue never discards another queue's messages.
-"""
+"""The flash budget: how a put makes room under ``max_depth``, ``max_bytes`` and ``max_store_bytes``
+by the queue's ``on_full``. See docs/storage.md, 'Flash budget'."""
 
 from __future__ import annotations
 
@@ -30,22 +17,19 @@ __all__ = ["OverflowTally", "Room", "check_store_budget"]
 
 
 class OverflowTally:
-    """How many messages ``on_full`` discarded per queue since the queue manager opened:
-    a process-local counter (for metrics), thread-safe. The ``counters`` rule keeps the
-    durable count."""
+    """``on_full`` discards per queue since the queue manager opened, for metrics (thread-safe);
+    the ``counters`` rule keeps the durable count."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
     def add(self, queue: str, count: int) -> None:
-        """Count ``count`` more discards on ``queue``."""
         if count:
             with self._lock:
                 self._counts[queue] += count
 
     def get(self, queue: str) -> int:
-        """The discards counted on ``queue``."""
         with self._lock:
             return self._counts[queue]
 
@@ -56,8 +40,8 @@ class OverflowTally:
 
 
 class Room:
-    """The room one put transaction ``tx`` has on queue ``q`` (and in the store, if
-    ``store_limit`` is set); discard events go to ``events``, timed ``now``."""
+    """The room one put transaction ``tx`` has on queue ``q`` (and in the store, with
+    ``store_limit``); discard events go to ``events``."""
 
     def __init__(
         self, tx: Tx, q: QueueRow, store_limit: int | None, now: int, sink: EventSink, events: list[Pending]
@@ -77,8 +61,7 @@ class Room:
     # -- bookkeeping -----------------------------------------------------------------------
 
     def _held(self, replacing: MessageRow | None) -> tuple[int, int, int]:
-        """Depth, queue bytes and store bytes once ``replacing`` (a resend's unconfirmed
-        copy, if any, and if still held) is gone."""
+        """Depth, queue bytes and store bytes once ``replacing`` (a resend's unconfirmed copy) is gone."""
         if replacing is None or replacing.id in self._gone:
             return self.depth, self.bytes, self.store
         size = stored_size(replacing)
@@ -109,10 +92,8 @@ class Room:
     # -- admitting a message -----------------------------------------------------------------
 
     def admit(self, size: int, priority: int, replacing: MessageRow | None = None) -> EdgeqError | None:
-        """Count in one more message of ``size`` bytes (as stored) and ``priority``, in
-        place of ``replacing`` (the unconfirmed copy a resend replaces; the caller
-        deletes it once admitted), making room by ``on_full`` if it must. Or return why
-        it cannot be stored, having discarded nothing for it."""
+        """Count in a message of ``size`` bytes as stored, in place of ``replacing`` if given, making
+        room by ``on_full``; or return why it cannot be stored, having discarded nothing for it."""
         if not self.limited or self._fits(size, *self._held(replacing)):
             self._take(size, replacing)
             return None
@@ -155,13 +136,13 @@ class Room:
             return self._back.pop(0)
         if self._walk is None:
             self._walk = self.tx.overflow_candidates(
-                self.q.id, ranked=self.q.ordering == "priority", lowest_first=self.q.on_full == "discard-lowest-priority"
+                self.q.id, ranked=self.q.ordering == "priority",
+                lowest_first=self.q.on_full == "discard-lowest-priority",
             )
         return next(self._walk, None)
 
     def _sweep(self) -> None:
-        """Discard the queue's expired messages, any state (MQe's "add" check point: they
-        are dead, and take no room from the living)."""
+        """Discard the queue's expired messages, any state (check point ``add``)."""
         self._swept = True
         rows = self.tx.delete(self.q.id, self.tx.expired_ids(self.q.id, self.now, max(self.q.depth, 1)))
         self._gone_rows(rows)
@@ -170,26 +151,31 @@ class Room:
     # -- why not -------------------------------------------------------------------------------
 
     def _too_large(self, size: int) -> MessageTooLarge | None:
-        """A message no discard could ever make room for."""
         q = self.q
         what = "data plus fields, sealed" if q.encryption else "data plus fields"
         if q.max_bytes is not None and size > q.max_bytes:
             return MessageTooLarge(
-                f"message is {size} bytes as stored ({what}) but queue {q.name!r} holds at most {q.max_bytes} "
+                f"message is {size} bytes as stored ({what}) "
+                f"but queue {q.name!r} holds at most {q.max_bytes} "
                 "(its max_bytes): it can never fit; split it, or raise max_bytes with alter_queue"
             )
         if self.store_limit is not None and size > self.store_limit:
             return MessageTooLarge(
                 f"message is {size} bytes as stored ({what}) but this queue manager's max_store_bytes is "
-                f"{self.store_limit}: it can never fit; split it, or open the store with a larger max_store_bytes"
+                f"{self.store_limit}: it can never fit; "
+                "split it, or open the store with a larger max_store_bytes"
             )
         return None
 
     def _why_not(self, priority: int, lowest: bool) -> str:
-        kept = "messages locked by assured puts and gets in flight are kept, and a batch never discards its own"
+        kept = (
+            "messages locked by assured puts and gets in flight are kept, "
+            "and a batch never discards its own"
+        )
         if lowest:
             return (
-                f"on_full='discard-lowest-priority' found too few ready messages of priority {priority} or lower "
+                "on_full='discard-lowest-priority' found too few ready messages "
+                f"of priority {priority} or lower "
                 f"to discard (a message lower than every one held is refused; {kept})"
             )
         return f"on_full='discard-oldest' found too few ready messages to discard ({kept})"
@@ -201,8 +187,9 @@ class Room:
         )
         if not queue_full and self.store_limit is not None:
             return StoreFull(
-                f"the store is full: its queues hold {self.store} bytes and this queue manager's max_store_bytes "
-                f"is {self.store_limit}, so queue {q.name!r} cannot take a {size}-byte message and {why}: get or "
+                f"the store is full: its queues hold {self.store} bytes "
+                f"and this queue manager's max_store_bytes is {self.store_limit}, "
+                f"so queue {q.name!r} cannot take a {size}-byte message and {why}: get or "
                 "purge messages (on this queue or others), or open the store with a larger max_store_bytes"
             )
         limits = []

@@ -1,6 +1,5 @@
-"""The queue catalog: defining, altering, inquiring and deleting queues of every kind
-(local, remote, home-server), with their persisted rule bindings; and what they hold
-against their budgets."""
+"""The queue catalog: defining, altering, inquiring and deleting queues of every kind, with their
+persisted rule bindings."""
 
 from __future__ import annotations
 
@@ -38,9 +37,7 @@ __all__ = ["QueueCatalog"]
 
 
 class QueueCatalog:
-    """The queues of one queue manager. ``host`` is the queue manager the rules of
-    new bindings are attached to; ``max_store_bytes`` and ``overflowed`` are its store
-    budget and its count of overflow discards (for :meth:`store_usage`)."""
+    """The queues of one queue manager; rules of new bindings attach to ``host``."""
 
     def __init__(
         self, qm_name: str, host: RuleHost, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy,
@@ -57,15 +54,16 @@ class QueueCatalog:
 
     def define_queue(self, name: str, rules: Sequence[RuleSpec] | None, encryption: str | None,
                      exist_ok: bool = False, **attributes: Any) -> None:
-        """Define a local queue with ``attributes`` (those of ``QueueManager.define_queue``)."""
-        self.define(name, attributes, rules, {"encryption": self.sealer.cipher(encryption)}, exist_ok=exist_ok)
+        self.define(
+            name, attributes, rules, {"encryption": self.sealer.cipher(encryption)}, exist_ok=exist_ok
+        )
 
     def define(
         self, name: str, attributes: dict[str, Any], rules: Sequence[RuleSpec] | None,
         kind: Mapping[str, str | None] | None = None, *, exist_ok: bool = False,
     ) -> None:
-        """Define a queue of any kind: validated attributes, bindings stored with it. With
-        ``exist_ok``, a queue defined already exactly so (kind, attributes, rules) is left as it is."""
+        """Define a queue of any kind, its bindings stored with it; with ``exist_ok``, one defined
+        exactly so already is left as it is."""
         check_name(name, "queue name")
         attrs = check_attributes(attributes)
         _remote_only(attrs, (kind or {}).get("kind"))
@@ -93,7 +91,6 @@ class QueueCatalog:
     def _bind(
         self, tx: Tx, queue: QueueRow, specs: list[tuple[str, dict[str, Any]]], rules: list[QueueRule]
     ) -> list[Binding]:
-        """Store a queue's bindings (rules already built and validated) in ``tx``."""
         ids = RuleTx(tx.conn).replace_bindings(queue.id, specs)
         return [
             Binding(f"b{i}", name, rule, persisted=True, config=config)
@@ -101,7 +98,6 @@ class QueueCatalog:
         ]
 
     def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
-        """Change some of a queue's attributes (see ``QueueManager.alter_queue``)."""
         check_name(name, "queue name")
         if not attributes:
             raise InvalidArgument("alter_queue needs at least one attribute to change, e.g. expiry_ms=60000")
@@ -111,7 +107,9 @@ class QueueCatalog:
         with self.sink.write() as tx:
             queue = require_queue(tx, self.qm_name, name)
             _remote_only(attributes, queue.kind)
-            _check_delays(attributes, name, queue.kind, (queue.redelivery_delay_ms, queue.max_redelivery_delay_ms))
+            _check_delays(
+                attributes, name, queue.kind, (queue.redelivery_delay_ms, queue.max_redelivery_delay_ms)
+            )
             if "backout_threshold" in attributes or "backout_queue" in attributes:
                 _check_backout(
                     tx, name, attributes.get("backout_threshold", queue.backout_threshold),
@@ -130,14 +128,12 @@ class QueueCatalog:
         return result
 
     def queue_attributes(self, name: str) -> QueueAttributes:
-        """The definition of a queue."""
         check_name(name, "queue name")
         with self.sink.db.read() as conn:
             return QueueAttributes.from_row(require_queue(Tx(conn), self.qm_name, name))
 
     def queue_usage(self, name: str) -> QueueUsage:
-        """What a queue holds against its budget; expired messages are discarded first, as
-        ``depth`` does (MQe's "size inquired" check point)."""
+        """What a queue holds against its budget, expired messages discarded first (as ``depth``)."""
         self.expiry.touch(name)
         self.expiry.discard_expired(name, "depth")
         with self.sink.db.read() as conn:
@@ -149,14 +145,12 @@ class QueueCatalog:
             return replace(usage, depth=usage.depth - count, bytes=usage.bytes - size)
 
     def store_usage(self) -> StoreUsage:
-        """What the store holds, as stored (nothing is discarded: a monitor may read this
-        as often as it likes): every queue's usage, and the total against ``max_store_bytes``."""
+        """What the store holds, nothing discarded (a monitor may read it as often as it likes)."""
         with self.sink.db.read() as conn:
             queues = tuple(QueueUsage.from_row(q, self.overflowed.get(q.name)) for q in Tx(conn).queues())
         return StoreUsage(sum(q.bytes for q in queues), self.max_store_bytes, queues)
 
     def queue_names(self) -> list[str]:
-        """The names of the queues defined here, sorted."""
         with self.sink.db.read() as conn:
             return [q.name for q in Tx(conn).queues()]
 
@@ -189,7 +183,6 @@ class QueueCatalog:
         self, name: str, *, target_qmgr: str, target_queue: str | None, mode: Literal["async", "sync"],
         rules: Sequence[RuleSpec] | None, encryption: str | None, exist_ok: bool = False, **attributes: Any,
     ) -> None:
-        """Define a remote queue with ``attributes`` (see ``QueueManager.define_remote_queue``)."""
         check_name(target_qmgr, "target queue manager name")
         if target_queue is not None:
             check_name(target_queue, "target queue name")
@@ -203,14 +196,17 @@ class QueueCatalog:
         self.define(name, attrs, rules, kind, exist_ok=exist_ok)
         self._sync_queue_defined()
 
-    def define_home_server_queue(self, name: str, *, server: str, exist_ok: bool = False, **attributes: Any) -> None:
-        """Define a home-server queue (see ``QueueManager.define_home_server_queue``)."""
+    def define_home_server_queue(
+        self, name: str, *, server: str, exist_ok: bool = False, **attributes: Any
+    ) -> None:
         check_name(server, "home server name")
         rules = attributes.pop("rules", None)
         cipher = self.sealer.cipher(attributes.pop("encryption", None))
         defaults: dict[str, Any] = {"default_priority": 4, "ordering": "priority"}
-        self.define(name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher},
-                    exist_ok=exist_ok)
+        self.define(
+            name, {**defaults, **attributes}, rules, {"kind": "home", "server": server, "encryption": cipher},
+            exist_ok=exist_ok,
+        )
         self._sync_queue_defined()
 
     def queues_of_kind(self, kind: str) -> list[QueueAttributes]:
@@ -219,18 +215,18 @@ class QueueCatalog:
             return [QueueAttributes.from_row(q) for q in Tx(conn).queues() if q.kind == kind]
 
     def _sync_queue_defined(self) -> None:
-        """A remote or home-server queue was just defined: a store never given a journal
-        setting journals its device-side expiries from now on, in this process too."""
+        """A store never given a journal setting journals device-side expiries once it has a
+        remote or home-server queue, in this process too."""
         if self.sink.journal is None and not journal_is_explicit(self.sink.db):
             self.sink.journal = "device"
 
 
 def _check_backout(
-    tx: Tx, name: str, threshold: int | None, backout_queue: str | None, kind: str | None, encryption: str | None,
+    tx: Tx, name: str, threshold: int | None, backout_queue: str | None, kind: str | None,
+    encryption: str | None,
 ) -> None:
-    """A queue's backout settings (as they will be once defined or altered) make sense
-    together: both or neither; not on a remote queue (nothing gets from it here); a
-    backout queue that exists, is not the queue itself, and keeps sealed data sealed."""
+    """Refuse backout settings that do not make sense together (both or neither; not on a remote
+    queue; a defined backout queue, not the queue itself, sealed if the queue is)."""
     if threshold is None and backout_queue is None:
         return
     if kind == "remote":
@@ -260,10 +256,11 @@ def _check_backout(
         )
 
 
-def _check_delays(attributes: Mapping[str, Any], name: str, kind: str | None, current: tuple[int, int]) -> None:
-    """The redelivery delays ``attributes`` give queue ``name`` (``current``: its first and
-    most, kept where not given) make sense: the first no longer than the most; none on a
-    remote queue (nothing gets from it here)."""
+def _check_delays(
+    attributes: Mapping[str, Any], name: str, kind: str | None, current: tuple[int, int]
+) -> None:
+    """Refuse redelivery delays on a remote queue, or a first longer than the most (``current``:
+    the queue's, kept where not given)."""
     if not any(key in attributes for key in ("redelivery_delay_ms", "max_redelivery_delay_ms")):
         return
     if kind == "remote":
@@ -276,8 +273,7 @@ def _check_delays(attributes: Mapping[str, Any], name: str, kind: str | None, cu
 
 
 def _remote_only(attributes: Mapping[str, Any], kind: str | None) -> None:
-    """``refusal_limit`` means something on a remote queue only, ``compression`` on a remote
-    or home-server queue only (what crosses the wire): refuse them elsewhere."""
+    """Refuse ``refusal_limit`` off a remote queue, and ``compression`` off a remote or home one."""
     if "refusal_limit" in attributes and kind != "remote":
         raise InvalidArgument(
             "refusal_limit applies to remote queues only (how often their target may refuse a message "
@@ -292,8 +288,8 @@ def _remote_only(attributes: Mapping[str, Any], kind: str | None) -> None:
 
 def _check_same(tx: Tx, existing: QueueRow, wanted: Mapping[str, Any], specs: Sequence[tuple[str, Any]],
                 qm_name: str) -> None:
-    """Refuse (:class:`QueueExists`) a queue defined otherwise than ``wanted`` and ``specs`` say:
-    ``exist_ok`` accepts the same definition again, never silently keeps another one."""
+    """Refuse (:class:`QueueExists`) a queue defined otherwise: ``exist_ok`` never silently keeps
+    another definition."""
     differ = [f"{key} {getattr(existing, key)!r}, not {value!r}" for key, value in wanted.items()
               if getattr(existing, key) != value]
     stored = [(b.name, b.config) for b in RuleTx(tx.conn).bindings(existing.name)]

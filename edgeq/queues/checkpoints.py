@@ -1,7 +1,5 @@
-"""MQe's expiry check points that discard in bulk (:class:`ExpiryPolicy`): activation,
-deletion, size inquiry and sweeps. The deadline arithmetic is :mod:`edgeq.expiry`;
-the per-message check points (add, get, browse) are where messages are put and taken.
-"""
+"""MQe's expiry check points that discard in bulk: activation, deletion, size inquiry and sweeps
+(docs/expiry.md). The per-message ones (add, get, browse) are where messages are put and taken."""
 
 from __future__ import annotations
 
@@ -29,11 +27,7 @@ log = logging.getLogger("edgeq")
 
 
 class ExpiryPolicy:
-    """MQe's expiry check points that discard in bulk: activation (a queue's first
-    use since the queue manager opened), deletion, size inquiry, and sweeps (IBM MQ's
-    expiry scan, also in the background). Discards walk the deadline index only;
-    their events go through the :class:`~edgeq.events.sink.EventSink`.
-    """
+    """The bulk expiry check points of one queue manager; discards walk the deadline index only."""
 
     def __init__(self, qm_name: str, sink: EventSink) -> None:
         self.qm_name = qm_name
@@ -58,11 +52,8 @@ class ExpiryPolicy:
             return [q.name for q in Tx(conn).queues()]
 
     def activate(self, name: str) -> int:
-        """Activate a queue: discard every expired message on it, whatever its state.
-
-        Happens by itself the first time a queue is used after the queue manager
-        opens (MQe's "queue activated" check point). Returns how many it discarded.
-        """
+        """Discard every expired message of a queue, whatever its state (MQe's "queue activated");
+        return how many."""
         check_name(name, "queue name")
         with self._active_lock:
             self._active.add(name)
@@ -77,8 +68,7 @@ class ExpiryPolicy:
         return count
 
     def touch(self, name: str) -> int:
-        """Activate the queue on first reference (a set lookup afterwards); return how
-        many expired messages activation discarded."""
+        """Activate the queue on first reference; return how many expired messages that discarded."""
         check_name(name, "queue name")
         return 0 if name in self._active else self.activate(name)
 
@@ -86,8 +76,7 @@ class ExpiryPolicy:
         self, name: str, select: Callable[[Tx, QueueRow, int], list[int]], kind: EventKind,
         *, where: Where | None = None, reason: RemovalReason | None = None,
     ) -> int:
-        """Delete the rows ``select`` picks, a batch per transaction, until none are left.
-        Each batch's events are recorded in its transaction and delivered after it."""
+        """Delete the rows ``select`` picks, a batch per transaction (events delivered after each)."""
         now = self.clock()
         total = 0
         while True:
@@ -104,11 +93,7 @@ class ExpiryPolicy:
     def discard_expired(self, name: str, where: Where) -> int:
         """Discard every expired message of a queue, any state, at check point ``where``.
 
-        Walks the deadline index only, so unexpired messages are never read.
-        Without rules it is one DELETE; with rules it goes in batches, each
-        batch's rules firing after its commit. A store this user may only read keeps
-        them (nothing is discarded): its readers leave them out instead.
-        """
+        Without rules one DELETE, else in batches; a read-only store keeps them (docs/expiry.md)."""
         if self.sink.db.read_only:
             return 0
         if not self.sink.observed(name, "expired"):
@@ -119,11 +104,8 @@ class ExpiryPolicy:
         )
 
     def depth(self, name: str) -> int:
-        """How many messages the queue holds, locked ones included; expired ones are
-        purged first (MQe's "size inquired" check point), so none is ever counted.
-
-        One indexed probe plus one row read: constant time at any depth.
-        """
+        """How many messages the queue holds, locked ones included, expired ones purged first;
+        constant time at any depth."""
         self.touch(name)
         self.discard_expired(name, "depth")
         with self.sink.db.read() as conn:
@@ -133,8 +115,7 @@ class ExpiryPolicy:
             return queue.depth
 
     def sweep_expired(self, name: str | None = None) -> int:
-        """Discard expired messages now, on ``name`` or every queue; return how many
-        (a queue's first use since the open discards at ``activate`` instead)."""
+        """Discard expired messages now, on ``name`` or every queue; return how many."""
         names = [name] if name is not None else self._queue_names()
         total = 0
         for queue in names:
@@ -144,10 +125,7 @@ class ExpiryPolicy:
         return total
 
     def start_sweeper(self, interval_s: float) -> None:
-        """Sweep every queue every ``interval_s`` seconds in a background thread (APScheduler).
-
-        Stopped by :meth:`stop_sweeper` (the queue manager's ``close`` calls it).
-        """
+        """Sweep every queue every ``interval_s`` s in a background thread, until :meth:`stop_sweeper`."""
         if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
             raise InvalidArgument(f"interval_s must be a positive number of seconds, not {interval_s!r}")
         if self._scheduler is not None:
@@ -169,7 +147,7 @@ class ExpiryPolicy:
             log.exception("periodic expiry sweep of %s failed", self.qm_name)
 
     def stop_sweeper(self) -> None:
-        """Stop the background sweeper, waiting for a sweep in progress. No-op if none runs."""
+        """Stop the background sweeper, waiting for a sweep in progress; no-op if none runs."""
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=True)

@@ -1,17 +1,6 @@
 """The dead-letter queue: where a message goes that cannot be delivered (IBM MQ's DLQ).
 
-A remote queue's message its target refused ``refusal_limit`` times moves there in the
-transaction that counted its last refusal (:meth:`DeadLetters.give_up`, through
-:meth:`edgeq.queues.backout.Backout.move`: the same uid, times, deadline and fields, so it keeps
-its remaining expiry and still expires), with a header of ``dlq.*`` fields
-(``edgeq.types``: reason, queue, refusal, attempts, time). The queue is the store's
-``SYSTEM.DEAD.LETTER.QUEUE``, made the first time it is needed, or the one its operator
-names (``edgeq_meta`` key ``dead_letter_queue``). Where it cannot take a message (a named
-queue missing, full, clear while the message is encrypted), the message stays where it
-is, logged, and is offered again: never deleted. The operator browses, re-sends (header
-removed, back to the queue it left) or deletes what it holds (docs/protocol.md,
-"Dead-letter queue").
-"""
+What moves there, its header, and the operator's verbs: docs/protocol.md, 'Dead-letter queue'."""
 
 from __future__ import annotations
 
@@ -63,8 +52,7 @@ class Resent:
 
 
 class DeadLetters:
-    """The dead-letter queue of one queue manager: moving given-up messages there, and the
-    operator's browse, re-send and delete."""
+    """The dead-letter queue of one queue manager: moving given-up messages there; the operator's verbs."""
 
     def __init__(self, qm_name: str, sink: EventSink, sealer: Sealer, backout: Backout) -> None:
         self.qm_name = qm_name
@@ -88,16 +76,17 @@ class DeadLetters:
 
     @staticmethod
     def queue_name(tx: Tx) -> str:
-        """:meth:`name`, read in ``tx``."""
         return _name(tx)
 
     def set_name(self, name: str | None) -> None:
-        """Name the store's dead-letter queue (None: back to the default). It need not be
-        defined yet: until it is, given-up messages stay where they are."""
+        """Name the store's dead-letter queue (None: the default); until it is defined, given-up
+        messages stay where they are."""
         if name is not None:
             check_name(name, "dead-letter queue name")
         with self.sink.write() as tx:
-            SyncTx(tx.conn).set_meta({DEAD_LETTER_QUEUE_KEY: None if name == DEFAULT_DEAD_LETTER_QUEUE else name})
+            SyncTx(tx.conn).set_meta(
+                {DEAD_LETTER_QUEUE_KEY: None if name == DEFAULT_DEAD_LETTER_QUEUE else name}
+            )
 
     # -- giving up -------------------------------------------------------------------------
 
@@ -106,7 +95,7 @@ class DeadLetters:
         now: int, undone: Undone,
     ) -> set[int]:
         """Move ``rows`` of ``q`` (refused ``why[uid] = (count, last reason)``) to the dead-letter
-        queue in ``tx``; return the ids moved. The others stay, each logged with why."""
+        queue in ``tx``; return the ids moved. The others stay, logged."""
         target = _name(tx)
         if target == DEFAULT_DEAD_LETTER_QUEUE and tx.queue(target) is None:
             encryption = q.encryption if q.encryption is not None else self.sealer.default_encryption
@@ -132,9 +121,8 @@ class DeadLetters:
         self, tx: Tx, kind: JournalKind, queue: str, rows: Iterable[MessageRow], now: int,
         reason: RemovalReason,
     ) -> None:
-        """Journal each row moved to the dead-letter queue (``dead-lettered``) or deleted from
-        it (``discarded``), the reason in ``check_point``: a device reports them to its home
-        server with its expiries, so its audit knows what waits in a dead-letter queue."""
+        """Journal rows moved to the dead-letter queue (``dead-lettered``) or deleted from it
+        (``discarded``), the reason in ``check_point``: a device reports them with its expiries."""
         side = self.sink.journal
         if side is None:
             return
@@ -147,9 +135,8 @@ class DeadLetters:
     # -- the operator's verbs ----------------------------------------------------------------
 
     def delete(self, uids: Sequence[MessageUID | str] | None) -> int:
-        """Delete messages of the dead-letter queue (``uids``, or all) in one transaction,
-        each journaled ``discarded``; rules see them removed, reason ``deleted``. A row
-        failing its checksum is quarantined instead. Returns how many were deleted."""
+        """Delete messages of the dead-letter queue (``uids``, or all) in one transaction, each
+        journaled ``discarded``; a damaged row is quarantined instead. Returns how many."""
         checked = None if uids is None else [check_uid(uid) for uid in uids]
         now = self.sink.clock()
         with self.sink.write() as tx:
@@ -184,9 +171,8 @@ class DeadLetters:
         return list(found.values())
 
     def resend(self, uids: Sequence[MessageUID | str] | None, queue: str | None) -> Resent:
-        """Move messages of the dead-letter queue (``uids``, or all; only those that left
-        ``queue`` if given) back to the queue each left, their ``dlq.*`` fields removed,
-        in one transaction. A message that cannot go back stays, with why."""
+        """Move messages of the dead-letter queue (``uids``, or all; only those that left ``queue``)
+        back to the queue each left, header removed, in one transaction."""
         checked = None if uids is None else [check_uid(uid) for uid in uids]
         if queue is not None:
             check_name(queue, "original queue name")
@@ -212,8 +198,8 @@ class DeadLetters:
         self, tx: Tx, dlq: QueueRow, uids: list[MessageUID] | None, queue: str | None, now: int,
         result: Resent,
     ) -> dict[str, list[MessageRow]]:
-        """The dead-letter queue's ready, intact, unexpired rows (of ``uids``, or all) by the
-        queue they left (of ``queue`` only, if given); the others go to ``result.kept``."""
+        """The ready, intact, unexpired rows (of ``uids``, or all) by the queue they left (only
+        ``queue``'s, if given); the others go to ``result.kept``."""
         if uids is None:
             rows = tx.rows(tx.ids(dlq.id, max(dlq.depth, 1)))
         else:
@@ -252,7 +238,9 @@ class DeadLetters:
 
 
 def _name(tx: Tx) -> str:
-    return SyncTx(tx.conn).meta_items(DEAD_LETTER_QUEUE_KEY).get(DEAD_LETTER_QUEUE_KEY, DEFAULT_DEAD_LETTER_QUEUE)
+    return SyncTx(tx.conn).meta_items(DEAD_LETTER_QUEUE_KEY).get(
+        DEAD_LETTER_QUEUE_KEY, DEFAULT_DEAD_LETTER_QUEUE
+    )
 
 
 def _uid(row: MessageRow) -> MessageUID:
