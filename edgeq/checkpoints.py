@@ -149,7 +149,8 @@ class ExpiryPolicy:
         if self._sweeper is not None:
             raise InvalidArgument("the expiry sweeper is already running: stop_expiry_sweeper() first")
         stop = threading.Event()
-        thread = threading.Thread(target=self._sweeps, args=(interval_s, stop), name="edgeq-sweeper", daemon=True)
+        thread = threading.Thread(target=self._sweeps, args=(interval_s, stop), name="edgeq-sweeper",
+                                  daemon=True)
         self._sweeper = (thread, stop)
         thread.start()
 

@@ -105,7 +105,8 @@ def connect(path: str | Path, *, read_only: bool = False, wal: bool = False,
     """A connection of its own, outside a factory (the console, ``edgeq export``, the nonce file):
     autocommit, the busy timeout; ``read_only`` by URI; ``wal``: WAL at ``synchronous=NORMAL``."""
     address = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else str(path)
-    conn = sqlite3.connect(address, timeout=timeout, isolation_level=None, check_same_thread=False, uri=read_only)
+    conn = sqlite3.connect(address, timeout=timeout, isolation_level=None, check_same_thread=False,
+                           uri=read_only)
     if wal:
         try:
             conn.execute("PRAGMA journal_mode = WAL")

@@ -100,7 +100,8 @@ def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, 
     minutes = [-(-(start + i * BUCKET_MS) // 60_000) * 60_000 for i in range(len(values))]
     labels = [datetime.fromtimestamp(t / 1000, UTC).strftime("%H:%M") for t in minutes]
     return Markup(line_chart(labels, {series: values}, title=title, unit=f"{series} / minute", width=600,
-                             marks=time_marks(minutes, "00:00", 600), x_title="minute (UTC)", html_id=html_id))
+                             marks=time_marks(minutes, "00:00", 600), x_title="minute (UTC)",
+                             html_id=html_id))
 
 
 def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: DeviceSessions) -> list[BaseRoute]:
@@ -136,8 +137,9 @@ def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: Devi
         view = await run_in_threadpool(read_console, path, now_ms=clock(), bounds=bounds())
         return templates.TemplateResponse(request, "console.html", {
             "view": view, "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
-            "throughput": _per_minute(view.throughput, view.now_ms, series="accepted", html_id="chart-throughput",
-                                      title="messages accepted per minute, last hour"),
+            "throughput": _per_minute(view.throughput, view.now_ms, series="accepted",
+                                      title="messages accepted per minute, last hour",
+                                      html_id="chart-throughput"),
             "expired": _per_minute(view.expired, view.now_ms, series="expired", html_id="chart-expiries",
                                    title="expiries per minute, last hour")})
 

@@ -124,7 +124,7 @@ def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: 
     lies inside the chart: horizontal where they fit between their ticks, else at 45°."""
     n = max(1, len(labels))
     top = max((abs(t) for t in ticks), default=0)
-    y_w = max((text_width(_tick_label(t, top)) for t in ticks), default=0) + 26  # tick labels and the axis title
+    y_w = max((text_width(_tick_label(t, top)) for t in ticks), default=0) + 26  # tick labels, axis title
     room = (width - y_w - 16) / n
     longest = max((text_width(t) for t in labels), default=0)
     shown = sorted(marks) if marks is not None else list(range(len(labels)))
@@ -142,16 +142,17 @@ def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: 
         # the first label reaches left of its tick by its length and its height, both at 45°
         left = max(y_w, (first + _FONT) * math.sqrt(0.5) - (shown[0] + 0.5) * room + 4 if shown else 0)
     bottom += _FONT + 8 if x_title else 0
-    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, width, tuple(ticks), right,
-                 x_title)
+    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, width, tuple(ticks),
+                 right, x_title)
 
 
 def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: Sequence[str],
            html_id: str) -> list[str]:
     """The SVG element, the y axis with its grid, the axes' titles and the legend."""
     ident = f' id="{_E(html_id)}"' if html_id else ""
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg"{ident} viewBox="0 0 {chart.width:.0f} {chart.height:.0f}" '
-           f'class="chart" role="img" aria-label="{_E(title)}" font-family="system-ui,sans-serif">'
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg"{ident} '
+           f'viewBox="0 0 {chart.width:.0f} {chart.height:.0f}" class="chart" role="img" '
+           f'aria-label="{_E(title)}" font-family="system-ui,sans-serif">'
            f"<title>{_E(title)}</title>"]
     top = max(abs(t) for t in chart.ticks)
     for t in chart.ticks:

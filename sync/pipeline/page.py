@@ -201,9 +201,9 @@ def _latency(result: PipelineResult) -> str:
            "<em>uncorrected</em> counts messages whose device reported no offset: their latency is on two clocks. "
            "Each bar is labelled by its lower bound.</p>"]
     if hist:
+        title = "creation to server confirm: messages per latency bucket"
         out.append(_box(bar_chart([_bucket_label(x) for x in hist], {"messages": [x["messages"] for x in hist]},
-                                  title="creation to server confirm: messages per latency bucket", unit="messages",
-                                  x_title="latency (lower bound)")))
+                                  title=title, unit="messages", x_title="latency (lower bound)")))
     out.append(html_table(result, "latency", ("device", "queue", "messages", "uncorrected", "p50_ms", "p95_ms",
                                               "p99_ms", "max_ms"),
                           ("device", "queue", "messages", "uncorrected", "p50", "p95", "p99", "max")))
@@ -287,12 +287,13 @@ def _throughput(result: PipelineResult) -> str:
         labels = [format_time(h, precision="minutes") for h in order]
         none = {"accepted": 0.0, "delivered": 0.0, "expired": 0.0}
         series = {k: [hours.get(h, none)[k] for h in order] for k in none}
-        title, unit, marks = "journal entries per hour", "entries / hour", time_marks(order, labels[0])
+        title, unit, axis = "journal entries per hour", "entries / hour", "hour (UTC)"
+        marks = time_marks(order, labels[0])
         if len(order) <= _BAR_HOURS:
-            out.append(_box(bar_chart(labels, series, title=title, unit=unit, marks=marks, x_title="hour (UTC)")))
+            out.append(_box(bar_chart(labels, series, title=title, unit=unit, marks=marks, x_title=axis)))
         else:
             out.append(_box(line_chart(labels, dict(series), title=title, unit=unit, marks=marks,
-                                       x_title="hour (UTC)")))
+                                       x_title=axis)))
         out.append(_partial(result, "throughput_hourly"))
     out.append(html_table(result, "throughput_hourly", ("hour_ms", "queue", "accepted", "delivered",
                                                         "expired_entries", "accepted_bytes"),

@@ -23,7 +23,8 @@ MINUTE, HOUR = 60_000, 3_600_000
     (1500, -700, [-1000, -500, 0, 500, 1000, 1500]),
     (2_400_000, 0, [0, 500_000, 1_000_000, 1_500_000, 2_000_000, 2_500_000]),
 ])
-def test_values_stand_on_ticks_of_1_2_or_5_times_a_power_of_ten(high: float, low: float, ticks: list[float]) -> None:
+def test_values_stand_on_ticks_of_1_2_or_5_times_a_power_of_ten(high: float, low: float,
+                                                                ticks: list[float]) -> None:
     assert nice_ticks(high, low) == ticks
 
 
