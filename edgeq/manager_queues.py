@@ -289,7 +289,7 @@ class QueueVerbs:
         return self._expiry.sweep_expired(name)
 
     def start_expiry_sweeper(self, interval_s: float) -> None:
-        """Sweep every queue every ``interval_s`` seconds in a background thread (APScheduler).
+        """Sweep every queue ``interval_s`` seconds after the last sweep ended, in a background thread.
 
         Stopped by :meth:`stop_expiry_sweeper` or :meth:`close`.
         """

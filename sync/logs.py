@@ -65,10 +65,9 @@ def setup_json_logging(level: int | str = logging.INFO, stream: TextIO | None = 
     """Send edgeq's (and uvicorn's) logs to ``stream`` (stderr) as JSON lines."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
-    for name in ("edgeq", "uvicorn", "uvicorn.error", "apscheduler"):
+    for name in ("edgeq", "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.propagate = False
         logger.setLevel(level)
     logging.getLogger("uvicorn.access").disabled = True  # the server logs its own request events
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)

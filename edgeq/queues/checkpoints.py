@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from edgeq.errors import InvalidArgument
 from edgeq.events.dispatch import Pending
@@ -15,9 +14,6 @@ from edgeq.names import check_name
 from edgeq.queues.attributes import require_queue
 from edgeq.store.tx import QueueRow, Tx
 from edgeq.types import EventKind, RemovalReason, Where
-
-if TYPE_CHECKING:
-    from apscheduler.schedulers.background import BackgroundScheduler
 
 __all__ = ["DISCARD_BATCH", "ExpiryPolicy"]
 
@@ -35,7 +31,7 @@ class ExpiryPolicy:
         self.clock = sink.clock
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
-        self._scheduler: BackgroundScheduler | None = None
+        self._sweeper: tuple[threading.Thread, threading.Event] | None = None  # the thread, its stop
 
     def active(self) -> list[str]:
         """The queues activated since the queue manager opened, by name."""
@@ -125,30 +121,33 @@ class ExpiryPolicy:
         return total
 
     def start_sweeper(self, interval_s: float) -> None:
-        """Sweep every queue every ``interval_s`` s in a background thread, until :meth:`stop_sweeper`."""
+        """Sweep every queue ``interval_s`` seconds after the last sweep ended, in a thread of its own.
+
+        Stopped by :meth:`stop_sweeper` (the queue manager's ``close`` calls it).
+        """
         if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
             raise InvalidArgument(f"interval_s must be a positive number of seconds, not {interval_s!r}")
-        if self._scheduler is not None:
+        if self._sweeper is not None:
             raise InvalidArgument("the expiry sweeper is already running: stop_expiry_sweeper() first")
-        from apscheduler.schedulers.background import BackgroundScheduler
+        stop = threading.Event()
+        thread = threading.Thread(target=self._sweeps, args=(interval_s, stop), name="edgeq-sweeper",
+                                  daemon=True)
+        self._sweeper = (thread, stop)
+        thread.start()
 
-        scheduler = BackgroundScheduler(daemon=True)
-        scheduler.add_job(
-            self._sweep_job, "interval", seconds=interval_s, max_instances=1, coalesce=True, id="edgeq-sweep"
-        )
-        scheduler.start()
-        self._scheduler = scheduler
-
-    def _sweep_job(self) -> None:
-        try:
-            self.sweep_expired()
-            self.sink.rules.retry()  # also retries rule deliveries that are due on an idle queue
-        except Exception:
-            log.exception("periodic expiry sweep of %s failed", self.qm_name)
+    def _sweeps(self, interval_s: float, stop: threading.Event) -> None:
+        while not stop.wait(interval_s):
+            try:
+                self.sweep_expired()
+                self.sink.rules.retry()  # also retries rule deliveries that are due on an idle queue
+            except Exception:
+                log.exception("periodic expiry sweep of %s failed", self.qm_name)
 
     def stop_sweeper(self) -> None:
-        """Stop the background sweeper, waiting for a sweep in progress; no-op if none runs."""
-        scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler.shutdown(wait=True)
+        """Stop the background sweeper, waiting for a sweep in progress. No-op if none runs."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper[1].set()
+            if sweeper[0] is not threading.current_thread():  # (stopped from a rule the sweep ran)
+                sweeper[0].join()
 

@@ -1,6 +1,7 @@
 """All SQLite policy in one place: opening, pragmas, busy timeout, transactions.
 
-Every connection edgeq makes comes from :class:`ConnectionFactory`, so WAL,
+Every connection edgeq makes comes from :class:`ConnectionFactory` (or, outside a queue
+manager, :func:`connect`), so WAL,
 ``synchronous``, the busy timeout, ``BEGIN IMMEDIATE`` and group commit (the writes
 of concurrent threads combined into one transaction, :mod:`edgeq.store.combining`, and
 durable commits sharing one flush, :mod:`edgeq.store.commits`) are decided here and
@@ -28,7 +29,7 @@ from edgeq.types import Durability
 
 T = TypeVar("T")
 
-__all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "is_damage", "store_error"]
+__all__ = ["APPLICATION_ID", "ConnectionFactory", "check_foreign", "connect", "is_damage", "store_error"]
 
 #: ``PRAGMA application_id`` of every edgeq database: "EDGQ".
 APPLICATION_ID = 0x45444751
@@ -99,6 +100,23 @@ def open_address(path: str) -> tuple[str, bool]:
     return uri, True
 
 
+def connect(path: str | Path, *, read_only: bool = False, wal: bool = False,
+            timeout: float = 10.0) -> sqlite3.Connection:
+    """A connection of its own, outside a factory (the console, ``edgeq export``, the nonce file):
+    autocommit, the busy timeout; ``read_only`` by URI; ``wal``: WAL at ``synchronous=NORMAL``."""
+    address = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else str(path)
+    conn = sqlite3.connect(address, timeout=timeout, isolation_level=None, check_same_thread=False,
+                           uri=read_only)
+    if wal:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
 def check_foreign(path: Path, *, newest: int | None = None) -> bool:
     """Refuse a file edgeq must not touch; return True if it is a fresh database.
 
@@ -124,7 +142,7 @@ def check_foreign(path: Path, *, newest: int | None = None) -> bool:
     tables = -1
     if app_id != APPLICATION_ID or Path(f"{path}-wal").exists():
         try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            conn = connect(path, read_only=True)
             try:
                 app_id = conn.execute("PRAGMA application_id").fetchone()[0]
                 version = conn.execute("PRAGMA user_version").fetchone()[0]

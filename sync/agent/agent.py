@@ -3,7 +3,7 @@
     agent = SyncAgent(qm, "http://home:8470")
     report = agent.push_once()   # put + confirm batches until the transmission store is empty
     pushed, pulled = agent.sync_once()  # push, then pull (what `edgeq sync --once` does)
-    agent.run(interval_s=5)      # or a daemon: APScheduler ticks, backoff, wake on put
+    agent.run(interval_s=5)      # or a daemon: ticks, backoff, wake on put
     agent.status()               # per queue: backlog, oldest age, last success/error, refusals
 
 Each batch is MQe's two-stage transmission: **put** (the server stores it
@@ -172,11 +172,6 @@ class SyncAgent:
         """What the last :meth:`push_once` did (None before the first)."""
         return self._pusher.last
 
-    @property
-    def last_pull(self) -> PullReport | None:
-        """What the last :meth:`pull_once` did (None before the first)."""
-        return self._puller.last
-
     # -- exchanges ---------------------------------------------------------------------
 
     def hello(self) -> HelloInfo:
@@ -236,8 +231,8 @@ class SyncAgent:
     # -- daemon ------------------------------------------------------------------------
 
     def start(self, interval_s: float = 5.0) -> None:
-        """Run in the background: a cycle (push, then pull) every ``interval_s`` seconds
-        (APScheduler), at once after a put while online, and with exponential backoff
+        """Run in the background: a cycle (push, then pull) ``interval_s`` seconds after the last
+        one, at once after a put while online, and with exponential backoff
         plus jitter after a failure. :meth:`stop` ends it."""
         self._daemon.start(interval_s)
 

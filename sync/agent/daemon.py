@@ -1,6 +1,6 @@
-"""The agent's background loop: a cycle every interval (APScheduler), at once after a
+"""The agent's background loop: a cycle an interval after the last one, at once after a
 put on a remote queue while the server is reachable, and with exponential backoff
-plus jitter after a failure.
+plus jitter after a failure (one thread, waiting on an Event with a timeout).
 
 While it runs it holds the store's agent lock (:mod:`edgeq.sync.agent.lock`), so another
 process can tell that it runs; it reports its start, each cycle and its stop (with the
@@ -14,15 +14,12 @@ import os
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 from edgeq.manager import QueueManager
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 from edgeq.sync.agent.lock import AgentLock
-
-if TYPE_CHECKING:
-    from apscheduler.schedulers.background import BackgroundScheduler
 
 __all__ = ["Daemon", "DaemonState"]
 
@@ -74,7 +71,7 @@ class Daemon:
         self._cycles = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._scheduler: BackgroundScheduler | None = None
+        self._interval_s = 5.0
         self._worker: threading.Thread | None = None
         self._rules: list[tuple[str, _WakeRule]] = []
 
@@ -84,14 +81,12 @@ class Daemon:
             self._wake.set()
 
     def start(self, interval_s: float = 5.0) -> None:
-        """Start the loop: a cycle every ``interval_s`` seconds, at once after a put while
-        online, with backoff after a failure. :meth:`stop` ends it."""
+        """Start the loop: a cycle at once, then ``interval_s`` seconds after the last one, at once
+        after a put while online, with backoff after a failure. :meth:`stop` ends it."""
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, not {interval_s!r}")
         if self._worker is not None:
             raise RuntimeError("the sync agent is already running")
-        from apscheduler.schedulers.background import BackgroundScheduler
-
         self._take_lock()
         self._reason, self._cycles = "stopped", 0
         self._tell("start")
@@ -101,11 +96,7 @@ class Daemon:
             rule = _WakeRule(self)
             self.qm.add_rule(attrs.name, rule)
             self._rules.append((attrs.name, rule))
-        scheduler = BackgroundScheduler(daemon=True)
-        scheduler.add_job(self._wake.set, "interval", seconds=interval_s, id="edgeq-sync-tick",
-                          max_instances=1, coalesce=True)
-        scheduler.start()
-        self._scheduler = scheduler
+        self._interval_s = interval_s
         self._worker = threading.Thread(target=self._loop, name="edgeq-sync-agent", daemon=True)
         self._worker.start()
         log.info("agent started", extra={"event": "start", "server": self._server_url,
@@ -135,9 +126,6 @@ class Daemon:
         running = self._worker is not None
         self._stop.set()
         self._wake.set()
-        scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler.shutdown(wait=True)
         worker, self._worker = self._worker, None
         if worker is not None and worker is not threading.current_thread():
             worker.join()
@@ -181,7 +169,7 @@ class Daemon:
             self._tell("cycle")
             if ok:
                 failures = 0
-                self._wake.wait()
+                self._wake.wait(self._interval_s)  # a put (or a stop) wakes it early
                 self._wake.clear()
             else:
                 failures += 1

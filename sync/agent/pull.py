@@ -41,8 +41,6 @@ class Puller:
     def __init__(self, link: ServerLink) -> None:
         self.link = link
         self.qm = link.qm
-        #: what the last :meth:`pull_once` did
-        self.last: PullReport | None = None
 
     def pull_once(self, *, due_only: bool = False) -> PullReport:
         """Fetch every home-server queue's messages from the server (assured get, then
@@ -65,7 +63,6 @@ class Puller:
                 report.error, report.stopped = str(exc), True
                 health.agent(stopped=True, last_error=str(exc), last_error_code=failure_code(exc),
                              last_error_ms=self.link.clock())
-            self.last = report
             health.flush()
         if report.batches or report.error:
             log.log(

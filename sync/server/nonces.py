@@ -22,7 +22,6 @@ True
 from __future__ import annotations
 
 import heapq
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Literal, Protocol
 
 from edgeq.errors import EdgeqError
 from edgeq.store.commits import SyncBarrier, SyncStats
+from edgeq.store.connection import connect
 
 __all__ = ["MemoryNonces", "NonceStore", "NoncesFull", "SqliteNonces"]
 
@@ -108,11 +108,9 @@ class SqliteNonces:
         self.path = path
         self.max_entries = max_entries
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn = connect(path, wal=True, timeout=30)
         self._barrier: SyncBarrier | None = None
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
             if synchronous == "FULL":
                 # The name SQLite resolved for the database (symbolic links followed), plus "-wal".
                 file = self._conn.execute("PRAGMA database_list").fetchone()[2]

@@ -41,7 +41,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeq.store.connection import APPLICATION_ID
+from edgeq.store.connection import APPLICATION_ID, connect
 from edgeq.store.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, PipelineError, require
 from edgeq.sync.pipeline.export.layout import (  # the layout the job reads
@@ -162,7 +162,7 @@ def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
     if not db.is_file():
         raise JournalNotFound(f"{db} is not a file: give the home server's store (its SQLite file)")
     try:
-        conn = sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True, timeout=30.0)
+        conn = connect(db, read_only=True, timeout=30.0)
         (app_id,) = conn.execute("PRAGMA application_id").fetchone()
         has_journal = conn.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'journal'"

@@ -189,13 +189,6 @@ class StateWriter:
         """Where this run writes dataset ``name``."""
         return join(self.dir, name)
 
-    def write_whole(self, state: State, name: str, frame: DataFrame) -> None:
-        """Write a small dataset whole (one file)."""
-        target = self.path(name)
-        _writer(frame.coalesce(1)).parquet(target)
-        state.whole[name] = target
-        state.schemas[name] = frame.schema.json()
-
     def write_bundle(self, state: State, bundle: str, frames: dict[str, DataFrame], *,
                      buckets: set[int] | None = None) -> None:
         """Write several datasets in one Spark job: their union (each column of any of them,

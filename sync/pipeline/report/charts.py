@@ -1,11 +1,8 @@
-"""Charts for the report page, as inline SVG: no script, no external file, no font to fetch.
+"""Charts as inline SVG, for the pipeline's report page and the operator console: no script,
+no external file, no font to fetch; values on 1-2-5 ticks, times on round ones, both axes named.
 
-Every chart draws in a ``viewBox`` sized for what it holds (its labels measured
-before anything is placed, so none falls outside it) and scales to the page's
-column. Series are drawn **side by side** (grouped bars) or as lines, never
-stacked: accepted, delivered and expired messages are not parts of one whole.
-A chart with one or a few categories keeps its bars narrow and centred, so a
-single hour reads as a chart, not as one full-width block.
+Each chart's ``viewBox`` is sized for its labels (measured first, so none falls outside it).
+Series stand side by side (grouped bars) or as lines, never stacked (docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["COLORS", "Chart", "bar_chart", "hour_marks", "line_chart", "nice_ticks", "text_width"]
+__all__ = ["COLORS", "Chart", "bar_chart", "line_chart", "nice_ticks", "text_width", "time_marks"]
 
 #: One colour per series name (colour-blind-safe Tableau 10); others get ``#4e79a7``.
 COLORS: dict[str, str] = {
@@ -28,10 +25,14 @@ _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#
             "#9c755f", "#bab0ac")
 _FONT = 11  # px, axis labels
 _CHAR = 0.62  # a character's width in ems, generously (system-ui digits are ~0.55)
-_WIDTH = 960  # the viewBox width; the page scales it to its column
+_WIDTH = 960  # the viewBox width by default; the page scales it to its column
 _PLOT_H = 180
 _MAX_BAR = 36.0  # px: one series' bar at most this wide, however few categories
 _E = html.escape
+_MINUTE, _HOUR, _DAY = 60_000, 3_600_000, 86_400_000
+#: The round steps of a time axis, in ms: minutes, hours, days, a week.
+_TIME_STEPS = tuple(m * _MINUTE for m in (1, 2, 5, 10, 15, 30)) + tuple(h * _HOUR for h in (1, 2, 3, 6, 12)) \
+    + tuple(d * _DAY for d in (1, 2, 7))
 
 
 def text_width(text: str, size: float = _FONT) -> float:
@@ -43,24 +44,20 @@ def text_width(text: str, size: float = _FONT) -> float:
     return len(text) * size * _CHAR
 
 
-def nice_ticks(high: float, low: float = 0, count: int = 4) -> list[float]:
-    """Round axis ticks covering ``low``..``high`` and 0.
+def nice_ticks(high: float, low: float = 0, count: int = 5) -> list[float]:
+    """Axis ticks covering ``low``..``high`` and 0, about ``count`` steps of 1, 2 or 5 times a power of 10.
 
     >>> nice_ticks(87)
-    [0, 25, 50, 75, 100]
-    >>> nice_ticks(0)
-    [0, 1]
-    >>> nice_ticks(3)
-    [0, 1, 2, 3]
-    >>> nice_ticks(1500, -700)
-    [-1000, 0, 1000, 2000]
+    [0, 20, 40, 60, 80, 100]
+    >>> nice_ticks(0), nice_ticks(3)
+    ([0, 1], [0, 1, 2, 3])
     """
     high, low = max(high, 0), min(low, 0)
     if high == low:
         return [0, 1]
     raw = (high - low) / count
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     if high - low <= count and step < 1:
         step = 1
     first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
@@ -71,10 +68,13 @@ def _tidy(value: float) -> float:
     return int(value) if float(value).is_integer() else round(value, 10)
 
 
-def _tick_label(value: float) -> str:
-    if abs(value) >= 1_000_000:
+def _tick_label(value: float, top: float) -> str:
+    """``value`` in the unit its axis' largest tick ``top`` reads best in: 1.5M, 15k, 1,500."""
+    if value == 0:
+        return "0"
+    if abs(top) >= 1_000_000:
         return f"{value / 1_000_000:g}M"
-    if abs(value) >= 10_000:
+    if abs(top) >= 10_000:
         return f"{value / 1000:g}k"
     return f"{value:,g}"
 
@@ -92,6 +92,7 @@ class Chart:
     width: float
     ticks: tuple[float, ...] = (0, 1)
     right: float = 16.0
+    x_title: str = ""
 
     @property
     def height(self) -> float:
@@ -117,12 +118,14 @@ class Chart:
         return self.left + i * w, w
 
 
-def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: Collection[int] | None) -> Chart:
+def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: Collection[int] | None,
+            width: float, x_title: str) -> Chart:
     """Place the plot so that every label drawn (``marks``: which; default: as many as fit)
     lies inside the chart: horizontal where they fit between their ticks, else at 45°."""
     n = max(1, len(labels))
-    y_w = max((text_width(_tick_label(t)) for t in ticks), default=0) + 26  # tick labels and the axis title
-    room = (_WIDTH - y_w - 16) / n
+    top = max((abs(t) for t in ticks), default=0)
+    y_w = max((text_width(_tick_label(t, top)) for t in ticks), default=0) + 26  # tick labels, axis title
+    room = (width - y_w - 16) / n
     longest = max((text_width(t) for t in labels), default=0)
     shown = sorted(marks) if marks is not None else list(range(len(labels)))
     gap = min((b - a for a, b in itertools.pairwise(shown)), default=n) * room
@@ -138,23 +141,33 @@ def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: 
             shown = shown[:: max(1, math.ceil(_FONT * 1.5 / room))]
         # the first label reaches left of its tick by its length and its height, both at 45°
         left = max(y_w, (first + _FONT) * math.sqrt(0.5) - (shown[0] + 0.5) * room + 4 if shown else 0)
-    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, _WIDTH, tuple(ticks), right)
+    bottom += _FONT + 8 if x_title else 0
+    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, width, tuple(ticks),
+                 right, x_title)
 
 
-def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: Sequence[str]) -> list[str]:
-    """The SVG element, the y axis with its grid, the axis title and the legend."""
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {chart.width:.0f} {chart.height:.0f}" '
-           f'class="chart" role="img" aria-label="{_E(title)}" font-family="system-ui,sans-serif">'
+def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: Sequence[str],
+           html_id: str) -> list[str]:
+    """The SVG element, the y axis with its grid, the axes' titles and the legend."""
+    ident = f' id="{_E(html_id)}"' if html_id else ""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg"{ident} '
+           f'viewBox="0 0 {chart.width:.0f} {chart.height:.0f}" class="chart" role="img" '
+           f'aria-label="{_E(title)}" font-family="system-ui,sans-serif">'
            f"<title>{_E(title)}</title>"]
+    top = max(abs(t) for t in chart.ticks)
     for t in chart.ticks:
         y = chart.y(t)
         out.append(f'<line x1="{chart.left:.1f}" y1="{y:.1f}" x2="{chart.left + chart.plot_w:.1f}" y2="{y:.1f}" '
                    f'stroke="{"#444" if t == 0 else "#e4e4e4"}"/>'
                    f'<text class="ytick" x="{chart.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" '
-                   f'font-size="{_FONT}">{_tick_label(t)}</text>')
+                   f'font-size="{_FONT}">{_tick_label(t, top)}</text>')
     mid = chart.top + _PLOT_H / 2
     out.append(f'<text class="yunit" x="12" y="{mid:.1f}" font-size="{_FONT}" text-anchor="middle" '
                f'transform="rotate(-90 12 {mid:.1f})">{_E(unit)}</text>')
+    if chart.x_title:
+        centre = chart.left + chart.plot_w / 2
+        out.append(f'<text class="xunit" x="{centre:.1f}" y="{chart.height - 5:.1f}" font-size="{_FONT}" '
+                   f'text-anchor="middle">{_E(chart.x_title)}</text>')
     if len(series) > 1:
         x = chart.left
         for name, color in zip(series, colors, strict=True):
@@ -190,26 +203,25 @@ def _x_labels(chart: Chart, centre: Sequence[float]) -> list[str]:
     return out
 
 
-def hour_marks(hours_ms: Sequence[int], label: str) -> list[int] | None:
-    """Which of consecutive hours to label so that labels as wide as ``label`` stand level
-    without touching: those on a round step (1, 2, 3, 6, 12 hours, a day, two, a week);
-    None when even weekly labels would not fit (then the chart tilts and thins them).
+def time_marks(times_ms: Sequence[int], label: str, width: float = _WIDTH) -> list[int] | None:
+    """Which of evenly spaced times (ms) to label so that labels as wide as ``label`` stand level
+    without touching: those on the finest round step that leaves room (1, 2, 5, 10, 15, 30
+    minutes, 1, 2, 3, 6, 12 hours, a day, two, a week); None if none does (the chart tilts them).
 
-    >>> hour_marks([h * 3_600_000 for h in range(6)], "22:00")
-    [0, 1, 2, 3, 4, 5]
-    >>> hour_marks([h * 3_600_000 for h in range(72)], "2025-11-21T22:00Z")[:3]
+    >>> time_marks([h * 3_600_000 for h in range(72)], "2025-11-21T22:00Z")[:3]
     [0, 12, 24]
     """
-    plot = _WIDTH - 90  # about: the width left of the y axis' labels and margins
-    room = plot / max(1, len(hours_ms))
-    for step in (1, 2, 3, 6, 12, 24, 48, 168):
-        if text_width(label) + 12 <= step * room:
-            return [i for i, h in enumerate(hours_ms) if (h // 3_600_000) % step == 0]
+    spacing = max(1, times_ms[1] - times_ms[0]) if len(times_ms) > 1 else _MINUTE
+    room = (width - 90) / max(1, len(times_ms)) / spacing  # px per ms: about, past the y axis and margins
+    for step in _TIME_STEPS:
+        if step % spacing == 0 and text_width(label) + 12 <= step * room:
+            return [i for i, t in enumerate(times_ms) if t % step == 0]
     return None
 
 
 def bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str, unit: str,
-              marks: Collection[int] | None = None) -> str:
+              marks: Collection[int] | None = None, x_title: str = "", width: float = _WIDTH,
+              html_id: str = "") -> str:
     """Grouped bars: one group per label, one bar per series side by side.
 
     >>> svg = bar_chart(["10:00"], {"accepted": [5], "delivered": [3]}, title="t", unit="messages")
@@ -217,9 +229,10 @@ def bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, t
     2
     """
     names, values = list(series), _values(series)
-    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks)
+    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks,
+                    width, x_title)
     colors = _colors(names)
-    out = _frame(chart, title, unit, names, colors)
+    out = _frame(chart, title, unit, names, colors, html_id)
     zero = chart.y(0)
     centres = []
     for i, label in enumerate(labels):
@@ -239,7 +252,8 @@ def bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, t
 
 
 def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, title: str, unit: str,
-               marks: Collection[int] | None = None) -> str:
+               marks: Collection[int] | None = None, x_title: str = "", width: float = _WIDTH,
+               html_id: str = "") -> str:
     """One line per series over many categories (e.g. hours), with a dot at each point; a
     None value (no data in that category) breaks the line.
 
@@ -247,9 +261,10 @@ def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None
     3
     """
     names, values = list(series), _values(series)
-    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks)
+    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks,
+                    width, x_title)
     colors = _colors(names)
-    out = _frame(chart, title, unit, names, colors)
+    out = _frame(chart, title, unit, names, colors, html_id)
     centres = [chart.slot(i)[0] + chart.slot(i)[1] / 2 for i in range(len(labels))]
     for name, color in zip(names, colors, strict=True):
         points = [None if v is None else (centres[i], chart.y(v)) for i, v in enumerate(series[name])]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeq.sync.pipeline.report.cells import cell, format_time, is_numeric, short_ms
-from edgeq.sync.pipeline.report.charts import bar_chart, hour_marks, line_chart
+from edgeq.sync.pipeline.report.charts import bar_chart, line_chart, time_marks
 from edgeq.sync.pipeline.report.figures import count, headline, verdict
 from edgeq.sync.pipeline.report.results import REPORTS, PipelineResult
 
@@ -201,8 +201,9 @@ def _latency(result: PipelineResult) -> str:
            "<em>uncorrected</em> counts messages whose device reported no offset: their latency is on two clocks. "
            "Each bar is labelled by its lower bound.</p>"]
     if hist:
+        title = "creation to server confirm: messages per latency bucket"
         out.append(_box(bar_chart([_bucket_label(x) for x in hist], {"messages": [x["messages"] for x in hist]},
-                                  title="creation to server confirm: messages per latency bucket", unit="messages")))
+                                  title=title, unit="messages", x_title="latency (lower bound)")))
     out.append(html_table(result, "latency", ("device", "queue", "messages", "uncorrected", "p50_ms", "p95_ms",
                                               "p99_ms", "max_ms"),
                           ("device", "queue", "messages", "uncorrected", "p50", "p95", "p99", "max")))
@@ -242,8 +243,8 @@ def _devices(result: PipelineResult) -> str:
             labels = [format_time(h, precision="minutes") for h in hours]
             out.append(_box(line_chart(labels, {d: [None if (v := by.get((d, h))) is None else v / scale
                                                     for h in hours] for d in devices},
-                                       title="device clock offset per hour", unit=unit,
-                                       marks=hour_marks(hours, labels[0]))))
+                                       title="device clock offset per hour", unit=unit, x_title="hour (UTC)",
+                                       marks=time_marks(hours, labels[0]))))
             out.append(_partial(result, "device_clock_hourly"))
     out.append(html_table(result, "device_health", ("device", "last_seen_ms", "offset_last_ms", "offset_min_ms",
                                                     "offset_max_ms", "accepted", "uncorrected", "device_expired",
@@ -264,7 +265,7 @@ def _expiries(result: PipelineResult) -> str:
     if order:
         sides = {k: [days[d][k] for d in order] for k in ("server", "device", "both")}
         out.append(_box(bar_chart([cell("date", d) for d in order], sides, title="expired messages per day, by side",
-                                  unit="messages")))
+                                  unit="messages", x_title="day (UTC)")))
         out.append(_partial(result, "expiry_daily"))
     out.append(html_table(result, "expiry_daily", ("date", "queue", "expired", "server_only", "device_only", "both",
                                                    "delivered_then_device_expired", "entries"),
@@ -286,11 +287,13 @@ def _throughput(result: PipelineResult) -> str:
         labels = [format_time(h, precision="minutes") for h in order]
         none = {"accepted": 0.0, "delivered": 0.0, "expired": 0.0}
         series = {k: [hours.get(h, none)[k] for h in order] for k in none}
-        title, unit, marks = "journal entries per hour", "entries / hour", hour_marks(order, labels[0])
+        title, unit, axis = "journal entries per hour", "entries / hour", "hour (UTC)"
+        marks = time_marks(order, labels[0])
         if len(order) <= _BAR_HOURS:
-            out.append(_box(bar_chart(labels, series, title=title, unit=unit, marks=marks)))
+            out.append(_box(bar_chart(labels, series, title=title, unit=unit, marks=marks, x_title=axis)))
         else:
-            out.append(_box(line_chart(labels, dict(series), title=title, unit=unit, marks=marks)))
+            out.append(_box(line_chart(labels, dict(series), title=title, unit=unit, marks=marks,
+                                       x_title=axis)))
         out.append(_partial(result, "throughput_hourly"))
     out.append(html_table(result, "throughput_hourly", ("hour_ms", "queue", "accepted", "delivered",
                                                         "expired_entries", "accepted_bytes"),

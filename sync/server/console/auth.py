@@ -31,11 +31,12 @@ import hashlib
 import hmac
 import os
 import secrets
-import sqlite3
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgeq.errors import EdgeqError
+from edgeq.store.connection import connect
 
 __all__ = ["ConsoleCredential", "NoConsolePassword", "load_credential", "revoke_session", "set_password"]
 
@@ -64,23 +65,19 @@ def set_password(path: str | Path, password: str) -> None:
         raise EdgeqError(f"the console password must have at least {MIN_PASSWORD_CHARS} characters")
     salt = os.urandom(16)
     stored = f"scrypt${_N}${_R}${_P}${salt.hex()}${_hash(password, salt).hex()}"
-    with _connect(path) as conn:
-        for key, value in ((PASSWORD_KEY, stored), (SECRET_KEY, secrets.token_hex(32))):
-            conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?) "
-                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
-    conn.close()
+    with closing(connect(path)) as conn:  # one statement: both or neither
+        conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?), (?, ?) "
+                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                     (PASSWORD_KEY, stored, SECRET_KEY, secrets.token_hex(32)))
 
 
 def load_credential(path: str | Path, session: str | None = None) -> ConsoleCredential | None:
     """The console credential stored at ``path``, or None if no password was set; with the
     ``session`` token a request carries, whether it was revoked (``revoked``), in the same query."""
     revoked = REVOKED_PREFIX + _session_id(session)
-    conn = _connect(path)
-    try:
+    with closing(connect(path)) as conn:
         rows = dict(conn.execute("SELECT key, value FROM edgeq_meta WHERE key IN (?, ?, ?)",
                                  (PASSWORD_KEY, SECRET_KEY, revoked)).fetchall())
-    finally:
-        conn.close()
     if PASSWORD_KEY not in rows or SECRET_KEY not in rows:
         return None
     try:
@@ -98,21 +95,16 @@ def revoke_session(path: str | Path, session: str, *, now_ms: int) -> None:
     """Revoke ``session`` (a token :meth:`ConsoleCredential.new_session` made) until it would
     have ended, and forget the revocations of sessions that have ended since."""
     expires = session.partition(".")[0]
-    with _connect(path) as conn:
+    with closing(connect(path)) as conn:
         conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
                      (REVOKED_PREFIX + _session_id(session), expires))
         conn.execute("DELETE FROM edgeq_meta WHERE key >= ? AND key < ? AND CAST(value AS INTEGER) <= ?",
                      (REVOKED_PREFIX, REVOKED_PREFIX[:-1] + "/", now_ms))
-    conn.close()
 
 
 def _session_id(session: str | None) -> str:
     """The random part of a session token (``expires.id.mac``): what a revocation names."""
     return (session or "").split(".")[1] if (session or "").count(".") == 2 else ""
-
-
-def _connect(path: str | Path) -> sqlite3.Connection:
-    return sqlite3.connect(path, timeout=10)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeq.store.connection import connect
 from edgeq.sync.server.admin.records import recent
 from edgeq.types import MessageState
 
@@ -84,7 +85,7 @@ def read_console(path: str | Path, *, now_ms: int,
                  bounds: Mapping[str, tuple[int, int]] | None = None) -> ConsoleView:
     """Read the console's page from the store at ``path`` (read-only) as of ``now_ms``;
     ``bounds`` are the device clock-offset bounds this process measured."""
-    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=10)
+    conn = connect(path, read_only=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         return ConsoleView(

@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
+from edgeq.sync.pipeline.report.charts import line_chart, time_marks
 from edgeq.sync.server.console.auth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
-from edgeq.sync.server.console.charts import line_chart
-from edgeq.sync.server.console.data import read_console
+from edgeq.sync.server.console.data import BUCKET_MS, read_console
 from edgeq.sync.server.console.login import LoginGuard
 from edgeq.sync.server.sessions import DeviceSessions
 
@@ -91,6 +93,17 @@ def _age(ms: int | None) -> str:
     return f"{s} s"
 
 
+def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, html_id: str) -> Markup:
+    """``values`` (the last minutes' counts, oldest first) as a line chart; each point is labelled
+    by the whole minute that falls in its bucket, and round ones are shown."""
+    start = now_ms - len(values) * BUCKET_MS
+    minutes = [-(-(start + i * BUCKET_MS) // 60_000) * 60_000 for i in range(len(values))]
+    labels = [datetime.fromtimestamp(t / 1000, UTC).strftime("%H:%M") for t in minutes]
+    return Markup(line_chart(labels, {series: values}, title=title, unit=f"{series} / minute", width=600,
+                             marks=time_marks(minutes, "00:00", 600), x_title="minute (UTC)",
+                             html_id=html_id))
+
+
 def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: DeviceSessions) -> list[BaseRoute]:
     """The routes of ``/console`` over the store at ``path``: ``clock`` is the server's (ms),
     ``sessions`` its device sessions (for the clock bounds this process measured)."""
@@ -124,7 +137,11 @@ def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: Devi
         view = await run_in_threadpool(read_console, path, now_ms=clock(), bounds=bounds())
         return templates.TemplateResponse(request, "console.html", {
             "view": view, "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
-            "throughput": line_chart(view.throughput), "expired": line_chart(view.expired)})
+            "throughput": _per_minute(view.throughput, view.now_ms, series="accepted",
+                                      title="messages accepted per minute, last hour",
+                                      html_id="chart-throughput"),
+            "expired": _per_minute(view.expired, view.now_ms, series="expired", html_id="chart-expiries",
+                                   title="expiries per minute, last hour")})
 
     async def login_form(request: Request, error: str = "", status: int = 200) -> Response:
         return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=status)

@@ -222,7 +222,6 @@ def test_the_state_is_written_without_dictionary_encoding(spark: SparkSession, t
     frame = spark.sql("SELECT id % 2 AS bucket, id AS n, concat('DEV', id % 3) AS origin FROM range(2000)")
     writer.write_bundle(state, "uids", {"uids": frame}, buckets={0, 1})
     writer.write_bundle(state, "rows", {"kinds": frame.drop("bucket")})
-    writer.write_whole(state, "queues", frame)
     writer.write_bucketed(state, "expired", frame, {0, 1})
     assert len(list(out.rglob("*.parquet"))) >= 6
     assert _dictionary_encoded(out) == []
