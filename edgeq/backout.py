@@ -41,9 +41,10 @@ from edgeq.codec import decode_fields, encode_fields
 from edgeq.dispatch import Pending
 from edgeq.errors import EdgeqError
 from edgeq.events import EventSink
+from edgeq.records import MessageRow, NewMessage, QueueRow, is_intact, stored_size
 from edgeq.rows import is_expired
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact, stored_size
+from edgeq.store import Tx
 from edgeq.types import FieldValue, MessageState, RemovalReason
 
 __all__ = ["Backout", "Header", "Kept", "Undone", "redelivery_at", "redelivery_delay_ms"]

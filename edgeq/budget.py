@@ -24,7 +24,8 @@ from edgeq.args import check_limit
 from edgeq.dispatch import Pending
 from edgeq.errors import EdgeqError, MessageTooLarge, QueueFull, StoreFull
 from edgeq.events import EventSink
-from edgeq.store import MessageRow, QueueRow, Tx, stored_size
+from edgeq.records import MessageRow, QueueRow, stored_size
+from edgeq.store import Tx
 
 __all__ = ["OverflowTally", "Room", "check_store_budget"]
 

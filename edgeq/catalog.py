@@ -25,9 +25,10 @@ from edgeq.queues import (
     check_redelivery,
     require_queue,
 )
+from edgeq.records import QueueRow
 from edgeq.rulestore import RuleTx
 from edgeq.sealer import Sealer
-from edgeq.store import QueueRow, Tx
+from edgeq.store import Tx
 from edgeq.types import DEFAULT_MAX_REDELIVERY_DELAY_MS, DEFAULT_REDELIVERY_DELAY_MS
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ time and memory linear in its size and bounded by :class:`DecodeLimits`, whateve
 
 This module is pure (no I/O). It lives in the core, not in the sync package, because the
 device core decodes admin requests with it too (:mod:`edgeq.adminwire`) and must not import
-``edgeq.sync``; :mod:`edgeq.sync.protocol` builds on it (through :mod:`edgeq.sync.wire`).
+``edgeq.sync``; :mod:`edgeq.sync.protocol` builds on it.
 
 >>> loads(b"\\xa1\\x61v\\x01")
 {'v': 1}

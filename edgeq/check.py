@@ -54,8 +54,9 @@ from edgeq.damage import damaged
 from edgeq.dispatch import Pending
 from edgeq.errors import StoreError
 from edgeq.events import EventSink
+from edgeq.records import MessageRow, QueueRow
 from edgeq.schema import SCHEMA_VERSION
-from edgeq.store import MessageRow, QueueRow, Tx
+from edgeq.store import Tx
 from edgeq.uid import new_incarnation
 
 __all__ = ["NotAStore", "StoreCheck", "preflight"]

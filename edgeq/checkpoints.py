@@ -15,7 +15,8 @@ from edgeq.errors import InvalidArgument
 from edgeq.events import EventSink
 from edgeq.names import check_name
 from edgeq.queues import require_queue
-from edgeq.store import QueueRow, Tx
+from edgeq.records import QueueRow
+from edgeq.store import Tx
 from edgeq.types import EventKind, RemovalReason, Where
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import cbor2
 from edgeq.checkreport import DamagedRecord
 from edgeq.errors import EdgeqError
 from edgeq.names import INCARNATION_SEPARATOR, check_name, check_origin
-from edgeq.store import MessageRow
+from edgeq.records import MessageRow
 from edgeq.types import EVENT_KINDS
 
 __all__ = [

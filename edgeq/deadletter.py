@@ -26,9 +26,10 @@ from edgeq.errors import EdgeqError, MessageNotFound
 from edgeq.events import EventSink
 from edgeq.journal import JournalKind, JournalTx, entry_row
 from edgeq.names import check_name
+from edgeq.records import MessageRow, QueueRow, is_intact
 from edgeq.rows import is_expired, plain_size
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store import Tx
 from edgeq.syncstore import SyncTx
 from edgeq.types import (
     DEAD_LETTER_QUEUE_KEY,

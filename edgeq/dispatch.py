@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.connection import ConnectionFactory
 from edgeq.message import Message
+from edgeq.records import MessageRow, NewMessage, as_stored
 from edgeq.rows import to_message
 from edgeq.rulestore import EventRow, FailureRow, RuleTx
-from edgeq.store import MessageRow, NewMessage, as_stored
 from edgeq.types import Clock, RemovalReason, Where
 
 if TYPE_CHECKING:

@@ -33,8 +33,9 @@ from edgeq.journal import (
     remote_expiry_refusal,
 )
 from edgeq.names import check_name
+from edgeq.records import MessageRow, NewMessage, QueueRow, is_intact
 from edgeq.rows import is_expired, plain_size
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact
+from edgeq.store import Tx
 from edgeq.types import Clock, EventKind, RemovalReason, Where
 from edgeq.verify import diagnose, lenient, stripped
 

@@ -18,10 +18,11 @@ from edgeq.errors import ConfirmIdNotFound, InvalidArgument, InvalidType, Messag
 from edgeq.events import EventSink
 from edgeq.message import Message, check_fields
 from edgeq.queues import readable_queue, require_queue
+from edgeq.records import MessageRow, QueueRow, is_intact
 from edgeq.results import ConfirmResult
 from edgeq.rows import is_expired, matches, to_message
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store import Tx
 from edgeq.types import FieldValue, Filter, MessageState, RemovalReason, Where
 from edgeq.uid import MessageUID
 from edgeq.verify import locked_unindexed, tolerant

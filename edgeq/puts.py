@@ -24,10 +24,11 @@ from edgeq.events import EventSink
 from edgeq.expiry import effective_deadline, own_deadline
 from edgeq.message import Message
 from edgeq.queues import require_queue
+from edgeq.records import MessageRow, NewMessage, QueueRow, as_stored, is_intact, stored_size
 from edgeq.results import ConfirmResult, PutResult
 from edgeq.rows import EXPIRY_KINDS, is_expired
 from edgeq.sealer import Sealer
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, as_stored, is_intact, stored_size
+from edgeq.store import Tx
 from edgeq.transmit import Transmitter
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID

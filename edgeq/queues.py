@@ -11,7 +11,8 @@ from edgeq.compression import check_compression
 from edgeq.errors import InvalidArgument, InvalidType, QueueNotFound
 from edgeq.message import check_priority
 from edgeq.names import check_name
-from edgeq.store import QueueRow, Tx
+from edgeq.records import QueueRow
+from edgeq.store import Tx
 from edgeq.types import (
     DEFAULT_MAX_REDELIVERY_DELAY_MS,
     DEFAULT_REDELIVERY_DELAY_MS,

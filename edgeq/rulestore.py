@@ -17,7 +17,7 @@ from typing import Any, get_args
 import cbor2
 
 from edgeq.damage import damaged
-from edgeq.store import MessageRow, is_intact
+from edgeq.records import MessageRow, is_intact
 from edgeq.types import CHECK_POINTS, RemovalReason
 from edgeq.verify import stripped
 

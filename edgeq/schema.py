@@ -280,7 +280,7 @@ def _v8(db: Database) -> None:
     import cbor2
 
     from edgeq.integrity import row_crc
-    from edgeq.store import MessageRow
+    from edgeq.records import MessageRow
 
     for event_id, queue, blob in db.execute("SELECT id, queue, message FROM rule_events").fetchall():
         try:

@@ -21,8 +21,9 @@ from edgeq.damage import damaged
 from edgeq.errors import InvalidArgument, StoreError
 from edgeq.events import EventSink
 from edgeq.queues import require_queue
+from edgeq.records import MessageRow, NewMessage, QueueRow, is_intact
 from edgeq.results import QuarantineEntry
-from edgeq.store import MessageRow, NewMessage, QueueRow, Tx, is_intact
+from edgeq.store import Tx
 from edgeq.verify import stripped
 
 __all__ = ["Sealer"]

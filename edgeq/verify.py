@@ -21,7 +21,8 @@ from typing import TypeVar
 
 from edgeq.connection import is_damage
 from edgeq.damage import index_damaged
-from edgeq.store import MessageRow, QueueRow, Tx, is_intact
+from edgeq.records import MessageRow, QueueRow, is_intact
+from edgeq.store import Tx
 from edgeq.types import MAX_STAMP
 
 __all__ = ["diagnose", "lenient", "locked_unindexed", "stripped", "tolerant"]

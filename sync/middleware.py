@@ -25,7 +25,7 @@ Outermost first, as :func:`protocol_middleware` lists them:
 The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :class:`ErrorBodies`
 is the one place that turns an exception into an answer. Bodies are decoded by a
 :class:`BodyDecoder`: in a worker thread (never on the event loop: one request must not
-stall the others), within :class:`~edgeq.sync.wire.DecodeLimits`, once per request (a
+stall the others), within :class:`~edgeq.cbor.DecodeLimits`, once per request (a
 route reuses the authenticator's copy), decompressed first if it came compressed.
 """
 
@@ -46,6 +46,7 @@ from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from edgeq.cbor import DecodeLimits
 from edgeq.compression import Codec, available
 from edgeq.errors import StoreBusy
 from edgeq.sync import protocol as p
@@ -54,7 +55,6 @@ from edgeq.sync.compression import H_ENCODING, unframe
 from edgeq.sync.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
 from edgeq.sync.metrics import Metrics
 from edgeq.sync.signing import H_DEVICE
-from edgeq.sync.wire import DecodeLimits
 
 __all__ = [
     "BODY_SCOPE_KEY",

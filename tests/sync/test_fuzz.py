@@ -25,12 +25,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import ManualClock, Message, QueueManager
+from edgeq.cbor import DecodeLimits
 from edgeq.sync import protocol as p
 from edgeq.sync.auth import SignatureAuthenticator
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.nonces import MemoryNonces
 from edgeq.sync.signing import sign_headers
-from edgeq.sync.wire import DecodeLimits
 
 from .conftest import T0, LiveServer
 from .test_hostile import Prober

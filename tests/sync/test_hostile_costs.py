@@ -26,6 +26,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from edgeq import ManualClock, QueueManager
+from edgeq.cbor import MalformedBody, count_items, loads
 from edgeq.compression import compress
 from edgeq.sync import consoleauth
 from edgeq.sync import protocol as p
@@ -34,7 +35,6 @@ from edgeq.sync.consoleauth import set_password
 from edgeq.sync.consolelogin import GLOBAL_BURST, GLOBAL_PER_S
 from edgeq.sync.keys import new_key_pair
 from edgeq.sync.transport import Transport, Unreachable
-from edgeq.sync.wire import MalformedBody, count_items, loads
 
 from .conftest import LiveServer, _Server, edgeq_serve, free_port
 from .test_hostile import PROBE_TIMEOUT_S, home_store, post, signed, stored
