@@ -53,7 +53,7 @@ from edgeq.adminwire import (
     raw_public_key,
     reply_message,
 )
-from edgeq.args import check_count
+from edgeq.args import check_non_negative, check_positive
 from edgeq.connection import ConnectionFactory
 from edgeq.damage import damaged
 from edgeq.errors import AdminError, EdgeqError, InvalidArgument, InvalidType, MessageNotFound
@@ -155,7 +155,7 @@ class AdminExecutor:
 
     def history(self, limit: int) -> list[AdminReply]:
         """The replies remembered, newest first."""
-        limit = check_count(limit)
+        limit = check_positive(limit, "limit")
         with self.db.read() as conn:
             records = AdminTx(conn).history(limit)
         return [_decoded(r) for r in records]
@@ -167,10 +167,8 @@ class AdminExecutor:
         ``remaining_ms``: the lifetime its message had left on arrival (None: its signed lifetime)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidType(f"execute_admin takes the request's bytes, not {type(data).__name__}")
-        if remaining_ms is not None and (
-                isinstance(remaining_ms, bool) or not isinstance(remaining_ms, int) or remaining_ms < 0):
-            raise InvalidArgument(
-                f"remaining_ms must be an int of 0 or more (milliseconds) or None, not {remaining_ms!r}")
+        if remaining_ms is not None:
+            check_non_negative(remaining_ms, "remaining_ms")
         return self._execute(bytes(data), "", self.host.now_ms(), remaining_ms).reply
 
     def _execute(self, data: bytes, claimed_id: str, arrived_ms: int, remaining_ms: int | None) -> _Outcome:
@@ -280,7 +278,7 @@ class AdminExecutor:
 
     def process(self, limit: int) -> list[AdminReply]:
         """Run the requests waiting on :data:`ADMIN_QUEUE` (see ``QueueManager.process_admin``)."""
-        limit = check_count(limit)
+        limit = check_positive(limit, "limit")
         if ADMIN_QUEUE not in self.host.queue_names():
             return []
         token = secrets.token_hex(8)

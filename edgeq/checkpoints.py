@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from edgeq.args import check_seconds
 from edgeq.dispatch import Pending
 from edgeq.errors import InvalidArgument
 from edgeq.events import EventSink
@@ -149,8 +150,7 @@ class ExpiryPolicy:
 
         Stopped by :meth:`stop_sweeper` (the queue manager's ``close`` calls it).
         """
-        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
-            raise InvalidArgument(f"interval_s must be a positive number of seconds, not {interval_s!r}")
+        check_seconds(interval_s, "interval_s")
         if self._scheduler is not None:
             raise InvalidArgument("the expiry sweeper is already running: stop_expiry_sweeper() first")
         from apscheduler.schedulers.background import BackgroundScheduler

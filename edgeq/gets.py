@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from edgeq.args import check_confirm_id, check_count, check_uid
+from edgeq.args import check_confirm_id, check_positive, check_uid
 from edgeq.backout import Backout, Undone
 from edgeq.budget import OverflowTally
 from edgeq.checkpoints import DISCARD_BATCH, ExpiryPolicy
@@ -70,7 +70,7 @@ class Gets:
         self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None
     ) -> list[Message]:
         """Take up to ``count`` messages in one transaction (see ``QueueManager.get``)."""
-        count = check_count(count)
+        count = check_positive(count, "count")
         if confirm_id is not None:
             confirm_id = check_confirm_id(confirm_id)
         wanted = check_fields(filter) if filter is not None else None
@@ -79,7 +79,7 @@ class Gets:
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
         """The visible messages in get order, without removing them (see ``QueueManager.browse``)."""
         if limit is not None:
-            limit = check_count(limit)
+            limit = check_positive(limit, "limit")
         wanted = check_fields(filter) if filter is not None else None
         self.expiry.touch(queue)
         now = self.clock()

@@ -19,10 +19,10 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgeq.args import check_uid
+from edgeq.args import check_non_negative, check_uid
 from edgeq.checkpoints import DISCARD_BATCH
 from edgeq.dispatch import Pending
-from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.errors import InvalidArgument
 from edgeq.events import EventSink
 from edgeq.names import check_name, origin_qmgr
 from edgeq.queues import require_queue
@@ -129,14 +129,6 @@ def _check_sender(sender: object) -> str | None:
     return None if sender is None else check_name(sender, "sender (a queue manager name)")
 
 
-def _check_age(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidType(f"{what} must be an int of milliseconds, not {value!r}")
-    if value < 0:
-        raise InvalidArgument(f"{what} must be 0 or more milliseconds, not {value}")
-    return value
-
-
 class Holds:
     """The held puts of a queue manager: measured, listed and undone by sender."""
 
@@ -160,7 +152,7 @@ class Holds:
     def held(self, sender: str | None = None, *, older_than_ms: int | None = None) -> list[HeldGroup]:
         """The held puts (of ``sender``; held at least ``older_than_ms``) by sender and queue."""
         sender = _check_sender(sender)
-        arrived_by = None if older_than_ms is None else self.clock() - _check_age(older_than_ms, "older_than_ms")
+        arrived_by = None if older_than_ms is None else self.clock() - check_non_negative(older_than_ms, "older_than_ms")
         with self.sink.db.read() as conn:
             return HeldTx(conn).groups(sender, arrived_by)
 
@@ -169,7 +161,7 @@ class Holds:
         a batch per transaction; return how many. One that has expired meanwhile is
         discarded as expired (``where="sweep"``), the others removed as ``deleted``."""
         sender = _check_sender(sender)
-        age = _check_age(older_than_ms, "older_than_ms")
+        age = check_non_negative(older_than_ms, "older_than_ms")
         total = 0
         while True:
             now = self.clock()

@@ -14,7 +14,7 @@ import binascii
 import logging
 from pathlib import Path
 
-from edgeq.args import check_count
+from edgeq.args import check_positive
 from edgeq.connection import ConnectionFactory
 from edgeq.crypto import CIPHERS, ENV_KEY_FILE, IntegrityError, KeyMissing, StoreKeys
 from edgeq.damage import damaged
@@ -158,7 +158,7 @@ class Sealer:
         other (the row says which), and running it again finishes the job. A row
         that fails its integrity check is quarantined.
         """
-        batch = check_count(batch)
+        batch = check_positive(batch, "batch")
         if self.keys is None:
             raise KeyMissing(f"rotating needs the store key ring: open the store with keys=... (or ${ENV_KEY_FILE})")
         keys = self.keys

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from edgeq.args import check_count, check_stamp, check_uid
+from edgeq.args import check_positive, check_stamp, check_uid
 from edgeq.backout import Undone
 from edgeq.checkpoints import ExpiryPolicy
 from edgeq.deadletter import DeadLetters
@@ -117,7 +117,7 @@ class Transmitter:
 
     def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
         """The next ``limit`` messages to transmit from a remote queue, in get order."""
-        taken = self.gets.take(queue, check_count(limit), wanted=None, remove=False, confirm_id=None)
+        taken = self.gets.take(queue, check_positive(limit, "limit"), wanted=None, remove=False, confirm_id=None)
         if taken:  # nothing leaves the device that a power cut could still take back
             self.sink.db.flushed()
         return taken
