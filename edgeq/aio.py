@@ -90,7 +90,7 @@ def _verb(verb: Callable[Concatenate[QueueManager, P], R]) -> Callable[
     the same signature, run in its pool (``_call``)."""
 
     async def run(self: AsyncQueueManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._call(lambda qm: verb(qm, *args, **kwargs))
+        return await self._call(verb, *args, **kwargs)
 
     functools.update_wrapper(run, verb, assigned=("__name__",), updated=())  # inspect.signature: verb's
     run.__qualname__ = f"AsyncQueueManager.{verb.__name__}"
@@ -216,11 +216,14 @@ class AsyncQueueManager:
             if not self._calls:
                 self._no_calls.set()
 
-    async def _call(self, work: Callable[[QueueManager], T]) -> T:
-        """``work(queue_manager)`` in the pool, once the plain gets before it are confirmed."""
+    async def _call(
+        self, work: Callable[Concatenate[QueueManager, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``work(queue_manager, *args, **kwargs)`` in the pool, once the plain gets before it
+        are confirmed."""
         async with self._counted() as qm:
             await self._confirmed()
-            return await asyncio.wrap_future(self._spawn(work, qm))
+            return await asyncio.wrap_future(self._spawn(work, qm, *args, **kwargs))
 
     async def _confirmed(self) -> None:
         """Wait for the confirms of the plain gets already handed out (read your writes)."""

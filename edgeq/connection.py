@@ -172,12 +172,13 @@ class ConnectionFactory:
     ) -> None:
         if durability not in _DURABILITIES:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
+        timeout = check_seconds(timeout, "timeout")
         self.path = str(path)
         #: Whether this user may only read the store (see :func:`open_address`): then nothing is
         #: discarded by a check point, and readers leave expired messages out instead.
         self.read_only = open_address(self.path)[1]
         self.durability: Durability = durability
-        self.timeout = check_seconds(timeout, "timeout")
+        self.timeout = timeout
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()

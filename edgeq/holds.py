@@ -152,7 +152,8 @@ class Holds:
     def held(self, sender: str | None = None, *, older_than_ms: int | None = None) -> list[HeldGroup]:
         """The held puts (of ``sender``; held at least ``older_than_ms``) by sender and queue."""
         sender = _check_sender(sender)
-        arrived_by = None if older_than_ms is None else self.clock() - check_non_negative(older_than_ms, "older_than_ms")
+        arrived_by = (None if older_than_ms is None
+                      else self.clock() - check_non_negative(older_than_ms, "older_than_ms"))
         with self.sink.db.read() as conn:
             return HeldTx(conn).groups(sender, arrived_by)
 

@@ -117,7 +117,8 @@ class Transmitter:
 
     def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
         """The next ``limit`` messages to transmit from a remote queue, in get order."""
-        taken = self.gets.take(queue, check_positive(limit, "limit"), wanted=None, remove=False, confirm_id=None)
+        limit = check_positive(limit, "limit")
+        taken = self.gets.take(queue, limit, wanted=None, remove=False, confirm_id=None)
         if taken:  # nothing leaves the device that a power cut could still take back
             self.sink.db.flushed()
         return taken

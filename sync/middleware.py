@@ -129,7 +129,7 @@ class BodyDecoder:
 
     async def read(self, request: Request) -> CborBody:
         """The request's body: the one :class:`Authentication` checked, else read (within
-        :class:`BodyLimit`) and decoded; raises :class:`~edgeq.sync.protocol.ProtocolError` (``malformed``, ``too-large``, ...)."""
+        :class:`BodyLimit`) and decoded; raises :class:`~edgeq.sync.protocol.ProtocolError`."""
         verified = getattr(request.state, "cbor_body", None)  # Authentication's, if it ran
         if isinstance(verified, CborBody):
             return verified

@@ -47,8 +47,10 @@ def _authenticator(qm: QueueManager, skew_ms: object) -> None:
 
 
 CASES: list[tuple[str, Callable[[QueueManager, Path], object], type[Exception], str]] = [
-    ("group_limit=0", lambda qm, tmp: _factory(tmp, 0), InvalidArgument, "group_limit must be a positive int, not 0"),
-    ("group_limit='3'", lambda qm, tmp: _factory(tmp, "3"), InvalidType, "group_limit must be a positive int, not '3'"),
+    ("group_limit=0", lambda qm, tmp: _factory(tmp, 0), InvalidArgument,
+     "group_limit must be a positive int, not 0"),
+    ("group_limit='3'", lambda qm, tmp: _factory(tmp, "3"), InvalidType,
+     "group_limit must be a positive int, not '3'"),
     ("max_depth=True", lambda qm, tmp: DecodeLimits(max_depth=True), InvalidType,
      "max_depth must be a positive int, not True"),
     ("max_items=0", lambda qm, tmp: DecodeLimits(max_items=0), InvalidArgument,
@@ -61,13 +63,16 @@ CASES: list[tuple[str, Callable[[QueueManager, Path], object], type[Exception], 
      "interval_s must be a positive number of seconds, not '5'"),
     ("interval_s=0", lambda qm, tmp: _started(qm, 0), InvalidArgument,
      "interval_s must be a positive number of seconds, not 0"),
-    ("skew_ms='5'", lambda qm, tmp: _authenticator(qm, "5"), InvalidType, "skew_ms must be a positive int, not '5'"),
-    ("skew_ms=0", lambda qm, tmp: _authenticator(qm, 0), InvalidArgument, "skew_ms must be a positive int, not 0"),
+    ("skew_ms='5'", lambda qm, tmp: _authenticator(qm, "5"), InvalidType,
+     "skew_ms must be a positive int, not '5'"),
+    ("skew_ms=0", lambda qm, tmp: _authenticator(qm, 0), InvalidArgument,
+     "skew_ms must be a positive int, not 0"),
     ("after_id='0'", lambda qm, tmp: qm.journal_since("0"), InvalidType,  # type: ignore[arg-type]
      "after_id must be an int of 0 or more, not '0'"),
     ("after_id=-1", lambda qm, tmp: qm.journal_since(-1), InvalidArgument,
      "after_id must be an int of 0 or more, not -1"),
-    ("limit=0", lambda qm, tmp: qm.journal_since(0, limit=0), InvalidArgument, "limit must be a positive int, not 0"),
+    ("limit=0", lambda qm, tmp: qm.journal_since(0, limit=0), InvalidArgument,
+     "limit must be a positive int, not 0"),
 ]
 
 
