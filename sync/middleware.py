@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -199,11 +200,11 @@ async def _internal(request: Request, exc: Exception) -> Response:
     return error_response("internal", f"{type(exc).__name__}: nothing was stored; retry later")
 
 
-#: What went wrong inside a protocol route, as the protocol's CBOR error body (by class, most
-#: specific first, as Starlette looks handlers up).
-ERROR_HANDLERS: dict[Any, ExceptionHandler] = {
+#: What went wrong inside a protocol route, as the protocol's CBOR error body (Starlette
+#: answers with the handler of the nearest class in the exception's MRO).
+ERROR_HANDLERS: Mapping[Any, ExceptionHandler] = MappingProxyType({
     p.ProtocolError: _protocol_error, StoreBusy: _busy, ClientDisconnect: _hung_up, Exception: _internal,
-}
+})
 
 
 class ErrorBodies(ExceptionMiddleware):
