@@ -40,17 +40,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
+from edgeq.args import check_positive
 from edgeq.consume.doorbell import Doorbell
 from edgeq.consume.waiting import check_wait
 from edgeq.errors import (
@@ -61,12 +63,9 @@ from edgeq.errors import (
     MessageNotFound,
     QueueManagerClosed,
 )
-from edgeq.events.bindings import RuleSpec
 from edgeq.manager import QueueManager
 from edgeq.message import Message, check_fields
 from edgeq.names import check_name
-from edgeq.queues.attributes import QueueAttributes, QueueUsage, StoreUsage
-from edgeq.results import ConfirmResult, PutResult
 from edgeq.types import MAX_CONFIRM_ID, Filter
 from edgeq.uid import MessageUID
 
@@ -75,12 +74,28 @@ __all__ = ["AsyncConsumer", "AsyncQueueManager"]
 log = logging.getLogger("edgeq")
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 Wait = float | timedelta | None
 
 
 def _fresh_confirm_id() -> int:
     """A confirm id for a get this object locks itself: random, so never another getter's."""
     return secrets.randbelow(MAX_CONFIRM_ID) + 1
+
+
+def _verb(verb: Callable[Concatenate[QueueManager, P], R]) -> Callable[
+        Concatenate[AsyncQueueManager, P], Coroutine[Any, Any, R]]:
+    """A :class:`QueueManager` verb as a coroutine method of :class:`AsyncQueueManager`:
+    the same signature, run in its pool (``_call``)."""
+
+    async def run(self: AsyncQueueManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._call(verb, *args, **kwargs)
+
+    functools.update_wrapper(run, verb, assigned=("__name__",), updated=())  # inspect.signature: verb's
+    run.__qualname__ = f"AsyncQueueManager.{verb.__name__}"
+    run.__doc__ = f"``QueueManager.{verb.__name__}`` as a coroutine, run in the pool."
+    return run
 
 
 class AsyncQueueManager:
@@ -96,10 +111,7 @@ class AsyncQueueManager:
     """
 
     def __init__(self, path: str | Path, name: str | None = None, *, max_workers: int = 32, **options: Any) -> None:
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
-            raise InvalidType(f"max_workers must be a positive int, not {max_workers!r}")
-        if max_workers < 1:
-            raise InvalidArgument(f"max_workers must be a positive int, not {max_workers}")
+        check_positive(max_workers, "max_workers")
         self._open_args = (path, name, options)
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="edgeq-aio")
         self._qm: QueueManager | None = None
@@ -204,11 +216,14 @@ class AsyncQueueManager:
             if not self._calls:
                 self._no_calls.set()
 
-    async def _call(self, work: Callable[[QueueManager], T]) -> T:
-        """``work(queue_manager)`` in the pool, once the plain gets before it are confirmed."""
+    async def _call(
+        self, work: Callable[Concatenate[QueueManager, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``work(queue_manager, *args, **kwargs)`` in the pool, once the plain gets before it
+        are confirmed."""
         async with self._counted() as qm:
             await self._confirmed()
-            return await asyncio.wrap_future(self._spawn(work, qm))
+            return await asyncio.wrap_future(self._spawn(work, qm, *args, **kwargs))
 
     async def _confirmed(self) -> None:
         """Wait for the confirms of the plain gets already handed out (read your writes)."""
@@ -317,117 +332,34 @@ class AsyncQueueManager:
             check_fields(filter)
         return AsyncConsumer(self, queue, math.inf if seconds is None else seconds, confirm, filter)
 
-    # -- the other messaging verbs -----------------------------------------------------------------
+    # -- the other verbs: QueueManager's, each run in the pool by _call (docs/aio.md) -------------
+    # (ignore[arg-type]: a verb with **attributes might take a keyword named self, says mypy; it
+    # still gives the coroutine that verb's signature)
 
-    async def put(self, queue: str, message: Message, *, confirm_id: int | None = None) -> MessageUID:
-        """Put a message; return its uid (see ``QueueManager.put``)."""
-        return await self._call(lambda qm: qm.put(queue, message, confirm_id=confirm_id))
-
-    async def put_many(
-        self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
-    ) -> list[MessageUID]:
-        """Put several messages in one transaction: all are stored, or none."""
-        return await self._call(lambda qm: qm.put_many(queue, messages, confirm_id=confirm_id))
-
-    async def put_each(
-        self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
-    ) -> list[PutResult]:
-        """Put a batch in one transaction, with an outcome per message."""
-        return await self._call(lambda qm: qm.put_each(queue, messages, confirm_id=confirm_id))
-
-    async def confirm_put(self, queue: str, uid: MessageUID | str) -> None:
-        """Make an assured put visible."""
-        await self._call(lambda qm: qm.confirm_put(queue, uid))
-
-    async def confirm_put_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
-        """Confirm a batch of assured puts, with an outcome per uid."""
-        return await self._call(lambda qm: qm.confirm_put_each(queue, uids))
-
-    async def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
-        """The visible messages in get order, without removing them."""
-        return await self._call(lambda qm: qm.browse(queue, filter=filter, limit=limit))
-
-    async def confirm_get(self, queue: str, uid: MessageUID | str) -> None:
-        """Complete an assured get: delete the locked message."""
-        await self._call(lambda qm: qm.confirm_get(queue, uid))
-
-    async def confirm_get_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
-        """Complete a batch of assured gets, with an outcome per uid."""
-        return await self._call(lambda qm: qm.confirm_get_each(queue, uids))
-
-    async def undo(
-        self, queue: str, confirm_id: int, *, count_backout: bool = True,
-        uids: Sequence[MessageUID | str] | None = None,
-    ) -> int:
-        """Undo what ``confirm_id`` locked (see ``QueueManager.undo``)."""
-        return await self._call(lambda qm: qm.undo(queue, confirm_id, count_backout=count_backout, uids=uids))
-
-    async def delete_message(self, queue: str, uid: MessageUID | str) -> None:
-        """Delete one message by uid, whatever its state."""
-        await self._call(lambda qm: qm.delete_message(queue, uid))
-
-    async def release_locks(self, queue: str) -> int:
-        """Undo every assured-get lock on a queue; return how many."""
-        return await self._call(lambda qm: qm.release_locks(queue))
-
-    # -- queues ------------------------------------------------------------------------------------
-
-    async def define_queue(self, name: str, **attributes: Any) -> None:
-        """Define a local queue (the keywords of ``QueueManager.define_queue``)."""
-        await self._call(lambda qm: qm.define_queue(name, **attributes))
-
-    async def define_remote_queue(
-        self, name: str, *, target_qmgr: str, rules: Sequence[RuleSpec] | None = None,
-        mode: Literal["async", "sync"] = "async", **attributes: Any,
-    ) -> None:
-        """Define a remote queue (the keywords of ``QueueManager.define_remote_queue``)."""
-        await self._call(
-            lambda qm: qm.define_remote_queue(name, target_qmgr=target_qmgr, rules=rules, mode=mode, **attributes)
-        )
-
-    async def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:
-        """Define a home-server queue (see ``QueueManager.define_home_server_queue``)."""
-        await self._call(lambda qm: qm.define_home_server_queue(name, server=server, **attributes))
-
-    async def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
-        """Change some of a queue's attributes; return the new ones."""
-        return await self._call(lambda qm: qm.alter_queue(name, **attributes))
-
-    async def queue_attributes(self, name: str) -> QueueAttributes:
-        """The definition of a queue."""
-        return await self._call(lambda qm: qm.queue_attributes(name))
-
-    async def queue_usage(self, name: str) -> QueueUsage:
-        """What a queue holds against its budget."""
-        return await self._call(lambda qm: qm.queue_usage(name))
-
-    async def store_usage(self) -> StoreUsage:
-        """What the whole store holds."""
-        return await self._call(lambda qm: qm.store_usage())
-
-    async def queue_names(self) -> list[str]:
-        """The names of the queues defined here, sorted."""
-        return await self._call(lambda qm: qm.queue_names())
-
-    async def delete_queue(self, name: str) -> None:
-        """Delete an empty queue."""
-        await self._call(lambda qm: qm.delete_queue(name))
-
-    async def depth(self, name: str) -> int:
-        """How many messages the queue holds, locked ones included (expired ones purged first)."""
-        return await self._call(lambda qm: qm.depth(name))
-
-    async def purge(self, name: str) -> int:
-        """Remove every message from a queue; return how many."""
-        return await self._call(lambda qm: qm.purge(name))
-
-    async def activate(self, name: str) -> int:
-        """Discard every expired message of a queue (MQe's activation check point)."""
-        return await self._call(lambda qm: qm.activate(name))
-
-    async def sweep_expired(self, name: str | None = None) -> int:
-        """Discard expired messages now (every queue, or ``name``); return how many."""
-        return await self._call(lambda qm: qm.sweep_expired(name))
+    put = _verb(QueueManager.put)
+    put_many = _verb(QueueManager.put_many)
+    put_each = _verb(QueueManager.put_each)
+    confirm_put = _verb(QueueManager.confirm_put)
+    confirm_put_each = _verb(QueueManager.confirm_put_each)
+    browse = _verb(QueueManager.browse)
+    confirm_get = _verb(QueueManager.confirm_get)
+    confirm_get_each = _verb(QueueManager.confirm_get_each)
+    undo = _verb(QueueManager.undo)
+    delete_message = _verb(QueueManager.delete_message)
+    release_locks = _verb(QueueManager.release_locks)
+    define_queue = _verb(QueueManager.define_queue)
+    define_remote_queue = _verb(QueueManager.define_remote_queue)
+    define_home_server_queue = _verb(QueueManager.define_home_server_queue)  # type: ignore[arg-type]
+    alter_queue = _verb(QueueManager.alter_queue)  # type: ignore[arg-type]
+    queue_attributes = _verb(QueueManager.queue_attributes)
+    queue_usage = _verb(QueueManager.queue_usage)
+    store_usage = _verb(QueueManager.store_usage)
+    queue_names = _verb(QueueManager.queue_names)
+    delete_queue = _verb(QueueManager.delete_queue)
+    depth = _verb(QueueManager.depth)
+    purge = _verb(QueueManager.purge)
+    activate = _verb(QueueManager.activate)
+    sweep_expired = _verb(QueueManager.sweep_expired)
 
 
 class AsyncConsumer:

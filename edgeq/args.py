@@ -1,5 +1,5 @@
-"""Checks of the arguments the queue manager's verbs share (counts, uids, confirm ids,
-stamps): one place, one wording."""
+"""Checks of the arguments edgeq's verbs share (counts and other positive ints, ids, ages,
+seconds, uids, confirm ids, stamps): one place, one wording. A bool is never a number here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.types import MAX_CONFIRM_ID, MAX_STAMP
 from edgeq.uid import MessageUID
 
-__all__ = ["check_confirm_id", "check_count", "check_limit", "check_stamp", "check_uid"]
+__all__ = [
+    "check_confirm_id", "check_int", "check_limit", "check_non_negative", "check_positive", "check_seconds",
+    "check_stamp", "check_uid",
+]
 
 
 def check_confirm_id(confirm_id: object) -> int:
@@ -23,15 +26,52 @@ def check_confirm_id(confirm_id: object) -> int:
     return int(confirm_id)
 
 
-def check_count(count: object) -> int:
-    """A count of messages (or rows): a positive int.
+def check_positive(value: object, what: str) -> int:
+    """A positive int: a count of messages or rows, a bound, a number of threads.
 
-    >>> check_count(500)
+    >>> check_positive(500, "count")
     500
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InvalidArgument(f"count must be a positive int, not {count!r}")
-    return int(count)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(f"{what} must be a positive int, not {value!r}")
+    if value < 1:
+        raise InvalidArgument(f"{what} must be a positive int, not {value}")
+    return int(value)
+
+
+def check_non_negative(value: object, what: str) -> int:
+    """An int of 0 or more: an id to read after, an age in milliseconds.
+
+    >>> check_non_negative(0, "after_id")
+    0
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(f"{what} must be an int of 0 or more, not {value!r}")
+    if value < 0:
+        raise InvalidArgument(f"{what} must be an int of 0 or more, not {value}")
+    return int(value)
+
+
+def check_int(value: object, what: str) -> int:
+    """Any int (an offset, an id), but not a bool.
+
+    >>> check_int(-250, "clock_offset_ms")
+    -250
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(f"{what} must be an int, not {value!r}")
+    return int(value)
+
+
+def check_seconds(value: object, what: str) -> float:
+    """A positive number of seconds (an int or a float): a timeout, an interval.
+
+    >>> check_seconds(5, "interval_s")
+    5.0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidArgument(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 def check_uid(uid: object) -> MessageUID:

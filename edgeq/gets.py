@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from edgeq.args import check_confirm_id, check_count, check_uid
+from edgeq.args import check_confirm_id, check_positive, check_uid
 from edgeq.crypto import IntegrityError
 from edgeq.errors import ConfirmIdNotFound, InvalidArgument, InvalidType, MessageExpired, MessageNotFound
 from edgeq.events.dispatch import Pending
@@ -20,8 +20,9 @@ from edgeq.queues.checkpoints import DISCARD_BATCH, ExpiryPolicy
 from edgeq.results import ConfirmResult
 from edgeq.sealer import Sealer
 from edgeq.store.damage import index_damaged
+from edgeq.store.records import MessageRow, QueueRow, is_intact
 from edgeq.store.rows import is_expired, matches, to_message
-from edgeq.store.tx import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store.tx import Tx
 from edgeq.store.verify import locked_unindexed, tolerant
 from edgeq.types import FieldValue, Filter, MessageState, RemovalReason, Where
 from edgeq.uid import MessageUID
@@ -69,7 +70,7 @@ class Gets:
         self, queue: str, count: int, *, confirm_id: int | None = None, filter: Filter | None = None
     ) -> list[Message]:
         """Take up to ``count`` messages in one transaction (see ``QueueManager.get``)."""
-        count = check_count(count)
+        count = check_positive(count, "count")
         if confirm_id is not None:
             confirm_id = check_confirm_id(confirm_id)
         wanted = check_fields(filter) if filter is not None else None
@@ -78,7 +79,7 @@ class Gets:
     def browse(self, queue: str, *, filter: Filter | None = None, limit: int | None = None) -> list[Message]:
         """The visible messages in get order, without removing them (see ``QueueManager.browse``)."""
         if limit is not None:
-            limit = check_count(limit)
+            limit = check_positive(limit, "limit")
         wanted = check_fields(filter) if filter is not None else None
         self.expiry.touch(queue)
         now = self.clock()

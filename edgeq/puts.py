@@ -27,8 +27,9 @@ from edgeq.queues.budget import OverflowTally, Room
 from edgeq.queues.checkpoints import ExpiryPolicy
 from edgeq.results import ConfirmResult, PutResult
 from edgeq.sealer import Sealer
+from edgeq.store.records import MessageRow, NewMessage, QueueRow, as_stored, is_intact, stored_size
 from edgeq.store.rows import EXPIRY_KINDS, is_expired
-from edgeq.store.tx import MessageRow, NewMessage, QueueRow, Tx, as_stored, is_intact, stored_size
+from edgeq.store.tx import Tx
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
 

@@ -14,7 +14,7 @@ import binascii
 import logging
 from pathlib import Path
 
-from edgeq.args import check_count
+from edgeq.args import check_positive
 from edgeq.crypto import CIPHERS, ENV_KEY_FILE, IntegrityError, KeyMissing, StoreKeys
 from edgeq.errors import InvalidArgument, StoreError
 from edgeq.events.sink import EventSink
@@ -22,7 +22,8 @@ from edgeq.queues.attributes import require_queue
 from edgeq.results import QuarantineEntry
 from edgeq.store.connection import ConnectionFactory
 from edgeq.store.damage import damaged
-from edgeq.store.tx import MessageRow, NewMessage, QueueRow, Tx, is_intact
+from edgeq.store.records import MessageRow, NewMessage, QueueRow, is_intact
+from edgeq.store.tx import Tx
 from edgeq.store.verify import stripped
 
 __all__ = ["Sealer"]
@@ -157,7 +158,7 @@ class Sealer:
         other (the row says which), and running it again finishes the job. A row
         that fails its integrity check is quarantined.
         """
-        batch = check_count(batch)
+        batch = check_positive(batch, "batch")
         if self.keys is None:
             raise KeyMissing(f"rotating needs the store key ring: open the store with keys=... (or ${ENV_KEY_FILE})")
         keys = self.keys

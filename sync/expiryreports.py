@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgeq.encoding.cbor import describe
 from edgeq.store.journal import DEVICE_KINDS, JournalEntry
 from edgeq.sync.protocol import ProtocolError, decode_uid, opt_int, req_int, req_list, req_name
-from edgeq.sync.wire import describe
 from edgeq.types import CHECK_POINTS, REMOVAL_REASONS
 
 __all__ = ["ExpiryItem", "decode_expiries", "decode_expiry_items", "encode_expiries"]

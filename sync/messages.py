@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, get_args
 
+from edgeq.encoding.cbor import describe
 from edgeq.errors import EdgeqError
 from edgeq.message import Message
 from edgeq.sync.protocol import MAX_REMAINING_MS, ProtocolError, decode_uid, opt_int, req_list
-from edgeq.sync.wire import describe
 from edgeq.types import FIELD_CODES, FieldValue, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64

@@ -19,9 +19,9 @@ from typing import Any, Final, Literal, TypeAlias, get_args
 
 import cbor2
 
+from edgeq.encoding.cbor import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 from edgeq.errors import EdgeqError
 from edgeq.store.journal import RemoteExpiryStatus
-from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, describe, loads
 from edgeq.types import (
     MAX_INT64,
     ConfirmStatus,
@@ -175,7 +175,7 @@ def body_limits(max_batch: int) -> DecodeLimits:
 
 def decode_body(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Decode and check one body: exactly one CBOR map of a supported version, decoded
-    within ``limits`` (:mod:`edgeq.sync.wire`: no tags, bounded depth, items and entries).
+    within ``limits`` (:mod:`edgeq.encoding.cbor`: no tags, bounded depth, items and entries).
 
     Raises :class:`ProtocolError` ``malformed`` (not CBOR, truncated, trailing
     bytes, a tag, too deep, not a map) or ``unsupported-version``.

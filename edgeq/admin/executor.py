@@ -24,7 +24,7 @@ from edgeq.admin.wire import (
     raw_public_key,
     reply_message,
 )
-from edgeq.args import check_count
+from edgeq.args import check_non_negative, check_positive
 from edgeq.errors import AdminError, EdgeqError, InvalidArgument, InvalidType, MessageNotFound
 from edgeq.message import Message
 from edgeq.store.connection import ConnectionFactory
@@ -124,7 +124,7 @@ class AdminExecutor:
             return AdminTx(conn).keys()
 
     def history(self, limit: int) -> list[AdminReply]:
-        limit = check_count(limit)
+        limit = check_positive(limit, "limit")
         with self.db.read() as conn:
             records = AdminTx(conn).history(limit)
         return [_decoded(r) for r in records]
@@ -136,10 +136,8 @@ class AdminExecutor:
         the lifetime its message had left on arrival (None: its signed lifetime)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidType(f"execute_admin takes the request's bytes, not {type(data).__name__}")
-        if remaining_ms is not None and (
-                isinstance(remaining_ms, bool) or not isinstance(remaining_ms, int) or remaining_ms < 0):
-            raise InvalidArgument(
-                f"remaining_ms must be an int of 0 or more (milliseconds) or None, not {remaining_ms!r}")
+        if remaining_ms is not None:
+            check_non_negative(remaining_ms, "remaining_ms")
         return self._execute(bytes(data), "", self.host.now_ms(), remaining_ms).reply
 
     def _execute(self, data: bytes, claimed_id: str, arrived_ms: int, remaining_ms: int | None) -> _Outcome:
@@ -257,7 +255,7 @@ class AdminExecutor:
     # -- the admin queue -----------------------------------------------------------------------
 
     def process(self, limit: int) -> list[AdminReply]:
-        limit = check_count(limit)
+        limit = check_positive(limit, "limit")
         if ADMIN_QUEUE not in self.host.queue_names():
             return []
         token = secrets.token_hex(8)

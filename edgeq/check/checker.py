@@ -28,8 +28,9 @@ from edgeq.events.dispatch import Pending
 from edgeq.events.sink import EventSink
 from edgeq.store.connection import ConnectionFactory, check_foreign
 from edgeq.store.damage import damaged
+from edgeq.store.records import MessageRow, QueueRow
 from edgeq.store.schema import SCHEMA_VERSION
-from edgeq.store.tx import MessageRow, QueueRow, Tx
+from edgeq.store.tx import Tx
 from edgeq.uid import new_incarnation
 
 __all__ = ["NotAStore", "StoreCheck", "preflight"]

@@ -21,7 +21,7 @@ from edgeq.check.report import DamagedRecord
 from edgeq.errors import EdgeqError
 from edgeq.names import INCARNATION_SEPARATOR, check_name, check_origin
 from edgeq.store.journal import JournalKind
-from edgeq.store.tx import MessageRow
+from edgeq.store.records import MessageRow
 from edgeq.types import EVENT_KINDS
 
 __all__ = [

@@ -20,7 +20,8 @@ from typing import Any, Final, NoReturn
 
 import cbor2
 
-from edgeq.errors import EdgeqError, InvalidArgument
+from edgeq.args import check_positive
+from edgeq.errors import EdgeqError
 
 __all__ = ["DEFAULT_LIMITS", "DecodeLimits", "MalformedBody", "count_items", "describe", "loads"]
 
@@ -40,8 +41,8 @@ class DecodeLimits:
     max_containers: int = 1_000_000
 
     def __post_init__(self) -> None:
-        if min(self.max_depth, self.max_items, self.max_length, self.max_containers) < 1:
-            raise InvalidArgument(f"decode limits must be positive: {self}")
+        for name in ("max_depth", "max_items", "max_length", "max_containers"):
+            check_positive(getattr(self, name), name)
 
 
 DEFAULT_LIMITS: Final = DecodeLimits()

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edgeq.args import check_int
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType, RuleConfigError
 from edgeq.events.dispatch import Binding
 from edgeq.events.sink import EventSink
@@ -161,8 +162,8 @@ class RuleBook:
             return RuleTx(conn).failures(parked=parked)
 
     def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
-        if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
-            raise InvalidType(f"event_id must be an int, not {event_id!r}")
+        if event_id is not None:
+            check_int(event_id, "event_id")
         if parked:
             with self.sink.write() as tx:
                 RuleTx(tx.conn).rearm(self.clock(), event_id)
@@ -193,8 +194,8 @@ def _check_increment(item: object) -> None:
     if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], Mapping):
         raise InvalidType(f"apply_stats_each takes (increments, event_id) pairs, not {item!r}")
     increments, event_id = item
-    if event_id is not None and (isinstance(event_id, bool) or not isinstance(event_id, int)):
-        raise InvalidType(f"an event id is an int or None, not {event_id!r}")
+    if event_id is not None:
+        check_int(event_id, "an event id")
     for counter, n in increments.items():
         if not isinstance(counter, str) or isinstance(n, bool) or not isinstance(n, int):
             raise InvalidType(f"increments map counter names to ints, not {counter!r}: {n!r}")

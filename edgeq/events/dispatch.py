@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.message import Message
 from edgeq.store.connection import ConnectionFactory
+from edgeq.store.records import MessageRow, NewMessage, as_stored
 from edgeq.store.rows import to_message
 from edgeq.store.rules import EventRow, FailureRow, RuleTx
-from edgeq.store.tx import MessageRow, NewMessage, as_stored
 from edgeq.types import Clock, RemovalReason, Where
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-from edgeq.args import check_count
-from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.args import check_int, check_non_negative, check_positive
+from edgeq.errors import InvalidArgument
 from edgeq.events.dispatch import Dispatcher, Pending
 from edgeq.names import check_name
 from edgeq.store.connection import ConnectionFactory
@@ -27,8 +27,9 @@ from edgeq.store.journal import (
     entry_row,
     remote_expiry_refusal,
 )
+from edgeq.store.records import MessageRow, NewMessage, QueueRow, is_intact
 from edgeq.store.rows import is_expired, plain_size
-from edgeq.store.tx import MessageRow, NewMessage, QueueRow, Tx, is_intact
+from edgeq.store.tx import Tx
 from edgeq.store.verify import diagnose, lenient, stripped
 from edgeq.types import Clock, EventKind, RemovalReason, Where
 
@@ -194,16 +195,14 @@ class EventSink:
 
     def journal_since(self, after_id: int, limit: int) -> list[JournalEntry]:
         """Journal entries with an id above ``after_id``, oldest first (at most ``limit``)."""
-        if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
-            raise InvalidArgument(f"after_id must be a non-negative int, not {after_id!r}")
-        limit = check_count(limit)
+        check_non_negative(after_id, "after_id")
+        limit = check_positive(limit, "limit")
         with self.db.read() as conn:
             return JournalTx(conn).since(after_id, limit)
 
     def journal_trim(self, up_to_id: int) -> int:
         """Delete journal entries up to ``up_to_id``; return how many."""
-        if isinstance(up_to_id, bool) or not isinstance(up_to_id, int):
-            raise InvalidType(f"up_to_id must be an int, not {up_to_id!r}")
+        check_int(up_to_id, "up_to_id")
         with self.write() as tx:
             return JournalTx(tx.conn).trim(up_to_id)
 
@@ -240,8 +239,7 @@ class EventSink:
         check_name(device, "device name")
         if self.journal != "server":
             raise InvalidArgument(f"{verb} needs QueueManager(..., journal='server')")
-        if isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int):
-            raise InvalidType(f"clock_offset_ms must be an int, not {clock_offset_ms!r}")
+        check_int(clock_offset_ms, "clock_offset_ms")
 
 
 def _device_expiry_row(device: str, e: JournalEntry, clock_offset_ms: int) -> tuple[object, ...]:

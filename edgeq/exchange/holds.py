@@ -7,8 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgeq.args import check_uid
-from edgeq.errors import InvalidArgument, InvalidType
+from edgeq.args import check_non_negative, check_uid
+from edgeq.errors import InvalidArgument
 from edgeq.events.dispatch import Pending
 from edgeq.events.sink import EventSink
 from edgeq.names import check_name, origin_qmgr
@@ -119,14 +119,6 @@ def _check_sender(sender: object) -> str | None:
     return None if sender is None else check_name(sender, "sender (a queue manager name)")
 
 
-def _check_age(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidType(f"{what} must be an int of milliseconds, not {value!r}")
-    if value < 0:
-        raise InvalidArgument(f"{what} must be 0 or more milliseconds, not {value}")
-    return value
-
-
 class Holds:
     """The held puts of a queue manager: measured, listed and undone by sender."""
 
@@ -152,9 +144,8 @@ class Holds:
     def held(self, sender: str | None = None, *, older_than_ms: int | None = None) -> list[HeldGroup]:
         """The held puts (of ``sender``; held at least ``older_than_ms``) by sender and queue."""
         sender = _check_sender(sender)
-        arrived_by = (
-            None if older_than_ms is None else self.clock() - _check_age(older_than_ms, "older_than_ms")
-        )
+        arrived_by = (None if older_than_ms is None
+                      else self.clock() - check_non_negative(older_than_ms, "older_than_ms"))
         with self.sink.db.read() as conn:
             return HeldTx(conn).groups(sender, arrived_by)
 
@@ -162,7 +153,7 @@ class Holds:
         """Undo the held puts (of ``sender``) that arrived ``older_than_ms`` or more ago, a batch
         per transaction; return how many."""
         sender = _check_sender(sender)
-        age = _check_age(older_than_ms, "older_than_ms")
+        age = check_non_negative(older_than_ms, "older_than_ms")
         total = 0
         while True:
             now = self.clock()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from edgeq.args import check_count, check_stamp, check_uid
+from edgeq.args import check_positive, check_stamp, check_uid
 from edgeq.errors import InvalidArgument, InvalidType, RemoteUnavailable
 from edgeq.events.sink import EventSink
 from edgeq.gets import Gets
@@ -115,7 +115,8 @@ class Transmitter:
 
     def next_for_transmission(self, queue: str, limit: int) -> list[Message]:
         """The next ``limit`` messages to transmit from a remote queue, in get order."""
-        taken = self.gets.take(queue, check_count(limit), wanted=None, remove=False, confirm_id=None)
+        limit = check_positive(limit, "limit")
+        taken = self.gets.take(queue, limit, wanted=None, remove=False, confirm_id=None)
         if taken:  # nothing leaves the device that a power cut could still take back
             self.sink.db.flushed()
         return taken

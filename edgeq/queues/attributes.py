@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from edgeq.args import check_limit
 from edgeq.encoding.compression import check_compression
 from edgeq.errors import InvalidArgument, InvalidType, QueueNotFound
 from edgeq.message import check_priority
 from edgeq.names import check_name
-from edgeq.store.tx import QueueRow, Tx
+from edgeq.store.records import QueueRow
+from edgeq.store.tx import Tx
 from edgeq.types import (
     DEFAULT_MAX_REDELIVERY_DELAY_MS,
     DEFAULT_REDELIVERY_DELAY_MS,
@@ -129,12 +131,8 @@ def check_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
     """
     for key, value in attrs.items():
         if key in _POSITIVE:
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidType(f"{key} must be a positive int or None, not {value!r}")
-            if not 0 < value <= _MAX:
-                raise InvalidArgument(f"{key} must be a positive int (or None for no limit), not {value}")
+            if check_limit(value, key) is not None and value > _MAX:
+                raise InvalidArgument(f"{key} must be at most {_MAX}, not {value}")
         elif key == "default_priority":
             if value is None:
                 raise InvalidArgument("default_priority must be an int from 0 to 9, not None")

@@ -16,8 +16,9 @@ from edgeq.events.dispatch import Pending
 from edgeq.events.sink import EventSink
 from edgeq.queues.budget import OverflowTally, Room
 from edgeq.sealer import Sealer
+from edgeq.store.records import MessageRow, NewMessage, QueueRow, is_intact, stored_size
 from edgeq.store.rows import is_expired
-from edgeq.store.tx import MessageRow, NewMessage, QueueRow, Tx, is_intact, stored_size
+from edgeq.store.tx import Tx
 from edgeq.types import FieldValue, MessageState, RemovalReason
 
 __all__ = ["Backout", "Header", "Kept", "Undone", "redelivery_at", "redelivery_delay_ms"]

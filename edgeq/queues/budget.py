@@ -11,7 +11,8 @@ from edgeq.args import check_limit
 from edgeq.errors import EdgeqError, MessageTooLarge, QueueFull, StoreFull
 from edgeq.events.dispatch import Pending
 from edgeq.events.sink import EventSink
-from edgeq.store.tx import MessageRow, QueueRow, Tx, stored_size
+from edgeq.store.records import MessageRow, QueueRow, stored_size
+from edgeq.store.tx import Tx
 
 __all__ = ["OverflowTally", "Room", "check_store_budget"]
 

@@ -25,8 +25,9 @@ from edgeq.queues.budget import OverflowTally
 from edgeq.queues.checkpoints import ExpiryPolicy
 from edgeq.sealer import Sealer
 from edgeq.store.meta import journal_is_explicit
+from edgeq.store.records import QueueRow
 from edgeq.store.rules import RuleTx
-from edgeq.store.tx import QueueRow, Tx
+from edgeq.store.tx import Tx
 from edgeq.types import DEFAULT_MAX_REDELIVERY_DELAY_MS, DEFAULT_REDELIVERY_DELAY_MS
 
 if TYPE_CHECKING:

@@ -7,12 +7,14 @@ import logging
 import threading
 from collections.abc import Callable
 
+from edgeq.args import check_seconds
 from edgeq.errors import InvalidArgument
 from edgeq.events.dispatch import Pending
 from edgeq.events.sink import EventSink
 from edgeq.names import check_name
 from edgeq.queues.attributes import require_queue
-from edgeq.store.tx import QueueRow, Tx
+from edgeq.store.records import QueueRow
+from edgeq.store.tx import Tx
 from edgeq.types import EventKind, RemovalReason, Where
 
 __all__ = ["DISCARD_BATCH", "ExpiryPolicy"]
@@ -125,8 +127,7 @@ class ExpiryPolicy:
 
         Stopped by :meth:`stop_sweeper` (the queue manager's ``close`` calls it).
         """
-        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
-            raise InvalidArgument(f"interval_s must be a positive number of seconds, not {interval_s!r}")
+        check_seconds(interval_s, "interval_s")
         if self._sweeper is not None:
             raise InvalidArgument("the expiry sweeper is already running: stop_expiry_sweeper() first")
         stop = threading.Event()

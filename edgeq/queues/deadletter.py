@@ -16,9 +16,10 @@ from edgeq.names import check_name
 from edgeq.queues.backout import Backout, Kept, Undone
 from edgeq.sealer import Sealer
 from edgeq.store.journal import JournalKind, JournalTx, entry_row
+from edgeq.store.records import MessageRow, QueueRow, is_intact
 from edgeq.store.rows import is_expired, plain_size
 from edgeq.store.syncstate import SyncTx
-from edgeq.store.tx import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store.tx import Tx
 from edgeq.types import (
     DEAD_LETTER_QUEUE_KEY,
     DEFAULT_DEAD_LETTER_QUEUE,

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from edgeq.args import check_positive
 from edgeq.errors import StoreBusy, StoreError
 from edgeq.store.commits import SyncBarrier
 
@@ -193,9 +194,7 @@ class Baton:
     """
 
     def __init__(self, limit: int = GROUP_LIMIT) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"a group's limit must be a positive int, not {limit!r}")
-        self.limit = limit
+        self.limit = check_positive(limit, "a group's limit")
         self._mutex = threading.Lock()
         self._held = False
         self._waiters: deque[_Waiter] = deque()

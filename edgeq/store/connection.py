@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from edgeq.args import check_positive, check_seconds
 from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError, StoreReadOnly
 from edgeq.store.combining import GROUP_LIMIT, Combiner, CombineStats, release_statements
 from edgeq.store.commits import SyncBarrier, SyncStats
@@ -189,14 +190,13 @@ class ConnectionFactory:
     ) -> None:
         if durability not in _DURABILITIES:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
+        timeout = check_seconds(timeout, "timeout")
         self.path = str(path)
         #: Whether this user may only read the store (see :func:`open_address`): then nothing is
         #: discarded by a check point, and readers leave expired messages out instead.
         self.read_only = open_address(self.path)[1]
         self.durability: Durability = durability
-        self.timeout = float(timeout)
+        self.timeout = timeout
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -207,8 +207,7 @@ class ConnectionFactory:
         # Writers of this process queue for their turn here rather than in SQLite's busy
         # handler, which sleeps in steps of up to 100 ms instead of waking when the lock
         # is free; the turn comes with the transaction the writers before left open.
-        if isinstance(group_limit, bool) or not isinstance(group_limit, int) or group_limit < 1:
-            raise InvalidArgument(f"group_limit must be a positive int, not {group_limit!r}")
+        check_positive(group_limit, "group_limit")
         self._combiner = Combiner(self.path, self._barrier, self.translate, limit=group_limit)
         self._lead = Lead(self, group_limit)  # run(): writes one thread runs for many (edgeq.store.flat)
         self._located = False

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from edgeq.args import check_int, check_positive
 from edgeq.errors import DeviceNotFound, InvalidArgument, InvalidType
 from edgeq.names import check_name
 from edgeq.store.connection import ConnectionFactory
@@ -158,10 +159,8 @@ class DeviceRegistry:
     ) -> None:
         """Note that device ``name`` was heard from now (and its clock offset and agent)."""
         check_name(name, "device name")
-        if clock_offset_ms is not None and (
-            isinstance(clock_offset_ms, bool) or not isinstance(clock_offset_ms, int)
-        ):
-            raise InvalidType(f"clock_offset_ms must be an int, not {clock_offset_ms!r}")
+        if clock_offset_ms is not None:
+            check_int(clock_offset_ms, "clock_offset_ms")
         with self.db.write() as tx:
             DeviceTx(tx).seen(name, self.clock(), clock_offset_ms, agent)
 
@@ -220,8 +219,8 @@ class DeviceRegistry:
         """Note ``device``'s messages refused on ``queue`` now: per reason, (how many, the last text)."""
         check_name(device, "device name")
         check_name(queue, "queue name")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n, _ in refused.values()):
-            raise InvalidArgument(f"refusal counts must be positive ints, not {dict(refused)!r}")
+        for reason, (n, _) in refused.items():
+            check_positive(n, f"the count of refusals {reason!r}")
         if refused:
             with self.db.write() as tx:
                 DeviceTx(tx).refused(device, queue, refused, self.clock())

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from edgeq.crypto import SEAL_OVERHEAD
 from edgeq.encoding.fields import decode_fields
 from edgeq.message import Message
-from edgeq.store.tx import MessageRow
+from edgeq.store.records import MessageRow
 from edgeq.types import FieldValue, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64

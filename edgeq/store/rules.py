@@ -14,7 +14,7 @@ from typing import Any, get_args
 import cbor2
 
 from edgeq.store.damage import damaged
-from edgeq.store.tx import MessageRow, is_intact
+from edgeq.store.records import MessageRow, is_intact
 from edgeq.store.verify import stripped
 from edgeq.types import CHECK_POINTS, RemovalReason
 

@@ -211,7 +211,7 @@ def _v8(db: Database) -> None:
     import cbor2
 
     from edgeq.store.integrity import row_crc
-    from edgeq.store.tx import MessageRow
+    from edgeq.store.records import MessageRow
 
     for event_id, queue, blob in db.execute(
         "SELECT id, queue, message FROM rule_events"

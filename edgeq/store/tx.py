@@ -15,11 +15,11 @@ from collections.abc import Collection, Generator, Iterable, Iterator, Mapping, 
 
 from edgeq.store.damage import advance, checked_queue, missing_queue
 from edgeq.store.integrity import CRC_SQL
-from edgeq.store.records import MessageRow, NewMessage, QueueRow, as_stored, is_intact, new_crc, stored_size
+from edgeq.store.records import MessageRow, NewMessage, QueueRow, new_crc, stored_size
 from edgeq.store.syncstate import forget_refusals, prune_refusals
 from edgeq.types import DEAD_LETTER_QUEUE_KEY, DEFAULT_DEAD_LETTER_QUEUE, MessageState
 
-__all__ = ["MessageRow", "NewMessage", "QueueRow", "Tx", "as_stored", "is_intact", "new_crc", "stored_size"]
+__all__ = ["Tx"]
 
 # Message states as SQL literals (edgeq.types.MessageState): one definition, inlined.
 _READY, _PUT_LOCKED, _GET_LOCKED = (int(s) for s in MessageState)

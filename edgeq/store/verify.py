@@ -14,7 +14,8 @@ from typing import TypeVar
 
 from edgeq.store.connection import is_damage
 from edgeq.store.damage import index_damaged
-from edgeq.store.tx import MessageRow, QueueRow, Tx, is_intact
+from edgeq.store.records import MessageRow, QueueRow, is_intact
+from edgeq.store.tx import Tx
 from edgeq.types import MAX_STAMP
 
 __all__ = ["diagnose", "lenient", "locked_unindexed", "stripped", "tolerant"]

@@ -42,6 +42,7 @@ from types import TracebackType
 
 import httpx
 
+from edgeq.args import check_positive
 from edgeq.clock import system_clock
 from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
@@ -97,8 +98,7 @@ class SyncAgent:
         monotonic: Callable[[], float] = time.monotonic,
         admin: bool | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+        check_positive(batch_size, "batch_size")
         self.qm = qm
         self.transport = Transport(server_url, client=client, timeout=timeout, auth=auth, ca_file=ca_file,
                                    allow_insecure_http=allow_insecure_http)

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeAlias
 
+from edgeq.args import check_seconds
 from edgeq.manager import QueueManager
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
@@ -83,8 +84,7 @@ class Daemon:
     def start(self, interval_s: float = 5.0) -> None:
         """Start the loop: a cycle at once, then ``interval_s`` seconds after the last one, at once
         after a put while online, with backoff after a failure. :meth:`stop` ends it."""
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, not {interval_s!r}")
+        check_seconds(interval_s, "interval_s")
         if self._worker is not None:
             raise RuntimeError("the sync agent is already running")
         self._take_lock()

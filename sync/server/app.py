@@ -13,7 +13,7 @@ Run it with ``edgeq serve --db home.db --name HOME`` (uvicorn), or mount
 returns ``application/cbor`` (see ``docs/protocol.md``); the request body is
 size-checked before it is decoded, authenticated (where requests must be signed)
 before it is decoded, decoded in a worker thread within bounds
-(:mod:`edgeq.sync.wire`) and validated before anything is stored, and each stage
+(:mod:`edgeq.encoding.cbor`) and validated before anything is stored, and each stage
 is one transaction, so a bad or failed request stores nothing. SQLite work runs in
 Starlette's thread pool.
 
@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 
+from edgeq.encoding.cbor import DecodeLimits
 from edgeq.manager import QueueManager
 from edgeq.sync.protocol import body_limits
 from edgeq.sync.server.auth import Authenticator, AuthGate, AuthMode, AuthRequest
@@ -37,7 +38,6 @@ from edgeq.sync.server.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES, Ho
 from edgeq.sync.server.metrics import Metrics
 from edgeq.sync.server.middleware import BodyDecoder
 from edgeq.sync.server.routes import HomeRoutes, http_error
-from edgeq.sync.wire import DecodeLimits
 from edgeq.types import Clock
 
 __all__ = ["AuthMode", "AuthRequest", "Authenticator", "create_app"]

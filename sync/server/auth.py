@@ -40,6 +40,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgeq.admin.wire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE
+from edgeq.args import check_positive
 from edgeq.clock import system_clock
 from edgeq.errors import EdgeqError, InvalidArgument
 from edgeq.manager import QueueManager
@@ -212,8 +213,7 @@ class SignatureAuthenticator:
     def __init__(
         self, qm: QueueManager, nonces: NonceStore, *, skew_ms: int = DEFAULT_SKEW_MS, clock: Clock | None = None
     ) -> None:
-        if skew_ms < 1:
-            raise ValueError(f"skew_ms must be positive, not {skew_ms!r}")
+        check_positive(skew_ms, "skew_ms")
         self.qm = qm
         self.nonces = nonces
         self.skew_ms = skew_ms

@@ -7,10 +7,11 @@ Outermost first, as :func:`protocol_middleware` lists them:
    by endpoint and status, and logs an error answer (event ``request-error``); a
    client that hung up before it was answered is counted as ``disconnected`` and
    logged at info (event ``client-disconnect``): nothing went wrong here;
-2. :class:`ErrorBodies` answers whatever went wrong inside as the protocol's CBOR
-   error body: a :class:`~edgeq.sync.protocol.ProtocolError` with its own code, a busy
-   store ``busy`` (503), anything else ``internal`` (500; each stage is one
-   transaction, so nothing was stored);
+2. :class:`ErrorBodies` (Starlette's exception middleware with :data:`ERROR_HANDLERS`)
+   answers whatever went wrong inside as the protocol's CBOR error body: a
+   :class:`~edgeq.sync.protocol.ProtocolError` with its own code, a busy store ``busy``
+   (503), anything else ``internal`` (500; each stage is one transaction, so nothing
+   was stored);
 3. :class:`MediaType` refuses any ``Content-Type`` but ``application/cbor`` (415);
 4. :class:`BodyLimit` refuses a body beyond the limit (413) from its
    ``Content-Length`` before reading it, and while it streams in (chunked), always
@@ -19,22 +20,23 @@ Outermost first, as :func:`protocol_middleware` lists them:
 5. :class:`Authentication` (only with an :class:`~edgeq.sync.server.auth.AuthGate`) asks the
    gate whether the request must be authenticated and, if so, checks its signature
    headers **before reading the body**, its signature over the raw body **before
-   decoding it**, then decodes it and authorises what it
-   asks (401, 403), before any route runs.
+   decoding it**, then decodes it and authorises what it asks (401, 403), before any
+   route runs, and hands the route the body it checked (``request.state.cbor_body``).
 
-The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :class:`ErrorBodies`
+The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :data:`ERROR_HANDLERS`
 is the one place that turns an exception into an answer. Bodies are decoded by a
 :class:`BodyDecoder`: in a worker thread (never on the event loop: one request must not
-stall the others), within :class:`~edgeq.sync.wire.DecodeLimits`, once per request (a
-route reuses the authenticator's copy), decompressed first if it came compressed.
+stall the others), within :class:`~edgeq.encoding.cbor.DecodeLimits`, once per request,
+decompressed first if it came compressed.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -42,10 +44,12 @@ from anyio import CapacityLimiter
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
 
+from edgeq.encoding.cbor import DecodeLimits
 from edgeq.encoding.compression import Codec, available
 from edgeq.errors import StoreBusy
 from edgeq.sync import protocol as p
@@ -54,11 +58,10 @@ from edgeq.sync.server.auth import AuthGate, AuthRequest, Forbidden
 from edgeq.sync.server.home import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY_BYTES
 from edgeq.sync.server.metrics import Metrics
 from edgeq.sync.signing import H_DEVICE
-from edgeq.sync.wire import DecodeLimits
 
 __all__ = [
-    "BODY_SCOPE_KEY",
     "DECODE_THREADS",
+    "ERROR_HANDLERS",
     "LIMIT_SCOPE_KEY",
     "Authentication",
     "BodyDecoder",
@@ -74,8 +77,6 @@ __all__ = [
 # The server's log: these events are the server's, whichever module raises them.
 log = logging.getLogger("edgeq.sync.server")
 
-#: Where :class:`BodyDecoder` keeps a request's decoded body in the ASGI scope.
-BODY_SCOPE_KEY = "edgeq.sync.body"
 #: Where :class:`BodyLimit` says how large a request's body may be, decompressed too.
 LIMIT_SCOPE_KEY = "edgeq.sync.max_body"
 #: Bodies decoded at once, by default: decoding holds the GIL, so more threads would
@@ -128,16 +129,14 @@ class BodyDecoder:
         return p.decode_body(unframe(encoding, raw, max_bytes=max_bytes, supported=self.codecs), self.limits)
 
     async def read(self, request: Request) -> CborBody:
-        """The request's body, read (within :class:`BodyLimit`) and decoded once per request;
-        raises :class:`~edgeq.sync.protocol.ProtocolError` (``malformed``, ``too-large``, ...)."""
-        cached = request.scope.get(BODY_SCOPE_KEY)
-        if isinstance(cached, CborBody):
-            return cached
+        """The request's body: the one :class:`Authentication` checked, else read (within
+        :class:`BodyLimit`) and decoded; raises :class:`~edgeq.sync.protocol.ProtocolError`."""
+        verified = getattr(request.state, "cbor_body", None)  # Authentication's, if it ran
+        if isinstance(verified, CborBody):
+            return verified
         raw = await request.body()
         limit = request.scope.get(LIMIT_SCOPE_KEY, DEFAULT_MAX_BODY_BYTES)
-        message = await self.decode(raw, request.headers.get(H_ENCODING), limit)
-        body = request.scope[BODY_SCOPE_KEY] = CborBody(raw, message)
-        return body
+        return CborBody(raw, await self.decode(raw, request.headers.get(H_ENCODING), limit))
 
 
 class RequestLog:
@@ -182,41 +181,38 @@ class RequestLog:
             )
 
 
-class ErrorBodies:
-    """Answer an exception from inside as the protocol's CBOR error body (never crash)."""
+async def _protocol_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, p.ProtocolError)  # registered for ProtocolError only
+    return error_response(exc.code, exc.detail)
+
+
+async def _busy(request: Request, exc: Exception) -> Response:
+    return error_response("busy", f"the server's store is busy, retry later ({exc})")
+
+
+async def _hung_up(request: Request, exc: Exception) -> Response:
+    raise exc  # no one to answer: RequestLog counts it
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    path = request.url.path
+    log.error("internal error on %s", path, exc_info=exc, extra={"event": "internal-error", "path": path})
+    return error_response("internal", f"{type(exc).__name__}: nothing was stored; retry later")
+
+
+#: What went wrong inside a protocol route, as the protocol's CBOR error body (Starlette
+#: answers with the handler of the nearest class in the exception's MRO).
+ERROR_HANDLERS: Mapping[Any, ExceptionHandler] = MappingProxyType({
+    p.ProtocolError: _protocol_error, StoreBusy: _busy, ClientDisconnect: _hung_up, Exception: _internal,
+})
+
+
+class ErrorBodies(ExceptionMiddleware):
+    """Starlette's exception middleware with :data:`ERROR_HANDLERS`: inside each protocol
+    route's stack (not the app's), so :class:`RequestLog` counts the answers it gives."""
 
     def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def send_tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_tracked)
-        except ClientDisconnect:
-            raise  # no one to answer: RequestLog counts it
-        except Exception as exc:
-            if started:
-                raise  # half an answer went out: nothing can be said any more
-            await self._answer(exc, scope)(scope, receive, send)
-
-    @staticmethod
-    def _answer(exc: Exception, scope: Scope) -> Response:
-        if isinstance(exc, p.ProtocolError):
-            return error_response(exc.code, exc.detail)
-        if isinstance(exc, StoreBusy):
-            return error_response("busy", f"the server's store is busy, retry later ({exc})")
-        path = HTTPConnection(scope).url.path
-        log.error("internal error on %s", path, exc_info=exc, extra={"event": "internal-error", "path": path})
-        return error_response("internal", f"{type(exc).__name__}: nothing was stored; retry later")
+        super().__init__(app, handlers=ERROR_HANDLERS)
 
 
 class MediaType:
@@ -307,7 +303,8 @@ class Authentication:
             device = body.message.get("qmgr")
             await self._ask(then, AuthRequest(device if isinstance(device, str) else None, path, headers, raw,
                                               body.message, request.method), scope)
-        await self.app(scope, _replay(raw, receive), send)
+        request.state.cbor_body = body  # the route's, verified: it reads no body of its own
+        await self.app(scope, receive, send)
 
     @staticmethod
     async def _ask(stage: Callable[[AuthRequest], _T], auth: AuthRequest, scope: Scope, *,
@@ -325,21 +322,6 @@ class Authentication:
                         extra={"event": "auth-refused", "path": auth.path, "code": code,
                                "device": auth.headers.get(H_DEVICE), "detail": detail, "client": _client(scope)})
             raise p.ProtocolError(code, detail) from exc
-
-
-def _replay(raw: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
-    """A ``receive`` that gives the body already read once more, then defers to ``receive``
-    (for the disconnect), so an inner app may read the body again."""
-    pending = True
-
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def protocol_middleware(

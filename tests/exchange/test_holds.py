@@ -157,5 +157,5 @@ def test_arguments_are_checked(home: QueueManager) -> None:
         home.held_usage(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="0 or more"):
         home.undo_held_puts(older_than_ms=-1)
-    with pytest.raises(InvalidType, match="int of milliseconds"):
+    with pytest.raises(InvalidType, match="older_than_ms must be an int of 0 or more"):
         home.held_puts(older_than_ms=1.5)  # type: ignore[arg-type]

@@ -25,12 +25,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import ManualClock, Message, QueueManager
+from edgeq.encoding.cbor import DecodeLimits
 from edgeq.sync import protocol as p
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.server.auth import SignatureAuthenticator
 from edgeq.sync.server.nonces import MemoryNonces
 from edgeq.sync.signing import sign_headers
-from edgeq.sync.wire import DecodeLimits
 from tests.sync.conftest import T0, LiveServer
 from tests.sync.test_hostile import Prober
 

@@ -26,6 +26,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from edgeq import ManualClock, QueueManager
+from edgeq.encoding.cbor import MalformedBody, count_items, loads
 from edgeq.encoding.compression import compress
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.transport import Transport, Unreachable
@@ -34,7 +35,6 @@ from edgeq.sync.keys import new_key_pair
 from edgeq.sync.server.console import auth as consoleauth
 from edgeq.sync.server.console.auth import set_password
 from edgeq.sync.server.console.login import GLOBAL_BURST, GLOBAL_PER_S
-from edgeq.sync.wire import MalformedBody, count_items, loads
 from tests.sync.conftest import LiveServer, _Server, edgeq_serve, free_port
 from tests.sync.test_hostile import PROBE_TIMEOUT_S, home_store, post, signed, stored
 

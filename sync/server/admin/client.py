@@ -34,6 +34,7 @@ from types import TracebackType
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq.admin.wire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
+from edgeq.args import check_seconds
 from edgeq.errors import AdminError, DeviceNotFound, EdgeqError, InvalidArgument, QueueExists
 from edgeq.manager import QueueManager
 from edgeq.message import Message
@@ -126,8 +127,7 @@ class AdminClient:
         self, home: QueueManager | str | Path, *, operator_key: Ed25519PrivateKey | OperatorKey | Path | str | None = None,
         key_id: str | None = None, clock: Clock | None = None, poll_s: float = DEFAULT_POLL_S,
     ) -> None:
-        if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or poll_s <= 0:
-            raise InvalidArgument(f"poll_s must be a positive number of seconds, not {poll_s!r}")
+        check_seconds(poll_s, "poll_s")
         self._own = not isinstance(home, QueueManager)
         self.qm = QueueManager(home) if not isinstance(home, QueueManager) else home
         try:

@@ -9,8 +9,8 @@ from typing import Any
 import cbor2
 import pytest
 
+from edgeq.encoding.cbor import DEFAULT_LIMITS, DecodeLimits, MalformedBody, count_items, describe, loads
 from edgeq.sync import protocol as p
-from edgeq.sync.wire import DEFAULT_LIMITS, DecodeLimits, MalformedBody, count_items, describe, loads
 
 
 def refused(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> str:
