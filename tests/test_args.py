@@ -14,7 +14,7 @@ from edgeq import QueueManager
 from edgeq.encoding.cbor import DecodeLimits
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.store.connection import ConnectionFactory
-from edgeq.sync.agent import SyncAgent
+from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.server.auth import SignatureAuthenticator
 from edgeq.sync.server.nonces import MemoryNonces
 
