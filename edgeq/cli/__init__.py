@@ -1,32 +1,4 @@
-"""The ``edgeq`` command line: queues and messages in a store, from a shell.
-
-Every command opens the store given by ``--db`` (or ``EDGEQ_DB``), does one
-thing and closes it. Errors print one ``Error: ...`` line on stderr and exit 1;
-usage mistakes (unknown option, bad value) exit 2, as in every click program.
-
-Layout, one module per command group (see docs/cli.md):
-
-- ``messages``: ``put``, ``get``, ``browse``, ``depth``, ``sweep``;
-- ``consume``: ``consume`` (messages as they come, printed or each to a command);
-- ``queue``: ``queue define|alter|list|show|stats|delete`` and ``purge``;
-- ``rules``: ``rules list|failures|retry``;
-- ``keys``: ``keys new|fingerprint|new-store-key|rotate``;
-- ``server``: ``server devices add|list|revoke`` (the home server's registry);
-- ``sync``: ``serve`` (the home server) and ``sync`` (the device agent);
-- ``pipeline``: ``export`` and ``pipeline run`` (the home server's journal);
-- ``demo``: ``demo`` and the tour it runs;
-- ``check``: ``check [--repair]`` (damage in a store);
-- ``dlq``: ``dlq browse|resend|delete|use`` (the dead-letter queue);
-- ``admin``: ``admin keygen|pending|replies|show`` and ``admin DEVICE queue|purge|sweep|rules|sync-status``
-  (remote administration from the home server: a package, ``admin/``).
-
-Shared by them: ``options`` (the option sets, one decorator each, and
-``open_store``, the one way a command opens its store), ``base`` (the group that
-turns errors into one line, JSON output), ``format`` (values: durations, times,
-fields, rule bindings) and ``views`` (records: messages, queues, failures).
-Optional stacks (starlette, uvicorn, httpx, pyarrow, pyspark) are imported only
-when the command that needs them runs.
-"""
+"""The ``edgeq`` command line; docs/cli.md has every command and the module table."""
 
 from __future__ import annotations
 
@@ -69,9 +41,6 @@ def cli(ctx: click.Context, db: Path | None, name: str | None, as_json: bool) ->
       edgeq --db dev.db --name DEV1 queue define ORDERS --expiry-ms 1h
       edgeq --db dev.db put ORDERS '42 widgets' --priority 7 --expire-after 30s
       edgeq --db dev.db get ORDERS
-      edgeq --db dev.db queue define DLQ
-      edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
-      edgeq rules list              # the rules installed, to bind by name
       edgeq demo                    # a guided tour of expiry, rules and assured delivery
 
     Exit status: 0 on success, 1 on an error, 2 on a usage mistake.
@@ -104,5 +73,4 @@ cli.add_command(dlq_group)
 
 
 def main() -> None:
-    """Run the ``edgeq`` command (the console script's entry point)."""
     cli(prog_name="edgeq")

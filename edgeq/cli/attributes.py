@@ -1,5 +1,4 @@
-"""Queue attributes on the command line: the options ``queue define`` and ``queue alter`` share
-(with ``admin DEVICE queue define|alter``), and their checks."""
+"""The queue options ``queue define``/``alter`` share with ``admin DEVICE queue define|alter``."""
 
 from __future__ import annotations
 
@@ -14,7 +13,8 @@ from edgeq.encoding.compression import CODECS, check_compression
 from edgeq.errors import InvalidArgument
 from edgeq.types import ON_FULL
 
-__all__ = ["check_backout", "check_codec", "check_kind", "check_rules", "compression_option", "given_attributes", "kind_options", "queue_options", "refusal_option", "rule_option"]
+__all__ = ["check_backout", "check_codec", "check_kind", "check_rules", "compression_option",
+           "given_attributes", "kind_options", "queue_options", "refusal_option", "rule_option"]
 
 
 def queue_options(f: F) -> F:
@@ -111,8 +111,10 @@ def check_codec(ctx: click.Context, param: click.Parameter, value: str | None) -
 def kind_options(f: F) -> F:
     options = [
         click.option("--remote", is_flag=True,
-                     help="A remote queue: puts wait here until the sync agent transmits them to --target-qmgr."),
-        click.option("--target-qmgr", type=QM_NAME, help="Remote queues: the queue manager the messages go to."),
+                     help="A remote queue: puts wait here until the sync agent transmits them to "
+                          "--target-qmgr."),
+        click.option("--target-qmgr", type=QM_NAME,
+                     help="Remote queues: the queue manager the messages go to."),
         click.option("--target-queue", type=QUEUE_NAME,
                      help="Remote queues: the queue they go to there (default: the same name)."),
         click.option("--mode", type=click.Choice(["async", "sync"]),

@@ -15,10 +15,9 @@ __all__ = ["EdgeqGroup", "emit_json", "log_to_stderr"]
 
 
 class EdgeqGroup(click.Group):
-    """A group that turns edgeq's own errors into one ``Error:`` line (exit 1), never a traceback."""
+    """A group that turns edgeq, SQLite and OS errors into one ``Error:`` line (exit 1), never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command, turning edgeq, SQLite and OS errors into one ``Error:`` line (exit 1)."""
         try:
             return super().invoke(ctx)
         except EdgeqError as exc:
@@ -30,11 +29,7 @@ class EdgeqGroup(click.Group):
 
 
 class _WarningLine(logging.Handler):
-    """Prints each warning or error edgeq logs (a rule that raised, a plugin that failed
-    to load) as one ``Warning: ...`` line on stderr: the command itself still succeeded."""
-
     def emit(self, record: logging.LogRecord) -> None:
-        """Echo the record as one ``Warning: ...`` line on stderr, naming its exception if any."""
         text = record.getMessage()
         if record.exc_info is not None and record.exc_info[1] is not None:
             exc = record.exc_info[1]
@@ -50,5 +45,4 @@ def log_to_stderr() -> None:
 
 
 def emit_json(value: object) -> None:
-    """Print ``value`` as indented JSON on stdout."""
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))

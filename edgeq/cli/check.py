@@ -1,13 +1,4 @@
-"""``edgeq check``: look for damage in a store, and repair it with ``--repair``.
-
-    edgeq check --db device.db              # report only: nothing is written
-    edgeq check --db device.db --repair     # quarantine, rebuild indexes, recount, then check again
-    edgeq check --db device.db --json
-
-Exit status: 0 the store is sound; 1 damage was found (with ``--repair`` too, whatever
-it repaired: the output says what was done and what is left), or the file is damaged
-beyond reading; 2 the path is not an edgeq store (nothing was touched) or a usage mistake.
-"""
+"""``edgeq check``: look for damage in a store, and repair it with ``--repair``."""
 
 from __future__ import annotations
 
@@ -36,23 +27,20 @@ _SHOWN = 20
 @click.command("check")
 @db_option("The store to check (default: the group's --db).")
 @click.option("--repair", is_flag=True,
-              help="Quarantine damaged rows (rules see them removed), rebuild indexes, recount queues; then check again.")
+              help="Quarantine damaged rows (rules see them removed), rebuild indexes, recount queues; "
+                   "then check again.")
 @output_options
 @click.pass_context
 def check(ctx: click.Context, db: Path | None, repair: bool, as_json: bool) -> None:
-    """Check a store for damage: SQLite's integrity check, every message's checksum,
-    queue counters, rule bindings and events, the journal, the store's identity.
-
-    Without --repair nothing is written. With --repair, damaged rows go to the
-    quarantine whole (never deleted), indexes are rebuilt, counters recounted, and the
-    store is checked again. The exit status says whether damage was found: 0 sound,
-    1 damaged (even if --repair repaired it all), 2 not an edgeq store.
+    """Check a store for damage (integrity, checksums, counters, rules, journal, identity); --repair fixes it.
 
     \b
     Examples:
       edgeq check --db device.db
       edgeq check --db device.db --repair
-      edgeq --db device.db check --json
+
+    Exit status: 0 the store is sound; 1 damage was found (even if --repair repaired it all),
+    or the file is unreadable; 2 not an edgeq store (nothing touched), or a usage mistake.
     """
     path = db or group_options(ctx).db
     if path is None:
@@ -70,7 +58,6 @@ def check(ctx: click.Context, db: Path | None, repair: bool, as_json: bool) -> N
 
 
 def _run(path: Path, repair: bool) -> tuple[CheckReport, CheckReport | None]:
-    """The report (with what was repaired), and with ``repair`` the check made after it."""
     early = preflight(path)
     if early is not None:
         return early, None
@@ -83,14 +70,16 @@ def _run(path: Path, repair: bool) -> tuple[CheckReport, CheckReport | None]:
     except NotAStore:
         raise
     except EdgeqError as exc:  # SQLite gave up on the file
-        return CheckReport(str(path), unreadable=(f"SQLite cannot read the store ({sqlite_said(exc)})",)), None
+        return CheckReport(str(path),
+                           unreadable=(f"SQLite cannot read the store ({sqlite_said(exc)})",)), None
     if not repair:
         return first, None
     # The rest needs the queue manager: its rules must see the quarantined messages.
     try:
         qm = QueueManager(path)
     except EdgeqError as exc:
-        return first.joined(CheckReport(str(path), unreadable=(f"it cannot be opened to repair it ({exc})",))), None
+        return first.joined(CheckReport(str(path),
+                                        unreadable=(f"it cannot be opened to repair it ({exc})",))), None
     with qm:
         report = first.joined(qm.check(repair=True))
         return report, (qm.check() if not report.clean else None)
@@ -102,7 +91,8 @@ def _print(report: CheckReport, after: CheckReport | None, repair: bool) -> None
     for line in report.unreadable:
         echo(f"  unreadable: {line}")
     if report.unreadable and not (report.checked or report.sqlite or report.records or report.identity):
-        echo("The store cannot be read: restore it from a backup (SQLite's `.recover` may save what is readable).")
+        echo("The store cannot be read: restore it from a backup "
+             "(SQLite's `.recover` may save what is readable).")
         return
     # With part of the store unreadable, finding nothing in the rest is not "ok".
     fine = "nothing found in what could be read" if report.unreadable else "ok"
@@ -114,7 +104,8 @@ def _print(report: CheckReport, after: CheckReport | None, repair: bool) -> None
         for m in report.messages
     ])
     _section("queue counters", [
-        f"{c.queue}: depth {c.depth} but {c.rows} rows, bytes {c.bytes} but {c.row_bytes} held" for c in report.counters
+        f"{c.queue}: depth {c.depth} but {c.rows} rows, bytes {c.bytes} but {c.row_bytes} held"
+        for c in report.counters
     ])
     _section("queues, rule bindings, rule events, journal", [
         f"{r.table} row {r.id}{f' (queue {r.queue})' if r.queue else ''}: {r.what}" for r in report.records
@@ -127,13 +118,13 @@ def _print(report: CheckReport, after: CheckReport | None, repair: bool) -> None
         if repair:
             echo("Nothing could be repaired: restore the store from a backup.")
         else:
-            echo(f"Damage found: `edgeq check --db {report.path} --repair` moves damaged rows to the quarantine, "
-                 "rebuilds indexes and recounts queues.")
+            echo(f"Damage found: `edgeq check --db {report.path} --repair` moves damaged rows to the "
+                 "quarantine, rebuilds indexes and recounts queues.")
         return
     r = report.repairs
     echo("Repaired:")
-    for label, lines in (("quarantined", r.quarantined), ("re-ranked", r.reranked), ("recounted", r.recounted),
-                         ("identity", r.identity)):
+    for label, lines in (("quarantined", r.quarantined), ("re-ranked", r.reranked),
+                         ("recounted", r.recounted), ("identity", r.identity)):
         _lines([f"{label} {line}" for line in lines])
     if r.rebuilt:
         echo(f"  rebuilt indexes {', '.join(r.rebuilt)}")

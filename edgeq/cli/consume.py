@@ -1,12 +1,4 @@
-"""``edgeq consume``: a queue's messages to stdout, or each to a command; and the taking
-that ``edgeq get`` shares with it.
-
-Every message is got assured (locked under a confirm id of its own) and confirmed only
-once it is out of edgeq's hands: printed and flushed, or handed to a command that
-exited 0. SIGINT and SIGTERM stop the command between two steps: the message in
-hand is undone (ready again, no backout counted: it was not the message's fault)
-and edgeq exits 130 or 143, as a shell does for a process killed by that signal.
-"""
+"""``edgeq consume``, and the assured taking ``edgeq get`` shares with it (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -45,7 +37,6 @@ _GRACE_S = 5.0
 
 
 def _wait(text: str) -> float:
-    """A wait in seconds: a duration (``30s``, ``500ms``, ``2m``) or ``forever``."""
     if text.strip().lower() in ("forever", "inf", "infinite"):
         return math.inf
     return parse_duration(text) / 1000
@@ -66,8 +57,7 @@ def fields_filter(fields: Sequence[tuple[str, FieldValue]]) -> dict[str, FieldVa
 
 
 class Stop:
-    """SIGINT and SIGTERM ask the command to stop (at its next step) instead of killing
-    it where it stands: installed for the ``with`` block, in the main thread."""
+    """SIGINT and SIGTERM ask the command to stop at its next step (caught in the main thread only)."""
 
     def __init__(self) -> None:
         self.signal: int | None = None
@@ -81,7 +71,6 @@ class Stop:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[Stop]:
-        """Catch the signals in the block (not in a thread but the main one: they stay as they are)."""
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._before[signum] = signal.signal(signum, self._asked)
@@ -92,7 +81,6 @@ class Stop:
                 signal.signal(caught, handler)
 
     def exit(self) -> None:
-        """Exit as a shell reports a process stopped by the signal (128 + its number)."""
         if self.signal is not None:
             click.echo(f"Stopped by {signal.Signals(self.signal).name}.", err=True)
             sys.exit(128 + self.signal)
@@ -101,8 +89,7 @@ class Stop:
 def take(
     qm: QueueManager, queue: str, count: int, wanted: Mapping[str, FieldValue] | None, wait: float, stop: Stop
 ) -> tuple[int, list[Message]]:
-    """Up to ``count`` messages locked under a fresh confirm id, waiting up to ``wait``
-    seconds for the first (in slices, so a signal stops the wait within a quarter second)."""
+    """Up to ``count`` messages under a fresh confirm id, waiting in slices so a signal stops the wait."""
     confirm_id = secrets.randbelow(MAX_CONFIRM_ID) + 1
     deadline = time.monotonic() + wait
     while True:
@@ -115,9 +102,7 @@ def take(
 
 def settle(qm: QueueManager, queue: str, confirm_id: int, got: Sequence[Message], *, done: bool,
            backout: bool = False) -> None:
-    """Confirm what was handed out (``done``), else undo it (counting a backout only with
-    ``backout``: the message failed, not edgeq's reader). What expired meanwhile, or
-    had its lock released, is said on stderr."""
+    """Confirm what was handed out (``done``), else undo it (``backout``: the message failed)."""
     if not got:
         return
     if done:
@@ -131,7 +116,6 @@ def settle(qm: QueueManager, queue: str, confirm_id: int, got: Sequence[Message]
 
 
 def _environment(queue: str, message: Message) -> dict[str, str]:
-    """The message's metadata for a command, as environment variables."""
     env = dict(os.environ)
     env.update({
         "EDGEQ_QUEUE": queue,
@@ -144,7 +128,8 @@ def _environment(queue: str, message: Message) -> dict[str, str]:
     optional = {
         "EDGEQ_CORRELATION_ID": None if message.correlation_id is None else message.correlation_id.hex(),
         "EDGEQ_REPLY_TO": message.reply_to,
-        "EDGEQ_REMAINING_EXPIRY_MS": None if message.remaining_expiry_ms is None else str(message.remaining_expiry_ms),
+        "EDGEQ_REMAINING_EXPIRY_MS": (None if message.remaining_expiry_ms is None
+                                      else str(message.remaining_expiry_ms)),
     }
     for name, value in optional.items():
         if value is None:
@@ -155,9 +140,9 @@ def _environment(queue: str, message: Message) -> dict[str, str]:
 
 
 def _run(command: str, queue: str, message: Message, stop: Stop) -> int | None:
-    """Run ``command`` with the message's data on its stdin; its exit status, or None if
-    a signal stopped edgeq first (the command is then stopped too)."""
-    proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, env=_environment(queue, message))
+    """The command's exit status, or None if a signal stopped edgeq first (the command is stopped too)."""
+    proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+                            env=_environment(queue, message))
     data: bytes | None = message.data
     while True:
         try:
@@ -177,9 +162,7 @@ def _run(command: str, queue: str, message: Message, stop: Stop) -> int | None:
 
 
 def write_out(data: bytes) -> None:
-    """Write all of ``data`` to stdout, or raise: into a pipe whose reader has gone, a
-    buffered write can come back short without an error, and a message must not be
-    taken for printed then."""
+    """Write all of ``data`` to stdout, or raise: a short write into a closed pipe is not "printed"."""
     sys.stdout.flush()
     stream = sys.stdout.buffer
     stream.flush()
@@ -221,25 +204,15 @@ def consume(
 ) -> None:
     """Take the messages of QUEUE one by one, as they come: print each, or run a command on each.
 
-    Each message is got assured and confirmed only once it is printed (and
-    flushed), or once CMD exited 0; if CMD fails it is undone (one more backout,
-    so the queue's backout threshold applies) and offered again only after the
-    queue's redelivery delay (1s, doubling with each failure up to 5m, by default),
-    the messages behind it taken meanwhile: one line on stderr per failure. Without --wait it
-    runs until stopped. SIGINT or SIGTERM stops it cleanly: the message in hand
-    (and CMD, if running) is undone, not lost, and it exits 130 or 143.
-
-    CMD's environment carries the message's metadata: EDGEQ_QUEUE, EDGEQ_UID,
-    EDGEQ_PRIORITY, EDGEQ_BACKOUT_COUNT, EDGEQ_CREATED_MS, EDGEQ_FIELDS (JSON,
-    as --json prints them), and when set EDGEQ_CORRELATION_ID (hex),
-    EDGEQ_REPLY_TO, EDGEQ_REMAINING_EXPIRY_MS.
+    CMD gets the data on stdin, the metadata in EDGEQ_* variables (docs/cli.md).
 
     \b
     Examples:
       edgeq --db dev.db consume ORDERS --wait 0            # print what is there, then stop
       edgeq --db dev.db consume ORDERS --json | ./ingest   # one JSON line per message, for ever
       edgeq --db dev.db consume ORDERS --exec './handle-order'
-      edgeq --db dev.db consume REPORTS --exec 'gunzip > "reports/$EDGEQ_UID.csv"' --max 10
+
+    Exit status: 0 when --wait or --max ends it; 1 on an error; 130/143 on SIGINT/SIGTERM.
     """
     use_json = wants_json(ctx, as_json)
     if command is not None and use_json:
@@ -267,8 +240,6 @@ def _hand_out(
     qm: QueueManager, queue: str, confirm_id: int, message: Message, command: str | None, as_json: bool,
     first: bool, stop: Stop,
 ) -> bool:
-    """Print the message or run the command on it, then confirm or undo it; False: stop
-    (stdout's reader hung up)."""
     got = [message]
     try:
         if command is None:
@@ -298,14 +269,12 @@ def _within(wait: float) -> str:
 
 
 def _failed(attrs: QueueAttributes, message: Message, status: int) -> None:
-    """One line on stderr per failed command: the message's backout, and when it comes again."""
     what = f"signal {-status}" if status < 0 else f"status {status}"
     click.echo(f"Warning: the command exited with {what} on message {message.uid}: undone "
                f"(backout {message.backout_count + 1}){_again(attrs, message)}", err=True)
 
 
 def _again(attrs: QueueAttributes, message: Message) -> str:
-    """What the undo did with a failed message, by the queue's settings (edgeq.queues.backout)."""
     backouts = message.backout_count + 1
     if attrs.backout_threshold is not None and backouts >= attrs.backout_threshold:
         return f", at its backout threshold: moved to {attrs.backout_queue}"
@@ -319,7 +288,6 @@ def _again(attrs: QueueAttributes, message: Message) -> str:
 
 
 def _quiet_stdout() -> None:
-    """stdout's reader is gone: point it at /dev/null so the interpreter's exit does not complain."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)

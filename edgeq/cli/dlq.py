@@ -1,5 +1,4 @@
-"""The ``edgeq dlq ...`` commands: the store's dead-letter queue (``edgeq.queues.deadletter``):
-browse what it holds and why, re-send (after fixing the cause) or delete, and name it."""
+"""``edgeq dlq browse|resend|delete|use``: the store's dead-letter queue."""
 
 from __future__ import annotations
 
@@ -24,22 +23,11 @@ _ALL = click.option("--all", "every", is_flag=True,
 
 @click.group(cls=EdgeqGroup)
 def dlq() -> None:
-    """The dead-letter queue: messages that could not be delivered.
-
-    A remote queue's message its target refused --refusal-limit times moves there (never
-    deleted), with fields saying why: dlq.reason, dlq.queue (the queue it left),
-    dlq.refusal (the target's last refusal), dlq.attempts and dlq.at_ms. It is
-    SYSTEM.DEAD.LETTER.QUEUE, made when first needed, unless `edgeq dlq use` names another.
-    Messages there keep their expiry. Fix the cause (say, define the queue on the
-    server), then re-send them.
+    """The dead-letter queue: messages that could not be delivered, with dlq.* fields saying why.
 
     \b
-    Examples:
-      edgeq --db dev.db dlq browse
+    Example:
       edgeq --db dev.db dlq resend --all --queue METRICS
-      edgeq --db dev.db dlq resend 'DEV1:k3x9qa.1763683200000000'
-      edgeq --db dev.db dlq delete --all
-      edgeq --db dev.db dlq use MY.DLQ
     """
 
 
@@ -52,8 +40,7 @@ def dlq_browse(ctx: click.Context, original: str | None, limit: int | None, as_j
     """Show the dead-letter queue's messages with their dlq.* fields, without taking them.
 
     \b
-    Examples:
-      edgeq --db dev.db dlq browse
+    Example:
       edgeq --db dev.db --json dlq browse --queue METRICS --limit 10
     """
     qm = open_store(ctx)
@@ -70,18 +57,13 @@ def dlq_browse(ctx: click.Context, original: str | None, limit: int | None, as_j
 @output_options
 @click.pass_context
 def dlq_resend(ctx: click.Context, uid: str | None, every: bool, original: str | None, as_json: bool) -> None:
-    """Move UID (or --all) back to the queue it left, its dlq.* fields removed.
-
-    Do it once the cause is fixed: a remote queue's message is then offered to its
-    target again at the next sync, with a fresh refusal count. One that cannot go back
-    (its queue deleted or full, expired, locked) stays, and is listed with why; the
-    command then exits 1.
+    """Move UID (or --all) back to the queue it left, its dlq.* fields removed (once the cause is fixed).
 
     \b
-    Examples:
-      edgeq --db dev.db dlq resend --all
-      edgeq --db dev.db dlq resend --all --queue METRICS
+    Example:
       edgeq --db dev.db dlq resend 'DEV1:k3x9qa.1763683200000000'
+
+    Exit status: 1 when a message cannot go back (it stays, listed with why).
     """
     uids = _chosen(uid, every)
     qm = open_store(ctx)
@@ -103,8 +85,7 @@ def dlq_delete(ctx: click.Context, uid: str | None, every: bool, as_json: bool) 
     """Delete UID (or --all) from the dead-letter queue, for good.
 
     \b
-    Examples:
-      edgeq --db dev.db dlq delete 'DEV1:k3x9qa.1763683200000000'
+    Example:
       edgeq --db dev.db dlq delete --all
     """
     uids = _chosen(uid, every)
@@ -122,18 +103,11 @@ def dlq_delete(ctx: click.Context, uid: str | None, every: bool, as_json: bool) 
 @output_options
 @click.pass_context
 def dlq_use(ctx: click.Context, queue_name: str | None, default: bool, as_json: bool) -> None:
-    """Name the store's dead-letter queue (QUEUE), or go back to the --default; without
-    either, print which it is.
-
-    A named queue is not made for you: define it (`edgeq queue define QUEUE`). Until it
-    exists, and while it is full, messages that cannot be delivered stay where they are
-    and are offered again (the sync log says why).
+    """Name the store's dead-letter queue (QUEUE), or go back to the --default; without either, print it.
 
     \b
-    Examples:
-      edgeq --db dev.db dlq use
+    Example:
       edgeq --db dev.db dlq use MY.DLQ
-      edgeq --db dev.db dlq use --default
     """
     if queue_name is not None and default:
         raise click.UsageError("give QUEUE or --default, not both")
@@ -154,14 +128,12 @@ def dlq_use(ctx: click.Context, queue_name: str | None, default: bool, as_json: 
 
 
 def _chosen(uid: str | None, every: bool) -> list[MessageUID | str] | None:
-    """The uids a command was given: one, or None for --all."""
     if (uid is None) == (not every):
         raise click.UsageError("give a UID or --all (one of them)")
     return None if every else [uid] if uid is not None else None
 
 
 def _fail_if_kept(qm: QueueManager, result: Resent) -> None:
-    """Exit 1 naming what stayed on the dead-letter queue, and why."""
     if result.kept:
         lines = "; ".join(f"{uid} stays: {why}" for uid, why in result.kept[:20])
         more = f" (and {len(result.kept) - 20} more)" if len(result.kept) > 20 else ""

@@ -1,12 +1,4 @@
-"""``edgeq keys``: a device's signing key pair, and store keys for encryption at rest.
-
-    edgeq keys new --out device.key                 # device.key (0600) + device.pub
-    edgeq keys new-store-key --out store.key        # a key for encryption at rest
-    edgeq keys rotate --db device.db --key-file store.key --new-key
-    edgeq keys trust-admin --db device.db ops ops.pub --inquire-only   # operator keys (docs/admin.md)
-    edgeq keys admin-list --db device.db
-    edgeq keys untrust-admin --db device.db ops
-"""
+"""``edgeq keys``: a device's signing key pair, store keys for encryption at rest, trusted operator keys."""
 
 from __future__ import annotations
 
@@ -38,16 +30,11 @@ def keys() -> None:
 @output_options
 @click.pass_context
 def keys_new(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
-    """Make a key pair for a device and print its public key's fingerprint.
-
-    OUT gets the private key; the public key goes beside it with the suffix
-    .pub in place of OUT's (dev1.key: dev1.pub; a name without a suffix gets
-    .pub added).
+    """Make a key pair for a device (OUT, and OUT with .pub as its suffix); print its fingerprint.
 
     \b
-    Examples:
+    Example:
       edgeq keys new --out /etc/edgeq/device.key     # device.key and device.pub
-      edgeq sync --db device.db --server https://home:8470 --key /etc/edgeq/device.key
     """
     from edgeq.sync.keys import new_key_pair
 
@@ -80,9 +67,7 @@ def keys_fingerprint(ctx: click.Context, path: Path) -> None:
               help="The key file to write (mode 0600). Keep it out of the database's directory.")
 @click.option("--force", is_flag=True, help="Replace an existing key file (its data becomes unreadable!).")
 def keys_new_store_key(out: Path, force: bool) -> None:
-    """Make a 256-bit store key for encrypted queues (AES-256-GCM).
-
-    Give it to the queue manager with keys=PATH, or with EDGEQ_STORE_KEY_FILE=PATH.
+    """Make a 256-bit store key for encrypted queues (AES-256-GCM), for EDGEQ_STORE_KEY_FILE.
 
     \b
     Examples:
@@ -90,13 +75,13 @@ def keys_new_store_key(out: Path, force: bool) -> None:
       EDGEQ_STORE_KEY_FILE=/etc/edgeq/store.key edgeq --db d.db queue define PAY --encryption aes-256-gcm
     """
     if out.exists() and not force:
-        raise click.ClickException(f"{out} exists: it may be the only key to a store; give --force to replace it")
+        raise click.ClickException(
+            f"{out} exists: it may be the only key to a store; give --force to replace it")
     StoreKeys.generate().save(out)
     click.echo(f"Wrote store key file {out} (key k1, mode 0600).")
 
 
 def _key_ring(ctx: click.Context, param: click.Parameter, path: Path) -> tuple[Path, StoreKeys]:
-    """``--key-file`` and the key ring it holds (a file that holds none is a bad value)."""
     try:
         return path, StoreKeys.load(path)
     except EdgeqError as exc:
@@ -108,20 +93,17 @@ def _key_ring(ctx: click.Context, param: click.Parameter, path: Path) -> tuple[P
 @click.option("--key-file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               callback=_key_ring, help="The store key file.")
 @click.option("--new-key", is_flag=True, help="First add a fresh key to the file and make it current.")
-@click.option("--queue", "queue_name", type=QUEUE_NAME, help="Only this queue (default: every encrypted queue).")
+@click.option("--queue", "queue_name", type=QUEUE_NAME,
+              help="Only this queue (default: every encrypted queue).")
 @click.option("--batch", default=500, show_default=True, type=click.IntRange(1), help="Rows per transaction.")
 @click.pass_context
 def keys_rotate(ctx: click.Context, db: Path | None, key_file: tuple[Path, StoreKeys], new_key: bool,
                 queue_name: str | None, batch: int) -> None:
-    """Re-seal encrypted queues under the current store key, in bounded batches.
-
-    Queues stay in use meanwhile; after a crash, run it again to finish. Keep
-    old keys in the file until no row uses them.
+    """Re-seal encrypted queues under the current store key, in bounded batches (run again to resume).
 
     \b
-    Examples:
+    Example:
       edgeq keys rotate --db device.db --key-file store.key --new-key
-      edgeq keys rotate --db device.db --key-file store.key            # resume
     """
     key_file_path, ring = key_file
     if new_key:
@@ -143,7 +125,6 @@ def _admin_key_id(ctx: click.Context, param: click.Parameter, value: str) -> str
 
 
 def _public_key_file(ctx: click.Context, param: click.Parameter, path: Path) -> bytes:
-    """The 32 raw bytes of the Ed25519 public key in a ``.pub`` file (or raw 32-byte file)."""
     try:
         return raw_public_key(path.read_bytes())
     except (EdgeqError, OSError) as exc:
@@ -156,8 +137,8 @@ def _action_list(ctx: click.Context, param: click.Parameter, value: str | None) 
     actions = tuple(a.strip() for a in value.split(",") if a.strip())
     unknown = [a for a in actions if a != "*" and a not in ACTIONS]
     if not actions or unknown:
-        raise click.BadParameter(f"unknown action(s) {', '.join(unknown) or '(none given)'}: use a comma-separated "
-                                 f"list of {', '.join(ACTIONS)}, or *", ctx, param)
+        raise click.BadParameter(f"unknown action(s) {', '.join(unknown) or '(none given)'}: "
+                                 f"use a comma-separated list of {', '.join(ACTIONS)}, or *", ctx, param)
     return actions
 
 
@@ -175,20 +156,18 @@ def _admin_key_json(key: AdminKey) -> dict[str, object]:
 @click.argument("public_key_file", metavar="PUBLIC_KEY_FILE", callback=_public_key_file,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--actions", callback=_action_list, metavar="A,B",
-              help=f"The actions its requests may run, comma-separated (default: every one): {', '.join(ACTIONS)}.")
+              help=f"The actions its requests may run, comma-separated (default: every one): "
+                   f"{', '.join(ACTIONS)}.")
 @click.option("--inquire-only", is_flag=True, help=f"Only the inquiries: {', '.join(INQUIRE_ACTIONS)}.")
 @output_options
 @click.pass_context
 def keys_trust_admin(ctx: click.Context, db: Path | None, key_id: str, public_key_file: bytes,
                      actions: tuple[str, ...] | None, inquire_only: bool, as_json: bool) -> None:
-    """Trust operator key KEY_ID (its Ed25519 public key in PUBLIC_KEY_FILE) to sign admin
-    requests this device runs. Trusting KEY_ID again replaces its key and actions.
+    """Trust operator key KEY_ID (its public key in PUBLIC_KEY_FILE) to sign admin requests here.
 
     \b
-    Examples:
-      edgeq keys trust-admin --db device.db ops ops.pub
+    Example:
       edgeq keys trust-admin --db device.db noc noc.pub --inquire-only
-      edgeq keys trust-admin --db device.db deploy deploy.pub --actions define-queue,alter-queue
     """
     if inquire_only and actions is not None:
         raise click.UsageError("give --actions or --inquire-only, not both", ctx)
@@ -215,7 +194,8 @@ def keys_admin_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
     if wants_json(ctx, as_json):
         emit_json(shown)
     elif not trusted:
-        click.echo("No admin keys: this device runs no admin requests (trust one with edgeq keys trust-admin).")
+        click.echo("No admin keys: this device runs no admin requests "
+                   "(trust one with edgeq keys trust-admin).")
     else:
         rows = [(k.key_id, str(j["fingerprint"]), ",".join(k.actions), str(j["added"]))
                 for k, j in zip(trusted, shown, strict=True)]
@@ -231,5 +211,6 @@ def keys_untrust_admin(ctx: click.Context, db: Path | None, key_id: str) -> None
     qm = open_store(ctx, EXISTING, db=db)
     if not qm.untrust_admin_key(key_id):
         known = ", ".join(k.key_id for k in qm.admin_keys()) or "none"
-        raise click.ClickException(f"admin key {key_id} is not trusted here (trusted: {known}); nothing changed")
+        raise click.ClickException(
+            f"admin key {key_id} is not trusted here (trusted: {known}); nothing changed")
     click.echo(f"Admin key {key_id} is no longer trusted.")

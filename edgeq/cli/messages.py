@@ -24,10 +24,7 @@ from edgeq.values import Int32, Int64
 __all__ = ["browse", "depth", "get", "messages_text", "put", "sweep"]
 
 def _field_option(help: str) -> Callable[[F], F]:
-    """``--field NAME=VALUE`` (or ``NAME:TYPE=VALUE``), repeatable, as ``fields``."""
-
     def decorate(f: F) -> F:
-        """Apply the option to a command."""
         return click.option("--field", "fields", type=FIELD, multiple=True, help=help)(f)
 
     return decorate
@@ -43,7 +40,6 @@ class _AddWatch(QueueRule):
         self.expired_on_add = False
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Note a put that expired at the "add" check point (it arrived already expired)."""
         if event.where == "add":
             self.expired_on_add = True
 
@@ -55,7 +51,8 @@ def _correlation_id(text: str | None) -> bytes | None:
         try:
             return bytes.fromhex(text[4:])
         except ValueError:
-            raise click.BadParameter(f"{text!r} is not hex after 'hex:'", param_hint="'--correlation-id'") from None
+            raise click.BadParameter(f"{text!r} is not hex after 'hex:'",
+                                     param_hint="'--correlation-id'") from None
     return text.encode("utf-8")
 
 
@@ -66,7 +63,8 @@ def _correlation_id(text: str | None) -> bytes | None:
               help="Relative expiry (MQe Int32): ms or 250ms/30s/5m/2h/1d after creation.")
 @click.option("--expire-at", type=EXPIRE_AT,
               help="Absolute expiry (MQe Int64): ISO-8601 with a timezone, or epoch ms.")
-@click.option("--priority", type=click.IntRange(0, 9), help="0 (lowest) to 9 (highest); default: the queue's.")
+@click.option("--priority", type=click.IntRange(0, 9),
+              help="0 (lowest) to 9 (highest); default: the queue's.")
 @_field_option("A field NAME=VALUE (str) or NAME:TYPE=VALUE, TYPE one of str, int32, int64, "
                "float, bool, bytes (hex). Repeatable.")
 @click.option("--correlation-id", help="Correlation id: UTF-8 text, or hex:ABCD for bytes.")
@@ -90,16 +88,11 @@ def put(
 ) -> None:
     """Put a message on QUEUE and print its uid.
 
-    DATA is the message body as UTF-8 text; omit it, or give '-', to read the body
-    (any bytes) from stdin. An empty body is refused unless --allow-empty is given.
-    A message whose expiry has already passed would be discarded on arrival (MQe's
-    "add" check): it is refused (exit 1) and nothing is stored.
+    DATA is UTF-8 text; omit it, or give '-', to read the body (any bytes) from stdin.
 
     \b
     Examples:
       edgeq --db dev.db put ORDERS '42 widgets' --priority 7
-      edgeq --db dev.db put ORDERS 'ping' --expire-after 30s --field n:int32=5 --field site=north
-      edgeq --db dev.db put ORDERS 'sale' --expire-at 2030-01-01T00:00:00Z
       gzip -c report.csv | edgeq --db dev.db put REPORTS -
     """
     if expire_after is not None and expire_at is not None:
@@ -112,7 +105,8 @@ def put(
         body = data.encode("utf-8")
     if not body and not allow_empty:
         where = "stdin was empty" if data in (None, "-") else "DATA is empty"
-        raise click.UsageError(f"{where}: refusing to store an empty message; give --allow-empty if it is meant")
+        raise click.UsageError(
+            f"{where}: refusing to store an empty message; give --allow-empty if it is meant")
     expiry: Int32 | Int64 | None = None
     if expire_after is not None:
         expiry = Int32(expire_after)
@@ -135,7 +129,8 @@ def put(
     try:
         uid = qm.put(queue_name, message)
     except (QueueFull, MessageTooLarge) as exc:
-        raise click.ClickException(str(exc).replace("alter_queue", f"`edgeq queue alter {queue_name}`")) from None
+        raise click.ClickException(
+            str(exc).replace("alter_queue", f"`edgeq queue alter {queue_name}`")) from None
     if watch.expired_on_add:
         _expired_on_arrival(format_time(int(expiry)) if isinstance(expiry, Int64) else "its expiry")
     if wants_json(ctx, as_json):
@@ -145,7 +140,6 @@ def put(
 
 
 def _expired_on_arrival(when: str) -> None:
-    """Fail (exit 1): a message whose expiry has passed is discarded on arrival, so nothing was stored."""
     raise click.ClickException(
         f"the message's expiry ({when}) has already passed, so MQe's 'add' check would discard it on "
         "arrival: nothing was stored; give a later --expire-at (or --expire-after)"
@@ -153,7 +147,6 @@ def _expired_on_arrival(when: str) -> None:
 
 
 def messages_text(messages: list[Message], as_json: bool, empty: str) -> str:
-    """Messages as get and browse print them (text, or a JSON list); ``empty`` if there are none."""
     if as_json:
         return json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False)
     return "\n\n".join(format_message(m) for m in messages) if messages else empty
@@ -161,9 +154,11 @@ def messages_text(messages: list[Message], as_json: bool, empty: str) -> str:
 
 @click.command()
 @click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
-@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Take up to this many.")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Take up to this many.")
 @_field_option("Take only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
-@click.option("--raw", is_flag=True, help="Write only the data bytes to stdout (nothing if the queue is empty).")
+@click.option("--raw", is_flag=True,
+              help="Write only the data bytes to stdout (nothing if the queue is empty).")
 @click.option("--wait", type=WAIT, default="0", help="Wait this long for a message if none is there "
               "(30s, 500ms, 2m, forever); it returns as soon as one is put, here or by another process.")
 @output_options
@@ -177,22 +172,11 @@ def get(
     wait: float,
     as_json: bool,
 ) -> None:
-    """Take the next message(s) off QUEUE and print them.
-
-    Highest priority first, then oldest (or oldest first on a FIFO queue). With
-    --wait, an empty queue is waited on: the command returns as soon as a message
-    is put (with up to --count of them), or prints that none came.
-
-    Expired messages met on the way are discarded, never returned (MQe's "remove"
-    check). An empty queue is not an error: nothing is taken. A message leaves the
-    queue only once it is printed: if stdout fails, or SIGINT/SIGTERM stops the
-    command (exit 130/143), it stays.
+    """Take the next message(s) off QUEUE and print them; each leaves the queue only once printed.
 
     \b
     Examples:
       edgeq --db dev.db get ORDERS
-      edgeq --db dev.db get ORDERS --count 10 --field site=north
-      edgeq --db dev.db get ORDERS --wait 30s
       edgeq --db dev.db get REPORTS --raw | gunzip
     """
     use_json = wants_json(ctx, as_json)
@@ -229,13 +213,10 @@ def browse(
     limit: int | None,
     as_json: bool,
 ) -> None:
-    """Show the messages on QUEUE in get order, without taking them.
-
-    Locked (unconfirmed) messages are not shown; expired ones are discarded.
+    """Show the messages on QUEUE in get order, without taking them (locked ones are not shown).
 
     \b
-    Examples:
-      edgeq --db dev.db browse ORDERS --limit 5
+    Example:
       edgeq --db dev.db --json browse ORDERS --field n:int32=5
     """
     qm = open_store(ctx)
@@ -249,9 +230,7 @@ def browse(
 @output_options
 @click.pass_context
 def depth(ctx: click.Context, queue_name: str, as_json: bool) -> None:
-    """Print how many messages QUEUE holds (locked ones included).
-
-    Expired messages are discarded before counting (MQe's "size" check).
+    """Print how many messages QUEUE holds, locked ones included (expired ones discarded first).
 
     \b
     Example:
@@ -274,9 +253,8 @@ def sweep(ctx: click.Context, queue_name: str | None, as_json: bool) -> None:
     """Discard expired messages now, on QUEUE or every queue; print how many.
 
     \b
-    Examples:
+    Example:
       edgeq --db dev.db sweep
-      edgeq --db dev.db sweep ORDERS
     """
     qm = open_store(ctx)
     if queue_name is not None:

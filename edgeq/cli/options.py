@@ -1,17 +1,4 @@
-"""The options several commands share, one decorator per set, and the one way to open a store.
-
-Shared option sets (each a decorator, as sqlite-utils' ``output_options``):
-
-- :func:`store_options`: the group's ``--db`` (or ``EDGEQ_DB``) and ``--name`` (or ``EDGEQ_NAME``);
-- :func:`db_option` and :func:`name_option`: a command's own ``--db`` and ``--name``,
-  which fall back to the group's;
-- :func:`output_options`: ``--json`` on a command (the group has it too);
-- :func:`log_level_option`: ``--log-level`` of the long-running commands.
-
-Every command that works on a store opens it with :func:`open_store` (or checks it
-first with :func:`check_store` and opens it later): the same checks for all, with the
-advice its errors give chosen by a :class:`StoreUse`.
-"""
+"""The options commands share, one decorator per set, and ``open_store``, the one way to open a store."""
 
 from __future__ import annotations
 
@@ -57,23 +44,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(slots=True)
 class GroupOptions:
-    """The group's options, shared with every command through ``ctx.obj``."""
-
     db: Path | None
     name: str | None
     json: bool
 
 
 def group_options(ctx: click.Context) -> GroupOptions:
-    """The group's options; all unset when a command runs without the group."""
     return ctx.find_object(GroupOptions) or GroupOptions(None, None, False)
 
 
 def db_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
-    """Add ``--db PATH`` (a file, never a directory) with this help text."""
-
     def decorate(f: F) -> F:
-        """Apply the option to a command."""
         return click.option(
             "--db", type=click.Path(dir_okay=False, path_type=Path), envvar=envvar,
             show_envvar=envvar is not None, help=help,
@@ -83,17 +64,14 @@ def db_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
 
 
 def name_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
-    """Add ``--name`` (a queue manager name: a bad one is a usage error) with this help text."""
-
     def decorate(f: F) -> F:
-        """Apply the option to a command."""
-        return click.option("--name", type=QM_NAME, envvar=envvar, show_envvar=envvar is not None, help=help)(f)
+        return click.option("--name", type=QM_NAME, envvar=envvar, show_envvar=envvar is not None,
+                            help=help)(f)
 
     return decorate
 
 
 def store_options(f: F) -> F:
-    """Add the group's ``--db`` (or ``EDGEQ_DB``) and ``--name`` (or ``EDGEQ_NAME``)."""
     for decorator in reversed((
         db_option("The store: an SQLite file holding one queue manager's queues.", envvar="EDGEQ_DB"),
         name_option("Queue manager name; needed only to create a new store (checked against it otherwise).",
@@ -104,12 +82,11 @@ def store_options(f: F) -> F:
 
 
 def output_options(f: F) -> F:
-    """Add ``--json`` (passed as ``as_json``); see :func:`wants_json`."""
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of text.")(f)
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON (for scripts) instead of text.")(f)
 
 
 def wants_json(ctx: click.Context, as_json: bool) -> bool:
-    """Whether JSON was asked for, on the group or on the command."""
     return as_json or group_options(ctx).json
 
 
@@ -117,7 +94,6 @@ _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive
 
 
 def log_level_option(f: F) -> F:
-    """Add ``--log-level`` (default info) for the commands that log JSON lines on stderr."""
     return click.option("--log-level", type=_LOG_LEVELS, default="info", show_default=True)(f)
 
 
@@ -126,16 +102,11 @@ def log_level_option(f: F) -> F:
 
 @dataclass(frozen=True, slots=True)
 class StoreUse:
-    """How a command uses its store: whether it may create it, and the advice its errors give.
-
-    The checks are the same for every command (see :func:`check_store`); only the
-    advice differs, since what to do next depends on the command. ``{db}`` in the
-    advice stands for the store's path, quoted for a shell.
-    """
+    """How a command uses its store: whether it may create it, and the advice its errors give."""
 
     #: Whether a missing (or empty) store file is created; that needs a queue manager name.
     create: bool
-    #: Follows "PATH does not exist: " when the store may not be created.
+    #: Follows "PATH does not exist: " when the store may not be created ({db}: the path, shell-quoted).
     missing: str = ""
     #: Follows "PATH is a new store: " when it may be created but has no name.
     unnamed: str = ""
@@ -146,12 +117,14 @@ class StoreUse:
 #: The commands on a device's queues and rules: the store must exist.
 EXISTING = StoreUse(
     create=False,
-    missing="create a store by defining its first queue, e.g. edgeq --db {db} --name DEV1 queue define ORDERS",
+    missing="create a store by defining its first queue, e.g. "
+            "edgeq --db {db} --name DEV1 queue define ORDERS",
 )
 #: ``edgeq queue define``: creates the store (given ``--name``) and says so on stderr.
 CREATE = StoreUse(
     create=True,
-    unnamed="name its queue manager with --name (or EDGEQ_NAME), e.g. edgeq --db {db} --name DEV1 queue define ...",
+    unnamed="name its queue manager with --name (or EDGEQ_NAME), e.g. "
+            "edgeq --db {db} --name DEV1 queue define ...",
     announce=True,
 )
 #: ``edgeq serve``: creates the store given ``--name``, silently (it logs JSON on stderr). ``edgeq sync``
@@ -162,7 +135,6 @@ ADMIN = StoreUse(create=False, missing="give an existing store (e.g. the one of 
 
 
 def store_path(ctx: click.Context, db: Path | None = None) -> Path:
-    """The store's path: the command's own ``--db`` if given, else the group's (or ``EDGEQ_DB``)."""
     path = db or group_options(ctx).db
     if path is None:
         raise click.ClickException("no store given: pass --db PATH (or set EDGEQ_DB)")
@@ -186,8 +158,6 @@ def stored_name(path: Path) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class CheckedStore:
-    """A store a command named, checked by :func:`check_store` and ready to open."""
-
     path: Path
     #: The queue manager name given (``--name``), if any: the new store's, or the one it must hold.
     name: str | None
@@ -196,7 +166,6 @@ class CheckedStore:
     use: StoreUse
 
     def open(self, ctx: click.Context, **qm_options: Any) -> QueueManager:
-        """Open the queue manager (``qm_options`` go to it), closed when the command ends."""
         qm = QueueManager(self.path, name=self.name, **qm_options)
         ctx.call_on_close(qm.close)
         if self.fresh and self.use.announce:
@@ -207,13 +176,7 @@ class CheckedStore:
 def check_store(
     ctx: click.Context, use: StoreUse = EXISTING, *, db: Path | None = None, name: str | None = None
 ) -> CheckedStore:
-    """Check the store a command names before opening it, or fail with one line saying what to do.
-
-    ``db`` and ``name`` are the command's own options; each falls back to the
-    group's. A new store needs ``use.create`` and a name, and an existing directory;
-    a name given for an existing store must be the one it holds (checked before
-    anything is written to it).
-    """
+    """Check the store a command names (its own --db/--name, else the group's), or fail saying what to do."""
     path = store_path(ctx, db)
     name = name or group_options(ctx).name
     fresh = not path.exists() or (path.is_file() and path.stat().st_size == 0)
@@ -242,7 +205,7 @@ def open_store(
 
 
 def require_queue(qm: QueueManager, queue: str) -> None:
-    """Fail with a command-line hint unless ``queue`` is defined (a name differing only in case is suggested)."""
+    """Fail with a command-line hint unless ``queue`` is defined (one differing only in case is named)."""
     names = qm.queue_names()
     if queue not in names:
         same = [name for name in names if name.lower() == queue.lower()]

@@ -21,7 +21,9 @@ from edgeq.errors import EdgeqError
 from edgeq.expiry import MAX_RELATIVE_MS
 from edgeq.names import check_name
 
-__all__ = ["BYTES_LIMIT", "DEVICE_NAME", "DURATION", "DURATION_LIMIT", "EXPIRE_AT", "FIELD", "HOLD", "LIMIT", "QM_NAME", "QUEUE_NAME", "QUEUE_NAMES", "RELATIVE_EXPIRY", "REQUEST_EXPIRY", "RULE", "Limit", "Parsed", "parse_device_name", "parse_queue_names"]
+__all__ = ["BYTES_LIMIT", "DEVICE_NAME", "DURATION", "DURATION_LIMIT", "EXPIRE_AT", "FIELD", "HOLD", "LIMIT",
+           "QM_NAME", "QUEUE_NAME", "QUEUE_NAMES", "RELATIVE_EXPIRY", "REQUEST_EXPIRY", "RULE", "Limit",
+           "Parsed", "parse_device_name", "parse_queue_names"]
 
 
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ class Parsed(_ParamType):
         self._parse = parse
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """Parse a string (a ValueError becomes a usage error); a value already parsed passes through."""
         if not isinstance(value, str):
             return value
         try:
@@ -66,7 +67,6 @@ class Limit:
 
 def _limit(parse: Callable[[str], int]) -> Callable[[str], Limit]:
     def convert(text: str) -> Limit:
-        """Parse a limit: ``none``, ``off`` or ``unlimited`` for no limit, else a positive number."""
         if text.strip().lower() in ("none", "off", "unlimited"):
             return Limit(None)
         value = parse(text)
@@ -78,15 +78,13 @@ def _limit(parse: Callable[[str], int]) -> Callable[[str], Limit]:
 
 
 def _hold(text: str) -> Limit:
-    """A hold: a duration, or ``0``/``none``/``off``/``never`` for "keep for ever"."""
     if text.strip().lower() in ("none", "off", "never", "0"):
         return Limit(None)
     return _limit(parse_duration)(text)
 
 
 def parse_device_name(text: str) -> str:
-    """A device's name: its queue manager name, without a dot (a home server holds a
-    device's messages on queues named ``DEVICE.QUEUE``).
+    """A device's name: its queue manager name, without a dot (the server names its queues ``DEVICE.QUEUE``).
 
     >>> parse_device_name("DEV1")
     'DEV1'

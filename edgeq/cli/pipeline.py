@@ -1,8 +1,4 @@
-"""``edgeq export`` and ``edgeq pipeline run``: the home server's journal, as Parquet and as reports.
-
-pyarrow and pyspark are imported only when these commands run, so a device's
-CLI never needs them (``pip install 'edgeq[pipeline]'`` brings them).
-"""
+"""``edgeq export`` and ``edgeq pipeline run``: the home server's journal, as Parquet and as reports."""
 
 from __future__ import annotations
 
@@ -27,7 +23,6 @@ PRUNE_FLOOR_MS = 3_600_000
 
 
 def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Since:
-    """``--since`` read (a value that is neither a journal id nor a date/time is a usage error)."""
     from edgeq.sync.pipeline.errors import MalformedJournal
     from edgeq.sync.pipeline.export.exporter import parse_since
 
@@ -55,21 +50,10 @@ def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> Sin
 @click.pass_context
 def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_rows: int,
            prune_after: int | None, yes: bool, quiet: bool) -> None:
-    """Export a home server's journal as Parquet, partitioned by date, incrementally.
-
-    Each run appends only the entries added since the last one (the directory's
-    _edgeq_export.json holds the last journal id exported), so it can run from
-    cron while the server serves: the store is opened read-only. With
-    --prune-after, the exported entries older than the bound are then removed
-    from the store, in short transactions (journal retention); the console's
-    history reads the live journal, so it shows only what is left (a bound under
-    1h needs --yes). A device's store is refused: export the home server's.
+    """Export a home server's journal as Parquet, partitioned by date, incrementally (store opened read-only).
 
     \b
-    Examples:
-      edgeq export --db home.db --out journal/
-      edgeq export --db home.db --out journal/ --since 2025-11-21
-      edgeq export --db home.db --out journal/ --since 120000
+    Example:
       edgeq export --db home.db --out journal/ --prune-after 30d
     """
     from edgeq.sync.pipeline.export.exporter import export_journal
@@ -87,8 +71,8 @@ def export(ctx: click.Context, db: Path | None, out: Path, since: Since, batch_r
         click.echo(f"Nothing new: {out} is up to date (journal id {result.watermark}).")
     else:
         skipped = f", {result.skipped:,} skipped by --since" if result.skipped else ""
-        click.echo(f"Exported {result.rows:,} journal entries{skipped} into {len(result.files):,} file(s) under "
-                   f"{out} (up to journal id {result.watermark}).")
+        click.echo(f"Exported {result.rows:,} journal entries{skipped} into {len(result.files):,} file(s) "
+                   f"under {out} (up to journal id {result.watermark}).")
     if prune_after is not None:
         click.echo(prune_journal(store, out, older_than_ms=prune_after, progress=say).describe(store))
 
@@ -98,10 +82,8 @@ def pipeline() -> None:
     """Analytics over an exported journal, on Apache Spark (needs Java 17+).
 
     \b
-    Examples:
+    Example:
       edgeq pipeline run --journal journal/ --out reports/
-      edgeq pipeline run --journal journal/ --out reports/ --html --master 'local[2]'
-      edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
     """
 
 
@@ -109,31 +91,24 @@ def pipeline() -> None:
 @click.option("--journal", "journals", required=True, multiple=True,
               help="The directory edgeq export wrote (or an hdfs://, s3a:// URI). Repeat it to read several "
                    "servers' journals as one fleet (one directory per server).")
-@click.option("--out", required=True, help="Where to write the reports: one Parquet directory each (replaced).")
+@click.option("--out", required=True,
+              help="Where to write the reports: one Parquet directory each (replaced).")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[N], spark://host:7077, yarn, k8s://...")
 @click.option("--html", is_flag=True, help="Also write OUT/report.html, a page with charts.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
               help="A Spark setting, e.g. --conf spark.driver.memory=8g (repeatable).")
 @click.option("--full", is_flag=True,
-              help="Read every part file again and rebuild OUT/_state/ (default: only those exported since the last run).")
+              help="Read every part file again and rebuild OUT/_state/ "
+                   "(default: only those exported since the last run).")
 @click.option("--quiet", is_flag=True, help="Print no progress, only the summary.")
-def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, confs: tuple[str, ...], full: bool,
-                 quiet: bool) -> None:
-    """Compute delivery latency, expiry reconciliation, the exactly-once audit, hourly
-    throughput and device health from an exported journal; write each as Parquet and
-    print a summary.
-
-    Several --journal (one export per home server) are read in one run, as one fleet:
-    every report and total covers them all. Incremental: the state kept in OUT/_state/
-    lets the next run read only the part files exported since (--full rebuilds it). The
-    reports and their definitions are in docs/pipeline.md. The same job runs on a
-    cluster with spark-submit (see there).
+def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, confs: tuple[str, ...],
+                 full: bool, quiet: bool) -> None:
+    """Compute the reports of docs/pipeline.md from exported journals (one --journal per home server).
 
     \b
     Examples:
       edgeq pipeline run --journal journal/ --out reports/ --html
-      edgeq pipeline run --journal journal/ --out reports/ --full
       edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
     """
     from edgeq.sync.pipeline.job.inputs import JournalConflict, check_arguments, check_servers
@@ -152,7 +127,8 @@ def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, c
         raise click.ClickException(f"--html writes a local file, and --out {out} is not local")
     try:  # arguments that cannot go together are a usage error (exit 2)
         check_arguments(journals, out)
-        found = [check_journal(journal) for journal in journals]  # missing or malformed: fails now, before Spark
+        # A missing or malformed journal fails now, before Spark starts.
+        found = [check_journal(journal) for journal in journals]
         check_servers(found)
     except JournalConflict as exc:
         raise click.BadParameter(str(exc), param_hint="'--journal'") from None
@@ -173,7 +149,6 @@ def pipeline_run(journals: tuple[str, ...], out: str, master: str, html: bool, c
 
 
 def _spark_running() -> bool:
-    """Whether this process has a SparkSession already (then it is reused, and not stopped)."""
     from pyspark.sql import SparkSession
 
     return SparkSession.getActiveSession() is not None

@@ -1,5 +1,4 @@
-"""``edgeq queue define|alter|list|show|stats|delete`` and ``edgeq purge``: queue administration,
-for every kind of queue (local, remote, home-server) and its flash budget."""
+"""``edgeq queue define|alter|list|show|stats|delete`` and ``edgeq purge``: queue administration."""
 
 from __future__ import annotations
 
@@ -62,10 +61,8 @@ def queue() -> None:
     """Define, alter, list, show and delete queues, and read their counters.
 
     \b
-    Examples:
+    Example:
       edgeq --db dev.db --name DEV1 queue define ORDERS --expiry-ms 1h --rule counters
-      edgeq --db dev.db queue list
-      edgeq --db dev.db queue stats ORDERS
     """
 
 
@@ -81,34 +78,19 @@ def queue() -> None:
 @output_options
 @click.pass_context
 def queue_define(
-    ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...], encryption: str | None,
-    remote: bool, target_qmgr: str | None, target_queue: str | None, mode: str | None, home_server: str | None,
-    refusal_limit: Limit | None, compression: str | None, as_json: bool, **options: Any,
+    ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...],
+    encryption: str | None, remote: bool, target_qmgr: str | None, target_queue: str | None, mode: str | None,
+    home_server: str | None, refusal_limit: Limit | None, compression: str | None, as_json: bool,
+    **options: Any,
 ) -> None:
     """Define queue NAME (creating the store if --db does not exist yet, which needs --name).
-
-    A local queue by default. With --remote, a remote queue: puts wait here until
-    the sync agent transmits them to queue manager --target-qmgr (queue
-    --target-queue there, by default the same name). With --home-server, a local
-    queue the sync agent fills by pulling from that home server.
-
-    Each --rule binds a rule to the queue; the bindings are stored with it and
-    come back whenever the store is opened. A rule checks its config now: if any
-    is wrong, nothing is defined.
 
     \b
     Examples:
       edgeq --db dev.db --name DEV1 queue define ORDERS
-      edgeq --db dev.db queue define ALERTS --expiry-ms 30s --cap-expiry-ms 5m --ordering fifo
-      edgeq --db dev.db queue define DLQ
       edgeq --db dev.db queue define SENSORS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
-      edgeq --db dev.db queue define SENSORS2 --depth-threshold 500 --rule 'log:{"events":["threshold"]}'
-      edgeq --db dev.db queue define TELEMETRY --max-bytes 64MiB --on-full discard-oldest
-      edgeq --db dev.db queue define JOBS --backout-threshold 5 --backout-queue DLQ
       edgeq --db dev.db queue define OUT --remote --target-qmgr HOME --target-queue ORDERS --refusal-limit 5
-      edgeq --db dev.db queue define TELEMETRY --remote --target-qmgr HOME --compression zstd
       edgeq --db dev.db queue define INBOX --home-server HOME
-      EDGEQ_STORE_KEY_FILE=store.key edgeq --db dev.db queue define PAYMENTS --encryption aes-256-gcm
     """
     remote_only = {"--target-qmgr": target_qmgr, "--target-queue": target_queue, "--mode": mode,
                    "--refusal-limit": refusal_limit}
@@ -127,9 +109,9 @@ def queue_define(
     attrs, rules = given_attributes(**options), list(rule_specs)
     if target_qmgr is not None:  # --remote (checked above)
         qm.define_remote_queue(
-            name, target_qmgr=target_qmgr, target_queue=target_queue, mode="sync" if mode == "sync" else "async",
-            rules=rules, encryption=encryption, refusal_limit=None if refusal_limit is None else refusal_limit.value,
-            compression=codec, **attrs,
+            name, target_qmgr=target_qmgr, target_queue=target_queue,
+            mode="sync" if mode == "sync" else "async", rules=rules, encryption=encryption,
+            refusal_limit=None if refusal_limit is None else refusal_limit.value, compression=codec, **attrs,
         )
     elif home_server is not None:
         qm.define_home_server_queue(name, server=home_server, rules=rules, encryption=encryption,
@@ -153,7 +135,8 @@ def queue_define(
 @compression_option
 @rule_option
 @click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue.")
-@click.option("--no-backout", is_flag=True, help="Stop moving poison messages: no backout threshold nor queue.")
+@click.option("--no-backout", is_flag=True,
+              help="Stop moving poison messages: no backout threshold nor queue.")
 @output_options
 @click.pass_context
 def queue_alter(
@@ -162,29 +145,16 @@ def queue_alter(
 ) -> None:
     """Change some attributes of queue NAME; those not given stay as they are.
 
-    A new --expiry-ms applies at once to messages already there without their own
-    expiry; a new --cap-expiry-ms applies to later puts only; a lower --max-depth
-    or --max-bytes applies from the next put (which makes room by --on-full, or is
-    refused). --refusal-limit is for remote queues only; --compression for remote
-    and home-server queues (from their next request). --rule options replace
-    all the queue's rule bindings (give every rule it should keep); --no-rules
-    removes them. --backout-threshold and --backout-queue change how poison
-    messages move (the other one may be set already); --no-backout stops it.
+    --rule options replace all the queue's rule bindings (give every rule it should keep).
 
     \b
     Examples:
       edgeq --db dev.db queue alter ORDERS --max-depth 1000
-      edgeq --db dev.db queue alter ORDERS --expiry-ms none
-      edgeq --db dev.db queue alter TELEMETRY --max-bytes 16MiB --on-full discard-lowest-priority
-      edgeq --db dev.db queue alter OUT --refusal-limit 10
-      edgeq --db dev.db queue alter OUT --compression zlib
       edgeq --db dev.db queue alter ORDERS --rule counters --rule 'dead-letter:{"queue":"DLQ"}'
-      edgeq --db dev.db queue alter ORDERS --no-rules
-      edgeq --db dev.db queue alter ORDERS --backout-threshold 3 --backout-queue DLQ
-      edgeq --db dev.db queue alter ORDERS --no-backout
     """
     if rule_specs and no_rules:
-        raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), not both")
+        raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), "
+                               "not both")
     changes = given_attributes(**options)
     if changes.get("compression") == "none":
         changes["compression"] = None
@@ -218,8 +188,6 @@ def queue_alter(
 def queue_list(ctx: click.Context, as_json: bool) -> None:
     """List the queues with their depth, bytes held, main attributes and kind.
 
-    Counting the depth discards expired messages first (MQe's "size" check).
-
     \b
     Example:
       edgeq --db dev.db queue list
@@ -239,11 +207,7 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
 @output_options
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show every attribute of queue NAME, its depth and bytes held, and its rule
-    bindings in the order they run.
-
-    A binding whose plugin failed to load is marked BROKEN, with the reason; its
-    events wait (see `edgeq rules failures`) until it loads again.
+    """Show every attribute of queue NAME, its depth and bytes, and its rule bindings in order.
 
     \b
     Example:
@@ -270,17 +234,11 @@ def _holds_text(usage: QueueUsage) -> str:
 @output_options
 @click.pass_context
 def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show what queue NAME holds (messages, bytes) and its counters, kept by the
-    counters and dead-letter rules.
-
-    Counters: added, got, deleted, purged, overflow (discarded to make room by
-    --on-full), expired and expired.<check point>, duplicates (counters rule),
-    dead_lettered (dead-letter rule).
+    """Show what queue NAME holds and its counters (kept by the counters and dead-letter rules).
 
     \b
-    Examples:
+    Example:
       edgeq --db dev.db queue stats ORDERS
-      edgeq --db dev.db queue stats ORDERS --json
     """
     qm = open_store(ctx)
     require_queue(qm, name)
@@ -306,12 +264,10 @@ def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
 @output_options
 @click.pass_context
 def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> None:
-    """Delete queue NAME. It must be empty once expired messages are discarded (MQe's
-    "delete" check), unless --purge removes its messages first.
+    """Delete queue NAME: it must be empty once expired messages are discarded, unless --purge.
 
     \b
-    Examples:
-      edgeq --db dev.db queue delete ALERTS
+    Example:
       edgeq --db dev.db queue delete ALERTS --purge
     """
     qm = open_store(ctx)
@@ -335,9 +291,7 @@ def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> N
 @output_options
 @click.pass_context
 def purge(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Remove every message from queue NAME; print how many.
-
-    Locked (unconfirmed) messages are removed too.
+    """Remove every message from queue NAME, locked (unconfirmed) ones too; print how many.
 
     \b
     Example:

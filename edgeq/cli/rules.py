@@ -1,8 +1,4 @@
-"""The ``edgeq rules ...`` commands: installed rules, failed deliveries and their retry.
-
-Binding rules to a queue is ``edgeq queue define/alter ... --rule NAME[:JSON]``;
-``edgeq queue show`` lists a queue's bindings and ``edgeq queue stats`` its counters.
-"""
+"""``edgeq rules list|failures|retry``: installed rules, failed deliveries and their retry."""
 
 from __future__ import annotations
 
@@ -17,15 +13,11 @@ __all__ = ["rules"]
 
 @click.group(cls=EdgeqGroup)
 def rules() -> None:
-    """List installed rules; show and retry rule deliveries that failed.
-
-    Rules are bound to queues with `edgeq queue define/alter QUEUE --rule NAME[:JSON]`.
+    """List installed rules; show and retry rule deliveries that failed (bind with queue define --rule).
 
     \b
-    Examples:
+    Example:
       edgeq rules list
-      edgeq --db dev.db rules failures --parked
-      edgeq --db dev.db rules retry --parked
     """
 
 
@@ -35,20 +27,16 @@ def rules() -> None:
 def rules_list(ctx: click.Context, as_json: bool) -> None:
     """List the installed rules (the edgeq.rules entry points): name, package, summary.
 
-    Needs no store. A plugin that fails to load is listed with a summary
-    starting BROKEN. A rule not installed can still be bound by dotted path,
-    package.module:Class.
-
     \b
-    Examples:
+    Example:
       edgeq rules list
-      edgeq rules list --json
     """
     from edgeq.rules.registry import installed_rules
 
     found = installed_rules()
     if wants_json(ctx, as_json):
-        emit_json([{"name": r.name, "package": r.package, "summary": r.summary, "target": r.target} for r in found])
+        emit_json([{"name": r.name, "package": r.package, "summary": r.summary, "target": r.target}
+                   for r in found])
     elif not found:
         click.echo("No rules are installed.")
     else:
@@ -57,21 +45,16 @@ def rules_list(ctx: click.Context, as_json: bool) -> None:
 
 @rules.command("failures")
 @click.option("--parked", is_flag=True,
-              help="Only deliveries parked after their last attempt (retried only by `rules retry --parked`).")
+              help="Only deliveries parked after their last attempt "
+                   "(retried only by `rules retry --parked`).")
 @click.option("--waiting", is_flag=True, help="Only deliveries waiting for their next retry.")
 @output_options
 @click.pass_context
 def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: bool) -> None:
-    """List the durable rule events whose delivery to a rule raised.
-
-    One row per event and rule: the event id, queue, rule, attempts so far,
-    state (waiting for a retry, or parked), next retry time (UTC) and the last
-    error. A waiting delivery is retried with backoff by any later operation on
-    the store; once its attempts run out it is parked.
+    """List the durable rule events whose delivery to a rule raised: waiting for a retry, or parked.
 
     \b
-    Examples:
-      edgeq --db dev.db rules failures
+    Example:
       edgeq --db dev.db rules failures --parked --json
     """
     if parked and waiting:
@@ -81,7 +64,8 @@ def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: boo
     if wants_json(ctx, as_json):
         emit_json([failure_json(f) for f in failures])
     elif not failures:
-        none = "parked rule failures" if parked else "rule failures waiting for a retry" if waiting else "rule failures"
+        none = ("parked rule failures" if parked else "rule failures waiting for a retry" if waiting
+                else "rule failures")
         click.echo(f"No {none}.")
     else:
         click.echo(format_failures(failures))
@@ -94,16 +78,10 @@ def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: boo
 @output_options
 @click.pass_context
 def rules_retry(ctx: click.Context, parked: bool, event_id: int | None, as_json: bool) -> None:
-    """Retry failed rule deliveries now; print how many succeeded and what still fails.
-
-    Deliveries waiting for their retry time are retried at once, without waiting
-    for their backoff; with --parked, parked ones get a fresh round of attempts
-    too. --event ID limits both to one event.
+    """Retry failed rule deliveries now, without waiting for their backoff; print what still fails.
 
     \b
-    Examples:
-      edgeq --db dev.db rules retry
-      edgeq --db dev.db rules retry --parked
+    Example:
       edgeq --db dev.db rules retry --parked --event 42
     """
     qm = open_store(ctx)

@@ -1,9 +1,4 @@
-"""How records are shown: messages, queues and their rule bindings, rule failures, counters,
-a home server's devices and held puts.
-
-Each record has a text form for people (``format_*``) and a JSON form for scripts
-(``*_json``); values inside them are written as :mod:`edgeq.cli.format` writes them.
-"""
+"""How records are shown: a text form for people (``format_*``) and a JSON form for scripts (``*_json``)."""
 
 from __future__ import annotations
 
@@ -66,7 +61,8 @@ def _expiry_text(message: Message) -> str:
     left = message.remaining_expiry_ms
     left_text = "" if left is None else f"; {approx_duration(left)} left"
     if isinstance(message.expiry, Int32):
-        return f"relative Int32({int(message.expiry)}), {format_duration(int(message.expiry))} after creation{left_text}"
+        return (f"relative Int32({int(message.expiry)}), {format_duration(int(message.expiry))} "
+                f"after creation{left_text}")
     if isinstance(message.expiry, Int64):
         return f"absolute Int64({int(message.expiry)}), at {format_time(int(message.expiry))}{left_text}"
     if left is not None:
@@ -75,7 +71,6 @@ def _expiry_text(message: Message) -> str:
 
 
 def format_message(message: Message) -> str:
-    """A got or browsed message, for people: uid, priority, expiry, fields, data."""
     lines = [f"{message.uid}  priority {message.priority}"]
     if message.created_ms is not None:
         lines[0] += f"  created {format_time(message.created_ms)}"
@@ -138,14 +133,13 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 def binding_json(binding: BindingInfo) -> dict[str, Any]:
-    """A rule binding as JSON: name, config, whether it is persisted, and its load error."""
-    return {"name": binding.name, "config": binding.config, "persisted": binding.persisted, "error": binding.error}
+    return {"name": binding.name, "config": binding.config, "persisted": binding.persisted,
+            "error": binding.error}
 
 
 def queue_json(
     attrs: QueueAttributes, usage: QueueUsage, bindings: list[BindingInfo] | None = None
 ) -> dict[str, Any]:
-    """A queue's attributes, depth and bytes held (and rule bindings, in order, when given) as JSON."""
     out = {**attrs.as_dict(), "depth": usage.depth, "bytes": usage.bytes}
     if bindings is not None:
         out["rules"] = [binding_json(b) for b in bindings]
@@ -153,7 +147,6 @@ def queue_json(
 
 
 def _redelivery_text(attrs: QueueAttributes) -> str:
-    """When a message whose consumer failed is offered again."""
     if attrs.redelivery_delay_ms == 0:
         return "at once after a failure"
     first, most = format_duration(attrs.redelivery_delay_ms), format_duration(attrs.max_redelivery_delay_ms)
@@ -173,8 +166,7 @@ def _bytes_text(size: int | None) -> str:
 
 
 def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[BindingInfo] | None = None) -> str:
-    """A queue's attributes, depth and bytes held, one per line, for people; then its rule
-    bindings, if given."""
+    """A queue's attributes, depth and bytes held, one per line; then its rule bindings, if given."""
     rows: Mapping[str, str] = {
         "queue": attrs.name,
         "depth": str(usage.depth),
@@ -193,7 +185,8 @@ def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[Bindi
     if attrs.kind != "local":
         rows = {**rows, "kind": _kind_text(attrs, ": ")}
     if attrs.kind == "remote":
-        rows = {**rows, "refusal_limit": "default" if attrs.refusal_limit is None else str(attrs.refusal_limit)}
+        rows = {**rows,
+                "refusal_limit": "default" if attrs.refusal_limit is None else str(attrs.refusal_limit)}
     if attrs.backout_queue is not None:
         rows = {**rows, "backout": f"to {attrs.backout_queue} at {attrs.backout_threshold} undone gets"}
     if attrs.kind != "remote":
@@ -212,7 +205,6 @@ def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[Bindi
 
 
 def format_bindings(bindings: list[BindingInfo]) -> str:
-    """A queue's rule bindings, one per line in the order they run (``none`` if there are none)."""
     if not bindings:
         return "none"
     lines = []
@@ -236,15 +228,14 @@ def format_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> st
 
 
 def _kind_text(attrs: QueueAttributes, sep: str) -> str:
-    """``local``; ``remote`` and where to (target queue manager/queue, mode); ``home`` and its server."""
     if attrs.kind == "remote":
         return f"remote{sep}{attrs.target_qmgr}/{attrs.target_queue} ({attrs.mode})"
     return f"home{sep}{attrs.server}" if attrs.kind == "home" else attrs.kind
 
 
 def format_queue_table(queues: list[tuple[QueueAttributes, QueueUsage]]) -> str:
-    """Queues as a table: name, depth, bytes held, the main attributes and the kind."""
-    header = ("QUEUE", "DEPTH", "BYTES", "EXPIRY", "CAP", "MAX-DEPTH", "MAX-BYTES", "PRIO", "ORDERING", "KIND")
+    header = ("QUEUE", "DEPTH", "BYTES", "EXPIRY", "CAP", "MAX-DEPTH", "MAX-BYTES", "PRIO", "ORDERING",
+              "KIND")
     rows = [
         (
             a.name,
@@ -267,7 +258,6 @@ def format_queue_table(queues: list[tuple[QueueAttributes, QueueUsage]]) -> str:
 
 
 def format_rules_table(rules: list[RuleInfo]) -> str:
-    """Installed rules as a table: name, package and summary."""
     return format_table(("RULE", "PACKAGE", "SUMMARY"), [(r.name, r.package, r.summary) for r in rules])
 
 
@@ -293,7 +283,6 @@ def failure_json(failure: FailureRow) -> dict[str, Any]:
 
 
 def format_failures(failures: list[FailureRow]) -> str:
-    """Failed rule deliveries as a table: event, queue, rule, attempts, state, next retry, last error."""
     header = ("EVENT", "QUEUE", "RULE", "ATTEMPTS", "STATE", "NEXT-RETRY", "LAST-ERROR")
     rows = [
         (
@@ -311,7 +300,6 @@ def format_failures(failures: list[FailureRow]) -> str:
 
 
 def format_stats(stats: Mapping[str, int]) -> str:
-    """A queue's counters, one per line, sorted by name."""
     width = max(len(name) for name in stats)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in sorted(stats.items()))
 
@@ -328,7 +316,8 @@ def _fingerprint(key: bytes | None) -> str | None:
 def device_json(d: DeviceRecord) -> dict[str, Any]:
     """A device as JSON: epoch ms (``*_ms``) with ISO-8601 UTC beside them."""
     return {"name": d.name, "registered": d.registered,
-            "revoked_ms": d.revoked_ms, "revoked": None if d.revoked_ms is None else format_time(d.revoked_ms),
+            "revoked_ms": d.revoked_ms,
+            "revoked": None if d.revoked_ms is None else format_time(d.revoked_ms),
             "fingerprint": _fingerprint(d.public_key), "queues": None if d.queues is None else list(d.queues),
             "last_seen_ms": d.last_seen_ms,
             "last_seen": None if d.last_seen_ms is None else format_time(d.last_seen_ms),
@@ -336,7 +325,6 @@ def device_json(d: DeviceRecord) -> dict[str, Any]:
 
 
 def format_devices(devices: Sequence[DeviceRecord]) -> str:
-    """Devices as a table: name, state (with when it was revoked), key, queues, last seen."""
     if not devices:
         return "No devices."
     rows = [
@@ -352,14 +340,12 @@ def format_devices(devices: Sequence[DeviceRecord]) -> str:
 
 
 def refusal_json(r: DeviceRefusal) -> dict[str, Any]:
-    """What the server refused of one device on one queue for one reason, as JSON."""
     return {"device": r.device, "queue": r.queue, "reason": r.reason, "count": r.count,
             "first_ms": r.first_ms, "first": format_time(r.first_ms), "last_ms": r.last_ms,
             "last": format_time(r.last_ms), "last_detail": r.last_detail}
 
 
 def format_refusals(refusals: Sequence[DeviceRefusal]) -> str:
-    """Refusals as a table: device, queue, reason, how many messages, the last time and text."""
     if not refusals:
         return "The server refused no device's messages."
     rows = [(r.device, r.queue, r.reason, str(r.count), format_time(r.last_ms), _one_line(r.last_detail))
@@ -375,7 +361,6 @@ def held_json(group: HeldGroup, now_ms: int) -> dict[str, Any]:
 
 
 def format_held(groups: Sequence[HeldGroup], now_ms: int) -> str:
-    """Held puts as a table: device, queue, how many, their size, the oldest and its age."""
     if not groups:
         return "No unconfirmed puts are held."
     rows = [

@@ -1,4 +1,4 @@
-"""``edgeq admin DEVICE ...``: the commands a device runs (``queue``, ``sweep``, ``rules``, ``sync-status``)."""
+"""The commands ``edgeq admin DEVICE`` runs on a device: ``queue``, ``sweep``, ``rules``, ``sync-status``."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ def queue_list(ctx: click.Context, /, **request: Any) -> None:
     """List the device's queues with their kind, depth and bytes (expired messages purged first).
 
     \b
-    Examples:
-      edgeq admin --db home.db --key operator.key DEV1 queue list --wait 30s
+    Example:
       edgeq admin --db home.db --key operator.key --all-devices queue list --wait 1m
     """
     send(ctx, "inquire-all", **request)
@@ -61,8 +60,7 @@ def queue_show(ctx: click.Context, /, name: str, **request: Any) -> None:
 @request_options
 @click.pass_context
 def queue_depth(ctx: click.Context, /, name: str, **request: Any) -> None:
-    """How many messages a queue holds: MQe's size inquiry, which purges expired messages first
-    (the queue's rules fire at check point 'depth').
+    """How many messages a queue holds (MQe's size inquiry: expired messages are purged first).
 
     \b
     Example:
@@ -87,15 +85,14 @@ def queue_define(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, 
                  encryption: str | None, remote: bool, target_qmgr: str | None, target_queue: str | None,
                  mode: str | None, home_server: str | None, refusal_limit: Limit | None, wait_ms: int | None,
                  expires_ms: int | None, as_json: bool, **options: Any) -> None:
-    """Define queue NAME on the device: local, --remote or --home-server, with the attributes
-    and rules of `edgeq queue define` (rules by their installed names only).
+    """Define queue NAME on the device, with the options of `edgeq queue define`.
 
     \b
-    Examples:
+    Example:
       edgeq admin --db home.db --key operator.key DEV1 queue define ALERTS --expiry-ms 60000 --wait 30s
-      edgeq admin --db home.db --key operator.key DEV1 queue define OUT --remote --target-qmgr HOME
     """
-    remote_only = dict(target_qmgr=target_qmgr, target_queue=target_queue, mode=mode, refusal_limit=refusal_limit)
+    remote_only = dict(target_qmgr=target_qmgr, target_queue=target_queue, mode=mode,
+                       refusal_limit=refusal_limit)
     # The same checks as `edgeq queue define` (a usage mistake is found here, not on the device).
     check_kind(remote, home_server, {f"--{k.replace('_', '-')}": v for k, v in remote_only.items()},
                 options["ordering"])
@@ -115,7 +112,8 @@ def queue_define(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, 
 _alter_options = stack(  # the options of `edgeq queue alter`
     queue_options, refusal_option, rule_option,
     click.option("--no-rules", is_flag=True, help="Remove every rule binding from the queue."),
-    click.option("--no-backout", is_flag=True, help="Stop moving poison messages: no backout threshold nor queue."),
+    click.option("--no-backout", is_flag=True,
+                 help="Stop moving poison messages: no backout threshold nor queue."),
 )
 
 
@@ -127,16 +125,15 @@ _alter_options = stack(  # the options of `edgeq queue alter`
 def queue_alter(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, dict[str, Any]], ...],
                 no_rules: bool, no_backout: bool, wait_ms: int | None, expires_ms: int | None, as_json: bool,
                 **options: Any) -> None:
-    """Change some attributes of queue NAME on the device (those of `edgeq queue alter`);
-    --rule replaces every rule binding, --no-rules removes them.
+    """Change some attributes of queue NAME on the device, with the options of `edgeq queue alter`.
 
     \b
-    Examples:
+    Example:
       edgeq admin --db home.db --key operator.key DEV1 queue alter ORDERS --max-depth 1000 --wait 30s
-      edgeq admin --db home.db --key operator.key DEV1 queue alter ORDERS --expiry-ms none --no-backout
     """
     if rule_specs and no_rules:
-        raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), not both")
+        raise click.UsageError("give --rule (to replace the queue's rules) or --no-rules (to remove them), "
+                               "not both")
     params: dict[str, object] = dict(given_attributes(**options))
     if no_backout:
         if {"backout_threshold", "backout_queue"} & params.keys():
@@ -150,7 +147,6 @@ def queue_alter(ctx: click.Context, /, name: str, rule_specs: tuple[tuple[str, d
 
 
 def _rules(specs: Sequence[tuple[str, dict[str, Any]]]) -> list[object]:
-    """Rule specs as params: a name, or ``[name, config]``."""
     return [name if not config else [name, config] for name, config in specs]
 
 
@@ -160,13 +156,10 @@ def _rules(specs: Sequence[tuple[str, dict[str, Any]]]) -> list[object]:
 @request_options
 @click.pass_context
 def queue_delete(ctx: click.Context, /, name: str, yes: bool, **request: Any) -> None:
-    """Delete a queue on the device: expired messages are purged first (rules fire at
-    'delete'), then it must be empty; one holding live messages is refused with their count.
-    With --all-devices it asks first (or give --yes).
+    """Delete an empty queue on the device (expired messages purged first); --all-devices asks first.
 
     \b
-    Examples:
-      edgeq admin --db home.db --key operator.key DEV1 queue delete OLD --wait 30s
+    Example:
       edgeq admin --db home.db --key operator.key --all-devices queue delete OLD --yes
     """
     if merged_options(ctx).all_devices and not yes:

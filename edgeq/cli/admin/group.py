@@ -28,9 +28,6 @@ OPERATOR_COMMANDS = ("keygen", "pending", "replies", "show")
 
 @dataclass(slots=True)
 class AdminOptions:
-    """``edgeq admin``'s options, for its commands (a command's own --wait, --expires and
-    --json win over the group's)."""
-
     db: Path | None
     key_file: Path | None
     key_id: str | None
@@ -42,12 +39,13 @@ class AdminOptions:
 
 
 class AdminGroup(EdgeqGroup):
-    """``edgeq admin [OPTIONS] DEVICE COMMAND ...``: the word before a device command is the
-    device (unless ``--all-devices`` or ``--device`` names the devices)."""
+    """Takes the word before a device command as the device (unless --all-devices or --device is given)."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        """Take the device name off ``args`` before the command is looked up."""
-        if not args or args[0] in OPERATOR_COMMANDS or (args[0] in self.commands and {"--help", "-h"} & set(args)):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if not args or args[0] in OPERATOR_COMMANDS or (
+                args[0] in self.commands and {"--help", "-h"} & set(args)):
             return super().resolve_command(ctx, args)
         if ctx.params.get("all_devices") and ctx.params.get("device") is not None:
             raise click.UsageError("give --all-devices or --device, not both", ctx)
@@ -61,8 +59,8 @@ class AdminGroup(EdgeqGroup):
                 raise click.BadParameter(str(exc), ctx, param_hint="'DEVICE'") from None
             args = args[1:]
             if not args:
-                raise click.UsageError(f"give a command after the device, e.g. edgeq admin {ctx.params['device']} "
-                                       "queue list", ctx)
+                raise click.UsageError(f"give a command after the device, e.g. edgeq admin "
+                                       f"{ctx.params['device']} queue list", ctx)
         return super().resolve_command(ctx, args)
 
 
@@ -70,7 +68,6 @@ def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
     """One decorator applying ``options`` in order (the first is the first in --help)."""
 
     def decorate(f: F) -> F:
-        """Apply the options to a command."""
         for option in reversed(options):
             f = option(f)
         return f
@@ -97,28 +94,21 @@ request_options = stack(
               show_envvar=True, help="Sign requests with this operator key (from `edgeq admin keygen`).")
 @click.option("--key-id", help="The id the devices trust the key under (default: the one keygen printed).")
 @click.option("--device", type=DEVICE_NAME, help="The device, for one named like an operator command.")
-@click.option("--all-devices", is_flag=True, help="Send to every device the server knows (and has not revoked).")
+@click.option("--all-devices", is_flag=True,
+              help="Send to every device the server knows (and has not revoked).")
 @request_options
 @click.pass_context
 def admin(ctx: click.Context, db: Path | None, key_file: Path | None, key_id: str | None, device: str | None,
           all_devices: bool, wait_ms: int | None, expires_ms: int | None, as_json: bool) -> None:
-    """Administer devices remotely: signed requests travel to a device with its sync and its
-    replies come back the same way (a device offline now executes them when it reconnects).
+    """Administer devices remotely: signed requests travel to a device with its sync, replies come back.
 
     \b
     Examples:
       edgeq admin keygen --out operator.key
       edgeq admin --db home.db --key operator.key DEV1 queue list --wait 30s
-      edgeq admin --db home.db --key operator.key DEV1 queue depth ORDERS
-      edgeq admin --db home.db --key operator.key DEV1 queue define ALERTS --expiry-ms 60000
-      edgeq admin --db home.db --key operator.key DEV1 queue delete OLD --expires 10m
       edgeq admin --db home.db --key operator.key --all-devices sync-status --wait 1m
-      edgeq admin --db home.db show 3f2a... --wait 30s
-      edgeq admin --db home.db pending
-      edgeq admin --db home.db replies --json
 
-    Exit status: 0 on success; 1 on an error, or when --wait saw a failed reply or none;
-    2 on a usage mistake.
+    Exit status: 0 on success; 1 on an error, or a failed (or no) reply with --wait; 2 on a usage mistake.
     """
     ctx.obj = AdminOptions(db, key_file, key_id, device, all_devices, wait_ms, expires_ms, as_json)
 
@@ -137,8 +127,6 @@ def merged_options(ctx: click.Context, wait_ms: int | None = None, expires_ms: i
 
 
 def client_of(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> AdminClient:
-    """The home store's admin client, with the operator key when it is to send requests
-    (a missing or bad key is a usage mistake, found before the store is opened)."""
     from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 
     key = None
@@ -159,7 +147,6 @@ def client_of(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> Admin
 
 
 def exit_unless_success(ctx: click.Context, records: Sequence[AdminRecord]) -> None:
-    """Exit 1 unless every request was answered with success."""
     if any(r.rc != "success" for r in records):
         ctx.exit(1)
 
@@ -167,7 +154,8 @@ def exit_unless_success(ctx: click.Context, records: Sequence[AdminRecord]) -> N
 Show = Callable[["AdminRecord", int], str]
 
 
-def send(ctx: click.Context, action: str, target: str | None = None, params: Mapping[str, object] | None = None,
+def send(ctx: click.Context, action: str, target: str | None = None,
+         params: Mapping[str, object] | None = None,
           *, wait_ms: int | None, expires_ms: int | None, as_json: bool, show: Show | None = None) -> None:
     """Send ``action`` to the device(s), then print the request ids, or wait and print the replies."""
     from edgeq.cli.admin.views import format_fanout, format_record
@@ -220,7 +208,8 @@ def confirm(question: str) -> None:
     import sys
 
     if not sys.stdin.isatty():
-        raise click.ClickException(f"{question.rstrip('?')}: not asked without a terminal; give --yes to do it")
+        raise click.ClickException(
+            f"{question.rstrip('?')}: not asked without a terminal; give --yes to do it")
     click.confirm(question, abort=True, err=True)
 
 

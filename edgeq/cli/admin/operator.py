@@ -21,10 +21,7 @@ __all__ = ["keygen", "pending", "replies", "show"]
 @output_options
 @click.pass_context
 def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
-    """Make an operator key pair (Ed25519) and print its id.
-
-    Keep the private key with the operator; give the public one (.pub) to each device
-    to trust, under the key id printed.
+    """Make an operator key pair (Ed25519) and print the key id devices trust it under.
 
     \b
     Examples:
@@ -35,10 +32,11 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
 
     pair, key_id = new_operator_key(out, overwrite=force)
     if wants_json(ctx, as_json or merged_options(ctx).json):
-        emit_json({"private_key": str(pair.private_path), "public_key": str(pair.public_path), "key_id": key_id,
-                   "fingerprint": pair.fingerprint})
+        emit_json({"private_key": str(pair.private_path), "public_key": str(pair.public_path),
+                   "key_id": key_id, "fingerprint": pair.fingerprint})
         return
-    click.echo(f"Wrote {pair.private_path} (private: keep it with the operator) and {pair.public_path} (public).")
+    click.echo(f"Wrote {pair.private_path} (private: keep it with the operator) "
+               f"and {pair.public_path} (public).")
     click.echo(f"key id: {key_id}")
     click.echo(f"Trust it on a device: edgeq keys trust-admin --db DEVICE.db {key_id} {pair.public_path}")
 
@@ -48,14 +46,11 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
 @output_options
 @click.pass_context
 def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
-    """List the requests with no reply yet, oldest first; one that expired before the device
-    took it shows as 'expired before delivery: never executed'; one it took and has not
-    answered by its expiry as 'outcome unknown until the device answers' (it may have run).
+    """List the requests with no reply yet, oldest first, with how each stands.
 
     \b
-    Examples:
+    Example:
       edgeq admin --db home.db pending
-      edgeq admin --db home.db pending --device DEV2 --json
     """
     from edgeq.cli.admin.views import format_pending
 
@@ -70,15 +65,15 @@ def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
 
 @admin.command("replies")
 @click.option("--device", "only", type=DEVICE_NAME, help="Only this device's replies.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="Show at most this many.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1),
+              help="Show at most this many.")
 @output_options
 @click.pass_context
 def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> None:
     """List the replies received, the latest first (--json: with every item of each reply).
 
     \b
-    Examples:
-      edgeq admin --db home.db replies
+    Example:
       edgeq admin --db home.db replies --device DEV1 --limit 10 --json
     """
     from edgeq.cli.admin.views import format_replies
@@ -94,15 +89,15 @@ def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> 
 
 @admin.command("show")
 @click.argument("request_id")
-@click.option("--wait", "wait_ms", type=DURATION, metavar="DURATION", help="Wait this long for the reply (30s, 2m).")
+@click.option("--wait", "wait_ms", type=DURATION, metavar="DURATION",
+              help="Wait this long for the reply (30s, 2m).")
 @output_options
 @click.pass_context
 def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool) -> None:
-    """Show one request and its reply (waiting for it with --wait); exit 1 unless it was
-    answered with success.
+    """Show one request and its reply (waiting for it with --wait); exit 1 unless it was a success.
 
     \b
-    Examples:
+    Example:
       edgeq admin --db home.db show 3f2a9c0e5b7d4a1f8e6c2b0a9d8f7e6c --wait 30s
     """
     from edgeq.cli.admin.views import format_record
@@ -121,8 +116,3 @@ def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool
     else:
         click.echo(format_record(record, now))
     exit_unless_success(ctx, [record])
-
-
-# -- the device's commands ---------------------------------------------------------------------
-
-

@@ -1,6 +1,4 @@
-"""How ``edgeq admin`` shows requests and replies: a reply's items as a table (or, for one
-item with nested values, as ``key: value`` lines), listings of requests, and one line per
-device for a fan-out. JSON is :meth:`~edgeq.sync.server.admin.records.AdminRecord.as_dict`."""
+"""How ``edgeq admin`` shows requests and replies as text (JSON is ``AdminRecord.as_dict``)."""
 
 from __future__ import annotations
 
@@ -19,11 +17,7 @@ _USUAL = ("kind", "depth", "bytes", "oldest_age_ms")
 
 
 def value_text(value: object) -> str:
-    """A reply value in a table cell: ``-`` for none, JSON for lists and maps.
-
-    >>> value_text(None), value_text(3), value_text(("log", {"queue": "DLQ"}))
-    ('-', '3', '["log", {"queue": "DLQ"}]')
-    """
+    """A reply value in a table cell: ``-`` for none, JSON for lists and maps."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -36,8 +30,7 @@ def value_text(value: object) -> str:
 
 
 def format_items(items: Sequence[Mapping[str, object]]) -> str:
-    """A reply's items: a table (columns: the object, its rc, every value, the reason), or
-    ``key: value`` lines for a single item holding nested values (a queue's attributes).
+    """A reply's items as a table, or ``key: value`` lines for one item holding nested values.
 
     >>> print(format_items([{"object": "A", "rc": "success", "reason": None, "depth": 2},
     ...                     {"object": "B", "rc": "failed", "reason": "no such queue"}]))
@@ -55,8 +48,6 @@ def format_items(items: Sequence[Mapping[str, object]]) -> str:
 
 
 def _keys(items: Sequence[Mapping[str, object]]) -> list[str]:
-    """The columns of ``items``: the object and its rc, the usual values, the others by name,
-    the reason (if any item has one)."""
     keys = [k for k in (*_FIRST, *_USUAL) if any(k in item for item in items)]
     keys += sorted({k for item in items for k in item} - {*keys, "reason"})
     if any(item.get("reason") is not None for item in items):
@@ -81,12 +72,7 @@ def _what(record: AdminRecord) -> str:
 
 
 def format_record(record: AdminRecord, now_ms: int) -> str:
-    """A request and how it stands: one line, then the reply's items once it came.
-
-    >>> r = AdminRecord("ab" * 16, "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"")
-    >>> print(format_record(r, 5_000))
-    DEV1 inquire-all: expired before delivery: never executed (request abababababababababababababababab)
-    """
+    """A request and how it stands: one line, then the reply's items once it came."""
     head = f"{record.device} {_what(record)}: {record.describe(now_ms)} (request {record.request_id})"
     reply = record.reply
     if reply is None:
@@ -95,33 +81,26 @@ def format_record(record: AdminRecord, now_ms: int) -> str:
 
 
 def format_fanout(records: Sequence[AdminRecord], now_ms: int) -> str:
-    """One line per device: its name, how its request stands, the reply's message.
-
-    >>> r = AdminRecord("ab" * 16, "DEV2", "inquire-all", None, 1_000, None, None, None, None, b"")
-    >>> print(format_fanout([r], 5_000))
-    DEVICE  STATUS   MESSAGE
-    DEV2    pending  no reply yet (request abababababababababababababababab)
-    """
+    """One line per device: its name, how its request stands, the reply's message."""
     rows = []
     for r in records:
         status = r.rc if r.rc is not None else r.describe(now_ms)
         message = r.reply.message if r.reply is not None else (
-            f"no reply yet (request {r.request_id})" if r.status(now_ms) == "pending" else f"request {r.request_id}")
+            f"no reply yet (request {r.request_id})" if r.status(now_ms) == "pending"
+            else f"request {r.request_id}")
         rows.append((r.device, status, message))
     return format_table(("DEVICE", "STATUS", "MESSAGE"), rows)
 
 
 def format_pending(records: Sequence[AdminRecord], now_ms: int) -> str:
-    """Requests with no reply: id, device, what, when sent, status (pending, expired before
-    delivery, or outcome unknown: :meth:`~edgeq.sync.server.admin.records.AdminRecord.describe`)."""
     if not records:
         return "No admin request is waiting for a reply."
-    rows = [(r.request_id, r.device, _what(r), format_time(r.created_ms), r.describe(now_ms)) for r in records]
+    rows = [(r.request_id, r.device, _what(r), format_time(r.created_ms), r.describe(now_ms))
+            for r in records]
     return format_table(("REQUEST", "DEVICE", "ACTION", "SENT", "STATUS"), rows)
 
 
 def format_replies(records: Sequence[AdminRecord]) -> str:
-    """Replied requests: id, device, what, when the reply came, its rc and message."""
     if not records:
         return "No admin reply yet."
     rows = [(r.request_id, r.device, _what(r), format_time(r.replied_ms or 0), r.rc or "-",

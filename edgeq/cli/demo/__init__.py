@@ -1,17 +1,4 @@
-"""``edgeq demo``: a guided tour in two acts, step by step, on real stores.
-
-* Act one (:mod:`~edgeq.cli.demo.expiry`): MQe's expiry semantics on one store,
-  through the five check points, with rules narrating each discard.
-* Act two (:mod:`~edgeq.cli.demo.forward`): store and forward, what edgeq exists
-  for: a device queue manager and the real home server on loopback, puts while the
-  link is down, the forward exactly once when it comes back, a reply pulled by a
-  home-server queue, and MQe's "expires twice". It needs the ``server`` and ``sync``
-  extras; without them the demo runs act one and says how to get act two.
-
-Every queue manager runs on a :class:`~edgeq.clock.ManualClock`, so time moves
-instantly and every run prints the same. :func:`run_demo` runs both; the ``demo``
-command runs it on new stores (see :func:`prepare_path`), never on the user's ``--db``.
-"""
+"""``edgeq demo``: a guided tour in two acts (``expiry``, ``forward``) on real stores (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -52,22 +39,11 @@ ACT_TWO_MODULES = ("starlette", "uvicorn", "httpx")
 @click.option("--replace", is_flag=True,
               help="Overwrite the demo's files if they hold an earlier demo's stores (never any other file).")
 def demo(path: Path | None, replace: bool) -> None:
-    """Run a guided tour of MQe expiry, rules, and store and forward.
-
-    Act one, on a real SQLite file with a simulated clock, defines queues, puts
-    messages with relative and absolute expiry, moves the clock through MQe's five
-    expiry check points (add, get, depth, delete, activate) and a sweep, with a rule
-    narrating each discard, then does an assured put and get. Act two runs a device
-    and the real home server on loopback: puts while the link is down, the forward
-    exactly once when it comes back, a reply pulled from the server, and a message
-    that expires on both sides between MQe's two stages (it needs the server and
-    sync extras: pip install 'edgeq[server,sync]'). The global --db is ignored: the
-    demo never touches your store.
+    """Run a guided tour of MQe expiry, rules, and store and forward (never on the global --db).
 
     \b
-    Examples:
+    Example:
       edgeq demo
-      edgeq demo --db /tmp/tour.db --replace
     """
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="edgeq-demo-")) / "demo.db"
@@ -78,11 +54,7 @@ def demo(path: Path | None, replace: bool) -> None:
 
 
 def demo_paths(path: Path) -> dict[Path, str]:
-    """The stores a demo with act one at ``path`` writes, each with its queue manager name.
-
-    >>> [f"{p} {name}" for p, name in demo_paths(Path("/tmp/tour.db")).items()]
-    ['/tmp/tour.db EDGEQ.DEMO', '/tmp/tour-device.db DEMO-DEV1', '/tmp/tour-home.db DEMO-HOME']
-    """
+    """The stores a demo with act one at ``path`` writes, each with its queue manager name."""
     return {
         path: DEMO_QM,
         path.with_name(f"{path.stem}-device{path.suffix}"): DEVICE_QM,
@@ -91,12 +63,7 @@ def demo_paths(path: Path) -> dict[Path, str]:
 
 
 def prepare_path(path: Path, *, replace: bool = False) -> None:
-    """Make ``path`` and act two's stores beside it (:func:`demo_paths`) ready for a new
-    demo, or raise :class:`DemoPathInUse` having deleted nothing.
-
-    A missing or empty file is fine. With ``replace``, an earlier demo's stores (each
-    with the queue manager name the demo gives it) are deleted; any other file is left alone.
-    """
+    """Make ``path`` and act two's stores beside it ready, or raise DemoPathInUse having deleted nothing."""
     if not path.parent.is_dir():
         raise DemoPathInUse(f"cannot write the demo store {path}: directory {path.parent} does not exist")
     taken = {p: name for p, name in demo_paths(path).items() if p.exists() and not _empty(p)}
@@ -121,7 +88,6 @@ def _empty(path: Path) -> bool:
 
 
 def _stored_name(path: Path) -> str | None:
-    """The queue manager name stored in ``path``, or None if it holds no edgeq store."""
     try:
         return None if check_foreign(path) else stored_name(path)
     except StoreError:
@@ -129,7 +95,6 @@ def _stored_name(path: Path) -> str | None:
 
 
 def missing_modules() -> list[str]:
-    """The modules act two needs that cannot be imported here (none after ``make demo``)."""
     missing = []
     for name in ACT_TWO_MODULES:
         try:
@@ -140,13 +105,7 @@ def missing_modules() -> list[str]:
 
 
 def run_demo(path: Path, echo: Echo) -> DemoResult:
-    """Run both acts, act one's store at ``path`` and act two's beside it (:func:`demo_paths`),
-    printing through ``echo``; return what they did.
-
-    The stores must not exist yet (see :func:`prepare_path`). Without the ``server``
-    and ``sync`` extras, act two is skipped (``result.missing`` names what lacks) and
-    the output says how to install them.
-    """
+    """Run both acts on new stores (act one's at ``path``), printing through ``echo``."""
     path = Path(path)
     out = Narration(echo)
     result = DemoResult(path)

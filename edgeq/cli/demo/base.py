@@ -1,5 +1,4 @@
-"""What both acts of the demo share: numbered, narrated steps; how a message is
-described; what a run did (:class:`DemoResult`); the demo's errors."""
+"""What both acts of the demo share: narrated steps, how a message is described, results, errors."""
 
 from __future__ import annotations
 
@@ -33,8 +32,6 @@ class DemoFailed(EdgeqError):
 
 @dataclass
 class ForwardResult:
-    """What act two (store and forward) did, as read from the real stores at each step."""
-
     device_path: Path
     home_path: Path
     #: (side, queue, check point, message data) of every expiry the narrating rules saw, in order.
@@ -52,8 +49,7 @@ class ForwardResult:
 
 @dataclass
 class DemoResult:
-    """What a demo run did: every discard seen by act one's rules, the queues it left,
-    and act two's record (None when its extras are not installed: see ``missing``)."""
+    """What a demo run did; ``forward`` is None when act two's extras are missing (see ``missing``)."""
 
     path: Path
     #: (queue, check point, message data) for every expired message of act one, in order.
@@ -69,34 +65,25 @@ class DemoResult:
 
 
 class Narration:
-    """Prints the demo: numbered steps (numbered on across both acts) and indented lines."""
-
     def __init__(self, echo: Echo) -> None:
         self.echo = echo
         self.step_no = 0
 
     def step(self, title: str, now_ms: int) -> None:
-        """Print the heading of the next numbered step, with the time of day ``now_ms``."""
         self.step_no += 1
         self.echo("")
         self.echo(f"[{self.step_no}] {clock_time(now_ms)}  {title}")
 
     def say(self, line: str) -> None:
-        """Print one indented line of narration."""
         self.echo(f"    {line}")
 
 
 def clock_time(ms: int) -> str:
-    """The time of day of epoch ms ``ms``, as the steps show it.
-
-    >>> clock_time(1_104_573_300_000)
-    '09:55:00'
-    """
+    """The time of day of epoch ms ``ms``, as the steps show it."""
     return format_time(ms)[11:19]
 
 
 def text(message: Message) -> str:
-    """A message's data as text (the demo's messages are short UTF-8 strings)."""
     return message.data.decode("utf-8", errors="replace")
 
 
@@ -112,6 +99,5 @@ def _expiry(message: Message) -> str:
 
 
 def brief(message: Message, pad: int = 0) -> str:
-    """One line about a message: its data, priority, expiry and time left, backouts."""
     extra = f", backouts {message.backout_count}" if message.backout_count else ""
     return f"{text(message)!r:<{pad}} priority {message.priority}, {_expiry(message)}{extra}"

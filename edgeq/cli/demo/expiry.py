@@ -1,12 +1,4 @@
-"""Act one of ``edgeq demo``: MQe's message expiry, step by step, on one store.
-
-A real queue manager on a real SQLite file, with a :class:`~edgeq.clock.ManualClock`
-so that time moves instantly and the output is the same on every run. The built-in
-``dead-letter`` and ``counters`` rules are bound to the queues by name (persisted
-with them): the first copies each expired message to a dead-letter queue, as an MQe
-expiry rule may, the second counts what happens; an in-process rule narrates every
-discard.
-"""
+"""Act one of ``edgeq demo``: MQe's message expiry, step by step, on one store."""
 
 from __future__ import annotations
 
@@ -39,11 +31,9 @@ class _Narrator(QueueRule):
         self.echo, self.result = echo, result
 
     def on_activated(self, event: RuleEvent) -> None:
-        """Print that the queue was activated."""
         self.echo(f"      rule> {event.queue} activated (first use since the queue manager opened)")
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Record the expiry and print the check point it happened at."""
         assert event.message is not None and event.where is not None  # set on every expired event
         data = text(event.message)
         self.result.expirations.append((event.queue, event.where, data))
@@ -51,18 +41,14 @@ class _Narrator(QueueRule):
                   f" (copied to {DLQ})")
 
     def on_removed(self, event: RuleEvent) -> None:
-        """Print which message was removed, and why."""
         assert event.message is not None  # set on every removed event
         self.echo(f"      rule> {event.queue}: {text(event.message)!r} removed ({event.reason})")
 
     def on_queue_deleted(self, event: RuleEvent) -> None:
-        """Print that the queue was deleted."""
         self.echo(f"      rule> {event.queue} deleted")
 
 
 class _Tour:
-    """Act one's state and its printing helpers."""
-
     def __init__(self, path: Path, out: Narration, result: DemoResult) -> None:
         self.path, self.out, self.result = path, out, result
         self.echo, self.say = out.echo, out.say
@@ -70,25 +56,20 @@ class _Tour:
         self.qm = self.open()
 
     def open(self) -> QueueManager:
-        """Open (or reopen) the demo queue manager on the tour's store and manual clock."""
         return QueueManager(self.path, name=DEMO_QM, clock=self.clock)
 
     def add_narrator(self, *queues: str) -> None:
-        """Attach a narrating rule to each of ``queues``."""
         for queue in queues:
             self.qm.add_rule(queue, _Narrator(self.echo, self.result))
 
     def step(self, title: str) -> None:
-        """Print the heading of the next numbered step, with the clock's time."""
         self.out.step(title, self.clock())
 
     def advance(self, ms: int) -> None:
-        """Move the manual clock on by ``ms``, and say so."""
         self.clock.advance(ms)
         self.say(f"... the clock moves on {format_duration(ms)}, to {clock_time(self.clock())}")
 
     def show(self, queue: str) -> None:
-        """Say what a browse of ``queue`` shows."""
         messages = self.qm.browse(queue)
         if not messages:
             self.say(f"  browse {queue}: nothing visible")
@@ -97,10 +78,9 @@ class _Tour:
 
 
 def run_expiry_act(path: Path, out: Narration, result: DemoResult) -> None:
-    """Run act one on a new store at ``path``, narrating through ``out`` into ``result``."""
     tour = _Tour(path, out, result)
-    steps = (_setup, _expiry_kinds, _check_add, _cap, _check_get, _check_depth, _check_delete, _check_activate,
-             _sweep, _assured, _summary)
+    steps = (_setup, _expiry_kinds, _check_add, _cap, _check_get, _check_depth, _check_delete,
+             _check_activate, _sweep, _assured, _summary)
     try:
         for step in steps:
             step(tour)

@@ -1,13 +1,4 @@
-"""Act two of ``edgeq demo``: store and forward, between a device and its home server.
-
-Two real stores (a device queue manager and a home server's), the real home server
-app on a loopback port (:class:`~edgeq.cli.demo.loopback.LoopbackServer`) and the
-real sync agent over real HTTP. The link is down when the server does not listen
-(not started yet, or stopped between MQe's two stages), never simulated. Each queue
-manager has its own :class:`~edgeq.clock.ManualClock`, moved together by the demo,
-and the agent times its exchanges on the device's clock, so every run prints the
-same. Needs the ``server`` and ``sync`` extras.
-"""
+"""Act two of ``edgeq demo``: store and forward between a device and its home server, over HTTP."""
 
 from __future__ import annotations
 
@@ -45,7 +36,6 @@ class _ExpiryNarrator(QueueRule):
         self.side, self.timeline, self.result = side, timeline, result
 
     def on_expired(self, event: RuleEvent) -> None:
-        """Record the expiry and say where it happened."""
         assert event.message is not None and event.where is not None  # set on every expired event
         data = text(event.message)
         self.result.expirations.append((self.side, event.queue, event.where, data))
@@ -53,8 +43,6 @@ class _ExpiryNarrator(QueueRule):
 
 
 class _Forward:
-    """Act two's state: both stores and clocks, the server, the agent, and the narration."""
-
     def __init__(self, device_path: Path, home_path: Path, out: Narration) -> None:
         self.out, self.say = out, out.say
         self.result = ForwardResult(device_path, home_path)
@@ -63,7 +51,8 @@ class _Forward:
         # Closed in reverse order (agent, client, server, stores), also if a later part fails to start.
         self._parts = ExitStack()
         try:
-            self.device = self._parts.enter_context(QueueManager(device_path, name=DEVICE_QM, clock=self.device_clock))
+            self.device = self._parts.enter_context(
+                QueueManager(device_path, name=DEVICE_QM, clock=self.device_clock))
             self.home = self._parts.enter_context(
                 QueueManager(home_path, name=HOME_QM, clock=self.home_clock, journal="server"))
             self.server = LoopbackServer(self.home, self.home_clock)
@@ -79,31 +68,24 @@ class _Forward:
             raise
 
     def close(self) -> None:
-        """Stop the agent and the server, close both stores."""
         self._parts.close()
 
     def step(self, title: str) -> None:
-        """Print the next step's heading, with the time both clocks show."""
         self.out.step(title, self.device_clock())
 
     def advance(self, ms: int) -> None:
-        """Move both clocks on by ``ms``, and say so."""
         self.device_clock.advance(ms)
         self.home_clock.advance(ms)
         self.say(f"... both clocks move on {format_duration(ms)}, to {clock_time(self.device_clock())}")
 
     def fact(self, step: str, name: str, value: int) -> int:
-        """Record a fact of ``step`` for the result, and return it to be printed."""
         self.result.facts.setdefault(step, {})[name] = value
         return value
 
     def put(self, message: Message) -> None:
-        """Put ``message`` on the device's remote queue ORDERS, noting its uid."""
         self.result.uids[text(message)] = str(self.device.put(ORDERS, message))
 
     def push(self, intro: str, *, drop_after_put: bool = False) -> PushReport:
-        """Say ``intro``, push once (the link dropping right after the put's answer, if
-        asked), and print the exchanges."""
         if drop_after_put:
             self.wire.drop_after(p.PATH_PUT)
         self.say(intro)
@@ -113,22 +95,18 @@ class _Forward:
         return report
 
     def flush(self) -> int:
-        """Print what the timeline gathered since the last flush; return how many entries."""
         entries = self.timeline.take()
         for entry in entries:
             self.say(f"  {entry}" if isinstance(entry, str) else f"  {_render(entry)}")
         return len(entries)
 
     def label(self, uid: str) -> str:
-        """The data of the demo's message ``uid`` (what the narration calls it)."""
         return next((data for data, known in self.result.uids.items() if known == uid), uid)
 
     def visible(self, queue: str) -> list[str]:
-        """The data of the messages a browse of the home server's ``queue`` shows."""
         return [text(m) for m in self.home.browse(queue)]
 
     def accepted(self) -> Counter[str]:
-        """How often the home server's journal accepted each message."""
         return Counter(self.label(e.uid) for e in self.home.journal_since() if e.kind == "accepted")
 
 
@@ -137,7 +115,6 @@ def _count(n: int, noun: str) -> str:
 
 
 def _render(x: Exchange) -> str:
-    """One exchange as a line: what the device sent, and what came back."""
     kind, body = x.path.removeprefix("/v1/"), x.sent
     if kind == "put":
         messages = body["messages"]
@@ -165,8 +142,7 @@ def _render(x: Exchange) -> str:
 
 @contextmanager
 def _agent_logs_muted() -> Iterator[None]:
-    """The narration says what failed and why: the agent's own warnings (with the random
-    port in them) would only repeat it on stderr."""
+    """The narration says what failed: the agent's own warnings would only repeat it on stderr."""
     logger = logging.getLogger("edgeq.sync")
     before = logger.level
     logger.setLevel(logging.CRITICAL)
@@ -177,7 +153,6 @@ def _agent_logs_muted() -> Iterator[None]:
 
 
 def run_forward_act(device_path: Path, home_path: Path, out: Narration) -> ForwardResult:
-    """Run act two on new stores at ``device_path`` and ``home_path``, narrating through ``out``."""
     with _agent_logs_muted():
         f = _Forward(device_path, home_path, out)
         try:
@@ -252,7 +227,8 @@ def _forward(f: _Forward) -> None:
     f.fact("forward", "sent again", f.push("push_once() again:").sent)
     accepted = f.accepted()
     f.fact("forward", "accepted", sum(accepted.values()))
-    f.say("The server's journal accepted " + ", ".join(f"{label} {_times(n)}" for label, n in accepted.items()) + ".")
+    f.say("The server's journal accepted "
+          + ", ".join(f"{label} {_times(n)}" for label, n in accepted.items()) + ".")
 
 
 def _times(n: int) -> str:
@@ -321,7 +297,8 @@ def _expires_twice(f: _Forward) -> None:
     depth = f.fact("twice", "server ORDERS", f.home.depth(ORDERS))
     seen = f.fact("twice", "server ORDERS visible", len(f.visible(ORDERS)))
     f.say(f"The first stage happened: {HOME_QM} holds order-5 locked ({ORDERS} depth {depth}, a browse")
-    f.say(f"shows {seen}), due by {clock_time(deadline)} on its own clock too: its time left crossed the wire.")
+    f.say(f"shows {seen}), due by {clock_time(deadline)} on its own clock too: "
+          "its time left crossed the wire.")
     f.say(f"The confirm never came, so the device keeps its copy: {DEVICE_QM} {ORDERS} depth "
           f"{f.fact('twice', 'device ORDERS', f.device.depth(ORDERS))}.")
     f.advance(10 * _MINUTE)

@@ -1,13 +1,5 @@
-"""Act two's network: the real home server on a loopback port, and the device's HTTP
-client, which keeps a record of what crossed the wire.
-
-:class:`LoopbackServer` serves the real app (:func:`edgeq.sync.server.app.create_app`, what
-``edgeq serve`` runs) with uvicorn in a thread, and stops and starts again on the same
-port: while it is stopped the link is down for real (connections are refused).
-:class:`Wire` is the ``httpx.Client`` the sync agent talks through: its event hooks
-add every exchange to a :class:`Timeline`, in causal order with the lines the
-narrating rules add, and it can drop the link (stop the server) right after a given
-answer, between MQe's two stages. Needs the ``server`` and ``sync`` extras.
+"""Act two's network: the real home server on a loopback port, stopped and started for real,
+and ``Wire``, the agent's HTTP client, recording each exchange and able to drop the link after one.
 """
 
 from __future__ import annotations
@@ -53,11 +45,7 @@ class _Server(uvicorn.Server):
 
 
 class LoopbackServer:
-    """The home server over ``qm`` (its clock ``clock``) on a free loopback port.
-
-    Each :meth:`start` serves a new app, as a restarted ``edgeq serve`` would: it knows
-    no device until each says hello again. The store stays open throughout.
-    """
+    """The home server over ``qm`` on a free loopback port; each ``start`` serves a new app."""
 
     def __init__(self, qm: QueueManager, clock: Clock) -> None:
         self.qm, self.clock = qm, clock
@@ -69,11 +57,10 @@ class LoopbackServer:
 
     @property
     def running(self) -> bool:
-        """Whether the server listens now."""
         return self._serving is not None
 
     def start(self) -> None:
-        """Listen on the port; raise :class:`DemoFailed` if that is impossible."""
+        """Listen on the port; raise DemoFailed if that is impossible."""
         config = uvicorn.Config(create_app(self.qm, clock=self.clock), host="127.0.0.1", port=self.port,
                                 log_config=None, lifespan="off", access_log=False)
         server = _Server(config, threading.Event())
@@ -89,7 +76,6 @@ class LoopbackServer:
         self._serving = (server, thread)
 
     def stop(self) -> None:
-        """Stop listening, closing every connection (no-op if stopped)."""
         if self._serving is None:
             return
         server, thread = self._serving
@@ -108,12 +94,7 @@ class Exchange:
 
 
 class Timeline:
-    """What happened, in causal order: exchanges on the wire, and lines the rules add.
-
-    Thread-safe: the agent confirms in its own thread, the server's rules run in the
-    server's threads. Every entry is added by the thread that caused it, before what
-    it caused, so the order is the same on every run.
-    """
+    """Exchanges and rule lines in causal order (thread-safe: each is added by the thread of its cause)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -122,33 +103,29 @@ class Timeline:
         self.exchanges: list[Exchange] = []
 
     def add(self, entry: Exchange | str) -> None:
-        """Add an exchange (filled in when its answer comes) or a line."""
         with self._lock:
             self._pending.append(entry)
             if isinstance(entry, Exchange):
                 self.exchanges.append(entry)
 
     def take(self) -> list[Exchange | str]:
-        """The entries added since the last call."""
         with self._lock:
             taken, self._pending = self._pending, []
         return taken
 
 
 class Wire:
-    """The device's HTTP client to ``server``, recording into ``timeline``."""
-
     def __init__(self, server: LoopbackServer, timeline: Timeline) -> None:
         self.server, self.timeline = server, timeline
         self._drop_after: str | None = None
-        self.client = httpx.Client(timeout=_WAIT_S, event_hooks={"request": [self._sent], "response": [self._answered]})
+        self.client = httpx.Client(timeout=_WAIT_S,
+                                   event_hooks={"request": [self._sent], "response": [self._answered]})
 
     def drop_after(self, path: str) -> None:
         """Stop the server as soon as the next answer on ``path`` (e.g. ``/v1/put``) is in."""
         self._drop_after = path
 
     def close(self) -> None:
-        """Close the client."""
         self.client.close()
 
     def _sent(self, request: httpx.Request) -> None:
