@@ -241,7 +241,7 @@ def test_every_message_of_a_queue_failing_blames_the_queue_not_the_messages(
         assert len(found.messages) == 30 and {m.fix for m in found.messages} == {"leave"}
         assert [(r.table, r.queue) for r in found.records] == [("queues", "ORDERZ")]
         report = qm.check(repair=True)
-        assert report.repairs is None  # nothing to repair, nothing quarantined
+        assert report.repairs is not None and report.repairs.quarantined == ()
         assert len(report.repairs.left) == 31
         assert qm.depth("ORDERZ") == 30 and qm.quarantined() == []
 
