@@ -62,8 +62,8 @@ def check_priority(priority: object, what: str = "priority") -> int | None:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Message:
-    """A message: ``data`` bytes plus typed ``fields``; immutable (:meth:`replace`). A message put
-    with a ``uid`` keeps it; ``get`` and ``browse`` set the uid and the fields after it.
+    """A message: ``data`` bytes plus typed ``fields``; immutable (:meth:`replace`). ``get`` and
+    ``browse`` set ``uid``, ``created_ms``, ``backout_count``, ``remaining_expiry_ms``; a put keeps a ``uid``.
 
     >>> m = Message(b"reading", fields={"sensor": "t1"}, priority=7).expire_after(60_000)
     >>> m.expiry, m.priority, m.fields["sensor"]
