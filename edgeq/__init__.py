@@ -1,7 +1,4 @@
-"""edgeq: a durable store-and-forward message queue for edge devices, in MQe's model.
-
->>> from edgeq import QueueManager, Message, Int32, Int64, MessageUID
-"""
+"""edgeq: a durable store-and-forward message queue for edge devices, in MQe's model."""
 
 from edgeq.clock import ManualClock
 from edgeq.manager import QueueManager

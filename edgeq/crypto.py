@@ -1,18 +1,4 @@
-"""Encryption at rest for queues (MQe's queue cryptor), with AES-256-GCM.
-
-A queue defined with ``encryption="aes-256-gcm"`` stores each message's data and
-fields sealed under the store key that is current when it is put; the key's id
-is kept with the row so keys can be rotated. The associated data binds every
-ciphertext to its queue manager, queue, message uid and part (data or fields),
-so a row copied to another queue or message, or a part swapped, fails its
-check. Expiry, priority and uid stay in clear: expiry checks never need the key.
-
-Keys never enter the database. They come from a key file (``edgeq keys
-new-store-key``), or the ``EDGEQ_STORE_KEY`` environment variable holding the
-same JSON, or ``EDGEQ_STORE_KEY_FILE`` naming the file. The store keeps only a
-check value per key id, so a wrong key is refused when the store opens instead
-of being mistaken for tampering.
-"""
+"""Store keys for encryption at rest with AES-256-GCM (docs/security.md, "Encryption at rest")."""
 
 from __future__ import annotations
 
@@ -41,13 +27,11 @@ ENV_KEY_FILE = "EDGEQ_STORE_KEY_FILE"
 
 
 class IntegrityError(StoreError):
-    """A message row failed its integrity check: its checksum does not match (a flipped
-    bit, a damaged index), or, on an encrypted queue, its authentication tag (tampered,
-    or moved from another queue or message). It has been moved to the quarantine."""
+    """Raised when a message row fails its checksum or its authentication tag; it was quarantined."""
 
 
 class KeyMissing(StoreError):
-    """The store key an encrypted row or queue needs is not in the key ring."""
+    """Raised when the store key an encrypted row or queue needs is not in the key ring."""
 
 
 def _aad(qm: str, queue: str, uid: str, part: str) -> bytes:
@@ -58,14 +42,15 @@ class StoreKeys:
     """A ring of named 256-bit store keys, one of them current (used for new rows).
 
     >>> keys = StoreKeys({"k1": bytes(32)}, "k1")
-    >>> kid, blob = keys.seal(b"secret", "DEV1", "Q", "DEV1.5", "data")
-    >>> keys.open(kid, blob, "DEV1", "Q", "DEV1.5", "data")
+    >>> keys.open(*keys.seal(b"secret", "DEV1", "Q", "DEV1.5", "data"), "DEV1", "Q", "DEV1.5", "data")
     b'secret'
     """
 
     def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
         if not keys or current not in keys:
-            raise InvalidArgument("a key ring needs at least one key, and its current key must be in it")
+            raise InvalidArgument(
+                "a key ring needs at least one key, and its current key must be in it"
+            )
         for kid, key in keys.items():
             if not kid or not isinstance(key, bytes) or len(key) != 32:
                 raise InvalidArgument(f"store key {kid!r} must be 32 bytes (256 bits)")
@@ -75,10 +60,7 @@ class StoreKeys:
 
     @property
     def ids(self) -> list[str]:
-        """The ids of the ring's keys, sorted."""
         return sorted(self._keys)
-
-    # -- files ----------------------------------------------------------------------------
 
     @classmethod
     def from_json(cls, text: str, source: str) -> StoreKeys:
@@ -89,7 +71,8 @@ class StoreKeys:
             return cls(keys, raw["current"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidArgument(
-                f"{source} is not an edgeq store key file ({exc}); make one with `edgeq keys new-store-key`"
+                f"{source} is not an edgeq store key file ({exc}); "
+                "make one with `edgeq keys new-store-key`"
             ) from exc
 
     @classmethod
@@ -137,12 +120,11 @@ class StoreKeys:
         kid = f"k{n}"
         return StoreKeys({**self._keys, kid: secrets.token_bytes(32)}, kid)
 
-    # -- sealing ----------------------------------------------------------------------------
-
     def seal(self, plaintext: bytes, qm: str, queue: str, uid: str, part: str) -> tuple[str, bytes]:
         """Encrypt under the current key; return (key id, nonce + ciphertext)."""
         nonce = secrets.token_bytes(_NONCE)
-        return self.current, nonce + self._ciphers[self.current].encrypt(nonce, plaintext, _aad(qm, queue, uid, part))
+        sealed = self._ciphers[self.current].encrypt(nonce, plaintext, _aad(qm, queue, uid, part))
+        return self.current, nonce + sealed
 
     def open(self, key_id: str, blob: bytes, qm: str, queue: str, uid: str, part: str) -> bytes:
         """Decrypt, or raise :class:`KeyMissing` / :class:`IntegrityError` (naming the uid)."""
@@ -161,7 +143,7 @@ class StoreKeys:
             ) from exc
 
     def check_value(self, key_id: str) -> bytes:
-        """A fresh check value for ``key_id``: a known plaintext sealed under that key, for :meth:`verify`."""
+        """A known plaintext sealed under ``key_id``: the store keeps it to refuse a wrong key."""
         nonce = secrets.token_bytes(_NONCE)
         return nonce + self._ciphers[key_id].encrypt(nonce, _CHECK, None)
 

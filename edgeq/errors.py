@@ -1,11 +1,5 @@
-"""The exceptions edgeq raises.
-
-Every error derives from :class:`EdgeqError`, so ``except EdgeqError`` catches
-anything edgeq itself reports. Each message says what was wrong and what to do.
-Errors about bad arguments also derive from :class:`ValueError` (or
-:class:`TypeError`), and "not found" errors from :class:`LookupError`, so code
-that already catches the built-in families keeps working.
-"""
+"""The exceptions edgeq raises, all :class:`EdgeqError`; bad arguments are also ``ValueError``
+(or ``TypeError``) and "not found" errors ``LookupError``, so code catching the built-ins works."""
 
 from __future__ import annotations
 
@@ -105,13 +99,11 @@ class RemoteUnavailable(EdgeqError):
 
 
 class QueueFull(EdgeqError):
-    """The queue is full (``max_depth`` messages, or ``max_bytes`` of data) and its
-    ``on_full`` strategy could not make room."""
+    """A queue is at ``max_depth`` or ``max_bytes`` and its ``on_full`` could not make room."""
 
 
 class StoreFull(QueueFull):
-    """The store holds the queue manager's ``max_store_bytes`` already and the queue's
-    ``on_full`` strategy could not make room from that queue's own messages."""
+    """The store is at ``max_store_bytes`` and the queue's ``on_full`` could not make room from it."""
 
 
 # -- messages ----------------------------------------------------------------------
@@ -126,7 +118,7 @@ class DuplicateMessage(EdgeqError):
 
     def __init__(self, text: str, uid: object = None) -> None:
         super().__init__(text)
-        #: the uid that was refused (a :class:`~edgeq.uid.MessageUID`), when known
+        #: the refused uid (a :class:`~edgeq.uid.MessageUID`), when known
         self.uid = uid
 
 
@@ -165,5 +157,4 @@ class RuleConfigError(RuleError, InvalidArgument):
 
 
 class AdminError(EdgeqError):
-    """An admin request or reply that cannot be used: not CBOR, oversize, of an unknown schema
-    version, or a field of the wrong type or value (see :mod:`edgeq.admin.wire`)."""
+    """An admin request or reply is not CBOR, oversize, of an unknown version, or has a bad field."""

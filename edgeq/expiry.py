@@ -1,16 +1,5 @@
-"""Expiry arithmetic, in one place.
-
-Terms:
-
-* a message's *own* expiry is ``Int32`` (ms after its creation) or ``Int64``
-  (absolute epoch ms), MQe's ``Msg_ExpireTime``;
-* a queue's ``expiry_ms`` applies to messages without their own expiry and is
-  counted from their arrival on the queue (altering it re-times them);
-* a queue's ``cap_expiry_ms`` (IBM MQ CAPEXPRY) bounds, at put, how long a new
-  message may live on the queue: a longer expiry (or none) is reduced to it.
-
-The *deadline* is the epoch ms at and after which a message is expired.
-"""
+"""Expiry arithmetic, in one place (docs/expiry.md): a *deadline* is the epoch ms from which
+a message is expired."""
 
 from __future__ import annotations
 
@@ -38,11 +27,7 @@ EXPIRY_HELP = (
 
 
 def check_expiry(expiry: object) -> Int32 | Int64 | None:
-    """Validate a message expiry and return it; raise :class:`ExpiryError` if bad.
-
-    >>> check_expiry(Int32(60_000))
-    Int32(60000)
-    """
+    """Validate a message expiry and return it; raise :class:`ExpiryError` if bad."""
     if expiry is None:
         return None
     if isinstance(expiry, Int32):
@@ -59,11 +44,7 @@ def check_expiry(expiry: object) -> Int32 | Int64 | None:
 
 
 def relative_ms(after: int | timedelta) -> Int32:
-    """An ``Int32`` relative expiry from ms or a timedelta.
-
-    >>> relative_ms(timedelta(minutes=1))
-    Int32(60000)
-    """
+    """An ``Int32`` relative expiry from ms or a timedelta."""
     if isinstance(after, timedelta):
         ms = int(after.total_seconds() * 1000)
     elif isinstance(after, int) and not isinstance(after, bool):
@@ -76,12 +57,7 @@ def relative_ms(after: int | timedelta) -> Int32:
 
 
 def absolute_ms(when: datetime | int) -> Int64:
-    """An ``Int64`` absolute expiry from an aware datetime or epoch ms.
-
-    >>> from datetime import timezone
-    >>> absolute_ms(datetime(2026, 1, 1, tzinfo=timezone.utc))
-    Int64(1767225600000)
-    """
+    """An ``Int64`` absolute expiry from an aware datetime or epoch ms."""
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise ExpiryError(
@@ -99,11 +75,7 @@ def absolute_ms(when: datetime | int) -> Int64:
 
 
 def own_deadline(expiry: Int32 | Int64 | None, created_ms: int) -> int | None:
-    """The deadline a message's own expiry sets, or None if it has none.
-
-    >>> own_deadline(Int32(500), 1_000), own_deadline(Int64(9_000), 1_000)
-    (1500, 9000)
-    """
+    """The deadline a message's own expiry sets, or None if it has none."""
     if expiry is None:
         return None
     if isinstance(expiry, Int32):
@@ -119,15 +91,11 @@ def _earliest(*deadlines: int | None) -> int | None:
 def effective_deadline(
     own: int | None, arrived_ms: int, queue_expiry_ms: int | None, cap_at: int | None
 ) -> int | None:
-    """The deadline that decides when a message on a queue expires.
+    """The deadline of a message on a queue: its own expiry overrides the queue's interval; the
+    put-time cap bounds either.
 
-    A message's own expiry overrides the queue's interval; the put-time cap
-    bounds either.
-
-    >>> effective_deadline(None, 1_000, 50, None), effective_deadline(9_000, 1_000, 50, None)
-    (1050, 9000)
-    >>> effective_deadline(9_000, 1_000, None, 2_000)
-    2000
+    >>> effective_deadline(None, 1_000, 50, None), effective_deadline(9_000, 1_000, 50, 2_000)
+    (1050, 2000)
     """
     queue_deadline = None if queue_expiry_ms is None else arrived_ms + queue_expiry_ms
     return _earliest(own if own is not None else queue_deadline, cap_at)

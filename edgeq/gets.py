@@ -1,6 +1,5 @@
-"""Getting messages: get, assured get (lock, then confirm or undo), browse, and the
-"removed" expiry check point: expired messages met first are discarded, never
-returned. Also what takes messages for transmission from a remote queue."""
+"""Getting messages: get, assured get (lock, then confirm or undo), browse, and taking a remote
+queue's messages for transmission; expired messages met first are discarded, never returned."""
 
 from __future__ import annotations
 
@@ -45,14 +44,8 @@ class _Scan:
 
 
 class Gets:
-    """The get side of a queue manager's messaging.
-
-    Every row is checked against its checksum before anything is done with it
-    (returned, discarded as expired, confirmed, undone or deleted): a damaged row is
-    quarantined and raised as :class:`IntegrityError`; a row a damaged index gave
-    is never quarantined (``edgeq.store.verify``). A walk never returns one row twice,
-    nor a row that is not ready, whatever the index says.
-    """
+    """The get side of a queue manager's messaging. Each row is checked before it is used: see
+    docs/storage.md, "What is detected"."""
 
     def __init__(
         self, qm_name: str, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy,
@@ -99,8 +92,7 @@ class Gets:
         raise found.error or self.sealer.damaged(queue, found.damaged)
 
     def _discard_expired(self, queue: str, now: int, wanted: Mapping[str, FieldValue] | None) -> None:
-        """Browse's check point: discard the expired ready messages (that match); on a store this
-        user may only read, they are kept (browse's scan leaves them out)."""
+        """Browse's check point: discard the expired ready matches (kept on a read-only store)."""
         if self.sink.db.read_only:
             return
         events: list[Pending] = []
@@ -119,8 +111,8 @@ class Gets:
                         continue
                     if not is_expired(row, now):
                         raise index_damaged(
-                            f"the deadline index of queue {queue!r} has message {row.origin}.{row.stamp} expired, "
-                            "the message itself does not", tx.conn,
+                            f"the deadline index of queue {queue!r} has message {row.origin}.{row.stamp} "
+                            "expired, the message itself does not", tx.conn,
                         )
                     try:
                         if wanted is None or matches(self.sealer.unseal_checked(queue, row), wanted):
@@ -138,11 +130,8 @@ class Gets:
         self, queue: str, count: int, *, wanted: Mapping[str, FieldValue] | None, remove: bool,
         confirm_id: int | None,
     ) -> list[Message]:
-        """The next ``count`` messages in get order, with the expired ones met first
-        discarded (``where="get"``). ``remove``: taken from a local queue (deleted, or
-        locked under ``confirm_id``); otherwise only read, from a remote queue (for
-        transmission). A row failing its integrity check is quarantined and raised.
-        """
+        """The next ``count`` messages in get order, the expired ones met first discarded. ``remove``:
+        deleted or locked under ``confirm_id``; else only read, from a remote queue (to transmit)."""
         self.expiry.touch(queue)
         now = self.clock()
 
@@ -179,14 +168,11 @@ class Gets:
         return [to_message(row, now) for row in found.plain]
 
     def _scan(
-        self, tx: Tx, q: QueueRow, page: int, count: int | None, now: int, wanted: Mapping[str, FieldValue] | None,
-        *, due: bool,
+        self, tx: Tx, q: QueueRow, page: int, count: int | None, now: int,
+        wanted: Mapping[str, FieldValue] | None, *, due: bool,
     ) -> _Scan:
-        """Walk ready messages in get order: the first ``count`` (None: all) live matches,
-        the ids of the expired matches met before them (to discard), or the row that
-        failed its check and stopped the walk. Each row is checked before its deadline
-        is believed; rows the index gives twice, or that are not ready, are skipped.
-        ``due``: only messages whose redelivery delay has passed (a get; browse shows all)."""
+        """Walk ready messages in get order: the first ``count`` (None: all) live matches and the
+        expired ones met before them, or the row that failed its check. ``due``: skip delayed ones."""
         found = _Scan()
         seen: set[tuple[str, int]] = set()  # uids: one row twice, or two rows of one uid
         for rows in tx.ready(q.id, page, now if due else None):
@@ -228,9 +214,10 @@ class Gets:
         self.sink.record(tx, events)
         return events
 
-    def _set_aside(self, tx: Tx, q: QueueRow, rows: Sequence[MessageRow], now: int) -> tuple[list[Pending], IntegrityError]:
-        """Quarantine rows that failed their check (or raise: the index is damaged); the
-        error to raise once the transaction has committed."""
+    def _set_aside(
+        self, tx: Tx, q: QueueRow, rows: Sequence[MessageRow], now: int
+    ) -> tuple[list[Pending], IntegrityError]:
+        """Quarantine rows that failed their check; return the error to raise after the commit."""
         events = [ev for row in rows for ev in self.sink.quarantine(tx, q, row, now, through_index=True)]
         self.sink.record(tx, events)
         return events, self.sealer.damaged(q.name, rows[0])
@@ -252,8 +239,9 @@ class Gets:
             q = require_queue(tx, self.qm_name, queue)
             row, intact = self._find(tx, q, uid)
             if row is None and locked_unindexed(tx, q.id, uid.origin, uid.stamp):
-                raise index_damaged(f"the uid index of queue {queue!r} does not find message {uid}, locked there",
-                                    tx.conn)
+                raise index_damaged(
+                    f"the uid index of queue {queue!r} does not find message {uid}, locked there", tx.conn
+                )
             if row is None or row.state != _GET_LOCKED:
                 state = "is not locked by an assured get" if row is not None else "is not on the queue"
                 raise MessageNotFound(
@@ -269,14 +257,12 @@ class Gets:
         if error is not None:
             raise error
         if is_expired(row, now):
-            raise MessageExpired(f"message {uid} expired while locked by an assured get; it has been discarded")
+            raise MessageExpired(
+                f"message {uid} expired while locked by an assured get; it has been discarded"
+            )
 
     def confirm_get_each(self, queue: str, uids: Sequence[MessageUID | str]) -> list[ConfirmResult]:
-        """Complete a batch of assured gets in one transaction (see ``QueueManager.confirm_get_each``).
-
-        If a locked row fails its check, only the damaged rows are quarantined (the
-        rest of the batch is left as it was) and :class:`IntegrityError` is raised:
-        confirming the batch again completes the rest."""
+        """Complete a batch of assured gets in one transaction (see ``QueueManager.confirm_get_each``)."""
         if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
             raise InvalidType("confirm_get_each takes a sequence of uids")
         checked = [check_uid(uid) for uid in uids]
@@ -317,17 +303,15 @@ class Gets:
         self, queue: str, confirm_id: int, *, count_backout: bool = True,
         uids: Sequence[MessageUID | str] | None = None,
     ) -> int:
-        """Undo whatever ``confirm_id`` locked, or only the messages ``uids`` of it (see
-        ``QueueManager.undo``). If a locked row fails its check, only the damaged rows
-        are quarantined and :class:`IntegrityError` is raised: undoing again undoes the rest."""
+        """Undo whatever ``confirm_id`` locked, or only its ``uids`` (see ``QueueManager.undo``)."""
         return self.undo_due(queue, confirm_id, count_backout=count_backout, uids=uids)[0]
 
     def undo_due(
         self, queue: str, confirm_id: int, *, count_backout: bool = True,
         uids: Sequence[MessageUID | str] | None = None,
     ) -> tuple[int, dict[tuple[str, int], int | None]]:
-        """:meth:`undo`, and when each message backed out with a count may be got again
-        (by uid; None: at once; one moved to the backout queue is not there)."""
+        """:meth:`undo`, and by uid when each message backed out may be got again (None: at once;
+        one moved to its backout queue is absent)."""
         confirm_id = check_confirm_id(confirm_id)
         if not isinstance(count_backout, bool):
             raise InvalidType(f"count_backout must be True or False, not {count_backout!r}")
@@ -371,8 +355,7 @@ class Gets:
         return len(rows), undone.due
 
     def delete_message(self, queue: str, uid: MessageUID | str) -> None:
-        """Delete one message by uid, whatever its state (a damaged one is quarantined
-        instead, and raised as :class:`IntegrityError`)."""
+        """Delete one message by uid, whatever its state."""
         uid = check_uid(uid)
         self.expiry.touch(queue)
         now = self.clock()
@@ -396,12 +379,13 @@ class Gets:
         if not self.sink.observed(name, "removed"):
             with self.sink.write() as tx:
                 return tx.delete_all(require_queue(tx, self.qm_name, name).id)
-        return self.expiry.remove_in_batches(name, lambda tx, q, now: tx.ids(q.id, DISCARD_BATCH), "removed", reason="purged")
+        return self.expiry.remove_in_batches(
+            name, lambda tx, q, now: tx.ids(q.id, DISCARD_BATCH), "removed", reason="purged"
+        )
 
     def due_in(self, queue: str) -> float | None:
-        """Seconds until the earliest message of ``queue`` now waiting out a redelivery
-        delay may be got (None: none waits, or no such queue). For waiting gets only
-        (``Waker.until``'s ``due``): never on the path of a get that finds a message."""
+        """Seconds until the first delayed message of ``queue`` may be got (None: none, or no queue).
+        For waiting gets only: never on the path of a get that finds a message."""
         now = self.clock()
         with self.sink.db.read() as conn:
             tx = Tx(conn)
@@ -410,9 +394,8 @@ class Gets:
         return None if at is None else (at - now) / 1000
 
     def release_locks(self, queue: str) -> int:
-        """Undo every assured-get lock on a queue (its getter is gone), each counting a
-        backout (so its threshold applies) but handed back at once, without a
-        redelivery delay (the getter failed, maybe not the message); return how many."""
+        """Undo every assured-get lock on a queue (its getter is gone); return how many. Each counts
+        a backout but has no redelivery delay: the getter failed, maybe not the message."""
         self.expiry.touch(queue)
         now = self.clock()
         with self.sink.write() as tx:

@@ -36,11 +36,7 @@ def _check_field_value(name: str, value: object) -> FieldValue:
 
 
 def check_fields(fields: object) -> dict[str, FieldValue]:
-    """Validate a fields mapping, normalising bare ints to Int64 and buffers to bytes.
-
-    >>> check_fields({"n": 3, "ok": True})
-    {'n': Int64(3), 'ok': True}
-    """
+    """Validate a fields mapping, normalising bare ints to Int64 and buffers to bytes."""
     if fields is None:
         return {}
     if not isinstance(fields, Mapping):
@@ -66,19 +62,12 @@ def check_priority(priority: object, what: str = "priority") -> int | None:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Message:
-    """A message: ``data`` bytes plus named, typed ``fields``.
+    """A message: ``data`` bytes plus typed ``fields``; immutable (:meth:`replace`). ``get`` and
+    ``browse`` set ``uid``, ``created_ms``, ``backout_count``, ``remaining_expiry_ms``; a put keeps a ``uid``.
 
     >>> m = Message(b"reading", fields={"sensor": "t1"}, priority=7).expire_after(60_000)
     >>> m.expiry, m.priority, m.fields["sensor"]
     (Int32(60000), 7, 't1')
-
-    ``expiry_report`` asks for a report on the ``reply_to`` queue if the message
-    is discarded for expiry (made by the ``expiry-report`` rule).
-    ``uid``, ``created_ms``, ``backout_count`` and ``remaining_expiry_ms`` are set
-    by the queue manager on messages returned by ``get``/``browse``; a message
-    that already has a ``uid`` keeps it when put on another queue manager.
-    Instances are immutable: use :meth:`replace` (or the ``expire_*`` helpers)
-    to derive a changed copy.
     """
 
     data: bytes
@@ -88,6 +77,7 @@ class Message:
     correlation_id: bytes | None = field(default=None, kw_only=True)
     reply_to: str | None = field(default=None, kw_only=True)
     resend: bool = field(default=False, kw_only=True)
+    #: a report to ``reply_to`` if the message is discarded for expiry (the ``expiry-report`` rule)
     expiry_report: ReportOption = field(default="none", kw_only=True)
     uid: MessageUID | None = field(default=None, kw_only=True)
     created_ms: int | None = field(default=None, kw_only=True)
@@ -152,38 +142,22 @@ class Message:
         return (_rebuild, (self.data, kwargs))
 
     def replace(self, **changes: Any) -> Message:
-        """A copy with ``changes`` applied (validated like the constructor).
-
-        >>> Message(b"x").replace(priority=9).priority
-        9
-        """
+        """A copy with ``changes`` applied (validated like the constructor)."""
         if "fields" not in changes:
             changes["fields"] = dict(self.fields)
         return dataclasses.replace(self, **changes)
 
     def expire_after(self, after: int | timedelta) -> Message:
-        """A copy that expires ``after`` ms (or a timedelta) after its creation.
-
-        >>> Message(b"x").expire_after(timedelta(seconds=30)).expiry
-        Int32(30000)
-        """
+        """A copy that expires ``after`` ms (or a timedelta) after its creation."""
         return self.replace(expiry=relative_ms(after))
 
     def expire_at(self, when: datetime | int) -> Message:
-        """A copy that expires at ``when``: an aware datetime or epoch ms.
-
-        >>> Message(b"x").expire_at(1_900_000_000_000).expiry
-        Int64(1900000000000)
-        """
+        """A copy that expires at ``when``: an aware datetime or epoch ms."""
         return self.replace(expiry=absolute_ms(when))
 
     @property
     def expiry_deadline_ms(self) -> int | None:
-        """The epoch ms at which the message's own expiry passes (None: no own expiry).
-
-        A relative expiry counts from ``created_ms``; before the message is put
-        (and so has no creation time) a relative expiry has no deadline yet.
-        """
+        """The epoch ms its own expiry passes at (None: none, or relative and not put yet)."""
         if isinstance(self.expiry, Int32) and self.created_ms is None:
             return None
         return own_deadline(self.expiry, self.created_ms or 0)

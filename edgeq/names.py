@@ -1,6 +1,4 @@
-"""Validation of queue manager and queue names (one rule for both), and of message
-origins: a queue manager name with, for stores made since edgeq 0.2, the store's
-incarnation (``DEV1:k3x9qam2pa``)."""
+"""Validation of queue manager and queue names (one rule for both), and of message origins."""
 
 from __future__ import annotations
 
@@ -11,30 +9,19 @@ from edgeq.errors import InvalidArgument, InvalidType
 __all__ = ["INCARNATION_SEPARATOR", "check_name", "check_origin", "origin_qmgr"]
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,48}")
-#: Separates a queue manager's name from its store's incarnation in a uid's origin.
-#: Names cannot contain it, so ``DEV1:k3x9qam2pa`` splits one way only.
+#: Separates a name from its store's incarnation in a uid's origin; names cannot contain it.
 INCARNATION_SEPARATOR = ":"
 _ORIGIN = re.compile(r"[A-Za-z0-9._-]{1,48}(?::[a-z0-9]{1,16})?")
 
 
 def check_name(value: object, what: str) -> str:
-    """Return ``value`` if it is a valid name, else raise a clear error.
-
-    >>> check_name("ORDERS.EU", "queue name")
-    'ORDERS.EU'
-    """
+    """Return ``value`` if it is a valid name (``what`` names it in the error)."""
     return _check(value, what, _NAME, "use 1 to 48 characters from A-Z, a-z, 0-9, '.', '_' and '-'")
 
 
 def check_origin(value: object, what: str = "MessageUID origin") -> str:
     """Return ``value`` if it is a valid message origin: a queue manager name, optionally
-    followed by ``:`` and its store's incarnation (1-16 of ``a-z0-9``).
-
-    >>> check_origin("DEV1:k3x9qam2pa")
-    'DEV1:k3x9qam2pa'
-    >>> check_origin("HOME.SRV")
-    'HOME.SRV'
-    """
+    followed by ``:`` and its store's incarnation (older stores have none)."""
     return _check(
         value, what, _ORIGIN,
         "a queue manager name (1 to 48 of A-Z, a-z, 0-9, '.', '_', '-'), optionally followed by ':' "
@@ -51,9 +38,5 @@ def _check(value: object, what: str, pattern: re.Pattern[str], rule: str) -> str
 
 
 def origin_qmgr(origin: str) -> str:
-    """The queue manager name in a uid's origin (the origin less its incarnation).
-
-    >>> origin_qmgr("DEV1:k3x9qam2pa"), origin_qmgr("HOME.SRV")
-    ('DEV1', 'HOME.SRV')
-    """
+    """The queue manager name in a uid's origin (the origin less its incarnation)."""
     return origin.partition(INCARNATION_SEPARATOR)[0]

@@ -1,7 +1,5 @@
-"""Putting messages: MQe's put and assured put (put locked, then confirm), in batches
-of one transaction each, with the "added" expiry check point, duplicate detection by
-uid (held copies and remembered confirmed uids), and the flash budget (each message
-admitted by the queue's :class:`~edgeq.queues.budget.Room`)."""
+"""Putting messages: put and assured put (put locked, then confirm), a batch per transaction,
+with the "added" expiry check point, duplicate detection by uid, and the flash budget."""
 
 from __future__ import annotations
 
@@ -41,10 +39,8 @@ _READY, _PUT_LOCKED = int(MessageState.READY), int(MessageState.PUT_LOCKED)
 
 
 class Puts:
-    """The put side of a queue manager's messaging. New uids get ``origin``; confirmed
-    uids are remembered (for ``remember_ms``, or until their sender settles them).
-    ``max_store_bytes`` bounds the whole store's messages (None: no bound); discards
-    made to keep a budget are counted in ``overflowed``."""
+    """The put side of a queue manager's messaging. New uids get ``origin``; confirmed uids are
+    remembered for ``remember_ms`` (or until settled); budget discards count in ``overflowed``."""
 
     def __init__(
         self, qm_name: str, origin: str, sink: EventSink, sealer: Sealer, expiry: ExpiryPolicy,
@@ -65,7 +61,7 @@ class Puts:
     def put_many(
         self, queue: str, messages: Sequence[Message], *, confirm_id: int | None = None
     ) -> list[MessageUID]:
-        """Put several messages in one transaction: all are stored, or none (see ``QueueManager.put_many``)."""
+        """Put a batch in one transaction: all are stored, or none (see ``QueueManager.put_many``)."""
         results, q = self._put(queue, messages, confirm_id, strict=True)
         uids = [r.uid for r in results]
         if q is not None and q.kind == "remote" and q.mode == "sync":
@@ -106,7 +102,9 @@ class Puts:
                 self.sink.dispatch([Pending("duplicate", queue, now, message=refused)])
             raise
         self.overflowed.add(queue, discarded)
-        duplicates = [m for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")]
+        duplicates = [
+            m for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")
+        ]
         if duplicates and self.sink.rules.wants(queue):
             events += [Pending("duplicate", queue, now, message=m) for m in duplicates]
         self.sink.dispatch(events)
@@ -116,10 +114,8 @@ class Puts:
         self, queue: str, messages: Sequence[Message], confirm_id: int | None, now: int,
         events: list[Pending], *, strict: bool,
     ) -> tuple[list[PutResult], QueueRow, int]:
-        """The put transaction: one outcome per message; with ``strict`` the first
-        message that cannot be stored raises and rolls the whole batch back.
-        Fills ``events`` with what the rules are owed; returns the outcomes, the
-        queue, and how many messages were discarded to make room."""
+        """The put transaction (``strict``: the first refusal raises, rolling the batch back); fills
+        ``events``; returns the outcomes, the queue, and how many were discarded to make room."""
 
         def body(tx: Tx) -> tuple[list[PutResult], QueueRow, int]:
             q = require_queue(tx, self.qm_name, queue)
@@ -155,7 +151,8 @@ class Puts:
         held = tx.find_many(q.id, keys) if keys else {}
         remembered = tx.remembered_many(q.id, [k for k in keys if k not in held]) if keys else set()
         # No copy of a row unless a rule or the journal wants its event.
-        observed_expired, observed_added = self.sink.observed(queue, "expired"), self.sink.observed(queue, "added")
+        observed_expired = self.sink.observed(queue, "expired")
+        observed_added = self.sink.observed(queue, "added")
         settled = self._settled_for(tx, q, keys)
         for offset, message in enumerate(messages):
             uid = message.uid or MessageUID._trusted(self.origin, first + offset)
@@ -175,7 +172,9 @@ class Puts:
                 if row.deadline is not None and row.deadline <= now:
                     # MQe's "added" check point: never stored, rules still told.
                     if observed_expired:
-                        events.extend(self.sink.events(queue, "expired", [as_stored(queue, row)], now, where="add"))
+                        events.extend(
+                            self.sink.events(queue, "expired", [as_stored(queue, row)], now, where="add")
+                        )
                     results.append(PutResult(uid, "expired"))
                     continue
                 sealed = self.sealer.seal(q, row)
@@ -195,9 +194,8 @@ class Puts:
         return results, rows
 
     def _settled_for(self, tx: Tx, q: QueueRow, keys: Sequence[tuple[str, int]]) -> int:
-        """The store's settled mark if this batch puts uids of its own origin on a remote
-        queue (a copy of a message got here, a rule's copy), else 0: below the mark the
-        target would take them for resends (docs/protocol.md), so they are put with new ones."""
+        """The store's settled mark if this batch puts uids of its own origin on a remote queue, else
+        0: below it the target takes them for resends (docs/protocol.md), so they get new uids."""
         if q.kind != "remote" or not any(origin == self.origin for origin, _ in keys):
             return 0
         return tx.transmission_low_water(self.origin)
@@ -223,9 +221,8 @@ class Puts:
         self, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage,
         seen: set[MessageUID], held: Mapping[tuple[str, int], MessageRow], remembered: set[tuple[str, int]],
     ) -> tuple[EdgeqError | PutResult | None, MessageRow | None]:
-        """Why this message cannot be stored (an error, or a duplicate outcome), or None;
-        and the copy of it already held, if any (a resend replaces it). ``held`` and
-        ``remembered``: what the queue held and remembered of the batch's uids before it."""
+        """Why this message cannot be stored (an error, or a duplicate outcome), or None; and the
+        copy of it already held, if any (a resend replaces it)."""
         size = len(row.data) + len(row.fields or b"")
         if q.max_message_bytes is not None and size > q.max_message_bytes:
             return MessageTooLarge(
@@ -301,7 +298,9 @@ class Puts:
             # A damaged locked row is neither published nor discarded as expired (its
             # deadline may be what is damaged): quarantined, it answers "unknown" so the
             # sender keeps its copy and puts it again.
-            for bad in [r for r in held.values() if r.state == MessageState.PUT_LOCKED and not is_intact(q.name, r)]:
+            for bad in [
+                r for r in held.values() if r.state == MessageState.PUT_LOCKED and not is_intact(q.name, r)
+            ]:
                 events += self.sink.quarantine(tx, q, bad, now, through_index=True)
                 del held[(bad.origin, bad.stamp)]
             for uid, key in zip(checked, keys, strict=True):

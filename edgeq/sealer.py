@@ -1,11 +1,5 @@
-"""The sealer: encryption at rest for a queue manager's encrypted queues.
-
-It checks the key ring against the store, seals rows as they are put, opens them
-as they are read (a row that fails its integrity check raises
-:class:`~edgeq.crypto.IntegrityError`; the caller quarantines it), and re-seals
-whole queues under a new key (:meth:`Sealer.rotate_keys`). The keys themselves
-are :class:`~edgeq.crypto.StoreKeys`.
-"""
+"""The sealer: seals and opens the rows of a queue manager's encrypted queues, and re-seals
+them under a new key (docs/security.md, "Encryption at rest")."""
 
 from __future__ import annotations
 
@@ -32,9 +26,7 @@ log = logging.getLogger("edgeq")
 
 
 class Sealer:
-    """Seals and opens the rows of encrypted queues with the store key ring ``keys``
-    (None: no encrypted queue can be used); ``default_encryption`` is the cipher a
-    new queue gets when it names none."""
+    """Seals and opens rows with the key ring ``keys`` (None: no encrypted queue can be used)."""
 
     def __init__(self, qm_name: str, keys: StoreKeys | None, default_encryption: str | None) -> None:
         if default_encryption is not None and default_encryption not in CIPHERS:
@@ -44,20 +36,17 @@ class Sealer:
         self.default_encryption = default_encryption
 
     def check_keys(self, db: ConnectionFactory, path: Path) -> None:
-        """Refuse a key ring whose keys are not the ones this store was sealed with.
-
-        The store keeps a check value per key id (never the key): a wrong key is
-        caught here, not mistaken later for tampered rows.
-        """
+        """Refuse a key ring whose keys are not this store's (by the check value kept per key id)."""
         if self.keys is None:
             return
         keys = self.keys
         with db.write() as conn:
             for key_id in keys.ids:
-                row = conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (f"keycheck.{key_id}",)).fetchone()
+                key = f"keycheck.{key_id}"
+                row = conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (key,)).fetchone()
                 if row is None:
                     value = base64.b64encode(keys.check_value(key_id)).decode()
-                    conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?)", (f"keycheck.{key_id}", value))
+                    conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?)", (key, value))
                 elif not keys.verify(key_id, _check_value(row[0], key_id, path)):
                     raise StoreError(
                         f"{path}: store key {key_id!r} is not the key this store was encrypted with (or the "
@@ -72,7 +61,8 @@ class Sealer:
             raise InvalidArgument(f"encryption must be one of {', '.join(CIPHERS)} (or None), not {cipher!r}")
         if cipher is not None and self.keys is None:
             raise KeyMissing(
-                "an encrypted queue needs a store key: make one with `edgeq keys new-store-key --out store.key` "
+                "an encrypted queue needs a store key: make one with "
+                "`edgeq keys new-store-key --out store.key` "
                 f"and open the store with keys='store.key' (or ${ENV_KEY_FILE})"
             )
         return cipher
@@ -89,8 +79,7 @@ class Sealer:
 
     @classmethod
     def verify(cls, queue: str, row: MessageRow) -> None:
-        """Raise :class:`IntegrityError` if ``row``, read for ``queue``, is not what was
-        written there (its checksum, ``edgeq.store.integrity``, does not match)."""
+        """Raise :class:`IntegrityError` if ``row``, read for ``queue``, fails its checksum."""
         if not is_intact(queue, row):
             raise cls.damaged(queue, row)
 
@@ -100,8 +89,7 @@ class Sealer:
         return self.unseal_checked(queue, row)
 
     def unseal_checked(self, queue: str, row: MessageRow) -> MessageRow:
-        """The row, already checked against its checksum, with its data and fields in clear
-        (decrypted if sealed: :class:`IntegrityError` if that fails)."""
+        """The row, already checked against its checksum, decrypted (or :class:`IntegrityError`)."""
         if row.key_id is None:
             return row
         if self.keys is None:
@@ -111,19 +99,23 @@ class Sealer:
             )
         uid = f"{row.origin}.{row.stamp}"
         data = self.keys.open(row.key_id, row.data, self.qm_name, queue, uid, "data")
-        fields = None if row.fields is None else self.keys.open(row.key_id, row.fields, self.qm_name, queue, uid, "fields")
+        fields = None if row.fields is None else self.keys.open(
+            row.key_id, row.fields, self.qm_name, queue, uid, "fields"
+        )
         return row._replace(data=data, fields=fields, key_id=None)
 
     def unseal_for_rules(self, queue: str, row: MessageRow) -> MessageRow:
-        """For a rule's copy: unsealed if possible, else the row without its data and fields
-        (and, if it fails its checksum, without anything but its uid). A quarantined
-        message's copy (no checksum, no data: see ``edgeq.store.verify.stripped``) is passed on."""
+        """For a rule's copy: unsealed if possible, else without its data and fields (and if it fails
+        its checksum, with only its uid); a quarantined message's copy is passed on as it is."""
         if row.crc is None and not row.data and row.fields is None:
             return row
         try:
             return self.unseal(queue, row)
         except StoreError as exc:
-            log.warning("a rule gets message %s.%s of queue %s without its data: %s", row.origin, row.stamp, queue, exc)
+            log.warning(
+                "a rule gets message %s.%s of queue %s without its data: %s",
+                row.origin, row.stamp, queue, exc,
+            )
             if is_intact(queue, row):
                 return row._replace(data=b"", fields=None, key_id=None)
             return stripped(row) or row._replace(data=b"", fields=None, key_id=None, priority=0)
@@ -146,21 +138,19 @@ class Sealer:
             )
         uid = f"{origin}.{stamp}"
         key_id, sealed = self.keys.seal(data, self.qm_name, queue, uid, "data")
-        sealed_fields = None if fields is None else self.keys.seal(fields, self.qm_name, queue, uid, "fields")[1]
+        sealed_fields = None if fields is None else self.keys.seal(
+            fields, self.qm_name, queue, uid, "fields"
+        )[1]
         return key_id, sealed, sealed_fields
 
     def rotate_keys(self, sink: EventSink, queue: str | None = None, *, batch: int = 500) -> int:
-        """Re-seal, under the current store key, every row of the encrypted queues (or
-        of ``queue``) sealed with another key; return how many rows were re-sealed.
-
-        Works in batches of ``batch`` rows, each its own transaction, so the queues
-        stay in use throughout; a crash leaves each row sealed under one key or the
-        other (the row says which), and running it again finishes the job. A row
-        that fails its integrity check is quarantined.
-        """
+        """Re-seal under the current key every row of the encrypted queues (or ``queue``) sealed with
+        another; return how many. One transaction per ``batch`` rows: queues stay in use."""
         batch = check_positive(batch, "batch")
         if self.keys is None:
-            raise KeyMissing(f"rotating needs the store key ring: open the store with keys=... (or ${ENV_KEY_FILE})")
+            raise KeyMissing(
+                f"rotating needs the store key ring: open the store with keys=... (or ${ENV_KEY_FILE})"
+            )
         keys = self.keys
         names = [queue] if queue is not None else [q.name for q in self._encrypted_queues(sink)]
         total = 0
@@ -181,7 +171,9 @@ class Sealer:
                         except IntegrityError:  # intact, yet it does not open: tampered, quarantined whole
                             events += sink.quarantine(tx, q, row, now)
                             continue
-                        key_id, data, fields = self.seal_parts(name, row.origin, row.stamp, opened.data, opened.fields)
+                        key_id, data, fields = self.seal_parts(
+                            name, row.origin, row.stamp, opened.data, opened.fields
+                        )
                         resealed.append((fields, data, key_id, row.id))
                     tx.reseal(resealed)
                     sink.record(tx, events)
@@ -202,7 +194,6 @@ class Sealer:
             return [q for q in Tx(conn).queues() if q.encryption]
 
 
-
 def _check_value(stored: object, key_id: str, path: Path) -> bytes:
     """A key's check value as stored (base64), or the damaged-store error."""
     try:
@@ -210,4 +201,6 @@ def _check_value(stored: object, key_id: str, path: Path) -> bytes:
             raise ValueError(f"a {type(stored).__name__}, not text")
         return base64.b64decode(stored, validate=True)
     except (ValueError, binascii.Error) as exc:
-        raise damaged(f"the check value of store key {key_id!r} is unreadable ({exc})", path=str(path)) from exc
+        raise damaged(
+            f"the check value of store key {key_id!r} is unreadable ({exc})", path=str(path)
+        ) from exc

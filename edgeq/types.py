@@ -1,8 +1,4 @@
-"""edgeq's vocabulary: every type alias, state, status, check point, code and limit
-of the public API and the wire, defined once here and imported everywhere else
-(the core, the store's SQL, the rules, ``edgeq.sync.protocol`` and the agent).
-Definitions only: no I/O.
-"""
+"""edgeq's vocabulary: every alias, state, status, check point, code and limit, defined once here."""
 
 from __future__ import annotations
 
@@ -125,8 +121,7 @@ CONFIRM_STATUSES: Final = get_args(ConfirmStatus)
 
 
 class MessageState(IntEnum):
-    """A message row's ``state`` column, used as these ints in SQL too
-    (``WHERE state = {MessageState.READY:d}``)."""
+    """A message row's ``state`` column, used as these ints in SQL too."""
 
     READY = 0  #: visible to get and browse
     PUT_LOCKED = 1  #: an assured put awaiting its confirm: invisible

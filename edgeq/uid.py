@@ -1,16 +1,5 @@
-"""Message identity: origin + a 64-bit creation stamp.
-
-The origin is the queue manager's name and its store's **incarnation**, a random
-token drawn when the store file is created (``DEV1:k3x9qam2pa``; IBM MQ's QMID
-plays the same part): a store deleted and made again under the same name, or a
-second store given the same name by mistake, issues uids that can never collide
-with the first one's, whatever its clock says. Uids of stores made before
-incarnations existed have a bare name as origin (``DEV1.1763683200000123``).
-
-The stamp is ``created_ms * 1000 + n``: readable as a time, yet unique and
-strictly increasing within its store (see ``edgeq.store.tx`` for how it is kept
-monotonic across clock steps, threads, processes and restarts).
-"""
+"""Message identity: an origin (the queue manager's name and its store's incarnation) and a
+64-bit stamp, ``created_ms * 1000 + n``. See docs/storage.md, "Uids"."""
 
 from __future__ import annotations
 
@@ -24,15 +13,11 @@ from edgeq.types import MAX_STAMP
 __all__ = ["MessageUID", "new_incarnation"]
 
 _INCARNATION_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
-_INCARNATION_LENGTH = 10  # 50 random bits: ~500,000 re-creations of one name for a 1-in-10,000 clash
+_INCARNATION_LENGTH = 10  # 50 bits: ~500,000 re-creations of one name for a 1-in-10,000 clash
 
 
 def new_incarnation() -> str:
-    """A fresh random incarnation token for a new store (10 of ``a-z2-7``).
-
-    >>> token = new_incarnation(); len(token), token.isalnum()
-    (10, True)
-    """
+    """A fresh random incarnation token for a new store (10 of ``a-z2-7``)."""
     return "".join(secrets.choice(_INCARNATION_ALPHABET) for _ in range(_INCARNATION_LENGTH))
 
 
@@ -40,13 +25,9 @@ def new_incarnation() -> str:
 class MessageUID:
     """The network-wide identity of a message.
 
-    >>> uid = MessageUID("DEV1:k3x9qam2pa", 1763683200000123)
-    >>> str(uid)
-    'DEV1:k3x9qam2pa.1763683200000123'
-    >>> MessageUID.parse("DEV1:k3x9qam2pa.1763683200000123") == uid
-    True
-    >>> uid.qmgr, uid.incarnation
-    ('DEV1', 'k3x9qam2pa')
+    >>> uid = MessageUID.parse("DEV1:k3x9qam2pa.1763683200000123")
+    >>> str(uid), uid.qmgr, uid.incarnation, MessageUID.parse("DEV1.42").incarnation
+    ('DEV1:k3x9qam2pa.1763683200000123', 'DEV1', 'k3x9qam2pa', None)
     """
 
     origin: str
@@ -63,8 +44,7 @@ class MessageUID:
 
     @classmethod
     def _trusted(cls, origin: str, stamp: int) -> MessageUID:
-        """A uid from a validated origin and a stamp the store issued (no re-validation:
-        this is on every put's path)."""
+        """A uid from a validated origin and a stamp the store issued: no checks (every put's path)."""
         uid = object.__new__(cls)
         object.__setattr__(uid, "origin", origin)
         object.__setattr__(uid, "stamp", stamp)
@@ -75,36 +55,25 @@ class MessageUID:
 
     @classmethod
     def parse(cls, text: str) -> MessageUID:
-        """Parse the string form ``ORIGIN.STAMP`` back into a uid.
-
-        >>> MessageUID.parse("HOME.SRV.42")
-        MessageUID(origin='HOME.SRV', stamp=42)
-        """
+        """Parse the string form ``ORIGIN.STAMP`` back into a uid."""
         if not isinstance(text, str):
             raise InvalidType(f"MessageUID.parse takes a str, not {type(text).__name__}")
         origin, dot, stamp = text.rpartition(".")
         if not dot or not stamp.isdigit() or not stamp.isascii():
             raise InvalidArgument(
-                f"{text!r} is not a message uid: expected ORIGIN.STAMP, e.g. 'DEV1:k3x9qam2pa.1763683200000123'"
+                f"{text!r} is not a message uid: expected ORIGIN.STAMP, "
+                "e.g. 'DEV1:k3x9qam2pa.1763683200000123'"
             )
         return cls(origin, int(stamp))
 
     @property
     def qmgr(self) -> str:
-        """The name of the queue manager that created the message.
-
-        >>> MessageUID.parse("DEV1:k3x9qam2pa.42").qmgr
-        'DEV1'
-        """
+        """The name of the queue manager that created the message."""
         return origin_qmgr(self.origin)
 
     @property
     def incarnation(self) -> str | None:
-        """The incarnation of the store that created the message (None for an older store).
-
-        >>> MessageUID.parse("DEV1.42").incarnation is None
-        True
-        """
+        """The incarnation of the store that created the message (None for an older store)."""
         return self.origin.partition(INCARNATION_SEPARATOR)[2] or None
 
     @property

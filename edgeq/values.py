@@ -1,9 +1,5 @@
-"""Typed integers, as MQe's ``int`` and ``long`` message fields.
-
-MQe tells a relative expiry from an absolute one by the field's *type*: a 32-bit
-int is milliseconds after creation, a 64-bit long is an epoch time in
-milliseconds. Python has one ``int``, so edgeq makes the width explicit.
-"""
+"""Typed integers, as MQe's ``int`` and ``long`` fields: Python has one ``int``, and MQe tells a
+relative expiry from an absolute one by the width."""
 
 from __future__ import annotations
 
@@ -39,20 +35,12 @@ class _TypedInt(int):
 
 
 class Int32(_TypedInt):
-    """A 32-bit signed integer; as a message expiry, milliseconds after creation.
-
-    >>> Int32(60_000)
-    Int32(60000)
-    """
+    """A 32-bit signed integer; as a message expiry, milliseconds after creation."""
 
     bits = 32
 
 
 class Int64(_TypedInt):
-    """A 64-bit signed integer; as a message expiry, an absolute epoch time in ms.
-
-    >>> Int64(1_763_683_200_000)
-    Int64(1763683200000)
-    """
+    """A 64-bit signed integer; as a message expiry, an absolute epoch time in ms."""
 
     bits = 64

@@ -1,5 +1,4 @@
-"""A device's expiry reports (``/v1/expiries``): its journaled expiries and dead-letterings, encoded
-and checked (``docs/protocol.md``, "Expiry reports")."""
+"""A device's expiry reports (``/v1/expiries``): journal entries, encoded and checked (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -19,17 +18,8 @@ def _invalid(detail: str) -> ProtocolError:
     return ProtocolError("invalid", detail)
 
 
-# -- device expiry reports (/v1/expiries) -----------------------------------------------------
-
-
 def encode_expiries(entries: Sequence[JournalEntry]) -> list[dict[str, Any]]:
-    """A device's journaled expiries, for ``/v1/expiries`` (times on the device clock); a
-    dead-lettering or discard goes the same way, with ``k`` (its kind) and its reason in ``w``.
-
-    >>> e = JournalEntry(7, "expired", "device", 1_000, "ORDERS", "DEV1.5", "DEV1", check_point="get")
-    >>> encode_expiries([e])
-    [{'u': 'DEV1.5', 'q': 'ORDERS', 't': 1000, 'w': 'get', 'n': None, 'c': None, 'a': None}]
-    """
+    """Journal entries for ``/v1/expiries`` (device clock); any kind but ``expired`` carries ``k``."""
     return [
         {"u": e.uid, "q": e.queue, "t": e.at_ms, "w": e.check_point, "n": e.size, "c": e.created_ms,
          "a": e.arrived_ms, **({} if e.kind == "expired" else {"k": e.kind})}
@@ -58,15 +48,13 @@ def _expiry_entry(raw: object) -> JournalEntry:
 
 
 def decode_expiries(body: Mapping[str, Any], key: str, *, max_len: int) -> list[JournalEntry]:
-    """Validate and decode the entries of an ``expiries`` request; any bad entry makes
-    the whole body ``invalid`` (:func:`decode_expiry_items` answers entry by entry)."""
+    """The entries of an ``expiries`` request; any bad entry makes the whole body ``invalid``."""
     return [_expiry_entry(raw) for raw in req_list(body, key, max_len=max_len)]
 
 
 @dataclass(frozen=True, slots=True)
 class ExpiryItem:
-    """One entry of an ``expiries`` request: decoded (``entry``), or refused (``why``).
-    ``uid`` is the entry's ``u`` as sent (empty if it had none), for the answer."""
+    """One entry of an ``expiries`` request, decoded or refused (``why``); ``uid`` as sent, for the answer."""
 
     uid: str
     entry: JournalEntry | None
@@ -74,15 +62,8 @@ class ExpiryItem:
 
 
 def decode_expiry_items(body: Mapping[str, Any], key: str, *, max_len: int) -> list[ExpiryItem]:
-    """The entries of an ``expiries`` request, each decoded or refused on its own: a
-    malformed entry is an item with ``why``, never an error for the whole body. Only
-    a malformed body (``key`` not a list, more than ``max_len`` entries) raises ``invalid``.
-
-    >>> items = decode_expiry_items({"e": [{"u": "DEV1.5", "q": "ORDERS", "t": 9, "w": "get"},
-    ...                                    {"u": "DEV1.6", "q": "ORDERS", "w": "get"}]}, "e", max_len=10)
-    >>> [(i.uid, i.entry is not None, i.why) for i in items]
-    [('DEV1.5', True, None), ('DEV1.6', False, "'t' must be an integer, not NoneType")]
-    """
+    """The entries of an ``expiries`` request, each decoded or refused on its own; only a malformed
+    body (not a list, over ``max_len``) raises ``invalid``."""
     out: list[ExpiryItem] = []
     for raw in req_list(body, key, max_len=max_len):
         sent = raw.get("u") if isinstance(raw, dict) else None

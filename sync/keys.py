@@ -1,14 +1,4 @@
-"""Device key pairs for signed sync: Ed25519, stored as PEM files.
-
-A device's private key lives in a PKCS#8 PEM file readable by its owner only
-(mode 0600); its public key (``device.pub``, SubjectPublicKeyInfo PEM) is what
-the home server's operator registers (``edgeq server devices add``). A key is
-shown by its fingerprint, ``SHA256:`` and the unpadded base64 of the SHA-256 of
-the 32 raw public key bytes (as OpenSSH shows keys).
-
->>> fingerprint(bytes(32))
-'SHA256:Zmh6rfhivXdsj8GLjp+OIAiXFIVu4jOzkCpZHQ1fKSU'
-"""
+"""Device key pairs for signed sync: Ed25519, as PEM files (docs/security.md, "Device identity")."""
 
 from __future__ import annotations
 
@@ -50,7 +40,11 @@ class KeyPair:
 
 
 def fingerprint(public_key: bytes) -> str:
-    """``SHA256:<base64>`` of the raw public key bytes."""
+    """``SHA256:`` and the unpadded base64 of the SHA-256 of the raw public key bytes, as OpenSSH shows keys.
+
+    >>> fingerprint(bytes(32))
+    'SHA256:Zmh6rfhivXdsj8GLjp+OIAiXFIVu4jOzkCpZHQ1fKSU'
+    """
     digest = base64.b64encode(hashlib.sha256(public_key).digest()).decode().rstrip("=")
     return f"SHA256:{digest}"
 
@@ -68,8 +62,8 @@ def public_path_for(private_path: Path) -> Path:
 
 
 def new_key_pair(private_path: Path, *, overwrite: bool = False) -> KeyPair:
-    """Make an Ed25519 key pair: the private key at ``private_path`` (0600), the
-    public key next to it (``.pub``). Refuses to overwrite unless told to."""
+    """Write an Ed25519 key pair: the private key at ``private_path`` (PKCS#8, 0600), the public key
+    beside it (``.pub``); refuses to overwrite unless told to."""
     public_path = public_path_for(private_path)
     if not private_path.parent.is_dir():
         raise KeyFileError(f"cannot write {private_path}: directory {private_path.parent} does not exist "
@@ -94,15 +88,17 @@ def new_key_pair(private_path: Path, *, overwrite: bool = False) -> KeyPair:
 
 
 def load_private_key(path: Path, what: str = "device key") -> Ed25519PrivateKey:
-    """A private key (``what`` names it in errors: the device's or the operator's); refused if
-    it is a public key, or if group or others may read the file (POSIX)."""
+    """A private key (``what`` names it in errors); refused if the file is a public key, or if group
+    or others may read it (POSIX)."""
     try:
         mode = path.stat().st_mode
         data = path.read_bytes()
     except OSError as exc:
         raise KeyFileError(f"cannot read the {what} {path}: {exc.strerror or exc}") from exc
     if b"-----BEGIN PUBLIC KEY-----" in data:
-        private = path.with_suffix(".key") if path.suffix != ".key" else path.with_name(path.stem + "-private.key")
+        private = (
+            path.with_suffix(".key") if path.suffix != ".key" else path.with_name(path.stem + "-private.key")
+        )
         raise KeyFileError(f"{path} is a public key; give the private key file, e.g. {private} (the {what})")
     if os.name == "posix" and mode & 0o077:
         raise KeyFileError(
@@ -113,7 +109,9 @@ def load_private_key(path: Path, what: str = "device key") -> Ed25519PrivateKey:
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(f"{path} is not an unencrypted PEM private key: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
-        raise KeyFileError(f"{path} holds a {type(key).__name__}, not an Ed25519 key (make one with edgeq keys new)")
+        raise KeyFileError(
+            f"{path} holds a {type(key).__name__}, not an Ed25519 key (make one with edgeq keys new)"
+        )
     return key
 
 
@@ -126,7 +124,9 @@ def load_public_key(path: Path) -> bytes:
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(f"{path} is not a PEM public key (a device.pub from edgeq keys new): {exc}") from exc
+        raise KeyFileError(
+            f"{path} is not a PEM public key (a device.pub from edgeq keys new): {exc}"
+        ) from exc
     if not isinstance(key, Ed25519PublicKey):
         raise KeyFileError(f"{path} holds a {type(key).__name__}, not an Ed25519 public key")
     return public_bytes(key)

@@ -1,17 +1,5 @@
-"""Structured logs: one JSON object per line, through the standard ``logging`` module.
-
-Sync code logs events as ``log.info("put", extra={"event": "put", "device": ...})``;
-:class:`JsonFormatter` turns every record into a line like
-``{"ts": 1763683200.123, "level": "info", "logger": "edgeq.sync.server",
-"event": "put", "msg": "put", "device": "DEV1", ...}`` that tools can parse.
-
->>> import logging
->>> record = logging.LogRecord("edgeq.sync", logging.INFO, __file__, 1, "hi %s", ("x",), None)
->>> record.event = "hello"; record.device = "DEV1"
->>> import json; line = json.loads(JsonFormatter().format(record))
->>> line["event"], line["msg"], line["device"]
-('hello', 'hi x', 'DEV1')
-"""
+"""Structured logs: one JSON object per line, through ``logging``; a record's ``extra`` (``event``,
+``device``, ...) become keys (docs/protocol.md, "Logs")."""
 
 from __future__ import annotations
 
@@ -25,13 +13,14 @@ __all__ = ["JsonFormatter", "setup_json_logging"]
 
 # Attributes every LogRecord has: anything else was passed in ``extra``. uvicorn also
 # passes ``color_message``, a copy of its message coloured for a terminal: never logged.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "color_message"}
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime", "color_message",
+}
 # Terminal escape sequences (CSI ones like colours, and the two-byte ones): a log line is data, not a screen.
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 
 
 def _plain(value: Any) -> Any:
-    """``value`` with every terminal escape sequence taken out of its strings (keys too)."""
     if isinstance(value, str):
         return _ESCAPES.sub("", value).replace("\x1b", "")
     if isinstance(value, dict):
@@ -42,10 +31,9 @@ def _plain(value: Any) -> Any:
 
 
 class JsonFormatter(logging.Formatter):
-    """Format a record as one JSON object (its ``extra`` fields included)."""
+    """Format a record as one line of JSON: ts, level, logger, event, msg, its ``extra`` fields, exc."""
 
     def format(self, record: logging.LogRecord) -> str:
-        """The record as one line of JSON: ts, level, logger, event, msg, its ``extra`` fields, exc."""
         out: dict[str, Any] = {
             "ts": round(record.created, 3),
             "level": record.levelname.lower(),

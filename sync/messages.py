@@ -1,10 +1,9 @@
-"""Messages on the wire: typed fields, :class:`WireMessage`, expiry rebased on the receiver's clock,
-and per-message results (``docs/protocol.md``).
+"""Messages on the wire: typed fields, :class:`WireMessage` (expiry rebased on the receiver's clock)
+and per-message results (docs/protocol.md, "Messages on the wire").
 
 >>> from edgeq import Message, MessageUID
 >>> from edgeq.sync.protocol import decode_body, encode_body
->>> m = Message(b"\\x00\\xff", fields={"n": 3}, uid=MessageUID("DEV1", 5_000), priority=4,
-...             remaining_expiry_ms=60_000)
+>>> m = Message(b"\\x00\\xff", fields={"n": 3}, uid=MessageUID("DEV1", 5_000), remaining_expiry_ms=60_000)
 >>> back = WireMessage.from_wire(decode_body(encode_body({"m": WireMessage.from_message(m).to_wire()}))["m"])
 >>> got = back.to_message(receiver_now_ms=1_000_000)
 >>> got.data, got.fields["n"], int(got.expiry), str(got.uid)
@@ -25,8 +24,10 @@ from edgeq.types import FIELD_CODES, FieldValue, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
-__all__ = ["WireMessage", "decode_fields", "decode_messages", "decode_results", "encode_fields", "rebase_ms", "result",
-           "transit_ms"]
+__all__ = [
+    "WireMessage", "decode_fields", "decode_messages", "decode_results", "encode_fields", "rebase_ms",
+    "result", "transit_ms",
+]
 
 
 def _invalid(detail: str) -> ProtocolError:
@@ -36,7 +37,7 @@ def _invalid(detail: str) -> ProtocolError:
 # -- typed fields ----------------------------------------------------------------------------
 
 def encode_fields(fields: Mapping[str, FieldValue]) -> dict[str, list[Any]]:
-    """Typed fields as a CBOR-ready map ``{name: [code, value]}`` (as edgeq.encoding.fields stores them).
+    """Typed fields as a CBOR-ready map ``{name: [code, value]}``.
 
     >>> encode_fields({"n": Int32(5), "on": True, "t": 1.5})
     {'n': ['i', 5], 'on': ['?', True], 't': ['f', 1.5]}
@@ -59,11 +60,7 @@ def encode_fields(fields: Mapping[str, FieldValue]) -> dict[str, list[Any]]:
 
 
 def decode_fields(raw: object) -> dict[str, FieldValue]:
-    """Check and decode what :func:`encode_fields` made; raise ``invalid`` on anything else.
-
-    >>> decode_fields({"n": ["i", 5]})
-    {'n': Int32(5)}
-    """
+    """Check and decode what :func:`encode_fields` made; raise ``invalid`` on anything else."""
     if not isinstance(raw, dict):
         raise _invalid(f"fields must be a map, not {type(raw).__name__}")
     out: dict[str, FieldValue] = {}
@@ -73,7 +70,10 @@ def decode_fields(raw: object) -> dict[str, FieldValue]:
         code, value = item
         kind = FIELD_CODES.get(code) if isinstance(code, str) else None
         if kind is None:
-            raise _invalid(f"field {describe(name)} has unknown type code {describe(code)} (use one of {''.join(FIELD_CODES)})")
+            raise _invalid(
+                f"field {describe(name)} has unknown type code {describe(code)} "
+                f"(use one of {''.join(FIELD_CODES)})"
+            )
         if kind is float:
             ok = isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
         elif kind in (Int32, Int64):
@@ -87,7 +87,9 @@ def decode_fields(raw: object) -> dict[str, FieldValue]:
         except EdgeqError as exc:
             raise _invalid(f"field {describe(name)}: {exc}") from exc
         except (ValueError, OverflowError):  # beyond any float, or too long to print
-            raise _invalid(f"field {describe(name)}: {describe(value)} is out of range for type {code}") from None
+            raise _invalid(
+                f"field {describe(name)}: {describe(value)} is out of range for type {code}"
+            ) from None
     return out
 
 
@@ -97,19 +99,8 @@ _REPORTS: Final = get_args(ReportOption)
 
 
 def transit_ms(sender_now_ms: int, receiver_now_ms: int, offset_ms: int | None) -> int:
-    """How long a body spent in transit beyond the handshake's latency (never negative).
-
-    The **legacy** rebase, for a put from an agent that sends no ``server_ms``
-    (:func:`rebase_ms`): ``offset_ms`` is receiver clock minus sender clock as
-    measured at the hello (it includes the hello's one-way latency, which is
-    therefore not counted, so a deadline may come out up to that much late), and
-    a sender's clock stepped since the hello shifts the result by the step.
-
-    >>> transit_ms(1_000, 6_200, 200)   # sent at 1000 (= 1200 here), arrived at 6200
-    5000
-    >>> transit_ms(1_000, 900, 0)       # clocks disagree the other way: no credit given
-    0
-    """
+    """How long a body spent in transit beyond the hello's latency (never negative): the legacy
+    rebase, for a put without ``server_ms`` (``offset_ms``: receiver minus sender clock at the hello)."""
     if offset_ms is None:
         return 0
     return max(0, receiver_now_ms - (sender_now_ms + offset_ms))
@@ -118,23 +109,9 @@ def transit_ms(sender_now_ms: int, receiver_now_ms: int, offset_ms: int | None) 
 def rebase_ms(
     receiver_now_ms: int, *, server_ms: int | None, sender_now_ms: int, offset_ms: int | None
 ) -> int:
-    """The receiver-clock instant a put's remaining lifetimes count from: each deadline
-    is ``Int64(rebase_ms(...) + x)`` (:meth:`WireMessage.to_message`).
-
-    ``server_ms`` is what the sending device knew of this clock when it read the
-    remaining values: a lower bound of it, from the device's round trips
-    (:class:`~edgeq.sync.agent.clockbounds.ServerClockBounds`). It is never trusted
-    beyond ``receiver_now_ms`` (bounds made wrong by a step of this clock must not
-    lengthen a lifetime). Without it (an older agent), the legacy rebase:
-    ``receiver_now_ms - transit_ms(sender_now_ms, receiver_now_ms, offset_ms)``.
-
-    >>> rebase_ms(10_000, server_ms=9_700, sender_now_ms=123, offset_ms=None)  # read 300+ ms ago
-    9700
-    >>> rebase_ms(10_000, server_ms=12_000, sender_now_ms=123, offset_ms=None)  # bounds from before a step back
-    10000
-    >>> rebase_ms(10_000, server_ms=None, sender_now_ms=9_500, offset_ms=200)  # legacy: 300 ms of transit
-    9700
-    """
+    """The receiver-clock instant a put's remaining lifetimes count from: the device's lower bound
+    on this clock, ``server_ms``, never beyond ``receiver_now_ms``; without it, the legacy rebase.
+    See docs/protocol.md, "Expiry crosses the wire as remaining milliseconds"."""
     if server_ms is not None:
         return min(server_ms, receiver_now_ms)
     return receiver_now_ms - transit_ms(sender_now_ms, receiver_now_ms, offset_ms)
@@ -142,12 +119,8 @@ def rebase_ms(
 
 @dataclass(frozen=True, slots=True)
 class WireMessage:
-    """A message as it crosses the wire.
-
-    ``remaining_ms`` is the time left before the message expires on the sender's
-    clock when it was read for sending (None: no expiry). The receiver turns it
-    into an absolute ``Int64`` expiry on *its* clock (:meth:`to_message`).
-    """
+    """A message as it crosses the wire; ``remaining_ms`` is its time left on the sender's clock
+    when read for sending (None: no expiry)."""
 
     uid: MessageUID
     data: bytes
@@ -171,7 +144,7 @@ class WireMessage:
         )
 
     def to_wire(self) -> dict[str, Any]:
-        """The map sent on the wire: short keys, defaults left out (the inverse of :meth:`from_wire`)."""
+        """The map sent on the wire: short keys, defaults left out."""
         out: dict[str, Any] = {"u": str(self.uid), "d": self.data}
         if self.priority is not None:
             out["p"] = self.priority
@@ -219,21 +192,12 @@ class WireMessage:
         return cls(uid, data, fields, priority, remaining, created, corr, reply_to, report, resend)
 
     def to_message(self, receiver_now_ms: int, transit: int = 0, *, resend: bool | None = None) -> Message:
-        """The message to put on the receiver: expiry rebased as ``Int64(now + remaining - transit)``.
-
-        ``receiver_now_ms - transit`` must be no later than the receiver's clock
-        when the sender read ``remaining``: the server passes :func:`rebase_ms` as
-        ``receiver_now_ms`` (and no transit), a pulling device its clock and how long
-        ago, at most, the server read its own. A result at or before the receiver's
-        clock means the message expired before it arrived: the receiver's put
-        discards it (expiry check point "add"). ``resend`` overrides the wire flag
-        (a puller re-puts with resend).
-
-        >>> w = WireMessage(MessageUID("HOME", 7), b"x", {}, None, 60_000, None)
-        >>> int(w.to_message(1_000_000, 250).expiry)
-        1059750
-        """
-        expiry = None if self.remaining_ms is None else Int64(max(1, receiver_now_ms + self.remaining_ms - transit))
+        """The message to put here, expiring at ``Int64(receiver_now_ms + remaining - transit)``: that
+        base must be no later than this clock when the sender read ``remaining``. ``resend``
+        overrides the wire flag."""
+        expiry = None if self.remaining_ms is None else Int64(
+            max(1, receiver_now_ms + self.remaining_ms - transit)
+        )
         try:
             return Message(
                 self.data, fields=dict(self.fields), priority=self.priority, expiry=expiry,
@@ -266,7 +230,9 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str]) -> list[tupl
     out: list[tuple[str, str, str | None]] = []
     for item in req_list(body, "results", max_len=2**20):
         if not isinstance(item, dict) or not isinstance(item.get("u"), str) or item.get("s") not in allowed:
-            raise _invalid(f"bad result {describe(item)}: expected {{'u': uid, 's': one of {', '.join(allowed)}}}")
+            raise _invalid(
+                f"bad result {describe(item)}: expected {{'u': uid, 's': one of {', '.join(allowed)}}}"
+            )
         why = item.get("why")
         out.append((item["u"], item["s"], why if isinstance(why, str) else None))
     return out

@@ -1,16 +1,5 @@
-"""The sync wire format, version 1: CBOR bodies over HTTP (see ``docs/protocol.md``).
-
-Every request and response body is one CBOR map carrying ``"v"`` (the protocol
-version) and ``"type"``. Messages travel with their typed fields, binary data
-as CBOR byte strings, and their expiry as **remaining milliseconds** that the
-receiver rebases on its own clock (from an instant no later than the sender's
-reading: :func:`rebase_ms` on the server, a transit on the device); an absolute
-device time is never trusted.
-
-This module is pure: it encodes and validates, and knows nothing of HTTP
-servers or clients, so both ends (and tests) share it.
-Messages themselves are :mod:`edgeq.sync.messages`; expiry reports :mod:`edgeq.sync.expiryreports`.
-"""
+"""The sync wire format, version 1: one CBOR map per body, with ``"v"`` and ``"type"``
+(docs/protocol.md). Pure (no HTTP), so both ends share it."""
 
 from __future__ import annotations
 
@@ -69,20 +58,14 @@ PATH_PULL: Final = "/v1/pull"
 PATH_PULL_CONFIRM: Final = "/v1/pull/confirm"
 PATH_EXPIRIES: Final = "/v1/expiries"
 
-# The vocabulary shared with the core is edgeq.types' (imported above, not redefined): a
-# put's per-message results (PutStatus, re-exported here), a confirm's per-uid results
-# (ConfirmStatus, re-exported), field type codes, expiry check points.
+# PutStatus and ConfirmStatus are edgeq.types' (re-exported, not redefined).
 
 #: Per-uid results of a pull confirm.
 PullConfirmStatus: TypeAlias = Literal["confirmed", "unknown", "expired"]
-#: The statuses a pull confirm's results may carry, for checking an answer.
 PULL_CONFIRM_STATUSES: Final[tuple[str, ...]] = get_args(PullConfirmStatus)
-#: Per-entry results of an expiry report: ``recorded``, ``already`` (a repeat, kept
-#: once), ``refused`` (foreign or malformed: see ``why``), or ``ignored`` (valid,
-#: but this server keeps no journal). Every one of them is an answer: the device
-#: trims its outbox.
+#: Per-entry results of an expiry report (``ignored``: this server keeps no journal); each
+#: one is an answer: the device trims its outbox.
 ExpiryStatus: TypeAlias = Literal[RemoteExpiryStatus, "ignored"]
-#: The statuses an expiry report's results may carry, for checking an answer.
 EXPIRY_STATUSES: Final[tuple[str, ...]] = get_args(ExpiryStatus)
 
 ErrorCode: TypeAlias = Literal[
@@ -129,7 +112,6 @@ class ProtocolError(EdgeqError):
 
     @property
     def http_status(self) -> int:
-        """The HTTP status this error is answered with."""
         return HTTP_STATUS[self.code]
 
 
@@ -145,25 +127,18 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     return cbor2.dumps({"v": PROTOCOL_VERSION, **body})
 
 
-#: The data items one message of a full batch may take on average: its fixed keys and
-#: values take at most 19, each field 4 (its name, ``[code, value]``): room for 3 fields
-#: in a batch of the server's largest size, many more in the agent's usual 500.
+#: Data items one message of a full batch may take on average: fixed keys and values at most
+#: 19, each field 4 (its name, ``[code, value]``).
 ITEMS_PER_MESSAGE: Final = 32
-#: The arrays and maps one message of a full batch may take on average: its own map, its
-#: fields' map and one array a field: room for 6 fields (decoding a container costs ~30
-#: times a number: a Python object the garbage collector tracks).
+#: Arrays and maps one message may take on average: its map, its fields' map, an array a field.
 CONTAINERS_PER_MESSAGE: Final = 8
-#: Items (and containers), entries of one array or map, and nesting a body needs besides
-#: its batch: the body map's own keys, a hello's lists (the deepest body: a map of arrays
-#: of maps of field maps of ``[code, value]`` arrays is 5 levels).
+#: Items, entries and nesting a body needs besides its batch (the deepest body is 5 levels).
 BODY_ITEMS: Final = 1_024
 BODY_DEPTH: Final = 8
 
 
 def body_limits(max_batch: int) -> DecodeLimits:
-    """What a request body may cost to decode on a server taking batches of ``max_batch``:
-    ``max_batch`` entries in one array or map, :data:`ITEMS_PER_MESSAGE` items and
-    :data:`CONTAINERS_PER_MESSAGE` arrays and maps a message.
+    """What a request body may cost to decode on a server taking batches of ``max_batch``.
 
     >>> body_limits(5_000)
     DecodeLimits(max_depth=8, max_items=161024, max_length=5000, max_containers=41024)
@@ -174,20 +149,8 @@ def body_limits(max_batch: int) -> DecodeLimits:
 
 
 def decode_body(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """Decode and check one body: exactly one CBOR map of a supported version, decoded
-    within ``limits`` (:mod:`edgeq.encoding.cbor`: no tags, bounded depth, items and entries).
-
-    Raises :class:`ProtocolError` ``malformed`` (not CBOR, truncated, trailing
-    bytes, a tag, too deep, not a map) or ``unsupported-version``.
-
-    >>> decode_body(b"\\xa1\\x61v\\x01")
-    {'v': 1}
-    >>> try:
-    ...     decode_body(b"\\xa1\\x61v")
-    ... except ProtocolError as exc:
-    ...     print(exc.code)
-    malformed
-    """
+    """Decode one CBOR map of a supported version within ``limits``, or raise
+    :class:`ProtocolError` ``malformed`` or ``unsupported-version``."""
     try:
         value = loads(raw, limits)
     except MalformedBody as exc:
@@ -196,7 +159,9 @@ def decode_body(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, 
         raise ProtocolError("malformed", f"body must be a CBOR map, not {type(value).__name__}")
     version = value.get("v")
     if isinstance(version, bool) or not isinstance(version, int):
-        raise ProtocolError("unsupported-version", f"body has no protocol version 'v' (this end speaks {PROTOCOL_VERSION})")
+        raise ProtocolError(
+            "unsupported-version", f"body has no protocol version 'v' (this end speaks {PROTOCOL_VERSION})"
+        )
     if version not in SUPPORTED_VERSIONS:
         raise ProtocolError(
             "unsupported-version",
@@ -208,7 +173,9 @@ def decode_body(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, 
 
 def error_body(code: ErrorCode, detail: str) -> bytes:
     """The body of an error response."""
-    return encode_body({"type": "error", "code": code, "detail": detail, "supported": sorted(SUPPORTED_VERSIONS)})
+    return encode_body(
+        {"type": "error", "code": code, "detail": detail, "supported": sorted(SUPPORTED_VERSIONS)}
+    )
 
 
 # -- field checks (raise ProtocolError "invalid") ------------------------------------------
@@ -290,12 +257,7 @@ def decode_uid(value: object) -> MessageUID:
 
 
 def device_queue_name(device: str, queue: str) -> str:
-    """Where the server holds messages for home-server queue ``queue`` of ``device``
-    (the protocol's naming convention, ``<device>.<queue>``; at most 48 characters).
-
-    >>> device_queue_name("DEV1", "INBOX")
-    'DEV1.INBOX'
-    """
+    """Where the server holds messages for home-server queue ``queue`` of ``device``: ``<device>.<queue>``."""
     from edgeq.names import check_name
 
     name = f"{device}.{queue}"

@@ -1,32 +1,5 @@
-"""Request signatures: the canonical string a device signs, and the headers that carry it.
-
-Every sync request is signed by the device's Ed25519 key over::
-
-    edgeq-sig-v1
-    POST
-    /v1/put
-    DEV1
-    1763683200123
-    9f86d081884c7d659a2feaa0c55ad015
-    e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
-
-that is: the scheme, the HTTP method (upper case), the path (no query), the
-device name, the timestamp (epoch ms on the device clock), the nonce (random,
-16-64 characters of ``A-Za-z0-9_-``) and the lowercase hex SHA-256 of the exact
-body bytes, joined by ``\\n`` (no trailing newline), UTF-8. The headers:
-
-=====================  ==================================================
-``X-Edgeq-Device``     the device (its queue manager name)
-``X-Edgeq-Timestamp``  the timestamp, decimal epoch milliseconds
-``X-Edgeq-Nonce``      the nonce
-``X-Edgeq-Signature``  base64 (standard, padded) of the 64-byte signature
-=====================  ==================================================
-
-This module is pure (no HTTP client or server), so both ends share it.
-
->>> canonical("post", "/v1/hello", "DEV1", 5, "n0nce-n0nce-n0nce", b"").decode().splitlines()[:6]
-['edgeq-sig-v1', 'POST', '/v1/hello', 'DEV1', '5', 'n0nce-n0nce-n0nce']
-"""
+"""Request signatures: the canonical string a device signs and the headers that carry it
+(docs/security.md, "Signed requests"). Pure (no HTTP), so both ends share it."""
 
 from __future__ import annotations
 
@@ -58,7 +31,7 @@ NONCE_RE: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
 def canonical(method: str, path: str, device: str, timestamp_ms: int, nonce: str, body: bytes) -> bytes:
-    """The bytes a device signs for one request (see the module docstring)."""
+    """The bytes a device signs for one request."""
     digest = hashlib.sha256(body).hexdigest()
     return "\n".join((SCHEME, method.upper(), path, device, str(timestamp_ms), nonce, digest)).encode()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -11,6 +12,10 @@ from hypothesis import strategies as st
 from edgeq import Int32, Int64, Message, MessageUID
 from edgeq.encoding.fields import decode_fields, encode_fields
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
+from edgeq.expiry import absolute_ms, check_expiry, own_deadline, relative_ms
+from edgeq.message import check_fields
+from edgeq.names import check_name, check_origin, origin_qmgr
+from edgeq.uid import new_incarnation
 
 
 def test_typed_ints_refuse_out_of_range() -> None:
@@ -79,3 +84,22 @@ def test_field_codec_round_trips_with_types(fields: dict[str, object]) -> None:
     decoded = decode_fields(encode_fields(Message(b"", fields=fields).fields))  # type: ignore[arg-type]
     assert decoded == fields
     assert [type(v) for v in decoded.values()] == [type(v) for v in fields.values()]
+
+
+def test_the_examples_the_docstrings_no_longer_carry() -> None:
+    """What the cut doctests of edgeq.message, .expiry, .names, .uid and .values showed."""
+    assert repr(check_fields({"n": 3, "ok": True})) == "{'n': Int64(3), 'ok': True}"
+    assert Message(b"x").replace(priority=9).priority == 9
+    assert repr(Message(b"x").expire_after(timedelta(seconds=30)).expiry) == "Int32(30000)"
+    assert repr(Message(b"x").expire_at(1_900_000_000_000).expiry) == "Int64(1900000000000)"
+    assert repr(check_expiry(Int32(60_000))) == "Int32(60000)"
+    assert repr(relative_ms(timedelta(minutes=1))) == "Int32(60000)"
+    assert repr(absolute_ms(datetime(2026, 1, 1, tzinfo=UTC))) == "Int64(1767225600000)"
+    assert (own_deadline(Int32(500), 1_000), own_deadline(Int64(9_000), 1_000)) == (1500, 9000)
+    assert check_name("ORDERS.EU", "queue name") == "ORDERS.EU"
+    assert (check_origin("DEV1:k3x9qam2pa"), check_origin("HOME.SRV")) == ("DEV1:k3x9qam2pa", "HOME.SRV")
+    assert (origin_qmgr("DEV1:k3x9qam2pa"), origin_qmgr("HOME.SRV")) == ("DEV1", "HOME.SRV")
+    token = new_incarnation()
+    assert (len(token), token.isalnum()) == (10, True)
+    assert repr(MessageUID.parse("HOME.SRV.42")) == "MessageUID(origin='HOME.SRV', stamp=42)"
+    assert (repr(Int32(60_000)), repr(Int64(1_763_683_200_000))) == ("Int32(60000)", "Int64(1763683200000)")

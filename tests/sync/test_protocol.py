@@ -6,8 +6,12 @@ import cbor2
 import pytest
 
 from edgeq import Int32, Int64, Message, MessageUID
+from edgeq.store.journal import JournalEntry
 from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
+from edgeq.sync.expiryreports import decode_expiry_items, encode_expiries
+from edgeq.sync.framing import negotiate
+from edgeq.sync.signing import canonical
 
 UID = MessageUID("DEV1", 1_763_683_200_000_123)
 
@@ -111,3 +115,28 @@ def test_edgeq_and_its_cli_import_no_network_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_examples_the_docstrings_no_longer_carry() -> None:
+    """What the cut doctests of edgeq.sync.protocol, .messages, .expiryreports, .framing, .signing showed."""
+    assert p.decode_body(b"\xa1\x61v\x01") == {"v": 1}
+    assert p.device_queue_name("DEV1", "INBOX") == "DEV1.INBOX"
+    assert wm.decode_fields({"n": ["i", 5]}) == {"n": Int32(5)}
+    assert type(wm.decode_fields({"n": ["i", 5]})["n"]) is Int32
+    assert wm.rebase_ms(10_000, server_ms=9_700, sender_now_ms=123, offset_ms=None) == 9_700
+    assert wm.rebase_ms(10_000, server_ms=12_000, sender_now_ms=123, offset_ms=None) == 10_000  # step back
+    assert wm.rebase_ms(10_000, server_ms=None, sender_now_ms=9_500, offset_ms=200) == 9_700  # legacy
+    w = wm.WireMessage(MessageUID("HOME", 7), b"x", {}, None, 60_000, None)
+    assert w.to_message(1_000_000, 250).expiry == Int64(1_059_750)
+    entry = JournalEntry(7, "expired", "device", 1_000, "ORDERS", "DEV1.5", "DEV1", check_point="get")
+    assert encode_expiries([entry]) == [
+        {"u": "DEV1.5", "q": "ORDERS", "t": 1000, "w": "get", "n": None, "c": None, "a": None}
+    ]
+    items = decode_expiry_items({"e": [{"u": "DEV1.5", "q": "ORDERS", "t": 9, "w": "get"},
+                                       {"u": "DEV1.6", "q": "ORDERS", "w": "get"}]}, "e", max_len=10)
+    assert [(i.uid, i.entry is not None, i.why) for i in items] == [
+        ("DEV1.5", True, None), ("DEV1.6", False, "'t' must be an integer, not NoneType")
+    ]
+    assert negotiate(["br", "zlib"], ("zstd", "zlib")) == ["zlib"]
+    signed = canonical("post", "/v1/hello", "DEV1", 5, "n0nce-n0nce-n0nce", b"").decode().splitlines()
+    assert signed[:6] == ["edgeq-sig-v1", "POST", "/v1/hello", "DEV1", "5", "n0nce-n0nce-n0nce"]
