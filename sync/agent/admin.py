@@ -1,14 +1,5 @@
-"""The sync agent's part in remote administration (``docs/admin.md``, "Transport").
-
-A device takes part once it trusts an operator key (``edgeq keys trust-admin``), or when
-its agent is told to (``SyncAgent(admin=True)``): after each hello the agent makes sure of
-its two queues, ``SYSTEM.ADMIN`` (a home-server queue, so requests held for it on the
-server's ``<DEVICE>.SYSTEM.ADMIN`` are pulled like any other) and ``SYSTEM.ADMIN.REPLY``
-(a remote queue to the server's queue of that name). After each pull it executes what
-came (``QueueManager.process_admin``: verified, exactly once) and, if that made replies,
-pushes again in the same cycle. A device that was offline pulls and executes its
-requests at its first cycle back.
-"""
+"""The sync agent's part in remote administration: after each hello, the device's two admin queues;
+after each pull, the requests executed. See docs/admin.md, 'Transport'."""
 
 from __future__ import annotations
 
@@ -25,12 +16,8 @@ log = logging.getLogger("edgeq.sync.agent")
 
 
 class AdminRelay:
-    """Set up the admin queues of the link's queue manager and execute the requests pulled.
-
-    ``enabled``: True always takes part, False never, None (the default) once the device
-    trusts at least one operator key (read at each cycle, so trusting a key on a running
-    device turns it on).
-    """
+    """Set up the admin queues of the link's queue manager and execute the requests pulled;
+    ``enabled``: True always, False never, None once the device trusts an operator key."""
 
     def __init__(self, link: ServerLink, enabled: bool | None = None) -> None:
         self.link = link
@@ -44,9 +31,8 @@ class AdminRelay:
         return bool(self.qm.admin_keys())
 
     def prepare(self) -> None:
-        """Define ``SYSTEM.ADMIN`` (filled from the server of the last hello) and
-        ``SYSTEM.ADMIN.REPLY`` (to that server) if this device takes part and lacks them.
-        Call it after a hello."""
+        """Define ``SYSTEM.ADMIN`` (filled from the last hello's server) and
+        ``SYSTEM.ADMIN.REPLY`` (to it) if this device takes part and lacks them. Call it after a hello."""
         if not self.active():
             return
         server = self.link.info.server
@@ -72,15 +58,15 @@ class AdminRelay:
         attrs = self.qm.queue_attributes(ADMIN_QUEUE)
         if attrs.kind != "home" or attrs.server != server:
             log.warning(
-                "%s is not a home-server queue of %s (it is a %s queue%s): no admin request from %s reaches "
-                "this device; delete it (edgeq queue delete %s) to let the agent define it again",
-                ADMIN_QUEUE, server, attrs.kind, f" of {attrs.server}" if attrs.server else "", server, ADMIN_QUEUE,
+                "%s is not a home-server queue of %s (it is a %s queue%s): no admin request from %s "
+                "reaches this device; delete it (edgeq queue delete %s) to let the agent define it again",
+                ADMIN_QUEUE, server, attrs.kind, f" of {attrs.server}" if attrs.server else "", server,
+                ADMIN_QUEUE,
                 extra={"event": "admin-queue-mismatch", "queue": ADMIN_QUEUE, "server": server})
 
     def process(self) -> int:
-        """Execute the requests waiting on ``SYSTEM.ADMIN`` (each once: a repeat is answered
-        from the remembered reply); return how many replies were queued to go back. A
-        failure is logged, not raised: the rest of the sync goes on."""
+        """Execute the requests waiting on ``SYSTEM.ADMIN``, each once; return how many replies
+        were queued. A failure is logged, not raised: the rest of the sync goes on."""
         attrs = next((a for a in self.qm.home_server_queues() if a.name == ADMIN_QUEUE), None)
         if attrs is None:
             return 0
@@ -97,8 +83,8 @@ class AdminRelay:
 
 
 def merged(first: PushReport, second: PushReport) -> PushReport:
-    """One report for the two pushes of a cycle (the second carries the admin replies):
-    counts add up; a queue's error is the later push's (how it stands now)."""
+    """One report for a cycle's two pushes (the second carries the admin replies): counts add up; a
+    queue's error is the later push's."""
     queues = dict(first.queues)
     for name, later in second.queues.items():
         earlier = queues.get(name)

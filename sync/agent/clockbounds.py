@@ -1,31 +1,11 @@
-"""What the device knows of the server's clock: bounds from its own round trips.
-
-The device sees every exchange from both ends on its **monotonic** clock (which no
-wall-clock step moves): a request sent at ``s``, answered at ``a``, carries the
-server's clock reading ``t`` (the response's ``now_ms``), taken at some instant in
-``[s, a]``. So at any device monotonic time ``m``, in ms,
-
-    m + L  <=  server clock  <=  m + H,    L = max_j (t_j - a_j),  H = min_j (t_j - s_j)
-
-each bound widened by the drift allowance :data:`DRIFT` (the two clocks' rates may
-differ by 100 ppm) times the time between ``m`` and the sample it came from.
-:class:`ServerClockBounds` keeps the best sample for each bound (O(1)). A sample that
-no longer fits the bounds (the server's clock stepped, or drifted beyond the allowance)
-restarts them from that sample alone: they are wrong, whichever side is.
-
-The agent uses them to rebase expiries without trusting any wall clock across the
-wire (``docs/protocol.md``, "Expiry crosses the wire as remaining milliseconds"):
-a push tells the server the **lower** bound of its clock at the instant the device
-read the messages' remaining lifetimes (``server_ms``); a pull takes the **upper**
-bound to tell how long ago, at most, the server read its clock.
+"""What the device knows of the server's clock: bounds from its own round trips, on its monotonic
+clock (docs/protocol.md, 'Expiry crosses the wire as remaining milliseconds').
 
 >>> bounds = ServerClockBounds()
 >>> bounds.add(10.0, 1_000_000, 10.05)      # sent at 10 s, answered 50 ms later
 True
->>> bounds.lower(10.05), bounds.upper(10.05)
-(1000000, 1000051)
->>> bounds.lower(70.05)                     # a minute later, less 100 ppm of it
-1059994
+>>> bounds.lower(10.05), bounds.upper(10.05), bounds.lower(70.05)  # a minute later, less 100 ppm
+(1000000, 1000051, 1059994)
 """
 
 from __future__ import annotations
@@ -37,9 +17,8 @@ from typing import Final
 
 __all__ = ["DRIFT", "STALE_AFTER_S", "ServerClockBounds"]
 
-#: How far the rates of the device's monotonic clock and the server's wall clock may
-#: differ (100 ppm: 8.6 s a day, far more than any NTP-disciplined or decent quartz
-#: clock); every bound is widened by this times the time since its sample.
+#: How far the rates of the device's monotonic clock and the server's wall clock may differ
+#: (100 ppm: 8.6 s a day); every bound is widened by this times the time since its sample.
 DRIFT: Final = 100e-6
 #: A sample older than this (seconds) has widened by 12 ms each way: the agent takes a
 #: fresh one (a hello) before it pushes.
@@ -50,33 +29,15 @@ _TOLERANCE_MS: Final = 1.0
 
 @dataclass(frozen=True, slots=True)
 class _Anchor:
-    """One bound's best sample: the server read ``server_ms`` no later than ``mono`` (for
-    the lower bound, the answer's arrival) or no earlier (for the upper, the request's
-    departure), in device monotonic seconds."""
+    """One bound's best sample: the server read ``server_ms`` no later / no earlier than ``mono``."""
 
     server_ms: int
     mono: float
 
 
 class ServerClockBounds:
-    """Lower and upper bounds on the server's clock at any device monotonic time.
-
-    Feed it :meth:`add` once per completed exchange; ask :meth:`lower`, :meth:`upper`
-    or :meth:`read_age_ms`. Times are the device's monotonic clock in seconds (e.g.
-    ``time.monotonic()``), server readings epoch ms. Thread-safe.
-
-    >>> bounds = ServerClockBounds()
-    >>> bounds.empty
-    True
-    >>> bounds.add(0.0, 5_000, 0.2), bounds.add(1.0, 6_010, 1.02)
-    (True, True)
-    >>> bounds.lower(1.02), bounds.upper(1.02)    # lower from the second exchange, upper from the first
-    (6010, 6021)
-    >>> bounds.add(2.0, 2_000, 2.01), bounds.epoch  # the server's clock stepped back
-    (False, 1)
-    >>> bounds.lower(2.01)
-    2000
-    """
+    """Lower and upper bounds on the server's clock (epoch ms) at any device monotonic time
+    (seconds). Feed it :meth:`add` once per completed exchange. Thread-safe."""
 
     def __init__(self, *, drift: float = DRIFT) -> None:
         self.drift = drift
@@ -94,28 +55,14 @@ class ServerClockBounds:
         return self._low is None
 
     def reset(self) -> None:
-        """Forget every sample (a new hello starts afresh).
-
-        >>> bounds = ServerClockBounds()
-        >>> _ = bounds.add(0.0, 1_000, 0.1)
-        >>> bounds.reset(); bounds.empty, bounds.epoch
-        (True, 1)
-        """
+        """Forget every sample (a new hello starts afresh)."""
         with self._lock:
             self._low = self._high = self._latest = None
             self.epoch += 1
 
     def add(self, sent: float, server_ms: int, received: float) -> bool:
-        """Add an exchange: sent at monotonic ``sent``, answered at ``received``, the
-        server's clock read ``server_ms`` in between. Returns False if the sample does
-        not fit the bounds (by more than 1 ms): they restart from it alone.
-
-        >>> bounds = ServerClockBounds()
-        >>> bounds.add(0.0, 1_000, 0.1), bounds.add(10.0, 11_000, 10.1)
-        (True, True)
-        >>> bounds.add(20.0, 31_000, 20.1)   # 10 s ahead of what the bounds allow
-        False
-        """
+        """Add an exchange sent at ``sent``, answered at ``received``, the server's clock
+        read ``server_ms`` in between. False if it does not fit the bounds: they restart from it alone."""
         if received < sent:
             raise ValueError(f"an answer received ({received}) before its request was sent ({sent})")
         low, high = _Anchor(server_ms, received), _Anchor(server_ms, sent)
@@ -152,10 +99,8 @@ class ServerClockBounds:
             return math.ceil(self._upper(self._high, at))
 
     def read_age_ms(self, server_ms: int, sent: float, received: float) -> int:
-        """At most how long before ``received`` the server read ``server_ms`` (ms, rounded
-        up), for an exchange sent at ``sent``: the whole exchange, or less if the upper
-        bound shows the server cannot have read that value so early. :meth:`add` the
-        exchange first (a reading the bounds do not hold says nothing).
+        """At most how long before ``received`` the server read ``server_ms`` (ms, rounded up); :meth:`add`
+        the exchange first.
 
         >>> bounds = ServerClockBounds()
         >>> _ = bounds.add(0.0, 1_000, 0.0)          # an exact sample: server = monotonic + 1 s
@@ -175,13 +120,7 @@ class ServerClockBounds:
         return max(0, math.ceil(min(whole, since)))
 
     def age_s(self, at: float) -> float | None:
-        """Seconds from the latest sample's answer to ``at`` (None: no sample).
-
-        >>> bounds = ServerClockBounds()
-        >>> _ = bounds.add(1.0, 9_000, 1.5)
-        >>> bounds.age_s(4.0)
-        2.5
-        """
+        """Seconds from the latest sample's answer to ``at`` (None: no sample)."""
         with self._lock:
             return None if self._latest is None else at - self._latest
 

@@ -1,7 +1,5 @@
-"""The device's expiry reports: its journal is an outbox of expiries (and of messages moved
-to its dead-letter queue or deleted from it, ``edgeq.queues.deadletter``), sent to the home server
-(``/v1/expiries``) after each push and trimmed once the server has answered.
-"""
+"""The device's expiry reports: its journal is an outbox of expiries (and of dead-letter moves and
+deletions), sent to the home server (``/v1/expiries``) after each push and trimmed once answered."""
 
 from __future__ import annotations
 
@@ -29,15 +27,8 @@ class ExpiryReporter:
         self.qm = link.qm
 
     def report(self) -> int:
-        """Send this device's journaled expiries to the server, then trim them (a
-        device journal is an outbox); returns how many were sent. At-least-once:
-        the server keeps a report received twice once.
-
-        Each expiry goes under the queue name the *server* knows: a remote queue's
-        target queue, a home-server queue's ``<device>.<queue>`` on the server. The
-        outbox is trimmed once the server has answered every entry (``recorded``,
-        ``already``, ``ignored`` or ``refused``; refusals are logged, event
-        ``expiry-refused``), so one bad entry can never hold up the rest."""
+        """Send this device's journaled expiries (under the queue names the server knows),
+        trimming each batch once the server has answered every entry; return how many were sent."""
         if self.qm.journal_mode != "device":
             return 0
         sent = 0
@@ -63,8 +54,7 @@ class ExpiryReporter:
         return sent
 
     def _server_queue_names(self) -> dict[str, str]:
-        """Local queue name -> the name the server knows it by, where they differ: a
-        remote queue's target queue, a home-server queue's ``<device>.<queue>``."""
+        """Local queue name -> the name the server knows it by, where they differ."""
         names = {a.name: a.target_queue for a in self.qm.remote_queues() if a.target_queue}
         for attrs in self.qm.home_server_queues():
             with contextlib.suppress(ValueError):  # too long to be pulled: left as it is

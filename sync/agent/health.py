@@ -1,23 +1,5 @@
-"""How each queue's sync is going, as the agent sees it: when it last succeeded, its last
-error and that error's code, how many of its messages were dead-lettered, and its own retry
-schedule, so that one failing queue (refused, forbidden, missing on the server) waits on
-its own backoff while the other queues and the other direction go on.
-
-The agent keeps this in the device's store (``QueueManager.record_sync_state``), where
-``edgeq sync status`` reads it from another process. To spare flash storage an idle
-agent does not write every cycle: a state is written when something other than its
-timestamps changed (a first success or attempt counts: "never" becomes a time), else at
-most every :data:`REFRESH_MS`, and in full when the agent closes (``edgeq sync --once``
-ends, a daemon stops).
-
-The hints say what to do, and where: a queue missing on the server is defined *there*
-(``edgeq queue define X --db <its store>``), a forbidden queue is allowed there.
-
->>> refusal_code("no-queue: no queue 'METRICS' on queue manager HOME")
-'no-queue'
->>> refusal_code("queue 'ORDERS' is full (1000 messages, its max_depth): ...")
-'queue-full'
-"""
+"""How each queue's sync is going, as the agent sees it, kept in the device's store for ``edgeq sync
+status``; and the hints that say what to do, and where (docs/protocol.md, 'Sync status')."""
 
 from __future__ import annotations
 
@@ -29,8 +11,8 @@ from typing import Any, Literal
 from edgeq.manager import QueueManager
 from edgeq.types import Clock
 
-__all__ = ["QUEUE_CODES", "REFRESH_MS", "Direction", "Health", "QueueHealth", "forbidden_hint", "missing_hint",
-           "plain_refusal", "refusal_code", "refusal_hint"]
+__all__ = ["QUEUE_CODES", "REFRESH_MS", "Direction", "Health", "QueueHealth", "forbidden_hint",
+           "missing_hint", "plain_refusal", "refusal_code", "refusal_hint"]
 
 Direction = Literal["push", "pull"]
 #: Refusals of a whole request that concern its queue, not the device: that queue fails
@@ -45,7 +27,11 @@ _CODES = (("no-queue", "no-queue"), ("is full", "queue-full"), ("max_bytes", "qu
 
 
 def refusal_code(why: str) -> str:
-    """A short code for a refusal reason: ``no-queue``, ``queue-full``, ``too-large`` or ``refused``."""
+    """A short code for a refusal reason: ``no-queue``, ``queue-full``, ``too-large`` or ``refused``.
+
+    >>> refusal_code("no-queue: no queue 'METRICS' on queue manager HOME")
+    'no-queue'
+    """
     for needle, code in _CODES:
         if needle in why:
             return code
@@ -53,22 +39,21 @@ def refusal_code(why: str) -> str:
 
 
 def plain_refusal(why: str, server: str, target: str) -> str:
-    """A refusal reason as the device keeps and shows it: the server's own advice for a
-    missing queue is for a Python caller on the server (``define_queue(...)``), so that
-    reason is said anew; any other stays as the server gave it.
+    """A refusal reason as the device shows it: a missing queue said for the device, any other as is.
 
-    >>> plain_refusal("no-queue: no queue 'M' on queue manager HOME: define it with define_queue('M')", "HOME", "M")
+    >>> plain_refusal("no-queue: no queue 'M' on queue manager HOME: define it with define_queue('M')",
+    ...               "HOME", "M")
     'no-queue: HOME has no queue M'
     """
     return f"no-queue: {server} has no queue {target}" if refusal_code(why) == "no-queue" else why
 
 
 def missing_hint(server: str, queue: str, purpose: str = "") -> str:
-    """What to do about a queue ``server`` does not have (``purpose``: what it is for), said
-    for the server's operator.
+    """What the server's operator should do about a queue ``server`` does not have.
 
-    >>> missing_hint("HOME", "METRICS")
-    "HOME has no queue METRICS: define it on the server (edgeq queue define METRICS --db <the server's store>)"
+    >>> print(missing_hint("HOME", "METRICS"))  # doctest: +NORMALIZE_WHITESPACE
+    HOME has no queue METRICS: define it on the server
+    (edgeq queue define METRICS --db <the server's store>)
     """
     return (f"{server} has no queue {queue}{purpose}: define it on the server "
             f"(edgeq queue define {queue} --db <the server's store>)")
@@ -78,15 +63,13 @@ def refusal_hint(
     server: str, target: str, code: str, why: str, limit: int, *, dlq: str, refused: int = 1, moved: int = 0,
     kept: int = 0,
 ) -> str:
-    """One line about ``refused`` messages of a remote queue refused with reason ``why``: what
-    happened, what to do, and what happens to them: ``moved`` of them reached their limit
-    and moved to dead-letter queue ``dlq``, ``kept`` reached it and stay (it could not take
-    them), the rest stay and are offered again.
+    """What happened to ``refused`` messages of a remote queue, what to do, and what happens to them.
 
-    >>> refusal_hint("HOME", "M", "queue-full", "full", 3, dlq="DLQ", refused=2, moved=1)
-    'HOME refused them: full; 1 refused 3 times moved to dead-letter queue DLQ (edgeq dlq resend \
-once the cause is fixed); 1 stay here and are offered again, each at most 3 times before it moves to \
-dead-letter queue DLQ'
+    >>> print(refusal_hint("HOME", "M", "queue-full", "full", 3, dlq="DLQ", refused=2, moved=1))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    HOME refused them: full; 1 refused 3 times moved to dead-letter queue DLQ (edgeq dlq resend once the
+    cause is fixed); 1 stay here and are offered again, each at most 3 times before it moves to dead-letter
+    queue DLQ
     """
     what = missing_hint(server, target) if code == "no-queue" else f"{server} refused them: {why}"
     said = [what]
@@ -125,15 +108,15 @@ class QueueHealth:
     retry_at: float | None = field(default=None, compare=False)  #: monotonic seconds (this process only)
 
     def state(self) -> dict[str, Any]:
-        """As stored (JSON)."""
         out = asdict(self)
         del out["retry_at"]
         return out
 
     @classmethod
     def from_state(cls, direction: Direction, state: dict[str, Any]) -> QueueHealth:
-        """From a stored state (keys it does not know are ignored; a bad one starts afresh)."""
-        known = {k: v for k, v in state.items() if k in cls.__dataclass_fields__ and k not in ("direction", "retry_at")}
+        """From a stored state (unknown keys ignored; a bad one starts afresh)."""
+        known = {k: v for k, v in state.items()
+                 if k in cls.__dataclass_fields__ and k not in ("direction", "retry_at")}
         try:
             return cls(direction, **known)
         except TypeError:
@@ -142,14 +125,13 @@ class QueueHealth:
     @property
     def failing(self) -> bool:
         """Whether its last error is newer than its last success."""
-        return self.last_error_ms is not None and (self.last_success_ms is None or self.last_error_ms > self.last_success_ms)
+        return self.last_error_ms is not None and (
+            self.last_success_ms is None or self.last_error_ms > self.last_success_ms)
 
 
 class Health:
-    """Every queue's :class:`QueueHealth` for one agent over ``qm``; ``clock`` is the device's
-    wall clock (ms, for the record), ``monotonic`` (seconds) times the backoff. A queue
-    that failed without moving anything waits ``backoff_base_s`` doubled per failure in a
-    row, at most ``backoff_max_s``. Thread-safe."""
+    """Every queue's :class:`QueueHealth` for one agent over ``qm``: a failing queue waits
+    ``backoff_base_s`` doubled per failure in a row, at most ``backoff_max_s``. Thread-safe."""
 
     def __init__(self, qm: QueueManager, *, clock: Clock, monotonic: Callable[[], float],
                  backoff_base_s: float = 1.0, backoff_max_s: float = 300.0) -> None:
@@ -196,8 +178,7 @@ class Health:
             h.failures, h.retry_at, h.next_retry_ms = 0, None, None
 
     def failed(self, queue: str, direction: Direction, code: str, error: str, *, moved: bool = False) -> None:
-        """An attempt failed with ``code`` (``error`` says what to do). If it ``moved`` some
-        messages the queue is retried at the next round, else it waits for its backoff."""
+        """An attempt failed with ``code``: retried next round if it ``moved`` some, else on backoff."""
         now, mono = self.clock(), self.monotonic()
         with self._lock:
             h = self._of(queue, direction)
@@ -212,8 +193,7 @@ class Health:
             h.next_retry_ms = now + round(delay * 1000)
 
     def moved_to_dlq(self, queue: str, count: int) -> None:
-        """``count`` messages of the remote queue reached their refusal limit and moved to
-        the dead-letter queue."""
+        """``count`` messages of the remote queue moved to the dead-letter queue at their limit."""
         with self._lock:
             self._of(queue, "push").dead_lettered += count
 
@@ -228,12 +208,12 @@ class Health:
         """Copies of every queue's record and of the agent's, as they are now."""
         with self._lock:
             queues = self._load()
-            return ({name: QueueHealth(**{**h.state(), "retry_at": h.retry_at}) for name, h in queues.items()},
+            return ({name: QueueHealth(**{**h.state(), "retry_at": h.retry_at})
+                     for name, h in queues.items()},
                     dict(self._agent))
 
     def flush(self, *, force: bool = False) -> None:
-        """Write the states that changed to the store (one transaction), timestamps alone
-        at most every :data:`REFRESH_MS` (at once with ``force``)."""
+        """Write the states that changed (one transaction); timestamps alone every :data:`REFRESH_MS`."""
         now = self.clock()
         with self._lock:
             if force and self._queues is None:
@@ -258,6 +238,5 @@ class Health:
 
 
 def _significant(state: dict[str, Any]) -> dict[str, Any]:
-    """What a change of must be written at once: all but the timestamps' values (whether each
-    is set counts)."""
+    """What a change of must be written at once: all but the timestamps' values (set or not counts)."""
     return {k: v is None if k in _TIMESTAMPS else v for k, v in state.items()}

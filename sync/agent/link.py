@@ -1,11 +1,5 @@
-"""The agent's conversation with its home server, shared by its parts (push, pull,
-expiry reports): each request with the store's identity and settled mark, the hello
-(asked again whenever the server wants one), and what every exchange teaches: the
-bounds on the server's clock (:class:`~edgeq.sync.agent.clockbounds.ServerClockBounds`),
-whether the server is reachable, how each queue's sync is going
-(:class:`~edgeq.sync.agent.health.Health`), and which codecs the server takes for compressed
-bodies (:mod:`edgeq.sync.framing`).
-"""
+"""The agent's conversation with its home server, shared by push, pull and expiry reports: requests
+with the store's identity and settled mark, the hello, and what each exchange teaches."""
 
 from __future__ import annotations
 
@@ -35,9 +29,10 @@ log = logging.getLogger("edgeq.sync.agent")
 Results = list[tuple[str, str, str | None]]
 
 
-def decode_results(body: Mapping[str, Any], allowed: Sequence[str], sent: Sequence[Message] | None = None) -> Results:
-    """The checked per-message results of an answer, in the order of ``sent`` if given;
-    a bad answer is :class:`~edgeq.sync.agent.transport.Unreachable` (retry later)."""
+def decode_results(body: Mapping[str, Any], allowed: Sequence[str],
+                   sent: Sequence[Message] | None = None) -> Results:
+    """The checked per-message results of an answer, in the order of ``sent`` if given; a bad
+    answer raises :class:`~edgeq.sync.agent.transport.Unreachable` (retry later)."""
     try:
         results = wm.decode_results(body, allowed)
     except p.ProtocolError as exc:
@@ -48,22 +43,14 @@ def decode_results(body: Mapping[str, Any], allowed: Sequence[str], sent: Sequen
 
 
 def failure_code(exc: SyncError) -> str:
-    """A failed exchange's code: the server's, if it refused (``forbidden``, ...), else
-    ``unreachable`` (no answer, a 5xx, a bad answer)."""
+    """A failed exchange's code: the server's if it refused (``forbidden``, ...), else ``unreachable``."""
     return exc.code if isinstance(exc, ServerRefused) else "unreachable"
 
 
 class ServerLink:
-    """Requests to the home server over ``transport`` on behalf of ``qm``.
-
-    ``clock`` is the device clock (epoch ms), ``monotonic`` the clock (seconds) every
-    exchange is timed on; ``batch_size`` is the most messages (or entries) the agent
-    sends or asks for in one request, within the server's own limit.
-    :attr:`lock` serialises the agent's pushes and pulls; a hello never takes it
-    (the push's confirmer thread may need one mid-push). :attr:`codecs` are those the
-    hello offers (every one this process runs; none: the agent behaves as one from before
-    compression), :attr:`server_codecs` those the server's answer took.
-    """
+    """Requests to the home server over ``transport`` on behalf of ``qm``; ``batch_size``: the most
+    messages (or entries) in one request, within the server's limit. :attr:`lock` serialises pushes and
+    pulls; a hello never takes it (the push's confirmer thread may need one mid-push)."""
 
     def __init__(
         self, qm: QueueManager, transport: Transport, *, clock: Clock, monotonic: Callable[[], float],
@@ -95,18 +82,18 @@ class ServerLink:
         return self._hello
 
     def codec(self, compression: str | None) -> Codec | None:
-        """The codec a queue's ``compression`` comes to with this server: that codec if
-        the server took it at the last hello, else None (plain bodies)."""
+        """The codec a queue's ``compression`` comes to: that codec if the server took it at the
+        last hello, else None (plain bodies)."""
         return next((c for c in self.server_codecs if c == compression), None)
 
-    def call(self, path: str, body: dict[str, Any], expect: str, *, compression: str | None = None) -> dict[str, Any]:
-        """One request and its answer of type ``expect``, saying hello first again if the
-        server asks for one; a failure makes a new hello due and, unless the server answered
-        with a refusal, marks it offline. ``compression``: the queue's attribute; the body
-        goes compressed (and the answer may come so) if the server takes that codec."""
+    def call(self, path: str, body: dict[str, Any], expect: str, *,
+             compression: str | None = None) -> dict[str, Any]:
+        """One request and its answer of type ``expect``, with a new hello first if the server asks;
+        a failure makes a hello due and, unless refused, marks the server offline."""
         # Every request says which store is calling and what it has settled: the server
         # forgets this store's confirmed uids below the mark (exactly once, no time window).
-        body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(), **body}
+        body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(),
+                **body}
         try:
             try:
                 return self._exchange(path, body, expect, compression)
@@ -124,9 +111,9 @@ class ServerLink:
             self._hello_due = True
             raise
 
-    def _exchange(self, path: str, body: dict[str, Any], expect: str, compression: str | None) -> dict[str, Any]:
-        """One request and its answer; the answer's ``now_ms`` (the server's clock, read
-        while the request was there) becomes a sample of :attr:`server_clock`. The codec is
+    def _exchange(self, path: str, body: dict[str, Any], expect: str,
+                  compression: str | None) -> dict[str, Any]:
+        """One request and its answer, whose ``now_ms`` becomes a clock sample; the codec is
         chosen here, so a request repeated after a new hello follows that hello's answer."""
         sent = self.monotonic()
         answer = self.transport.call(path, body, expect, codec=self.codec(compression))
@@ -144,8 +131,8 @@ class ServerLink:
             )
 
     def hello(self) -> HelloInfo:
-        """Handshake: learn the server's name and limits, and let it record this device's
-        clock offset; restarts the bounds on the server's clock from this exchange."""
+        """Handshake: learn the server's name and limits, let it record this device's clock
+        offset; restarts the bounds on the server's clock from this exchange."""
         sent = self.clock()
         started = self.monotonic()
         # Offered only if there is something to offer: a server hears from an agent without
@@ -186,20 +173,21 @@ class ServerLink:
         self.online = True
         log.info(
             "hello %s", info.server,
-            extra={"event": "hello", "server": info.server, "offset_ms": info.offset_ms, "rtt_ms": info.rtt_ms},
+            extra={"event": "hello", "server": info.server, "offset_ms": info.offset_ms,
+                   "rtt_ms": info.rtt_ms},
         )
         return info
 
     def _compare(self, server: str, settled: int | None, seen: int | None) -> None:
-        """Whether the store is behind what the server has seen of it (restored from an
-        older copy): then it takes a new incarnation, said in a warning and the status."""
+        """If the store is behind what the server has seen of it (restored from an older
+        copy), it takes a new incarnation, said in a warning and the status."""
         found = self.qm.check_restored(server, settled=settled, seen=seen)
         if found is None:
             return
         log.warning(
             "this store was found restored from an older copy: %s had settled its origin %s below stamp %s "
-            "and seen stamps up to %s; it now issues uids as %s, and the %d message(s) it holds of %s below "
-            "that mark are answered by the server as already delivered",
+            "and seen stamps up to %s; it now issues uids as %s, and the %d message(s) it holds of %s "
+            "below that mark are answered by the server as already delivered",
             server, found.old_origin, found.resent_below, found.seen, found.new_origin, found.resends,
             found.old_origin,
             extra={"event": "restored", **found.as_dict()},

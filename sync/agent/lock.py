@@ -1,19 +1,5 @@
-"""Whether a sync agent daemon runs on a store: a lock only a live process can hold.
-
-A daemon (``edgeq sync`` without ``--once``, ``SyncAgent.start``) holds an exclusive
-``flock`` on ``<store>.agent`` while it runs, and writes its pid there. The kernel drops the
-lock when the process ends, however it ends (SIGKILL and power loss included), so a pid
-reused by another process can never pass for the agent: ``edgeq sync status`` asks the lock
-(:func:`running_daemon`), not the pid.
-
->>> import tempfile, os
->>> store = os.path.join(tempfile.mkdtemp(), "device.db")
->>> lock = AgentLock(store)
->>> running_daemon(store), lock.acquire(), running_daemon(store) == (True, os.getpid())
-((False, None), True, True)
->>> lock.release(); running_daemon(store)
-(False, None)
-"""
+"""Whether a sync agent daemon runs on a store: an exclusive ``flock`` on ``<store>.agent``, which the
+kernel drops when the process ends however it ends, so a reused pid never passes for the agent."""
 
 from __future__ import annotations
 
@@ -32,7 +18,6 @@ _TRIES: Final = 20
 
 
 def lock_path(store: str | Path) -> Path:
-    """The agent lock of the store at ``store``: ``<store>.agent`` beside it."""
     path = Path(store)
     return path.with_name(path.name + ".agent")
 
@@ -71,8 +56,8 @@ class AgentLock:
 
 
 def running_daemon(store: str | Path) -> tuple[bool, int | None]:
-    """Whether a daemon holds the agent lock of the store at ``store`` now, and its pid (None
-    if it has not written it yet). Never blocks, never takes the lock for longer than a probe."""
+    """Whether a daemon holds the agent lock of ``store`` now, and its pid (None if not written
+    yet). Never blocks, never holds the lock longer than a probe."""
     try:
         fd = os.open(lock_path(store), os.O_RDONLY)
     except FileNotFoundError:

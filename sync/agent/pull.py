@@ -1,18 +1,5 @@
-"""The device's pull: every home-server queue's messages, fetched from the home server.
-
-Each batch is an assured get on the server (its messages stay locked there), a local
-assured put (``put_each`` then ``confirm_put_each``, with resend: a batch offered
-again is stored once), then a pull-confirm that deletes them on the server. Pulled
-lifetimes are shortened by the most time the bounds on the server's clock allow
-since the server read them (``docs/protocol.md``, "Expiry crosses the wire"). A queue with
-``compression`` asks for its batches compressed (and sends its pull-confirms so) where the
-server took that codec at hello.
-
-Queues fail independently: one the server does not hold (``missing``; except ``SYSTEM.ADMIN``,
-which a server holds once an operator sent the device a request) or refuses is that
-queue's failure, recorded with a hint for the server's operator, and the others go on;
-only a server that cannot be reached (or refuses this device) stops the pull.
-"""
+"""The device's pull: per home-server queue, an assured get on the server, an assured put here (a
+batch offered again is stored once), then a pull-confirm. Queues fail alone (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -43,10 +30,8 @@ class Puller:
         self.qm = link.qm
 
     def pull_once(self, *, due_only: bool = False) -> PullReport:
-        """Fetch every home-server queue's messages from the server (assured get, then
-        a local assured put, then a confirm to the server). Never raises for network problems.
-        With ``due_only`` (the daemon's cycles) a queue still in its own backoff after a
-        failure is left for a later round."""
+        """Fetch every home-server queue's messages from the server; never raises for network
+        problems. With ``due_only`` (the daemon's cycles) a queue still in its backoff is left for later."""
         report = PullReport()
         health = self.link.health
         with self.link.lock:
@@ -73,9 +58,10 @@ class Puller:
             )
         return report
 
-    def _pull_one(self, name: str, server: str, report: PullReport, compression: str | None = None) -> bool:
-        """Pull one queue and record how it went (``report.queues``, the link's health);
-        returns whether the server refused its requests or does not hold it (it fails alone)."""
+    def _pull_one(self, name: str, server: str, report: PullReport,
+                  compression: str | None = None) -> bool:
+        """Pull one queue and record how it went; return whether the server refused its requests
+        or does not hold it (it fails alone)."""
         queue = report.queues[name] = QueueReport(name, "pull")
         before = (report.received, report.refused)
         missing, last_why, refused_request = False, None, False
@@ -101,29 +87,33 @@ class Puller:
             except ValueError:
                 held = f"{self.qm.name}.{name}"
             queue.code = "no-queue"
-            queue.error = missing_hint(server, held, f" (where it keeps {name} messages for {self.qm.name})")
-            log.warning("pull of %s: %s", name, queue.error, extra={"event": "no-queue", "queue": name, "held": held})
+            queue.error = missing_hint(server, held,
+                                       f" (where it keeps {name} messages for {self.qm.name})")
+            log.warning("pull of %s: %s", name, queue.error,
+                        extra={"event": "no-queue", "queue": name, "held": held})
         elif queue.error is None and queue.refused and last_why is not None:
             queue.code = refusal_code(last_why)
-            queue.error = (f"{queue.refused} pulled message(s) could not be stored here: {last_why}; they stay "
-                           "on the server and are pulled again")
-            log.warning("pull of %s: %s", name, queue.error, extra={"event": "refused", "queue": name,
-                                                                    "count": queue.refused, "code": queue.code})
+            queue.error = (f"{queue.refused} pulled message(s) could not be stored here: {last_why}; "
+                           "they stay on the server and are pulled again")
+            log.warning("pull of %s: %s", name, queue.error,
+                        extra={"event": "refused", "queue": name, "count": queue.refused, "code": queue.code})
         if queue.error is None:
             self.link.health.succeeded(name, "pull")
         else:
-            self.link.health.failed(name, "pull", queue.code or "refused", queue.error, moved=queue.moved > 0)
+            self.link.health.failed(name, "pull", queue.code or "refused", queue.error,
+                                    moved=queue.moved > 0)
         return refused_request or missing
 
-    def _pull_queue(self, name: str, report: PullReport, compression: str | None = None) -> tuple[bool, str | None]:
-        """Pull one queue until the server has no more; returns whether the server holds no
-        such queue, and the reason the last message refused here was refused, if any.
-        ``compression``: the queue's codec, for its pulls' answers and its pull-confirms."""
+    def _pull_queue(self, name: str, report: PullReport,
+                    compression: str | None = None) -> tuple[bool, str | None]:
+        """Pull one queue until the server has no more; return whether the server holds no such
+        queue, and why the last message refused here was refused, if any."""
         limit = min(self.link.batch_size, self.link.info.max_batch)
         last_why: str | None = None
         while True:
             asked = self.link.monotonic()
-            body = self.link.call(p.PATH_PULL, {"type": "pull", "now_ms": self.link.clock(), "queue": name, "max": limit},
+            body = self.link.call(p.PATH_PULL,
+                                  {"type": "pull", "now_ms": self.link.clock(), "queue": name, "max": limit},
                                   "pull", compression=compression)
             now = self.link.clock()  # the deadlines count from here: read before ``answered``
             answered = self.link.monotonic()
@@ -143,7 +133,8 @@ class Puller:
             messages = [w.to_message(now, transit, resend=True) for w in wire]
             ack: list[str] = []
             to_confirm = []
-            for result in self.qm.put_each(name, messages, confirm_id=secrets.randbelow(MAX_CONFIRM_ID) + 1):
+            for result in self.qm.put_each(name, messages,
+                                           confirm_id=secrets.randbelow(MAX_CONFIRM_ID) + 1):
                 if result.status in ("stored", "replaced", "unconfirmed"):
                     to_confirm.append(result.uid)
                 elif result.status == "duplicate":
@@ -163,16 +154,17 @@ class Puller:
             if ack:
                 answer = self.link.call(
                     p.PATH_PULL_CONFIRM,
-                    {"type": "pull-confirm", "now_ms": self.link.clock(), "queue": name, "uids": ack}, "pull-confirm",
-                    compression=compression,
+                    {"type": "pull-confirm", "now_ms": self.link.clock(), "queue": name, "uids": ack},
+                    "pull-confirm", compression=compression,
                 )
-                report.acknowledged += sum(s == "confirmed" for _, s, _ in decode_results(answer, p.PULL_CONFIRM_STATUSES))
+                report.acknowledged += sum(
+                    s == "confirmed" for _, s, _ in decode_results(answer, p.PULL_CONFIRM_STATUSES))
             if not body.get("more") or not ack:
                 return False, last_why
 
     def _settle_pulled(self, name: str, body: dict[str, Any]) -> None:
-        """Forget the pulled uids the server can no longer offer again (below what it
-        holds, per origin): the device remembers exactly what is still in doubt."""
+        """Forget the pulled uids the server can no longer offer again (below what it holds,
+        per origin): the device remembers exactly what is still in doubt."""
         held = body.get("held")
         if held is None:
             return  # an older server: pulled uids are forgotten by age

@@ -1,22 +1,5 @@
-"""The device's push: every remote queue addressed to the home server, as MQe's
-two-stage transmission (``docs/protocol.md``).
-
-Each batch is **put** (the server stores it locked), **confirmed** (it becomes
-visible), then the local copies are deleted in one local transaction
-(``qm.transmitted``); batch N+1's put overlaps batch N's confirm. A batch is cut
-into chunks under the server's body limit; a put carries the lower bound of the
-server's clock at the instant its batch was read (``server_ms``), and is made again,
-as resends, if those bounds restart while it is under way. Every step is safe to
-repeat. A queue with ``compression`` sends its puts and confirms compressed as a whole
-(and asks for compressed answers) where the server took that codec at hello.
-
-Queues fail independently: a queue the server refuses as a whole (forbidden, too large,
-invalid) is recorded as that queue's failure and the others go on; only a server that
-cannot be reached (or refuses this device) stops the push. Each message the server
-refuses is counted in the store (``QueueManager.refused``); one refused as often as its
-queue's ``refusal_limit`` moves to the store's dead-letter queue in that transaction, or,
-if that queue cannot take it, stays and is offered again (``edgeq.queues.deadletter``).
-"""
+"""The device's push: every remote queue addressed to the home server, as MQe's two-stage
+transmission (put, confirm, local delete), two batches deep. Queues fail alone (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -51,14 +34,8 @@ _MAX_SKIPPED = 50_000  # messages refused in one push, not offered again until t
 
 
 class Pusher:
-    """Push the remote queues of the link's queue manager to its server.
-
-    It remembers, across pushes, which messages were put and not yet known to be
-    transmitted (their next put is a resend) and which the server discarded as
-    expired (never put again); ``expiries`` sends the journal's expiries after
-    each push. :meth:`transmit` is the queue manager's transmitter for
-    ``mode="sync"`` remote queues. :meth:`close` stops its confirmer thread.
-    """
+    """Push the remote queues of the link's queue manager to its server, remembering across pushes
+    which messages were put (a resend next) or discarded as expired. :meth:`close` stops the confirmer."""
 
     def __init__(self, link: ServerLink, expiries: ExpiryReporter) -> None:
         self.link = link
@@ -89,10 +66,8 @@ class Pusher:
     def push_once(
         self, progress: Callable[[Progress], None] | None = None, *, due_only: bool = False
     ) -> PushReport:
-        """Transmit every remote queue addressed to this server until none is left,
-        or until a failure (``report.error``); never raises for network problems. With
-        ``due_only`` (the daemon's cycles) a queue still in its own backoff after a
-        failure is left for a later round."""
+        """Transmit every remote queue addressed to this server until none is left or a failure
+        (``report.error``); never raises for network problems. ``due_only``: as :meth:`Puller.pull_once`."""
         report = PushReport()
         started = time.monotonic()
         health = self.link.health
@@ -135,11 +110,11 @@ class Pusher:
         return report
 
     def _push_one(
-        self, attrs: QueueAttributes, server: str, report: PushReport, progress: Callable[[Progress], None] | None
+        self, attrs: QueueAttributes, server: str, report: PushReport,
+        progress: Callable[[Progress], None] | None,
     ) -> bool:
-        """Push one queue and record how it went (``report.queues``, the link's health); returns
-        whether the server refused its requests, which fails it alone. A server that cannot
-        be reached (or refuses this device) stops the whole push (raised)."""
+        """Push one queue and record how it went; return whether the server refused its requests
+        (it fails alone). A server that cannot be reached, or refuses this device, raises."""
         name, target = attrs.name, attrs.target_queue or attrs.name
         queue = report.queues[name] = QueueReport(name, "push")
         before = (report.transmitted, report.refused, report.dead_lettered, report.dlq_kept)
@@ -188,10 +163,8 @@ class Pusher:
         self, attrs: QueueAttributes, report: PushReport, progress: Callable[[Progress], None] | None,
         *, count_refusals: bool = True,
     ) -> str | None:
-        """Push one remote queue as a two-deep pipeline: batch N+1's put overlaps batch
-        N's confirm and local delete (each still one transaction per stage). Each refused
-        message is counted (``count_refusals``) and not offered again in this push;
-        returns the reason of the last refusal, if any."""
+        """Push one remote queue, batch N+1's put overlapping batch N's confirm and local delete.
+        Refused messages are counted and not offered again in this push; returns the last refusal's reason."""
         name, target = attrs.name, attrs.target_queue or attrs.name
         last_shown = time.monotonic()
         started, done_at_start = last_shown, report.transmitted
@@ -246,10 +219,10 @@ class Pusher:
             self._show(progress, name, report.transmitted - done_at_start, started)
         return last_why
 
-    def _count_refusals(self, name: str, skipped: set[MessageUID], report: PushReport, count: bool) -> str | None:
-        """Count the refusals since the last call in the store (one transaction), where those
-        at their limit move to the dead-letter queue (or stay, if it cannot take them:
-        ``edgeq.queues.deadletter`` logs why); returns the last reason, if any were refused."""
+    def _count_refusals(self, name: str, skipped: set[MessageUID], report: PushReport,
+                        count: bool) -> str | None:
+        """Count the refusals since the last call in the store (one transaction), moving
+        those at their limit to the dead-letter queue; returns the last reason, if any."""
         pending, self._pending = self._pending, []
         if not pending:
             return None
@@ -289,7 +262,8 @@ class Pusher:
             weight = _weight(message)
             if weight > limit:
                 report.refused += 1
-                self._refusal(report, str(message.uid), f"larger than the server's request limit ({limit} bytes)")
+                self._refusal(report, str(message.uid),
+                              f"larger than the server's request limit ({limit} bytes)")
                 continue
             if chunk and (size + weight > limit or len(chunk) >= count_limit):
                 yield chunk
@@ -310,8 +284,8 @@ class Pusher:
     def _put_stage(
         self, target: str, chunk: list[Message], read_ms: int, read_mono: float, report: PushReport
     ) -> list[str]:
-        """Stage one for a chunk whose remaining lifetimes were read at ``read_ms`` (device
-        clock), no earlier than monotonic ``read_mono``; returns the uids to confirm."""
+        """Stage one for a chunk whose lifetimes were read at ``read_ms`` (device clock), no
+        earlier than monotonic ``read_mono``; returns the uids to confirm."""
         wire = []
         for message in chunk:
             assert message.uid is not None
@@ -343,7 +317,7 @@ class Pusher:
 
     def _server_ms(self, read_mono: float) -> dict[str, int]:
         """The put's ``server_ms``: the lower bound of the server's clock at ``read_mono``
-        (nothing while there are no bounds: the server then uses the hello's offset)."""
+        (nothing without bounds: the server then uses the hello's offset)."""
         if self.link.server_clock.empty:
             return {}
         return {"server_ms": self.link.server_clock.lower(read_mono)}
@@ -352,17 +326,15 @@ class Pusher:
         self, target: str, chunk: list[Message], results: Results, read_ms: int,
         read_mono: float, report: PushReport,
     ) -> Results:
-        """The bounds on the server's clock restarted while a put was prepared or under way
-        (its answer showed the server's clock had stepped, or a new hello): the deadlines
-        that put set may be late. The copies it stored are still locked and unconfirmed,
-        so put them once more, as resends, rebased on the new bounds; returns the results
-        with those of the second put in place of the first's."""
+        """The clock bounds restarted while a put was under way, so its deadlines may be late:
+        put the still-unconfirmed copies again as resends, rebased; returns the second put's results."""
         again = [m for m, (_, status, _) in zip(chunk, results, strict=True)
                  if status in ("stored", "replaced", "unconfirmed")]
         if not again or self.link.server_clock.empty:
             return results
         wire = [wm.WireMessage.from_message(m, resend=True).to_wire() for m in again]
-        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire, **self._server_ms(read_mono)}
+        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire,
+                **self._server_ms(read_mono)}
         log.info("put %d message(s) again, rebased on new bounds of the server's clock", len(again),
                  extra={"event": "put-again", "queue": target, "count": len(again)})
         answer = self.link.call(p.PATH_PUT, body, "put", compression=self._compression)
@@ -371,22 +343,21 @@ class Pusher:
         return [redone.get(uid, (uid, status, why)) for uid, status, why in results]
 
     def _fresh_clock_bounds(self) -> None:
-        """Before a push: bounds last sampled more than STALE_AFTER_S ago have widened by
-        the drift allowance (12 ms each way by then, and growing): a hello samples the
-        server's clock afresh, so a push after a long quiet spell loses no lifetime to it."""
+        """Before a push, a hello if the bounds' latest sample is older than
+        STALE_AFTER_S: a push after a quiet spell loses no lifetime to their widening."""
         age = self.link.server_clock.age_s(self.link.monotonic())
         if age is None or age > STALE_AFTER_S:
             self.link.hello()
 
-    def _confirm_stage(self, name: str, target: str, uids: list[str], compression: str | None = None) -> Results:
-        """Stage two (in the confirmer thread): confirm, then delete the local copies the
-        server confirmed, in one local transaction. A stage's uids may come from several
-        put chunks, so the confirm is cut to the server's ``max_batch`` as the puts were;
-        ``compression`` is the queue's (its confirms go compressed like its puts)."""
+    def _confirm_stage(self, name: str, target: str, uids: list[str],
+                       compression: str | None = None) -> Results:
+        """Stage two (confirmer thread): confirm, cut to the server's ``max_batch``, then
+        delete the confirmed local copies in one transaction; ``compression``: the queue's."""
         limit = self.link.info.max_batch
         results: Results = []
         for start in range(0, len(uids), limit):
-            body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target, "uids": uids[start : start + limit]}
+            body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target,
+                    "uids": uids[start : start + limit]}
             answer = self.link.call(p.PATH_CONFIRM, body, "confirm", compression=compression)
             results += decode_results(answer, CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
@@ -418,7 +389,8 @@ class Pusher:
             attrs = self.qm.queue_attributes(queue)
             server = self.link.ensure_hello().server
             if attrs.target_qmgr != server:
-                raise SyncError(f"queue {queue!r} targets {attrs.target_qmgr}, but this agent's server is {server}")
+                raise SyncError(
+                    f"queue {queue!r} targets {attrs.target_qmgr}, but this agent's server is {server}")
             report = PushReport()
             # Not counted: a sync-mode put that is not taken is taken back from the queue at once.
             self._push_queue(attrs, report, None, count_refusals=False)

@@ -32,7 +32,8 @@ class QueueReport:
     dead_lettered: int = 0  #: refused ``refusal_limit`` times: moved to the dead-letter queue
     dlq_kept: int = 0  #: refused ``refusal_limit`` times, the dead-letter queue could not take them: kept
     error: str | None = None  #: what went wrong, and what to do about it
-    code: str | None = None  #: ``no-queue``, ``forbidden``, ``queue-full``, ``too-large``, ``unreachable``, ...
+    #: ``no-queue``, ``forbidden``, ``queue-full``, ``too-large``, ``unreachable``, ...
+    code: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -40,7 +41,6 @@ class QueueReport:
         return self.error is None
 
     def as_dict(self) -> dict[str, object]:
-        """For a JSON summary."""
         return {"direction": self.direction, "moved": self.moved, "refused": self.refused,
                 "dead_lettered": self.dead_lettered, "dlq_kept": self.dlq_kept, "error": self.error,
                 "code": self.code}
@@ -78,7 +78,6 @@ class PushReport:
 
     @property
     def rate(self) -> float:
-        """Messages transmitted per second."""
         return self.transmitted / self.seconds if self.seconds > 0 else 0.0
 
 

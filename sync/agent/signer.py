@@ -1,7 +1,6 @@
 """The device side of signed sync: an ``httpx.Auth`` that signs every request.
 
 >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
->>> import httpx
 >>> request = httpx.Request("POST", "http://home/v1/hello", content=b"\\xa0")
 >>> signed = next(DeviceSigner("DEV1", Ed25519PrivateKey.generate()).auth_flow(request))
 >>> sorted(k for k in signed.headers if k.startswith("x-edgeq"))
@@ -25,12 +24,8 @@ __all__ = ["DeviceSigner"]
 
 
 class DeviceSigner(httpx.Auth):
-    """Sign each request as ``device`` with its Ed25519 ``key`` (one signature per
-    request: a batch of 500 messages costs one signing, about 50 µs).
-
-    ``clock`` gives the timestamp (epoch ms); the server refuses timestamps off
-    its own clock by more than its allowed skew (default 300 s).
-    """
+    """Sign each request as ``device`` with its Ed25519 ``key`` (one signing per request, about
+    50 µs); ``clock`` gives the timestamp (epoch ms), which must be within the server's allowed skew."""
 
     requires_request_body = True
 
@@ -45,7 +40,7 @@ class DeviceSigner(httpx.Auth):
         return cls(device, load_private_key(path), clock=clock)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        """Sign the request (the httpx auth hook): add the headers made by :func:`sign_headers`."""
+        """Sign the request (the httpx auth hook) with the headers of :func:`sign_headers`."""
         request.headers.update(sign_headers(
             self._key, self.device, request.method, request.url.path, request.content, self._clock()
         ))

@@ -1,20 +1,5 @@
-"""The sync status of a device, per remote and home-server queue: backlog, the oldest
-message's age, last success, last error with its code, refused messages, next retry.
-
-Everything is read from the device's store (``QueueManager.sync_overview``: the queues,
-the refusals table, and the state the agent records), so ``edgeq sync status`` in
-another process shows what the running agent knows; :meth:`SyncAgent.status
-<edgeq.sync.agent.agent.SyncAgent.status>` adds what the agent has not written yet. The same
-figures are the agent's metrics (:func:`render_metrics`, Prometheus text format).
-
->>> import tempfile, os
->>> from edgeq import Message, QueueManager
->>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
->>> qm.define_remote_queue("ORDERS", target_qmgr="HOME"); _ = qm.put("ORDERS", Message(b"x"))
->>> [(q.queue, q.direction, q.target, q.backlog, q.failing) for q in sync_status(qm).queues]
-[('ORDERS', 'push', 'HOME/ORDERS', 1, False)]
->>> qm.close()
-"""
+"""The sync status of a device per queue, read from its store (so ``edgeq sync status`` in another
+process shows what the running agent knows), and as Prometheus metrics (docs/protocol.md, 'Sync status')."""
 
 from __future__ import annotations
 
@@ -35,10 +20,9 @@ __all__ = ["AgentProcess", "QueueStatus", "SyncStatus", "render_metrics", "sync_
 
 @dataclass(frozen=True, slots=True)
 class AgentProcess:
-    """The store's sync agent daemon (``edgeq sync`` without ``--once``), as far as the store
-    and its agent lock tell: whether one runs now, and the record of the last one."""
+    """The store's sync agent daemon, as its lock and record tell: running now, or the last one."""
 
-    #: a daemon holds the store's agent lock now: a live process (a reused pid cannot pass for it)
+    #: a daemon holds the store's agent lock now (a reused pid cannot pass for it)
     running: bool = False
     pid: int | None = None  #: the running daemon's pid, else the last one's
     started_ms: int | None = None  #: when it started (device clock)
@@ -55,11 +39,13 @@ class QueueStatus:
     queue: str
     direction: str  #: ``"push"`` (a remote queue) or ``"pull"`` (a home-server queue)
     target: str  #: where it goes (push) or comes from (pull): ``SERVER/QUEUE``
-    backlog: int | None  #: messages waiting here to be pushed (None for a pull: they wait on the server)
+    #: messages waiting here to be pushed (None for a pull: they wait on the server)
+    backlog: int | None
     oldest_age_ms: int | None  #: how long the longest-waiting of them has waited
     last_success_ms: int | None  #: the last round that moved everything offered
     last_error: str | None  #: the last error, with what to do about it
-    last_error_code: str | None  #: ``no-queue``, ``forbidden``, ``queue-full``, ``too-large``, ``unreachable``, ...
+    #: ``no-queue``, ``forbidden``, ``queue-full``, ``too-large``, ``unreachable``, ...
+    last_error_code: str | None
     last_error_ms: int | None
     refused: int  #: messages held here that the server refused (each is offered again)
     refusals: int  #: how often they were refused, all together
@@ -69,7 +55,6 @@ class QueueStatus:
     failing: bool  #: its last error is newer than its last success, or it holds refused messages
 
     def as_dict(self) -> dict[str, Any]:
-        """For JSON."""
         return asdict(self)
 
 
@@ -94,21 +79,20 @@ class SyncStatus:
 
     @property
     def failing(self) -> bool:
-        """Whether anything needs attention: the agent stopped, a queue fails, or messages
-        wait in the dead-letter queue."""
+        """Whether anything needs attention: the agent stopped, a queue fails, or messages wait
+        in the dead-letter queue."""
         return self.stopped or self.dead_letter_depth > 0 or any(q.failing for q in self.queues)
 
     def as_dict(self) -> dict[str, Any]:
-        """For JSON (``edgeq sync status --json``)."""
         return {**asdict(self), "failing": self.failing}
 
 
 def sync_status(
-    qm: QueueManager, live: Mapping[str, QueueHealth] | None = None, agent: Mapping[str, Any] | None = None
+    qm: QueueManager, live: Mapping[str, QueueHealth] | None = None,
+    agent: Mapping[str, Any] | None = None,
 ) -> SyncStatus:
-    """The sync status of ``qm``'s store as of its clock; ``live`` and ``agent``: states
-    newer than the stored ones (a live agent's, in this process: its retries stand). Without
-    them and with no daemon running, nothing will retry: no next retry is given."""
+    """The sync status of ``qm``'s store as of its clock; ``live`` and ``agent``: a live agent's
+    newer states. With neither and no daemon running nothing will retry: no next retry is given."""
     overview = qm.sync_overview()
     now = qm.now_ms()
     record = {**overview.agent, **(agent or {})}
@@ -121,7 +105,8 @@ def sync_status(
         now, record.get("server"), bool(record.get("stopped")), record.get("last_error"),
         record.get("last_error_code"),
         record.get("next_retry_ms") if record.get("stopped") and retrying else None, queues,
-        overview.dead_letter_queue, overview.dead_letter_depth, restored=qm.restoration(), agent=process,
+        overview.dead_letter_queue, overview.dead_letter_depth, restored=qm.restoration(),
+        agent=process,
     )
 
 
@@ -137,7 +122,8 @@ def _process(qm: QueueManager, record: Mapping[str, Any]) -> AgentProcess:
 
 def _queue(q: SyncQueue, now: int, live: QueueHealth | None, device: str) -> QueueStatus:
     direction: Direction = "push" if q.kind == "remote" else "pull"
-    h = live if live is not None and live.direction == direction else QueueHealth.from_state(direction, q.state)
+    h = (live if live is not None and live.direction == direction
+         else QueueHealth.from_state(direction, q.state))
     if q.kind == "remote":
         target = f"{q.peer}/{q.target_queue}"
     else:
@@ -158,19 +144,20 @@ def _queue(q: SyncQueue, now: int, live: QueueHealth | None, device: str) -> Que
 _GAUGES: tuple[tuple[str, str, str], ...] = (
     ("backlog_messages", "gauge", "Messages waiting on the device to be pushed."),
     ("oldest_message_age_seconds", "gauge", "How long the longest-waiting of them has waited."),
-    ("last_success_timestamp_seconds", "gauge", "The last round that moved everything offered (device clock)."),
+    ("last_success_timestamp_seconds", "gauge",
+     "The last round that moved everything offered (device clock)."),
     ("last_error_timestamp_seconds", "gauge", "The queue's last error (device clock); label code."),
     ("refused_messages", "gauge", "Messages held on the device that the server refused."),
     ("refusals", "gauge", "How often those messages were refused, all together."),
     ("dead_lettered_total", "counter", "Messages moved to the dead-letter queue at their refusal limit."),
     ("next_retry_timestamp_seconds", "gauge", "When a failing queue is tried again (device clock)."),
-    ("failing", "gauge", "1 while the queue fails (last error newer than last success, or refused messages held)."),
+    ("failing", "gauge",
+     "1 while the queue fails (last error newer than last success, or refused messages held)."),
 )
 
 
 def render_metrics(status: SyncStatus) -> str:
-    """The status in Prometheus' text format (0.0.4), one series per queue and figure;
-    a figure that has no value (no backlog on a pull, never succeeded) is left out."""
+    """The status in Prometheus' text format (0.0.4); a figure without a value is left out."""
     lines: list[str] = []
     for name, kind, text in _GAUGES:
         metric = f"edgeq_agent_queue_{name}"
@@ -179,9 +166,11 @@ def render_metrics(status: SyncStatus) -> str:
             labels = f'queue="{q.queue}",direction="{q.direction}"'
             for extra, value in _values(name, q):
                 lines.append(f"{metric}{{{labels}{extra}}} {value}")
-    lines += ["# HELP edgeq_agent_stopped 1 while the agent cannot reach its server (or is refused as a device).",
+    lines += ["# HELP edgeq_agent_stopped 1 while the agent cannot reach its server "
+              "(or is refused as a device).",
               "# TYPE edgeq_agent_stopped gauge", f"edgeq_agent_stopped {int(status.stopped)}",
-              "# HELP edgeq_agent_running 1 while a sync agent daemon runs on this store (holds its agent lock).",
+              "# HELP edgeq_agent_running 1 while a sync agent daemon runs on this store "
+              "(holds its agent lock).",
               "# TYPE edgeq_agent_running gauge", f"edgeq_agent_running {int(status.agent.running)}",
               "# HELP edgeq_agent_dead_letter_messages Messages waiting in the store's dead-letter queue.",
               "# TYPE edgeq_agent_dead_letter_messages gauge",
@@ -207,7 +196,8 @@ def _values(name: str, q: QueueStatus) -> Iterator[tuple[str, str]]:
         if value is not None:
             yield "", str(value)
         return
-    ms = {"oldest_message_age_seconds": q.oldest_age_ms, "last_success_timestamp_seconds": q.last_success_ms,
+    ms = {"oldest_message_age_seconds": q.oldest_age_ms,
+          "last_success_timestamp_seconds": q.last_success_ms,
           "next_retry_timestamp_seconds": q.next_retry_ms}[name]
     if ms is not None:
         yield "", _seconds(ms)

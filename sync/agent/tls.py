@@ -1,11 +1,5 @@
-"""The device's transport security: which server URLs it will talk to, and how it checks the server.
-
-* ``https://`` URLs are verified against a CA file (``edgeq sync --ca-file``,
-  e.g. the private CA that signed the home server's certificate) or, without
-  one, the system's trust store; the host name must match the certificate.
-* Plain ``http://`` is refused unless the server is on a loopback address
-  (``127.0.0.0/8``, ``::1``, ``localhost``) or it is explicitly allowed
-  (``--allow-insecure-http``, for trusted LANs and tests).
+"""The device's transport security: ``https://`` verified against a CA file or the system's trust
+store; plain ``http://`` refused unless on loopback or explicitly allowed (docs/security.md).
 
 >>> check_server_url("http://127.0.0.1:8470"); check_server_url("https://home.example:8470")
 >>> try:
@@ -57,17 +51,14 @@ def check_server_url(url: str, *, allow_insecure_http: bool = False) -> None:
     if allow_insecure_http or is_loopback(parts.hostname or ""):
         return
     raise InsecureTransport(
-        f"refusing plain HTTP to {url}: requests, signatures' metadata and messages would cross the network "
-        "unencrypted and unauthenticated; serve TLS (edgeq serve --tls-cert/--tls-key) and use https://, "
-        "or pass --allow-insecure-http on a trusted network"
+        f"refusing plain HTTP to {url}: requests, signatures' metadata and messages would cross the "
+        "network unencrypted and unauthenticated; serve TLS (edgeq serve --tls-cert/--tls-key) and use "
+        "https://, or pass --allow-insecure-http on a trusted network"
     )
 
 
 def client_ssl_context(ca_file: Path | None = None) -> ssl.SSLContext:
-    """Verify servers against ``ca_file`` (PEM) only, or the system trust store if None.
-
-    Certificates and host names are always checked; TLS 1.2 is the minimum.
-    """
+    """Verify servers (and host names) against ``ca_file`` or the system trust store; TLS 1.2+."""
     try:
         context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
     except (OSError, ssl.SSLError) as exc:

@@ -38,14 +38,8 @@ class ServerRefused(SyncError):
 
 
 class Transport:
-    """POST CBOR bodies to ``server_url``; decoded response bodies come back.
-
-    ``client`` may be given (tests, custom TLS); otherwise one is made with
-    ``timeout`` seconds and keep-alive, verifying ``https://`` servers against
-    ``ca_file`` (or the system trust store), and closed by :meth:`close`.
-    ``auth`` is any ``httpx.Auth`` (e.g. :class:`~edgeq.sync.agent.signer.DeviceSigner`).
-    Plain ``http://`` to a non-loopback host raises
-    :class:`~edgeq.sync.agent.tls.InsecureTransport` unless ``allow_insecure_http``.
+    """POST CBOR bodies to ``server_url``; decoded response bodies come back. ``client`` may be given,
+    else one is made (closed by :meth:`close`); plain ``http://`` off loopback needs ``allow_insecure_http``.
     """
 
     def __init__(
@@ -66,15 +60,10 @@ class Transport:
         self._auth = auth
         self._headers = {"content-type": p.CONTENT_TYPE, "accept": p.CONTENT_TYPE}
 
-    def call(self, path: str, body: Mapping[str, Any], expect: str, *, codec: Codec | None = None) -> dict[str, Any]:
-        """Send one request; return the response body of type ``expect``. With a ``codec``
-        (one the server takes: negotiated at hello) the body goes compressed and the
-        answer may come so.
-
-        Raises :class:`Unreachable` for network failures and 5xx answers (the
-        request may or may not have been applied: the protocol makes a retry
-        safe), and for an answer that does not decode (a damaged compressed one too),
-        :class:`ServerRefused` for 4xx answers.
+    def call(self, path: str, body: Mapping[str, Any], expect: str, *,
+             codec: Codec | None = None) -> dict[str, Any]:
+        """Send one request; return the answer of type ``expect`` (compressed with ``codec``). Raises
+        :class:`Unreachable` for network failures, 5xx, 408, 429 and bad answers, else :class:`ServerRefused`.
         """
         raw, framing = frame(codec, p.encode_body(body))
         headers = {**self._headers, **framing, **({H_ACCEPT: codec} if codec is not None else {})}
@@ -95,7 +84,8 @@ class Transport:
         problem = ""
         if media == p.CONTENT_TYPE:
             try:
-                plain = unframe(response.headers.get(H_ENCODING), response.content, max_bytes=MAX_ANSWER_BYTES)
+                plain = unframe(response.headers.get(H_ENCODING), response.content,
+                                max_bytes=MAX_ANSWER_BYTES)
                 decoded = p.decode_body(plain)
             except p.ProtocolError as exc:
                 problem = exc.detail

@@ -1,8 +1,5 @@
-"""The exported journal's layout as the Spark job reads it: its columns and their types,
-the manifest's name, and the part files' names.
-
-Standard library only: the job imports this on a Spark driver that has nothing but
-pyspark (``edgeq.store.journal.JOURNAL_COLUMNS`` is the same list; a test checks they agree).
+"""The exported journal's layout as the Spark job reads it: columns and types (as
+``edgeq.store.journal.JOURNAL_COLUMNS``, test-checked), manifest and part file names. Standard library only.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ _DATE = re.compile(r"^date=\d{4}-\d{2}-\d{2}$")
 
 @dataclass(frozen=True, slots=True, order=True)
 class Part:
-    """One part file of an export: ``date=YYYY-MM-DD/part-FIRST-LAST.parquet`` (journal
-    ids ``first..last`` whose ``at_ms`` falls on that date), and its size in bytes."""
+    """One part file of an export, ``date=YYYY-MM-DD/part-FIRST-LAST.parquet``, and its size in bytes."""
 
     first: int
     last: int
@@ -49,8 +45,8 @@ class Part:
 
 
 def parse_part(relative: str, size: int) -> Part | None:
-    """The :class:`Part` a path relative to the export directory names, or None if it is
-    not a committed part file (e.g. a hidden temporary file of an export in progress).
+    """The :class:`Part` a path relative to the export directory names, or None if it is not a
+    committed part file (e.g. an export's hidden temporary file).
 
     >>> parse_part("date=2025-11-21/part-000000000001-000000004096.parquet", 10)
     Part(first=1, last=4096, name='date=2025-11-21/part-000000000001-000000004096.parquet', size=10)

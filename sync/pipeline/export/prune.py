@@ -1,22 +1,5 @@
-"""``edgeq export --prune-after 30d``: journal retention on the home server.
-
-The journal grows with every message; once its entries are in the Parquet
-export they need not stay in the server's store. Pruning removes the entries
-that are both **exported** and **old**:
-
-* ``id <=`` the export's watermark (its manifest's last journal id: the commit
-  point of the export, written only after the part files are in place), and not
-  in a range ``--since`` left out of the export (the manifest's ``skipped``);
-* ``at_ms <`` now minus the bound.
-
-Nothing else is touched: entries above the watermark (not exported yet), left
-out by ``--since``, or newer than the bound stay. Each transaction removes at
-most ``batch_rows`` entries (``BEGIN IMMEDIATE`` on the live store, so the
-server's writers wait at most one short batch), and records what was removed in
-the store's ``edgeq_meta`` (key ``journal.pruned``) in the same transaction. A
-crash anywhere loses nothing: every committed batch only removed entries the
-export's manifest already covered, and a re-run carries on.
-"""
+"""``edgeq export --prune-after 30d``: journal retention on the home server, removing the entries that
+are both exported and old, in short batches. See docs/pipeline.md, 'Retention: --prune-after'."""
 
 from __future__ import annotations
 
@@ -44,10 +27,7 @@ __all__ = ["PruneResult", "prune_journal"]
 
 @dataclass(slots=True)
 class PruneResult:
-    """What a prune removed: ``removed`` entries, ids ``first_id..last_id``, all exported
-    (``id <= watermark``) and older than ``before_ms``; and what it kept: exported
-    entries newer than the bound (``kept_recent``), entries ``--since`` left out of the
-    export (``kept_skipped``), entries not exported yet (``kept_unexported``)."""
+    """What a prune removed (exported entries older than ``before_ms``) and what it kept, and why."""
 
     before_ms: int
     watermark: int
@@ -62,13 +42,17 @@ class PruneResult:
     def describe(self, db: Path) -> str:
         """One line for people.
 
-        >>> PruneResult(before_ms=0, watermark=9, removed=3, first_id=1, last_id=3).describe(Path("h.db"))
-        'Pruned 3 journal entries (ids 1..3, exported, before 1970-01-01T00:00:00Z) from h.db; kept 0 newer, 0 left out by --since, 0 not exported yet.'
+        >>> result = PruneResult(before_ms=0, watermark=9, removed=3, first_id=1, last_id=3)
+        >>> print(result.describe(Path("h.db")))  # doctest: +NORMALIZE_WHITESPACE
+        Pruned 3 journal entries (ids 1..3, exported, before 1970-01-01T00:00:00Z) from h.db;
+        kept 0 newer, 0 left out by --since, 0 not exported yet.
         """
         when = datetime.fromtimestamp(self.before_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         what = (f"Pruned {self.removed:,} journal entries (ids {self.first_id}..{self.last_id}, exported, "
-                f"before {when})" if self.removed else f"Pruned nothing (no exported journal entry before {when})")
-        return (f"{what} from {db}; kept {self.kept_recent:,} newer, {self.kept_skipped:,} left out by --since, "
+                f"before {when})" if self.removed
+                else f"Pruned nothing (no exported journal entry before {when})")
+        return (f"{what} from {db}; kept {self.kept_recent:,} newer, "
+                f"{self.kept_skipped:,} left out by --since, "
                 f"{self.kept_unexported:,} not exported yet.")
 
 
@@ -82,13 +66,8 @@ def prune_journal(
     timeout: float = 30.0,
     progress: Callable[[str], None] | None = None,
 ) -> PruneResult:
-    """Remove from ``db``'s journal the entries exported into ``out`` that are older than
-    ``older_than_ms`` (see the module doc).
-
-    ``now_ms`` is the server's time (default: the wall clock), ``batch_rows`` the most
-    entries one transaction removes, ``timeout`` how long a batch waits for the store's
-    write lock. ``out`` must be the directory ``edgeq export`` wrote from this store.
-    """
+    """Remove from ``db``'s journal the entries exported into ``out`` (``edgeq export``'s directory of
+    this store) older than ``older_than_ms``, at most ``batch_rows`` per transaction."""
     if older_than_ms < 0:
         raise MalformedJournal(f"the retention bound must not be negative, not {older_than_ms} ms")
     if batch_rows < 1:
@@ -124,7 +103,8 @@ def prune_journal(
             with store.write() as tx:
                 params = [after, result.watermark, before_ms, *skipped_params]
                 count, first, upto = tx.execute(
-                    f"SELECT count(*), min(id), max(id) FROM (SELECT id FROM journal WHERE {removable} ORDER BY id LIMIT ?)",
+                    "SELECT count(*), min(id), max(id) FROM "
+                    f"(SELECT id FROM journal WHERE {removable} ORDER BY id LIMIT ?)",
                     [*params, batch_rows],
                 ).fetchone()
                 if count == 0:
@@ -145,8 +125,10 @@ def prune_journal(
         with store.read() as tx:
             result.kept_recent, result.kept_skipped, result.kept_unexported = tx.execute(
                 f"SELECT count(*) FILTER (WHERE id <= ? AND at_ms >= ? AND NOT {skipped_sql}), "
-                f"count(*) FILTER (WHERE id <= ? AND {skipped_sql}), count(*) FILTER (WHERE id > ?) FROM journal",
-                [result.watermark, before_ms, *skipped_params, result.watermark, *skipped_params, result.watermark],
+                f"count(*) FILTER (WHERE id <= ? AND {skipped_sql}), "
+                "count(*) FILTER (WHERE id > ?) FROM journal",
+                [result.watermark, before_ms, *skipped_params,
+                 result.watermark, *skipped_params, result.watermark],
             ).fetchone()
     finally:
         store.close()

@@ -1,10 +1,5 @@
-"""The exactly-once audit and the expiry reconciliation, added up from the uid partials of
-every bucket (:mod:`edgeq.sync.pipeline.job.uids`).
-
-A **device** is an origin that shows itself one somewhere in the data: an acceptance,
-or an expiry it reported of its own message (so the server's own messages, and those a
-device pulled from it, are not audited).
-"""
+"""The exactly-once audit and the expiry reconciliation, summed from every bucket's uid partials
+(which origins are devices: docs/pipeline.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +11,9 @@ from edgeq.sync.pipeline.job.uids import CATEGORIES, device_name
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["audit_devices", "audit_duplicates", "audit_gaps", "device_origins", "expiry_daily", "expiry_where"]
+__all__ = [
+    "audit_devices", "audit_duplicates", "audit_gaps", "device_origins", "expiry_daily", "expiry_where",
+]
 
 _SUMS = ("accepted", "duplicates", "expired_unaccepted", "expired_on_device_after_accept",
          "delivered_then_device_expired", "gaps", "unauditable", "dead_lettered")
@@ -26,11 +23,11 @@ def device_origins(audit: DataFrame) -> DataFrame:
     """The device origins (one column, ``origin``) from the audit partials of every bucket."""
     from pyspark.sql import functions as F
 
-    return audit.groupBy("origin").agg(F.max("evidence").alias("evidence")).filter(F.col("evidence") == 1).select("origin")
+    return (audit.groupBy("origin").agg(F.max("evidence").alias("evidence"))
+            .filter(F.col("evidence") == 1).select("origin"))
 
 
 def audit_devices(audit: DataFrame, devices: DataFrame) -> DataFrame:
-    """Report ``audit_devices``."""
     from pyspark.sql import functions as F
 
     return (
@@ -40,9 +37,9 @@ def audit_devices(audit: DataFrame, devices: DataFrame) -> DataFrame:
             F.min("first_stamp").alias("first_stamp"), F.max("last_stamp").alias("last_stamp"),
             *(F.sum(c).cast("long").alias(c) for c in _SUMS),
         )
-        .select("origin", device_name().alias("device"), "accepted", "first_stamp", "last_stamp", "duplicates",
-                "expired_unaccepted", "expired_on_device_after_accept", "delivered_then_device_expired", "gaps",
-                "unauditable", "dead_lettered")
+        .select("origin", device_name().alias("device"), "accepted", "first_stamp", "last_stamp",
+                "duplicates", "expired_unaccepted", "expired_on_device_after_accept",
+                "delivered_then_device_expired", "gaps", "unauditable", "dead_lettered")
     )
 
 
@@ -50,20 +47,20 @@ def audit_duplicates(dups: DataFrame, queues: DataFrame) -> DataFrame:
     """Report ``audit_duplicates``: ``queues`` are those of the first and the last acceptance."""
     from pyspark.sql import functions as F
 
-    named = with_queue_names(with_queue_names(dups, queues, "first_qid", "first_queue"), queues, "last_qid", "last_queue")
+    named = with_queue_names(with_queue_names(dups, queues, "first_qid", "first_queue"), queues,
+                             "last_qid", "last_queue")
     return named.select(
-        "uid", "origin", "times", F.array_sort(F.array_distinct(F.array("first_queue", "last_queue"))).alias("queues"),
+        "uid", "origin", "times",
+        F.array_sort(F.array_distinct(F.array("first_queue", "last_queue"))).alias("queues"),
         "first_ms", "last_ms",
     )
 
 
 def audit_gaps(gaps: DataFrame) -> DataFrame:
-    """Report ``audit_gaps``."""
     return gaps.select("origin", "uid", "stamp", "kinds", "first_seen_ms")
 
 
 def expiry_daily(partials: DataFrame, queues: DataFrame) -> DataFrame:
-    """Report ``expiry_daily``."""
     from pyspark.sql import functions as F
 
     counts = ("expired", *CATEGORIES.values(), "entries")
@@ -72,7 +69,7 @@ def expiry_daily(partials: DataFrame, queues: DataFrame) -> DataFrame:
 
 
 def expiry_where(partials: DataFrame) -> DataFrame:
-    """Report ``expiry_where``."""
     from pyspark.sql import functions as F
 
-    return partials.groupBy("queue", "side", "check_point").agg(F.sum("messages").cast("long").alias("messages"))
+    return partials.groupBy("queue", "side", "check_point").agg(
+        F.sum("messages").cast("long").alias("messages"))

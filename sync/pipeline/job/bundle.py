@@ -1,26 +1,5 @@
 """The Spark job packed for ``spark-submit``, loadable on a driver that has nothing but pyspark.
-
-``python -m edgeq.sync.pipeline.job.bundle build/`` writes two files:
-
-* ``build/edgeq-pipeline.zip``, for ``--py-files``: the job's modules (``job.py`` and
-  everything it imports, and the report writer) under their package names, with
-  **stub** ``edgeq/__init__.py`` and ``edgeq/sync/__init__.py``: the real ones import
-  the queue manager and the sync protocol (cbor2, cryptography, ...), which the job
-  never uses. ``edgeq/errors.py`` comes along (standard library only): the job's errors
-  are edgeq's;
-* ``build/edgeq-pipeline-job.py``, the script spark-submit runs.
-
-Then::
-
-    spark-submit --master spark://head:7077 --py-files build/edgeq-pipeline.zip \\
-        build/edgeq-pipeline-job.py --journal hdfs:///edgeq/journal --out hdfs:///edgeq/reports
-
-The modules are chosen by reading their imports (every ``import``, at module level
-or in a function): a job module that imported anything of edgeq outside
-``edgeq.sync.pipeline`` (other than ``edgeq.errors``), or a third-party package
-other than pyspark, py4j and (optional, guarded) pyarrow, makes the build fail,
-so the bundle can never need what a bare driver lacks.
-"""
+Built by ``python -m edgeq.sync.pipeline.job.bundle build/``; see docs/pipeline.md, 'Running on a cluster'."""
 
 from __future__ import annotations
 
@@ -40,14 +19,15 @@ _PACKAGE = "edgeq.sync.pipeline"
 _ALSO = ("edgeq.errors",)
 _THIRD_PARTY = ("pyspark", "py4j", "pyarrow")
 _STUB = '''"""A stub: this is edgeq's Spark job only (edgeq.sync.pipeline.job.bundle), not edgeq."""\n'''
-_ENTRY_TEXT = '''"""spark-submit's script for edgeq's journal analytics: see docs/pipeline.md, "Running on a cluster"."""
+_ENTRY_TEXT = ('''"""spark-submit's script for edgeq's journal analytics: '''
+               '''see docs/pipeline.md, "Running on a cluster"."""
 
 import sys
 
 from edgeq.sync.pipeline.job.runner import main
 
 sys.exit(main())
-'''
+''')
 
 
 def _source(module: str) -> Path:
@@ -82,7 +62,7 @@ def _imports(path: Path, package: str) -> set[str]:
 
 
 def closure(roots: tuple[str, ...] = ROOTS) -> dict[str, Path]:
-    """The edgeq modules ``roots`` need (name -> file), checked (see the module doc)."""
+    """The edgeq modules ``roots`` need (name -> file); ValueError if one imports what a driver lacks."""
     todo, done = [*roots, _PACKAGE], {}
     while todo:
         name = todo.pop()
@@ -128,12 +108,14 @@ def build(folder: Path) -> tuple[Path, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m edgeq.sync.pipeline.job.bundle [DIR]``: build the bundle, print how to submit it."""
-    parser = argparse.ArgumentParser(prog="edgeq.sync.pipeline.job.bundle", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="edgeq.sync.pipeline.job.bundle",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", default="build", help="where to write it (default: build)")
     args = parser.parse_args(argv)
     archive, entry = build(Path(args.folder))
     print(f"wrote {archive} and {entry}; submit with:\n"
-          f"  spark-submit --master spark://HOST:7077 --py-files {archive} {entry} --journal JOURNAL --out OUT")
+          f"  spark-submit --master spark://HOST:7077 --py-files {archive} {entry}"
+          " --journal JOURNAL --out OUT")
     return 0
 
 

@@ -1,10 +1,5 @@
-"""The few file operations the job does itself (listing part files, the manifests, its
-state's bookkeeping), on the local disk or on any file system Spark reaches.
-
-A local path (no scheme, or ``file://``) is handled with :mod:`pathlib`; anything else
-(``hdfs://``, ``s3a://``, ...) through Hadoop's ``FileSystem`` in Spark's JVM, on the
-driver. Executors never run Python for any of this.
-"""
+"""The file operations the job does itself, on the local disk (:mod:`pathlib`) or through Hadoop's
+``FileSystem`` in the driver's JVM (``hdfs://``, ``s3a://``, ...)."""
 
 from __future__ import annotations
 
@@ -50,8 +45,7 @@ class Files(Protocol):
     """What the job needs of a file system."""
 
     def list_files(self, root: str, pattern: str) -> list[tuple[str, int]]:
-        """Files under ``root`` matching the glob ``pattern`` (e.g. ``date=*/*.parquet``):
-        (path relative to ``root``, size in bytes)."""
+        """``(path relative to root, size in bytes)`` of the files matching the glob ``pattern``."""
         ...
 
     def read_text(self, path: str) -> str | None:
@@ -59,11 +53,10 @@ class Files(Protocol):
         ...
 
     def write_text(self, path: str, text: str) -> None:
-        """Write a small text file so that a reader sees the old content or the new, never half."""
+        """Write a small text file atomically: a reader sees the old content or the new."""
         ...
 
     def exists(self, path: str) -> bool:
-        """Whether ``path`` exists."""
         ...
 
     def delete(self, path: str) -> None:
@@ -80,7 +73,8 @@ class LocalFiles:
 
     def list_files(self, root: str, pattern: str) -> list[tuple[str, int]]:
         base = local_path(root)
-        return sorted((p.relative_to(base).as_posix(), p.stat().st_size) for p in base.glob(pattern) if p.is_file())
+        return sorted((p.relative_to(base).as_posix(), p.stat().st_size)
+                      for p in base.glob(pattern) if p.is_file())
 
     def read_text(self, path: str) -> str | None:
         try:
@@ -149,7 +143,8 @@ class HadoopFiles:
         # Write aside, then rename: a rename within a directory is atomic on HDFS; on object
         # stores it is a copy, which is why the state's manifests are new files, never replaced.
         fs, jpath = self._fs(path)
-        tmp = self._jvm.org.apache.hadoop.fs.Path(jpath.getParent(), f".{jpath.getName()}.{uuid.uuid4().hex}.tmp")
+        tmp = self._jvm.org.apache.hadoop.fs.Path(
+            jpath.getParent(), f".{jpath.getName()}.{uuid.uuid4().hex}.tmp")
         stream = fs.create(tmp, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))

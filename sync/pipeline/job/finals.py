@@ -1,13 +1,5 @@
-"""The reports and the headline totals, read off the state (every run's, merged), and
-written.
-
-Everything here reads small datasets: aggregates, partials, and the latencies as one
-sorted array per group (:mod:`edgeq.sync.pipeline.job.latency`). Each report is a Spark job
-of its own (its own Parquet directory and schema); they are independent, so they are
-submitted together from a few driver threads (:func:`write_reports`): a small report's
-job is mostly the driver's work (planning, committing the files), which then overlaps
-with the others' tasks instead of leaving the executors idle.
-"""
+"""The reports and the headline totals, read off the state and written several at once (why:
+docs/pipeline.md, 'Performance')."""
 
 from __future__ import annotations
 
@@ -35,9 +27,7 @@ WRITERS = 4
 
 
 def _need(spark: SparkSession, state: State, name: str) -> DataFrame:
-    """A state dataset in one partition: the state's datasets are aggregates (small), so a
-    report or a total is computed by one task with no shuffle (a shuffle is a stage, and
-    with adaptive execution a Spark job, of its own: most of a small job's time)."""
+    """A state dataset (an aggregate: small) in one partition, so that a report needs no shuffle."""
     frame = read_dataset(spark, state, name)
     if frame is None:
         raise PipelineError(f"the job's state has no {name!r} dataset: run again with --full to rebuild it")
@@ -46,9 +36,7 @@ def _need(spark: SparkSession, state: State, name: str) -> DataFrame:
 
 def _builders(spark: SparkSession, state: State,
               contacts: DataFrame | None = None) -> dict[str, Callable[[], DataFrame]]:
-    """How to make each report's DataFrame (by name, in :data:`REPORTS` order): made in the
-    thread that writes it, so that their planning overlaps too. ``contacts``: each device's
-    last request, from the servers' device records (None: the exports hold none)."""
+    """Each report's DataFrame maker, in :data:`REPORTS` order; ``contacts`` may be None."""
 
     def need(name: str) -> Callable[[], DataFrame]:
         return lambda: _need(spark, state, name)
@@ -74,15 +62,13 @@ def _builders(spark: SparkSession, state: State,
 
 
 def finals(spark: SparkSession, state: State, contacts: DataFrame | None = None) -> dict[str, DataFrame]:
-    """Every report's DataFrame (by name, in :data:`~edgeq.sync.pipeline.report.results.REPORTS`
-    order), from ``state`` (and the devices' last requests, ``contacts``)."""
+    """Every report's DataFrame (by name, in ``REPORTS`` order), from ``state`` and ``contacts``."""
     return {name: build() for name, build in _builders(spark, state, contacts).items()}
 
 
 @dataclass(slots=True)
 class Written:
-    """What :func:`write_reports` wrote: each report's row count, first rows and seconds
-    (from its submission to its end: they overlap), and the totals."""
+    """What :func:`write_reports` wrote: each report's row count, first rows and seconds, and the totals."""
 
     counts: dict[str, int] = field(default_factory=dict)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -92,9 +78,7 @@ class Written:
 
 def write_reports(spark: SparkSession, state: State, out: str, *, limit: int,
                   say: Callable[[str], None], contacts: DataFrame | None = None) -> Written:
-    """Write every report under ``out`` (``out/<name>/``, replaced) and compute the totals,
-    several at once (:data:`WRITERS`); the first failure (in report order) is raised.
-    ``contacts``: each device's last request (:func:`~edgeq.sync.pipeline.job.inputs.read_contacts`)."""
+    """Write every report under ``out/<name>/`` (replaced) and the totals; raise the first failure."""
     builders = _builders(spark, state, contacts)
     done = Written()
 
@@ -128,11 +112,7 @@ def write_reports(spark: SparkSession, state: State, out: str, *, limit: int,
 
 
 def _write_report(frame: DataFrame, name: str, target: str, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    """Write one report (ordered, one file) and return its row count and first ``limit`` rows.
-    The rows are read back from the file on the driver when it can (a local file and pyarrow:
-    no second Spark job); else the report is kept in memory between the write and a collect.
-    Sorted within its one partition: a global sort would cost a job of its own (sampling the
-    range of the keys) and a shuffle."""
+    """Write one report (ordered, one file); return its row count and first ``limit`` rows."""
     from pyspark import StorageLevel
 
     ordered = frame.select(*COLUMNS[name]).coalesce(1).sortWithinPartitions(*ORDER_BY[name])
@@ -151,8 +131,7 @@ def _write_report(frame: DataFrame, name: str, target: str, limit: int) -> tuple
 
 
 def _read_back(target: str, limit: int) -> Callable[[], tuple[int, list[dict[str, Any]]]] | None:
-    """A reader of a local report's rows as pyspark gives them (timestamps as naive local
-    datetimes), or None if the driver cannot read it itself."""
+    """A reader of a local report's rows as pyspark gives them, or None if the driver cannot read it."""
     if not is_local(target):
         return None
     try:
@@ -175,8 +154,7 @@ def _read_back(target: str, limit: int) -> Callable[[], tuple[int, list[dict[str
 
 
 def totals(spark: SparkSession, state: State) -> dict[str, int | float]:
-    """The headline figures (:data:`~edgeq.sync.pipeline.report.results.TOTALS`): small aggregates over
-    the whole state, each turned into ``(name, value)`` rows, collected at once (one union)."""
+    """The headline figures (``TOTALS``) as ``(name, value)`` rows, collected at once (one union)."""
     from pyspark.sql import functions as F
 
     kinds = _need(spark, state, "kinds")
@@ -224,8 +202,8 @@ def totals(spark: SparkSession, state: State) -> dict[str, int | float]:
     got = {r["name"]: r["value"] for r in union.collect()}
     if got.pop("queue_id_clashes", 0):
         raise PipelineError(
-            "two queue names have the same 64-bit hash, which the job uses as their id: report this to edgeq's "
-            "maintainers with the queue names (edgeq export's journal has them)"
+            "two queue names have the same 64-bit hash, which the job uses as their id: report this to "
+            "edgeq's maintainers with the queue names (edgeq export's journal has them)"
         )
     # Percentiles are absent when there is nothing to measure; every count is an int.
     return {name: (float(v) if name.endswith("_ms") else int(v or 0)) for name, v in got.items()

@@ -1,21 +1,5 @@
-"""Several home servers' journals read as one fleet (docs/scaling.md, docs/pipeline.md
-"Several journals").
-
-Each server numbers its journal from 1, so journal ids say nothing across servers; uids
-are made by devices and name the device store, so they are the same message wherever
-they were journaled (a uid accepted by two servers is a duplicate of the fleet). The
-job therefore:
-
-* orders rows by **(server, journal id)** wherever it takes "the first" or "the last" of
-  several rows (a uid's first acceptance, a device's last clock offset in an hour): the
-  journals are ranked by server name and each journal's ids are moved :data:`ID_BITS`
-  bits up by its rank (ids have at most 12 digits, so below 2**40), which keeps each
-  server's own order and puts the servers one after the other. A single journal is rank
-  0: its ids are unchanged;
-* gives each journal its own **audit window** (``window_ms``: its first server-side row),
-  so a server exported from later on (``edgeq export --since``) does not make the other's
-  earlier messages unauditable, nor its own early ones gaps.
-"""
+"""Several home servers' journals read as one fleet: rows ordered by (server, journal id), and an
+audit window per journal. See docs/pipeline.md, 'Several journals: one fleet'."""
 
 from __future__ import annotations
 
@@ -44,10 +28,8 @@ def _firsts(rows: DataFrame) -> dict[int, int]:
 
 
 def new_rows(spark: SparkSession, journals: list[Journal], plan: Plan, state: State) -> DataFrame | str:
-    """The rows of the plan's new parts of every journal, as one frame: ``id`` ordered by
-    (server, id) and each row's journal's ``window_ms`` (null with one journal). Sets each
-    journal's window in ``state`` on a full run; returns why the state must be rebuilt
-    instead, when new rows start a journal's window earlier than the state has it."""
+    """The new parts' rows of every journal, ``id`` ordered by (server, id), with ``window_ms``;
+    or why the state must be rebuilt (new rows start a journal's window earlier than the state has it)."""
     from pyspark.sql import functions as F
 
     frames: list[DataFrame] = []
@@ -67,7 +49,8 @@ def new_rows(spark: SparkSession, journals: list[Journal], plan: Plan, state: St
             if record.window_ms is None:
                 return f"{journal.label}'s first server-side rows arrived: its audit window starts with them"
             if first < record.window_ms:
-                return f"{journal.label}'s new rows hold server events older than any the state has seen of it"
+                return (f"{journal.label}'s new rows hold server events"
+                        " older than any the state has seen of it")
         elif not plan.incremental:
             record.window_ms = first
     window = F.lit(None).cast("long")
@@ -83,8 +66,7 @@ def _when(ms: int) -> str:
 
 
 def describe(journals: list[Journal], plan: Plan, state: State) -> tuple[list[dict[str, Any]], str, str]:
-    """Each journal as the audit scope lists it, what the reports cover (text), and since when
-    the audit judged (text: the data's start, or each journal's window)."""
+    """Each journal as the audit scope lists it, what the reports cover, and since when the audit judged."""
     listed: list[dict[str, Any]] = []
     for journal in journals:
         record = state.journals[journal.key]

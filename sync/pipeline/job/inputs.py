@@ -1,14 +1,5 @@
-"""Finding, checking and reading an exported journal.
-
-The job reads a journal as a set of **part files** (see :mod:`edgeq.sync.pipeline.export.layout`):
-only those the export has committed (ids at or below the manifest's watermark: a part
-file above it is an interrupted export's, which the next export deletes), and in an
-incremental run only those it has not read before.
-
-A run may read several journals, one per home server (docs/scaling.md): each is known by
-the server its manifest names (:attr:`Journal.key`), so two directories of one server, or
-one directory given twice, are refused (:class:`JournalConflict`).
-"""
+"""Finding, checking and reading exported journals, each known by the server its manifest names
+(docs/pipeline.md, 'Export layout')."""
 
 from __future__ import annotations
 
@@ -49,8 +40,7 @@ __all__ = [
 
 
 class JournalConflict(MalformedJournal):
-    """``--journal`` and ``--out`` arguments that cannot go together: one directory given twice,
-    two directories of one server's journal, ``--out`` inside a journal (a usage error)."""
+    """``--journal`` and ``--out`` arguments that cannot go together (a usage error)."""
 
 
 @dataclass(slots=True)
@@ -67,8 +57,7 @@ class Journal:
 
     @property
     def key(self) -> str:
-        """What tells this journal from another's in a run and in the state: the server its
-        manifest names ("" if none does: an export without a manifest)."""
+        """The server this journal's manifest names ("" if none): what tells it from another."""
         return self.server or ""
 
     @property
@@ -77,16 +66,14 @@ class Journal:
         return self.server or self.path
 
     def rows_hint(self) -> str:
-        """The parts' id range, for messages."""
         if not self.parts:
             return "no part files"
-        return f"{len(self.parts):,} part file(s), journal ids {self.parts[0].first:,} to {max(p.last for p in self.parts):,}"
+        return (f"{len(self.parts):,} part file(s), journal ids {self.parts[0].first:,} "
+                f"to {max(p.last for p in self.parts):,}")
 
 
 def journal_rows(journals: Sequence[Journal]) -> int:
-    """About how many rows ``journals`` hold, from their part files' names alone (each
-    journal's ids are consecutive: its highest id less its lowest, plus one), to size a
-    run before Spark starts.
+    """About how many rows ``journals`` hold, from their part files' names: sizes a run early.
 
     >>> journal_rows([Journal("j", [Part(1, 4096, "a", 1), Part(4097, 5000, "b", 1)])])
     5000
@@ -130,22 +117,20 @@ def find_journal(path: str, files: Files) -> Journal:
         stray = [name for name, _ in files.list_files(path, "*.parquet") if not name.startswith("_")][:1]
         if stray:
             raise MalformedJournal(
-                f"{path} holds Parquet files but not in edgeq export's date=YYYY-MM-DD/part-FIRST-LAST.parquet "
-                f"layout (e.g. {stray[0]}): export with edgeq export"
+                f"{path} holds Parquet files but not in edgeq export's "
+                f"date=YYYY-MM-DD/part-FIRST-LAST.parquet layout (e.g. {stray[0]}): export with edgeq export"
             )
         hint = "it holds no entries yet" if text is not None else "it is not an export"
-        raise JournalNotFound(f"{path} has no journal files ({hint}): run edgeq export --db home.db --out {path}")
+        raise JournalNotFound(
+            f"{path} has no journal files ({hint}): run edgeq export --db home.db --out {path}")
     server = manifest.get("server")
     return Journal(path, sorted(parts), server if isinstance(server, str) else None, watermark,
                    files.exists(join(path, CONTACTS)))
 
 
 def check_part_files(journal: str, parts: list[Part]) -> bool:
-    """Check local part files' columns and types with pyarrow, before Spark starts reading
-    (clear errors, early); return whether their footers rule out a null in a required column
-    (edgeq export declares them so). Without pyarrow (a Spark driver with only pyspark) or
-    for a remote journal this checks nothing and returns False: Spark's read reports a
-    damaged file, and the job counts the rows lacking a required column."""
+    """Check local part files' columns and types with pyarrow before Spark reads them; return
+    whether their footers rule out a null in a required column (False without pyarrow, or remote)."""
     if not is_local(journal):
         return False
     try:
@@ -166,11 +151,13 @@ def check_part_files(journal: str, parts: list[Part]) -> bool:
             ) from exc
         found = {f.name: str(f.type) for f in schema}
         missing = [n for n in COLUMN_TYPES if n not in found]
-        wrong = [f"{n} is {found[n]}, not {t}" for n, t in COLUMN_TYPES.items() if n in found and found[n] != t]
+        wrong = [f"{n} is {found[n]}, not {t}"
+                 for n, t in COLUMN_TYPES.items() if n in found and found[n] != t]
         if missing or wrong:
             detail = f"missing column(s) {', '.join(missing)}" if missing else "; ".join(wrong)
             raise MalformedJournal(
-                f"{file} is not an edgeq journal file ({detail}): export with edgeq export into a new directory"
+                f"{file} is not an edgeq journal file ({detail}): "
+                "export with edgeq export into a new directory"
             )
         no_nulls = no_nulls and all(not schema.field(n).nullable for n in REQUIRED)
     return no_nulls
@@ -182,8 +169,7 @@ def _place(path: str) -> str:
 
 
 def check_arguments(journals: Sequence[str], out: str) -> None:
-    """Refuse (:class:`JournalConflict`) a run without a journal, over one directory given
-    twice, or writing its reports inside a journal; this looks at the paths only.
+    """Refuse (:class:`JournalConflict`) no journal, one given twice, or ``out`` inside one.
 
     >>> check_arguments(["journals/HOMEA", "journals/HOMEB/"], "reports")
     >>> try:
@@ -199,46 +185,43 @@ def check_arguments(journals: Sequence[str], out: str) -> None:
         place = _place(journal)
         if place in seen:
             first = seen[place]
-            raise JournalConflict(f"--journal {journal} is given twice (first as {first}): give each server's export once")
+            raise JournalConflict(
+                f"--journal {journal} is given twice (first as {first}): give each server's export once")
         seen[place] = journal
     if is_local(out):
         o_path = local_path(out).resolve()
         for journal in journals:
             j_path = local_path(journal).resolve() if is_local(journal) else None
             if j_path is not None and (o_path == j_path or j_path in o_path.parents):
-                raise JournalConflict(f"--out {out} is inside --journal {journal}: write the reports elsewhere")
+                raise JournalConflict(
+                    f"--out {out} is inside --journal {journal}: write the reports elsewhere")
 
 
 def check_servers(journals: Sequence[Journal]) -> None:
-    """Refuse (:class:`JournalConflict`) several journals that cannot be told apart: two of one
-    server (a copy of its export, or two exports of one store), or one whose manifest names
-    no server. A single journal needs no name; journals not looked at yet (no parts: a remote
-    one the CLI does not open) are left to the run."""
+    """Refuse (:class:`JournalConflict`) several journals not told apart: two of one server, or one
+    naming no server. Journals not looked at yet (no parts) are left to the run."""
     if len(journals) < 2:
         return
     looked = [j for j in journals if j.parts]
     for journal in looked:
         if not journal.server:
             raise JournalConflict(
-                f"{journal.path} does not say which server's journal it is (no {MANIFEST} naming one): a run over "
-                "several journals tells them apart by server; export each with edgeq export"
+                f"{journal.path} does not say which server's journal it is (no {MANIFEST} naming one): "
+                "a run over several journals tells them apart by server; export each with edgeq export"
             )
     by_server: dict[str, Journal] = {}
     for journal in looked:
         if journal.key in by_server:
             raise JournalConflict(
-                f"{by_server[journal.key].path} and {journal.path} both hold {journal.key}'s journal: give each "
-                "server's export once (edgeq export keeps one directory per server, growing)"
+                f"{by_server[journal.key].path} and {journal.path} both hold {journal.key}'s journal: "
+                "give each server's export once (edgeq export keeps one directory per server, growing)"
             )
         by_server[journal.key] = journal
 
 
 def check_journal(path: str, files: Files | None = None) -> Journal:
-    """Find a journal and check its part files (:func:`find_journal`, :func:`check_part_files`).
-
-    A remote journal needs ``files`` (:class:`~edgeq.sync.pipeline.job.files.HadoopFiles`); for a
-    local one it may be left out: this is what the CLI runs before starting Spark.
-    """
+    """Find a journal and check its part files, as the CLI does before Spark starts; a remote
+    journal needs ``files``."""
     from edgeq.sync.pipeline.job.files import LocalFiles
 
     if files is None:
@@ -259,8 +242,7 @@ def spark_schema() -> Any:
 
 
 def read_contacts(spark: SparkSession, journals: Sequence[Journal]) -> DataFrame | None:
-    """Each device's last request to any of the servers (``device``, ``last_seen_ms``: the
-    latest of their device records as exported), or None if no export holds them."""
+    """Each device's last request to any server (``device``, ``last_seen_ms``), or None if none."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -275,7 +257,6 @@ def read_contacts(spark: SparkSession, journals: Sequence[Journal]) -> DataFrame
 
 
 def read_parts(spark: SparkSession, journal: str, parts: list[Part]) -> DataFrame:
-    """The journal rows of ``parts`` (the journal's columns)."""
     paths = [join(journal, p.name) for p in parts]
     with spark_errors(f"reading {journal}"):
         return spark.read.schema(spark_schema()).parquet(*paths)

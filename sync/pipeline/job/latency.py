@@ -1,13 +1,5 @@
-"""Latency: creation to the server's confirm (``latency``, ``latency_histogram``), and
-end to end, creation to the first delivery beside creation to confirm (``e2e_latency``).
-
-Percentiles are exact: linear interpolation between the closest ranks (numpy's
-default, as Spark's ``percentile``), read off each group's values kept **sorted in one
-array** (:func:`at_percentile`). The state keeps those arrays, so an incremental run
-merges its new values into them (a concatenation and a sort of nearly sorted data)
-instead of aggregating every value again, and reads a handful of rows per group
-instead of a row per message.
-"""
+"""Latency: creation to the server's confirm (``latency``, ``latency_histogram``), and end to end
+(``e2e_latency``). Exact percentiles, read off each group's values kept sorted in one array."""
 
 from __future__ import annotations
 
@@ -53,8 +45,8 @@ def _latency() -> Column:
 
 
 def latency_groups() -> Spec:
-    """Per device (the sender; the origin if none) and queue, over accepted rows: messages, those
-    without an offset, the latencies' exact sum, min and max, and the latencies sorted."""
+    """Per device (the sender, else the origin) and queue, over accepted rows: messages, those
+    without an offset, the latencies' sum, min, max, and the latencies sorted."""
     from pyspark.sql import functions as F
 
     value = _latency()
@@ -66,12 +58,12 @@ def latency_groups() -> Spec:
         Col("max_ms", value, "max"),
         Col("sorted", value, "sorted"),
     )
-    return Spec((F.coalesce(F.col("device"), F.col("origin")), F.col("queue")), ("device", "queue"), cols, _accepted())
+    return Spec((F.coalesce(F.col("device"), F.col("origin")), F.col("queue")), ("device", "queue"), cols,
+                _accepted())
 
 
 def latency_values() -> Spec:
-    """Accepted rows per latency (every device and queue): the headline percentiles' input,
-    one row per distinct latency."""
+    """Accepted rows per distinct latency (every device and queue): the headline percentiles' input."""
     from pyspark.sql import functions as F
 
     return Spec((_latency(),), ("latency_ms",), (Col("messages", F.lit(1).cast("long"), "sum"),), _accepted())
@@ -87,10 +79,11 @@ def _bucket(value: Column) -> Column:
 
 
 def latency_buckets() -> Spec:
-    """Accepted rows per latency bucket (see :data:`~edgeq.sync.pipeline.report.results.LATENCY_BUCKETS_MS`)."""
+    """Accepted rows per latency bucket (``report.results.LATENCY_BUCKETS_MS``)."""
     from pyspark.sql import functions as F
 
-    return Spec((_bucket(_latency()),), ("bucket",), (Col("messages", F.lit(1).cast("long"), "sum"),), _accepted())
+    return Spec((_bucket(_latency()),), ("bucket",), (Col("messages", F.lit(1).cast("long"), "sum"),),
+                _accepted())
 
 
 def merge_sorted(column: str) -> Column:
@@ -101,8 +94,7 @@ def merge_sorted(column: str) -> Column:
 
 
 def at_percentile(values: Column, p: float) -> Column:
-    """The exact ``p`` percentile of a sorted array (null if empty): linear interpolation
-    between the closest ranks."""
+    """The exact ``p`` percentile of a sorted array (null if empty), as numpy's default."""
     from pyspark.sql import functions as F
 
     n = F.size(values)
@@ -114,7 +106,6 @@ def at_percentile(values: Column, p: float) -> Column:
 
 
 def latency(groups: DataFrame) -> DataFrame:
-    """Report ``latency`` from :func:`latency_groups`' dataset."""
     from pyspark.sql import functions as F
 
     return groups.select(
@@ -125,8 +116,7 @@ def latency(groups: DataFrame) -> DataFrame:
 
 
 def histogram_edges(spark: SparkSession) -> DataFrame:
-    """The histogram's buckets (``bucket, low_ms, high_ms``) as a Spark literal table: built in
-    the plan, not from a Python list, so executors need no Python to read it."""
+    """The histogram's buckets as a literal table in the plan: executors need no Python."""
     from pyspark.sql import functions as F
 
     bounds: list[tuple[int, int | None, int | None]] = [(-1, None, 0)]
@@ -141,13 +131,14 @@ def histogram_edges(spark: SparkSession) -> DataFrame:
 
 
 def latency_histogram(buckets: DataFrame) -> DataFrame:
-    """Report ``latency_histogram`` from :func:`latency_buckets`' dataset, empty buckets included."""
+    """Report ``latency_histogram``, empty buckets included."""
     from pyspark.sql import functions as F
 
     return (
         histogram_edges(buckets.sparkSession)
         .join(buckets, "bucket", "left")
-        .select("bucket", "low_ms", "high_ms", F.coalesce(F.col("messages"), F.lit(0).cast("long")).alias("messages"))
+        .select("bucket", "low_ms", "high_ms",
+                F.coalesce(F.col("messages"), F.lit(0).cast("long")).alias("messages"))
     )
 
 
@@ -160,9 +151,8 @@ def with_queue_names(frame: DataFrame, queues: DataFrame, qid: str = "qid", name
 
 
 def e2e_partial(values: DataFrame) -> DataFrame:
-    """Per bucket, device and queue id, from the accepted uids' latencies
-    (:func:`edgeq.sync.pipeline.job.uids.e2e_values`): messages, delivered, without an offset,
-    and each of :data:`~edgeq.sync.pipeline.job.uids.E2E_METRICS` sorted."""
+    """Per bucket, device and queue id, from :func:`~edgeq.sync.pipeline.job.uids.e2e_values`:
+    messages, delivered, without an offset, and each of ``E2E_METRICS`` sorted."""
     from pyspark.sql import functions as F
 
     return values.groupBy("bucket", "device", "qid").agg(
@@ -174,8 +164,7 @@ def e2e_partial(values: DataFrame) -> DataFrame:
 
 
 def e2e_delivered(values: DataFrame) -> DataFrame:
-    """Per bucket, delivered messages per corrected creation-to-delivery latency (every device
-    and queue): the headline percentiles' input."""
+    """Per bucket, delivered messages per corrected creation-to-delivery latency (percentiles)."""
     from pyspark.sql import functions as F
 
     return (values.filter(F.col("delivered").isNotNull())
@@ -183,7 +172,6 @@ def e2e_delivered(values: DataFrame) -> DataFrame:
 
 
 def e2e_latency(partials: DataFrame, queues: DataFrame) -> DataFrame:
-    """Report ``e2e_latency`` from the buckets' :func:`e2e_partial` rows."""
     from pyspark.sql import functions as F
 
     grouped = partials.groupBy("device", "qid").agg(
@@ -192,4 +180,5 @@ def e2e_latency(partials: DataFrame, queues: DataFrame) -> DataFrame:
     )
     columns = [at_percentile(F.col(f"s_{m}"), p).alias(f"{m}_p{round(p * 100)}_ms") for m in E2E_METRICS
                for p in _PS_E2E]
-    return with_queue_names(grouped, queues).select("device", "queue", "messages", "delivered", "uncorrected", *columns)
+    return with_queue_names(grouped, queues).select(
+        "device", "queue", "messages", "delivered", "uncorrected", *columns)

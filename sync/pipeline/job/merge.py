@@ -1,16 +1,5 @@
-"""Mergeable aggregates: one definition computes a dataset's rows from journal rows *and*
-merges two such datasets, so an incremental run (the state merged with the new rows)
-gives exactly what a full run gives.
-
-A :class:`Col` says what one journal row contributes to a column (``row``, a Column:
-build them while a Spark session is active) and how
-contributions combine (``how``): ``sum``, ``min``, ``max``, ``bit_or``,
-``min_by:<column>`` / ``max_by:<column>`` (the value at the least / greatest of another
-column of the same dataset, itself a ``min`` / ``max``: e.g. the queue of the first
-acceptance, by journal id), or ``sorted`` (a row's value; the values sorted into one
-array, and such arrays merged into one sorted array: exact percentiles). All but ``sorted`` are numeric, so Spark aggregates them in a hash map
-(a string buffer would make it sort every row).
-"""
+"""Mergeable aggregates: one definition computes a dataset from journal rows *and* merges two such
+datasets, so an incremental run gives exactly what a full run gives."""
 
 from __future__ import annotations
 
@@ -21,7 +10,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["SMALL_BYTES", "Col", "Spec", "aggregate", "count_if", "estimated_bytes", "is_", "merge", "one_partition"]
+__all__ = [
+    "SMALL_BYTES", "Col", "Spec", "aggregate", "count_if", "estimated_bytes", "is_", "merge", "one_partition",
+]
 
 
 #: A frame Spark estimates at most this big (the bytes of the Parquet files it reads, scaled
@@ -30,20 +21,16 @@ SMALL_BYTES = 16 << 20
 
 
 def estimated_bytes(frame: DataFrame) -> int | None:
-    """Spark's estimate of ``frame``'s size in bytes (its optimizer's statistics: no job runs),
-    or None if it has none."""
+    """Spark's estimate of ``frame``'s size in bytes (optimizer statistics: no job runs), or None."""
     try:
-        return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))  # a BigInt, or an int
+        # sizeInBytes is a BigInt, or an int
+        return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # py4j's errors, or a frame of another kind (Spark Connect): no estimate
         return None
 
 
 def one_partition(frame: DataFrame, *, limit: int | None = None) -> tuple[DataFrame, bool]:
-    """``frame`` in a single partition if it is small (:func:`estimated_bytes` at most
-    ``limit``, default :data:`SMALL_BYTES`), and whether it is. A single partition is already grouped any way an aggregate
-    or a join needs, so Spark plans no shuffle after it: each shuffle is a stage, and with
-    adaptive execution a Spark job, of its own, which is most of a small job's time. Larger
-    frames keep their partitions (and cores)."""
+    """``frame`` in one partition (no shuffle after it) if at most ``limit`` bytes, and whether it is."""
     size = estimated_bytes(frame)
     small = size is not None and size <= (SMALL_BYTES if limit is None else limit)
     return (frame.coalesce(1) if small else frame), small
@@ -51,7 +38,9 @@ def one_partition(frame: DataFrame, *, limit: int | None = None) -> tuple[DataFr
 
 @dataclass(frozen=True, slots=True)
 class Col:
-    """One column of a mergeable dataset."""
+    """One column of a mergeable dataset: a journal row's contribution (``row``) and how they combine
+    (``how``): ``sum``, ``min``, ``max``, ``bit_or``, ``min_by:<col>``, ``max_by:<col>`` or ``sorted`` (one
+    sorted array). All but ``sorted`` are numeric, so Spark aggregates them in a hash map."""
 
     name: str
     row: Column
@@ -59,7 +48,6 @@ class Col:
 
 
 def is_(column: str, value: str) -> Column:
-    """``column == value`` as a Column."""
     from pyspark.sql import functions as F
 
     return F.col(column) == F.lit(value)
@@ -102,13 +90,14 @@ def merge(frame: DataFrame, keys: Sequence[str], cols: Sequence[Col]) -> DataFra
     return frame.groupBy(*keys).agg(*(_combine(c) for c in cols))
 
 
-def aggregate(rows: DataFrame, keys: Sequence[Column | str], key_names: Sequence[str], cols: Sequence[Col]) -> DataFrame:
-    """The dataset of journal ``rows``: each row's contribution, combined by ``keys``
-    (expressions, named ``key_names``)."""
+def aggregate(rows: DataFrame, keys: Sequence[Column | str], key_names: Sequence[str],
+              cols: Sequence[Col]) -> DataFrame:
+    """The dataset of journal ``rows``: contributions combined by ``keys`` (named ``key_names``)."""
     from pyspark.sql import functions as F
 
     projected = rows.select(
-        *(F.col(k).alias(n) if isinstance(k, str) else k.alias(n) for k, n in zip(keys, key_names, strict=True)),
+        *(F.col(k).alias(n) if isinstance(k, str) else k.alias(n)
+          for k, n in zip(keys, key_names, strict=True)),
         *(c.row.alias(c.name) for c in cols),
     )
     return projected.groupBy(*key_names).agg(*(_combine(c, rows=True) for c in cols))
@@ -116,8 +105,7 @@ def aggregate(rows: DataFrame, keys: Sequence[Column | str], key_names: Sequence
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """A mergeable dataset: its keys (expressions over a journal row, and their names), its
-    columns, and which rows it takes (``where``; None: all)."""
+    """A mergeable dataset: its keys (expressions, and names), its columns, the rows it takes (``where``)."""
 
     keys: tuple[Column | str, ...]
     names: tuple[str, ...]
@@ -128,12 +116,11 @@ class Spec:
     prepare: Callable[[DataFrame], DataFrame] | None = None
 
     def of_rows(self, rows: DataFrame) -> DataFrame:
-        """The dataset of journal ``rows`` (with no columns to combine: ``prepare``'s rows as they are)."""
+        """The dataset of journal ``rows`` (without ``cols``: ``prepare``'s rows as they are)."""
         rows = rows if self.where is None else rows.filter(self.where)
         rows = rows if self.prepare is None else self.prepare(rows)
         return rows if not self.cols else aggregate(rows, self.keys, self.names, self.cols)
 
     def merged(self, frame: DataFrame) -> DataFrame:
-        """Datasets of this shape (unioned), merged."""
         return merge(frame, self.names, self.cols)
 

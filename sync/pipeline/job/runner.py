@@ -1,22 +1,5 @@
-"""The Spark job: delivery latency, expiry reconciliation, an exactly-once audit, throughput
-and device health, from a journal exported by ``edgeq export``.
-
-Every report is computed with the DataFrame API (no Python UDFs, no DataFrame made
-from Python data: executors run no Python) and written as Parquet under ``--out``;
-their definitions are in ``docs/pipeline.md``. A run keeps its state in
-``OUT/_state/`` (:mod:`edgeq.sync.pipeline.job.state`), so the next run over the same
-export reads only the part files exported since (``--full`` rebuilds from every part).
-Several servers' journals (``--journal`` once per server) are read as one fleet
-(:mod:`edgeq.sync.pipeline.job.fleet`). Run it as::
-
-    edgeq pipeline run --journal journal/ --out reports/ [--master local[*]] [--html] [--full]
-    edgeq pipeline run --journal journals/HOMEA --journal journals/HOMEB --out reports/
-    python -m edgeq.sync.pipeline.job.runner --journal journal/ --out reports/
-    spark-submit --py-files build/edgeq-pipeline.zip build/edgeq-pipeline-job.py --journal ... --out ...
-
-This module and the ones it imports load with nothing but pyspark and the standard
-library (see :mod:`edgeq.sync.pipeline.job.bundle`).
-"""
+"""The Spark job: latency, expiry reconciliation, exactly-once audit, throughput and device health,
+from ``edgeq export``'s journals, incrementally. Needs only pyspark and the stdlib (docs/pipeline.md)."""
 
 from __future__ import annotations
 
@@ -91,8 +74,7 @@ REPORTS_META = "_edgeq_reports.json"
 
 
 def read_journal(spark: SparkSession, path: str) -> DataFrame:
-    """Every committed part of the export at ``path`` as one DataFrame (the journal's columns,
-    and ``stamp``: the uid's stamp as a long)."""
+    """Every committed part of the export at ``path`` as one DataFrame, with ``stamp`` (a long)."""
     from edgeq.sync.pipeline.job.uids import stamp_of
 
     journal = check_journal(path, files_for(path, spark))
@@ -105,11 +87,8 @@ def _plan(journals: list[Journal], ofiles: Files, out: str, full: bool, bucket_m
 
 
 def rows_to_read(journals: list[Journal], out: str, *, full: bool = False) -> int:
-    """About how many journal rows a run over ``journals`` into ``out`` will read, before
-    Spark starts (to choose its JVM: :func:`~edgeq.sync.pipeline.job.session.jvm_conf`): those of
-    the part files exported since the last run if ``out`` is local and holds a state that fits
-    (an incremental run), else every row. Counted from the part files' names
-    (:func:`~edgeq.sync.pipeline.job.inputs.journal_rows`)."""
+    """About how many journal rows a run will read, from the part files' names, to choose the
+    JVM before Spark starts: the new parts' if ``out`` is local and holds a state that fits, else all."""
     if full or not is_local(out):
         return journal_rows(journals)
     try:
@@ -121,21 +100,23 @@ def rows_to_read(journals: list[Journal], out: str, *, full: bool = False) -> in
     return journal_rows([replace(j, parts=plan.new[j.key]) for j in journals])
 
 
-def _scope(journals: list[Journal], plan: Plan, state: State, new_rows: int, unauditable: int) -> dict[str, Any]:
+def _scope(journals: list[Journal], plan: Plan, state: State, new_rows: int,
+           unauditable: int) -> dict[str, Any]:
     listed, covers, since = fleet.describe(journals, plan, state)
     single = listed[0] if len(listed) == 1 else {"from_id": None, "to_id": None}
     scope: dict[str, Any] = {
         "mode": "incremental" if plan.incremental else "full", "reason": plan.reason,
         "from_ms": state.from_ms, "from_id": single["from_id"], "to_id": single["to_id"],
-        "parts": state.part_count, "new_parts": plan.new_parts, "new_rows": new_rows, "unauditable": unauditable,
+        "parts": state.part_count, "new_parts": plan.new_parts, "new_rows": new_rows,
+        "unauditable": unauditable,
         "runs": state.runs, "journals": listed,
     }
     what = (f"{'Incremental' if plan.incremental else 'Full'} run: {plan.new_parts:,} new part file(s), "
             f"{new_rows:,} new entries; the reports cover {state.part_count:,} part file(s){covers}")
     audit = (f"The audit judged every device message in the data{since}." if not unauditable else
-             f"{unauditable:,} device message(s) were seen without their acceptance but reached the server before "
-             f"the data starts{since}: their acceptance may lie before it, so they are counted as unauditable, "
-             "not as gaps.")
+             f"{unauditable:,} device message(s) were seen without their acceptance but reached the "
+             f"server before the data starts{since}: their acceptance may lie before it, so they are "
+             "counted as unauditable, not as gaps.")
     scope["text"] = f"{what}. {audit}"
     return scope
 
@@ -159,11 +140,13 @@ def _update(
     with spark_errors(f"reading {', '.join(j.path for j in journals)} and updating the state in {out}"):
         rows = fleet.new_rows(spark, journals, plan, state)
         done = rows if isinstance(rows, str) else apply_rows(
-            spark, writer, previous, state, rows, incremental=plan.incremental, say=say, check_nulls=not all(checked))
+            spark, writer, previous, state, rows, incremental=plan.incremental, say=say,
+            check_nulls=not all(checked))
     if isinstance(done, (str, Restart)):
         reason = done if isinstance(done, str) else done.reason
         say(f"rebuilding the state: {reason}")
-        return _update(spark, journals, ofiles, out, plan_run(journals, None, reason, plan.state.bucket_ms), say)
+        return _update(spark, journals, ofiles, out, plan_run(journals, None, reason, plan.state.bucket_ms),
+                       say)
     for journal in journals:
         record = state.journals.setdefault(journal.key, JournalRecord(journal.path))
         record.path = journal.path
@@ -195,18 +178,8 @@ def run_pipeline(
     collect_limit: int = COLLECT_LIMIT,
     bucket_ms: int | None = None,
 ) -> PipelineResult:
-    """Compute every report of ``journal`` into ``out`` (one Parquet directory each, replaced).
-
-    ``journal`` is an export directory, or several (a list: one per home server), read as one
-    fleet: every report and total covers them all (docs/pipeline.md, "Several journals").
-    The state kept in ``out/_state/`` makes this incremental: only the part files exported
-    since the last run are read, unless ``full`` (or the state does not fit the journals:
-    then it is rebuilt, and ``audit_scope`` says why). ``collect_limit`` bounds the rows of
-    each report kept in the result (the Parquet has them all; ``totals`` never depend on it).
-    ``bucket_ms`` is the width of the state's buckets (the uids' creation time, in ms): by
-    default the state's, or a day for a new one
-    (:data:`~edgeq.sync.pipeline.job.state.DEFAULT_BUCKET_MS`); a width the state was not kept
-    in rebuilds it.
+    """Compute every report of ``journal`` (an export directory, or a list: one fleet) into ``out``,
+    incrementally unless ``full``; ``collect_limit``: rows kept per report; ``bucket_ms``: the state's width.
     """
     for name, value, least in (("collect_limit", collect_limit, 0), ("bucket_ms", bucket_ms, 1)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -228,12 +201,14 @@ def _run(
     t0 = time.perf_counter()
     found = [find_journal(path, files_for(path, spark)) for path in paths]
     check_servers(found)
-    journals = sorted(found, key=lambda j: (j.key, j.path))  # ranked by server: the rows' order across servers
+    # ranked by server: the rows' order across servers
+    journals = sorted(found, key=lambda j: (j.key, j.path))
     plan = _plan(journals, ofiles, out, full, bucket_ms)
     plan, state, writer, new_rows = _update(spark, journals, ofiles, out, plan, say)
     result.seconds["update"] = time.perf_counter() - t0
     say(f"  state updated ({result.seconds['update']:.1f} s)")
-    written = write_reports(spark, state, out, limit=collect_limit, say=say, contacts=read_contacts(spark, journals))
+    written = write_reports(spark, state, out, limit=collect_limit, say=say,
+                            contacts=read_contacts(spark, journals))
     result.counts = {name: written.counts[name] for name in REPORTS}
     result.rows = {name: written.rows[name] for name in REPORTS}
     result.seconds |= {name: written.seconds[name] for name in (*REPORTS, "totals")}
@@ -245,7 +220,8 @@ def _run(
     result.total_seconds = time.perf_counter() - started
     meta = {
         "schema_version": SCHEMA_VERSION, "journal": result.journal,
-        "journals": [{"server": j.server, "path": j.path} for j in journals], "journal_rows": result.journal_rows,
+        "journals": [{"server": j.server, "path": j.path} for j in journals],
+        "journal_rows": result.journal_rows,
         "reports": result.counts, "totals": result.totals, "audit_scope": result.audit_scope,
         "seconds": {k: round(v, 3) for k, v in result.seconds.items()},
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -258,14 +234,14 @@ def _run(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``job.py`` command line parser."""
     parser = argparse.ArgumentParser(
         prog="edgeq.sync.pipeline.job.runner",
         description="edgeq's journal analytics on Spark: latency, expiry reconciliation, audit, throughput, "
                     "device health.",
     )
     parser.add_argument("--journal", required=True, action="append",
-                        help="the directory (or URI) edgeq export wrote; repeat it for each server of a fleet")
+                        help="the directory (or URI) edgeq export wrote; "
+                             "repeat it for each server of a fleet")
     parser.add_argument("--out", required=True, help="where to write the reports (each a Parquet directory)")
     parser.add_argument("--master", default=None,
                         help="Spark master (default: spark-submit's, else local[*])")
@@ -277,11 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit job.py ...`` / ``python -m edgeq.sync.pipeline.job.runner ...``: exit 0, or 1 with one line."""
+    """``spark-submit job.py ...`` / ``python -m ...``: exit 0, 1 with one line, or 2 (a usage error)."""
     args = build_parser().parse_args(argv)
 
     def say(text: str) -> None:
-        """Print a progress line on stderr, unless ``--quiet``."""
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
 
@@ -308,8 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _print_summary(result: PipelineResult, html: bool, say: Progress) -> None:
-    """The summary (and the page), if the report writer can be loaded: on a bare Spark driver
-    it may not (it is edgeq's, not the job's), and then the totals are printed as JSON."""
+    """The summary (and the page), or, on a bare Spark driver without edgeq's report writer,
+    the totals as JSON."""
     try:
         from edgeq.sync.pipeline.report.summary import summary_text, write_html
     except ImportError as exc:
@@ -322,5 +297,6 @@ def _print_summary(result: PipelineResult, html: bool, say: Progress) -> None:
         say(f"wrote {page}")
 
 
-if __name__ == "__main__":  # spark-submit sync/pipeline/job/runner.py, python -m edgeq.sync.pipeline.job.runner
+# spark-submit sync/pipeline/job/runner.py, python -m edgeq.sync.pipeline.job.runner
+if __name__ == "__main__":
     sys.exit(main())

@@ -1,10 +1,5 @@
-"""The Spark session the job runs in, and what Spark's failures mean for the user.
-
-Spark's errors are sorted by what they *are* (their Python type, Spark's error
-condition, the Java exception types in their cause chain), never by words in
-their message: a message names Spark's own calls ("parquet", "schema") whatever
-went wrong.
-"""
+"""The Spark session the job runs in, and what Spark's failures mean for the user: sorted by what
+they are (type, error condition, Java cause chain), never by words in their message."""
 
 from __future__ import annotations
 
@@ -51,18 +46,16 @@ LOCAL_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
 }
 
-#: JVM options for a local run over a small journal: compile with the quick compiler only
-#: (C1; the code cache made room for it). Such a run is one short JVM whose time goes to
-#: Spark warming up, many short stages whose code the optimising compiler (C2) compiles
-#: after they have ended: C2's compile threads take one of the cores from the job. On a
-#: large journal C2's faster code pays for itself (measured on 2 cores: docs/pipeline.md,
-#: "Performance").
+#: JVM options for a local run over a small journal: the quick compiler (C1) only, whose code cache
+#: made room for it (why: docs/pipeline.md, "Performance").
 QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 #: Below this many journal rows a local run starts its JVM with :data:`QUICK_JIT`.
 QUICK_JIT_ROWS = 4_000_000
 
 #: Spark error conditions that mean the input files cannot be read as a journal.
-_UNREADABLE = ("FAILED_READ_FILE", "CANNOT_READ_FILE_FOOTER", "CANNOT_MERGE_SCHEMAS", "UNSUPPORTED_FILE_FORMAT")
+_UNREADABLE = (
+    "FAILED_READ_FILE", "CANNOT_READ_FILE_FOOTER", "CANNOT_MERGE_SCHEMAS", "UNSUPPORTED_FILE_FORMAT",
+)
 #: Java exception types (in a cause chain) that mean the same.
 _UNREADABLE_JAVA = (
     "org.apache.parquet.io.ParquetDecodingException",
@@ -73,11 +66,9 @@ _MISSING = ("PATH_NOT_FOUND",)
 _MISSING_JAVA = ("java.io.FileNotFoundException",)
 
 
-def jvm_conf(master: str | None, journal_rows: int | None, conf: dict[str, str] | None = None) -> dict[str, str]:
-    """``conf`` with the JVM options that suit a run over about ``journal_rows`` rows: on a
-    local master, :data:`QUICK_JIT` below :data:`QUICK_JIT_ROWS` rows (added to any
-    ``spark.driver.extraJavaOptions`` of ``conf``, which win). A cluster's JVMs, or a run
-    of unknown size, are left as they are.
+def jvm_conf(master: str | None, journal_rows: int | None,
+             conf: dict[str, str] | None = None) -> dict[str, str]:
+    """``conf`` plus :data:`QUICK_JIT` for a local run under :data:`QUICK_JIT_ROWS` rows.
 
     >>> jvm_conf("local[2]", 5_000)["spark.driver.extraJavaOptions"]
     '-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m'
@@ -85,7 +76,8 @@ def jvm_conf(master: str | None, journal_rows: int | None, conf: dict[str, str] 
     ({}, {})
     """
     merged = dict(conf or {})
-    if master is None or not master.startswith("local") or journal_rows is None or journal_rows >= QUICK_JIT_ROWS:
+    if (master is None or not master.startswith("local") or journal_rows is None
+            or journal_rows >= QUICK_JIT_ROWS):
         return merged
     key = "spark.driver.extraJavaOptions"
     merged[key] = f"{QUICK_JIT} {merged[key]}" if merged.get(key) else QUICK_JIT
@@ -96,13 +88,8 @@ def spark_session(
     master: str | None = None, *, app_name: str = "edgeq-pipeline", conf: dict[str, str] | None = None,
     quiet: bool = True, journal_rows: int | None = None,
 ) -> SparkSession:
-    """A SparkSession for the job: UTC session time zone, :data:`LOCAL_CONF` for a local
-    master (``conf`` overrides); ``master`` None leaves it to ``spark-submit`` (or pyspark's
-    default, ``local[*]``). ``journal_rows`` (about how many rows the run reads, e.g.
-    :func:`~edgeq.sync.pipeline.job.inputs.journal_rows`) chooses the JVM's options
-    (:func:`jvm_conf`); they apply only if this starts the JVM. For example
-    ``spark_session("local[2]")`` (a JVM starts: the pipeline tests make one per run).
-    """
+    """A SparkSession for the job: UTC, :data:`LOCAL_CONF` on a local master (``conf`` wins),
+    ``master`` None: spark-submit's; ``journal_rows`` picks the JVM's options (:func:`jvm_conf`)."""
     require("pyspark")
     if shutil.which("java") is None and not _java_home():
         raise MissingDependency(
@@ -122,7 +109,8 @@ def spark_session(
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # pyspark raises PySparkRuntimeError, py4j errors, or RuntimeError
-        raise SparkFailed(f"Spark could not start: {first_line(exc)}; check java -version and JAVA_HOME") from exc
+        raise SparkFailed(
+            f"Spark could not start: {first_line(exc)}; check java -version and JAVA_HOME") from exc
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -144,10 +132,8 @@ PARTITIONS_PER_CORE = 2
 
 
 def shuffle_partitions(spark: SparkSession) -> int | None:
-    """How many shuffle partitions a run uses: :data:`PARTITIONS_PER_CORE` per core, so
-    that every core has work and the partitions are not tiny (Spark's default, 200, is a
-    task each: on 2 cores, a hundred tasks a stage); None if the session was started with
-    its own ``spark.sql.shuffle.partitions`` (``--conf``), which is kept."""
+    """:data:`PARTITIONS_PER_CORE` per core (Spark's 200 are tiny tasks on a few cores), or None
+    if the session was started with its own ``spark.sql.shuffle.partitions``, which is kept."""
     context = spark.sparkContext
     if context.getConf().contains("spark.sql.shuffle.partitions"):
         return None
@@ -156,8 +142,7 @@ def shuffle_partitions(spark: SparkSession) -> int | None:
 
 @contextmanager
 def job_settings(spark: SparkSession) -> Iterator[None]:
-    """Apply :data:`JOB_CONF` (and :func:`shuffle_partitions`) to ``spark`` for the duration
-    of a run."""
+    """Apply :data:`JOB_CONF` (and :func:`shuffle_partitions`) to ``spark`` for the duration of a run."""
     settings = dict(JOB_CONF)
     partitions = shuffle_partitions(spark)
     if partitions is not None:
@@ -205,8 +190,7 @@ def _java_chain(exc: BaseException) -> list[Any]:
 
 
 def condition_of(exc: BaseException) -> tuple[str | None, list[str]]:
-    """Spark's error condition of ``exc`` (e.g. ``PATH_NOT_FOUND``, ``FAILED_READ_FILE.NO_HINT``;
-    None if it has none) and the Java exception types in its cause chain."""
+    """Spark's error condition of ``exc`` (None if none) and the Java exception types behind it."""
     condition: str | None = None
     getter = getattr(exc, "getCondition", None)
     if callable(getter):
@@ -254,7 +238,8 @@ def spark_errors(what: str) -> Iterator[None]:
         condition, types = condition_of(exc)
         cond = condition or ""
         if cond.startswith(_MISSING) or any(t in _MISSING_JAVA for t in types):
-            raise JournalNotFound(f"{what}: {first_line(exc)}; run edgeq export first, or check --journal") from exc
+            raise JournalNotFound(
+                f"{what}: {first_line(exc)}; run edgeq export first, or check --journal") from exc
         if cond.startswith(_UNREADABLE) or any(t in _UNREADABLE_JAVA for t in types):
             raise MalformedJournal(
                 f"{what}: the journal cannot be read ({_deepest_line(exc)}); re-export it with edgeq export "

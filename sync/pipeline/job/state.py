@@ -1,21 +1,5 @@
-"""The state an incremental run keeps next to the reports, in ``OUT/_state/``.
-
-Every run writes what it computed into a new **generation** directory
-(``_state/g000007/``), then a manifest naming every dataset the state is made of
-(``_state/state-000007.json``; some datasets stay in older generations' directories,
-e.g. the per-uid status of days the run did not touch). The manifest is written last,
-under a new name: a run that dies before it leaves the previous state whole, and the
-next run removes the dead generation. Then the generations the new manifest no
-longer names are deleted.
-
-Two shapes of dataset:
-
-* **whole**: small aggregates (per hour, per device, per day and origin, the latencies
-  sorted per device and queue, ...), read and written whole by every run, several in
-  one Spark job (a *bundle*): one path each;
-* **bucketed**: per-uid datasets split by the uid's creation day (its stamp), so that a
-  run touches only the days its new rows concern: a path per bucket.
-"""
+"""The state an incremental run keeps in ``OUT/_state/``: generations of datasets, **whole** (small,
+several per Spark job: a *bundle*) or **bucketed** (per uid), and a manifest written last."""
 
 from __future__ import annotations
 
@@ -72,10 +56,7 @@ WRITE_OPTIONS: dict[str, str] = {"parquet.enable.dictionary": "false"}
 
 @dataclass(slots=True)
 class JournalRecord:
-    """What the state knows of one journal (a server's export): where it was read last, the
-    part files read, and where its audit window starts in a run over several journals
-    (``window_ms``: its first server-side row; None in a run over one journal, whose window
-    is the state's ``from_ms``)."""
+    """What the state knows of a journal: where read last, the parts read, its ``window_ms``."""
 
     path: str
     parts: dict[str, list[int]] = field(default_factory=dict)  # name -> [first, last, size]
@@ -83,18 +64,15 @@ class JournalRecord:
 
     @property
     def max_id(self) -> int:
-        """The highest journal id of the parts read (0 if none)."""
         return max((v[1] for v in self.parts.values()), default=0)
 
     def to_dict(self) -> dict[str, Any]:
-        """As the manifest records it."""
         return {"path": self.path, "parts": self.parts, "window_ms": self.window_ms}
 
 
 @dataclass(slots=True)
 class State:
-    """What the previous runs left: the journals they read (by server: see
-    :attr:`~edgeq.sync.pipeline.job.inputs.Journal.key`), their parts, and where each dataset is."""
+    """What the previous runs left: the journals read (by server), their parts, and where each dataset is."""
 
     generation: int = 0
     journals: dict[str, JournalRecord] = field(default_factory=dict)
@@ -107,16 +85,13 @@ class State:
 
     @property
     def empty(self) -> bool:
-        """Nothing read yet: a full run."""
         return not any(r.parts for r in self.journals.values())
 
     @property
     def part_count(self) -> int:
-        """The part files read, of every journal."""
         return sum(len(r.parts) for r in self.journals.values())
 
     def to_json(self) -> str:
-        """The manifest's text."""
         return json.dumps({
             "format": STATE_FORMAT, "generation": self.generation,
             "journals": {k: r.to_dict() for k, r in self.journals.items()},
@@ -143,7 +118,8 @@ def _parse(text: str) -> State | None:
             journals={str(k): _record(v) for k, v in raw["journals"].items()},
             bucket_ms=int(raw["bucket_ms"]), from_ms=raw.get("from_ms"), runs=int(raw["runs"]),
             whole={str(k): str(v) for k, v in raw["whole"].items()},
-            bucketed={str(k): {int(b): [str(x) for x in p] for b, p in v.items()} for k, v in raw["bucketed"].items()},
+            bucketed={str(k): {int(b): [str(x) for x in p] for b, p in v.items()}
+                      for k, v in raw["bucketed"].items()},
             schemas={str(k): str(v) for k, v in raw["schemas"].items()},
         )
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -153,7 +129,8 @@ def _parse(text: str) -> State | None:
 def load_state(files: Files, out: str) -> tuple[State | None, str]:
     """The current state under ``out`` (None if there is none, or it is unusable) and why not."""
     root = join(out, STATE_DIR)
-    manifests = sorted(n for n in files.children(root) if n.startswith(_MANIFEST_PREFIX) and n.endswith(".json"))
+    manifests = sorted(n for n in files.children(root)
+                       if n.startswith(_MANIFEST_PREFIX) and n.endswith(".json"))
     if not manifests:
         return None, "no state from an earlier run"
     text = files.read_text(join(root, manifests[-1]))
@@ -164,7 +141,6 @@ def load_state(files: Files, out: str) -> tuple[State | None, str]:
 
 
 def part_entries(parts: list[Part]) -> dict[str, list[int]]:
-    """Parts as the manifest records them."""
     return {p.name: [p.first, p.last, p.size] for p in parts}
 
 
@@ -186,16 +162,12 @@ class StateWriter:
         self.files.delete(self.dir)
 
     def path(self, name: str) -> str:
-        """Where this run writes dataset ``name``."""
         return join(self.dir, name)
 
     def write_bundle(self, state: State, bundle: str, frames: dict[str, DataFrame], *,
                      buckets: set[int] | None = None) -> None:
-        """Write several datasets in one Spark job: their union (each column of any of them,
-        null where a dataset has none), split into ``dataset=NAME`` directories (and, with
-        ``buckets``, ``b=BUCKET`` under them: bucketed datasets, replacing those buckets as
-        :meth:`write_bucketed` does). Each is read back by name with its own schema (Parquet
-        reads columns by name)."""
+        """Write several datasets in one Spark job, split into ``dataset=NAME`` directories
+        (and ``b=BUCKET`` with ``buckets``, replacing those as :meth:`write_bucketed` does)."""
         from pyspark.sql import functions as F
 
         types: dict[str, Any] = {}
@@ -211,7 +183,8 @@ class StateWriter:
                 _writer(union.coalesce(1)).partitionBy("dataset").parquet(target)
             else:
                 _writer(union.withColumn("b", F.col("bucket"))).partitionBy("dataset", "b").parquet(target)
-        written = {child[len("dataset="):] for child in self.files.children(target) if child.startswith("dataset=")}
+        written = {child[len("dataset="):] for child in self.files.children(target)
+                   if child.startswith("dataset=")}
         for name, frame in frames.items():
             state.schemas[name] = frame.schema.json()
             if buckets is None:
@@ -229,8 +202,8 @@ class StateWriter:
                 del current[bucket]
 
     def write_bucketed(self, state: State, name: str, frame: DataFrame, buckets: set[int]) -> None:
-        """Write ``frame`` (with a ``bucket`` column) split by bucket: the new files replace the
-        state's for every bucket in ``buckets`` (a bucket left with no rows is dropped)."""
+        """Write ``frame`` (with a ``bucket`` column) by bucket, replacing the state's
+        files for every bucket in ``buckets`` (one left with no rows is dropped)."""
         from pyspark.sql import functions as F
 
         target = self.path(name)
@@ -241,13 +214,16 @@ class StateWriter:
     def commit(self, state: State) -> None:
         """Write the manifest, then delete what no manifest names any more."""
         state.generation = self.generation
-        self.files.write_text(join(self.root, f"{_MANIFEST_PREFIX}{self.generation:06d}.json"), state.to_json())
+        self.files.write_text(join(self.root, f"{_MANIFEST_PREFIX}{self.generation:06d}.json"),
+                              state.to_json())
         paths = [*(p for p in state.whole.values() if p),
                  *(p for v in state.bucketed.values() for ps in v.values() for p in ps)]
         used = {self.dir} | {join(self.root, generation_of(p)) for p in paths}
         for child in self.files.children(self.root):
             full = join(self.root, child)
-            if (child.startswith("g") and full not in used) or (child.startswith(_MANIFEST_PREFIX) and child != f"{_MANIFEST_PREFIX}{self.generation:06d}.json"):
+            if (child.startswith("g") and full not in used) or (
+                    child.startswith(_MANIFEST_PREFIX)
+                    and child != f"{_MANIFEST_PREFIX}{self.generation:06d}.json"):
                 self.files.delete(full)
 
 
@@ -266,12 +242,10 @@ def _writer(frame: DataFrame) -> DataFrameWriter:
 
 
 @contextmanager
-def _union_all(spark: SparkSession, frames: dict[str, DataFrame], types: dict[str, Any]) -> Iterator[DataFrame]:
+def _union_all(spark: SparkSession, frames: dict[str, DataFrame],
+               types: dict[str, Any]) -> Iterator[DataFrame]:
     """The frames' union with every column of ``types`` (null where a frame has none) and a
-    ``dataset`` column (the frame's name), made by one SQL statement over temporary views.
-    Built with DataFrame calls instead, it costs a py4j round trip per column and frame and
-    an analysis of the growing union per frame: seconds of driver time per bundle while the
-    cores are busy with the other bundle's tasks (measured: 1.3-3.2 s of a 12 s update)."""
+    ``dataset`` column, made by one SQL statement: see docs/pipeline.md, 'Performance'."""
     token = uuid.uuid4().hex
     views = {name: f"edgeq_bundle_{token}_{i}" for i, name in enumerate(frames)}
     selects = []
@@ -289,9 +263,9 @@ def _union_all(spark: SparkSession, frames: dict[str, DataFrame], types: dict[st
             spark.catalog.dropTempView(view)
 
 
-def read_dataset(spark: SparkSession, state: State, name: str, buckets: set[int] | None = None) -> DataFrame | None:
-    """A state dataset (only ``buckets`` of a bucketed one, if given; empty if it has none of
-    them), or None if the state has no such dataset."""
+def read_dataset(spark: SparkSession, state: State, name: str,
+                 buckets: set[int] | None = None) -> DataFrame | None:
+    """A state dataset (only ``buckets`` of a bucketed one, if given), or None if there is none."""
     from pyspark.sql.types import StructType
 
     if name in state.whole:
@@ -320,8 +294,7 @@ def generation_of(path: str) -> str:
 
 @dataclass(slots=True)
 class Plan:
-    """What a run will do: ``incremental`` (merge the ``new`` parts of each journal, by key,
-    into ``state``) or not (read every part, ``state`` is a fresh one), and why."""
+    """What a run will do: ``incremental`` (merge ``new`` parts into ``state``) or a full run, and why."""
 
     incremental: bool
     new: dict[str, list[Part]]
@@ -361,12 +334,8 @@ def _misfit(journals: list[Journal], previous: State) -> str | None:
 
 
 def plan_run(journals: list[Journal], previous: State | None, why: str, bucket_ms: int | None = None) -> Plan:
-    """Decide between an incremental run and a full one: incremental only if the state was
-    made the same way from the same servers' journals (no journal added or left out), no
-    part it read has changed, and every new part of each journal comes after those it read
-    of it (an export only ever adds parts above its watermark). The journals' order does
-    not matter (they are told apart by server). ``bucket_ms`` None: the state's bucket width,
-    or :data:`DEFAULT_BUCKET_MS` for a new one; a width given rebuilds a state kept in others."""
+    """Incremental run if the state fits (same servers' journals, no part read changed, new parts after
+    those read), else a full one; ``bucket_ms`` None: the state's, else :data:`DEFAULT_BUCKET_MS`."""
     width = bucket_ms or (previous.bucket_ms if previous is not None else DEFAULT_BUCKET_MS)
     fresh = State(journals={j.key: JournalRecord(j.path) for j in journals}, bucket_ms=width)
     everything = {j.key: list(j.parts) for j in journals}

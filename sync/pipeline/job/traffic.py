@@ -1,13 +1,5 @@
-"""What adds up row by row: entries per kind, throughput per queue and hour, each device's
-activity and clock offset per hour, the queue names. Each is a small mergeable dataset
-(:mod:`edgeq.sync.pipeline.job.merge`) that an incremental run merges its new rows into, and
-the reports ``journal_totals``, ``throughput_hourly``, ``device_clock_hourly`` and
-``device_health`` are read off them.
-
-What the journal does not hold, these do not invent: it records acceptances (with the
-clock offset the sync server measured at the confirm), deliveries and expiries; not the
-syncs themselves, a sync that failed, a refused message, or a put held now.
-"""
+"""What adds up row by row: entries per kind, throughput per queue and hour, each device's activity and
+clock offset per hour, the queue names: small mergeable datasets the reports are read off."""
 
 from __future__ import annotations
 
@@ -41,9 +33,8 @@ def _hour() -> Column:
 
 
 def kind_totals(*, check_nulls: bool = True) -> Spec:
-    """Entries per kind and side, how many lack a column the journal always fills
-    (``incomplete``: a file that is not a real export; not counted, 0, without ``check_nulls``:
-    when the files' own schema rules nulls out), and the earliest ``at_ms``."""
+    """Entries per kind and side, the earliest ``at_ms``, and ``incomplete``: rows lacking a column
+    the journal always fills (counted only with ``check_nulls``)."""
     from pyspark.sql import functions as F
 
     incomplete = F.lit(False)
@@ -69,7 +60,8 @@ def throughput() -> Spec:
         Col("accepted", acc.cast("long"), "sum"),
         Col("delivered", is_("kind", "delivered").cast("long"), "sum"),
         Col("expired_entries", is_("kind", "expired").cast("long"), "sum"),
-        Col("accepted_bytes", F.when(acc, F.coalesce(F.col("size"), F.lit(0))).otherwise(0).cast("long"), "sum"),
+        Col("accepted_bytes",
+            F.when(acc, F.coalesce(F.col("size"), F.lit(0))).otherwise(0).cast("long"), "sum"),
     )
     return Spec(("queue", _hour()), ("queue", "hour_ms"), cols)
 
@@ -78,8 +70,8 @@ def throughput_hourly(state: DataFrame) -> DataFrame:
     """Report ``throughput_hourly``."""
     from pyspark.sql import functions as F
 
-    return state.select(F.timestamp_millis("hour_ms").alias("hour"), "hour_ms", "queue", "accepted", "delivered",
-                        "expired_entries", "accepted_bytes")
+    return state.select(F.timestamp_millis("hour_ms").alias("hour"), "hour_ms", "queue", "accepted",
+                        "delivered", "expired_entries", "accepted_bytes")
 
 
 def queue_names() -> Spec:
@@ -90,9 +82,8 @@ def queue_names() -> Spec:
 
 
 def device_hourly() -> Spec:
-    """Per device (the ``device`` column: who sent an accepted row, who reported a
-    device-side expiry) and UTC hour of ``at_ms``: rows, acceptances, those without a
-    clock offset, and the offsets measured at acceptances (min, max, the last by journal id)."""
+    """Per device (who sent an acceptance or reported a device-side expiry) and UTC hour: rows,
+    acceptances, those without an offset, and the offsets measured (min, max, last by journal id)."""
     from pyspark.sql import functions as F
 
     acc = is_("kind", "accepted")
@@ -124,11 +115,8 @@ def device_clock_hourly(state: DataFrame) -> DataFrame:
 
 def device_health(hourly: DataFrame, audit: DataFrame, devices: DataFrame, expired: DataFrame | None,
                   contacts: DataFrame | None = None) -> DataFrame:
-    """Report ``device_health``: per device name, from its hourly activity, the audit of its
-    origins (``audit``: the per-origin audit partials of every bucket; ``devices``: the
-    device origins), what it reported expired (``expired``: device_expired partials) and its
-    last request (``contacts``: the servers' device records; ``last_seen_ms`` is the later of
-    that and its last journal row, a request too, whose record may trail it by 10 s)."""
+    """Report ``device_health``: per device name, from its hourly activity, the audit of its origins
+    (``audit``, ``devices``), what it reported expired (``expired``) and its last request (``contacts``)."""
     from pyspark.sql import functions as F
 
     activity = hourly.groupBy("device").agg(
@@ -151,13 +139,15 @@ def device_health(hourly: DataFrame, audit: DataFrame, devices: DataFrame, expir
     )
     joined = activity.join(own, "device", "full_outer")
     if contacts is not None:
-        joined = joined.join(F.broadcast(contacts.withColumnRenamed("last_seen_ms", "request_ms")), "device", "left")
+        joined = joined.join(F.broadcast(contacts.withColumnRenamed("last_seen_ms", "request_ms")),
+                             "device", "left")
         last_seen = F.greatest(F.col("last_row_ms"), F.col("request_ms"))  # greatest skips a null
     else:
         last_seen = F.col("last_row_ms")
     if expired is not None:
-        joined = joined.join(expired.groupBy("device").agg(F.sum("device_expired").cast("long").alias("device_expired")),
-                             "device", "left")
+        joined = joined.join(
+            expired.groupBy("device").agg(F.sum("device_expired").cast("long").alias("device_expired")),
+            "device", "left")
     else:
         joined = joined.withColumn("device_expired", F.lit(None).cast("long"))
     zero = F.lit(0).cast("long")

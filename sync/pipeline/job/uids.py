@@ -1,31 +1,5 @@
-"""Each message's story: one pass over the journal grouped by uid, shared by every audit,
-the expiry reconciliation and the end-to-end latency.
-
-The **uid status** (one row per uid: how many times it was accepted and delivered,
-whether and where it expired, its first acceptance's queue, offset and confirm, ...)
-is a mergeable dataset (:mod:`edgeq.sync.pipeline.job.merge`), split into **buckets** by
-the uid's creation day (from its stamp): an incremental run merges its new rows into
-the buckets they concern only. From a bucket's uid status come its **partials**
-(per origin, per queue and day, ...), which add up across buckets into the reports.
-
-What a uid's rows say about it (``category``, for the expiry reconciliation):
-
-* 1 ``server_only``, 2 ``device_only`` (never accepted), 3 ``both``: an expired message;
-* 4 ``delivered_then_device_expired``: a device's own message, delivered on the server,
-  whose copy on the device expired (the device never got the confirm reply): not
-  expired, not lost;
-* 5 ``accepted_then_device_expired``: the same, accepted but not delivered yet;
-* 0: not expired.
-
-A uid **dead-lettered** (its device moved it to its dead-letter queue: the server refused
-it ``refusal_limit`` times) is waiting there until it is accepted (re-sent), expires or is
-deleted (``discarded``): the audit counts those waiting, never as gaps.
-
-A **gap candidate** is a uid seen without any acceptance, expiry or dead-lettering. It is a
-*gap* if it reached the server (its first ``arrived_ms``, else its first row) at or after ``from_ms``
-(the first server-side row the job has seen): its acceptance, if it had one, would be in
-the data. Before that, its acceptance may lie before the data: *unauditable*.
-"""
+"""Each message's story: the journal grouped by uid (the **uid status**, in buckets of creation time),
+whence the **partials** of the audit, the expiry reconciliation and the end-to-end latency."""
 
 from __future__ import annotations
 
@@ -60,13 +34,13 @@ DAY_MS = 86_400_000
 KEYS = ("bucket", "uid", "origin", "stamp")
 #: Bits of the ``kinds`` column: which kinds of row a uid has.
 KIND_BITS = {"accepted": 1, "delivered": 2, "expired": 4, "other": 8, "dead-lettered": 16, "discarded": 32}
+#: A uid's expiry category (0: not expired); docs/pipeline.md, 'expiry reconciliation'.
 CATEGORIES = {1: "server_only", 2: "device_only", 3: "both", 4: "delivered_then_device_expired",
               5: "accepted_then_device_expired"}
 
 
 def queue_id(column: str = "queue") -> Column:
-    """A queue name as a number (its 64-bit xxhash), so that aggregates stay numeric; the
-    ``queues`` dataset maps it back (and a collision is reported, never merged)."""
+    """A queue name as a number (64-bit xxhash): aggregates stay numeric; a collision is reported."""
     from pyspark.sql import functions as F
 
     return F.xxhash64(F.col(column))
@@ -88,8 +62,7 @@ def stamp_of(uid: str = "uid") -> Column:
 
 
 def bucket_of(bucket_ms: int, stamp: Column | None = None) -> Column:
-    """A uid's bucket: its creation time (stamp = created_ms * 1000 + n) in ``bucket_ms``
-    units; -1 for a uid without a stamp."""
+    """A uid's bucket: its creation time (from its stamp) in ``bucket_ms`` units; -1 without a stamp."""
     from pyspark.sql import functions as F
 
     stamp = stamp_of() if stamp is None else stamp
@@ -136,17 +109,16 @@ def _columns() -> list[Col]:
 
 
 def _narrow(rows: DataFrame, spread: bool) -> DataFrame:
-    """The columns the uid status needs, queue names as ids, kind and side as numbers, spread
-    by uid (unless not ``spread``: rows in one partition need no shuffle): the one shuffle
-    moves these few columns (two strings: the uid and its origin) instead of the aggregate's
-    wide partial buffers."""
+    """The columns the uid status needs, queue names as ids, kind and side as numbers, spread by uid
+    unless not ``spread``: the one shuffle moves these few columns, not the aggregate's wide buffers."""
     from pyspark.sql import functions as F
 
     kind = F.lit(KIND_BITS["other"])
     for name in ("discarded", "dead-lettered", "expired", "delivered", "accepted"):
         kind = F.when(is_("kind", name), KIND_BITS[name]).otherwise(kind)
     narrow = rows.select(
-        "id", kind.alias("kind_bit"), is_("side", "server").alias("side_server"), is_("side", "device").alias("side_device"),
+        "id", kind.alias("kind_bit"), is_("side", "server").alias("side_server"),
+        is_("side", "device").alias("side_device"),
         "at_ms", "uid", "origin", "created_ms", "arrived_ms", "confirmed_ms", "clock_offset_ms", "window_ms",
         queue_id().alias("qid"),
         F.coalesce(device_name() == F.col("device"), F.lit(False)).alias("own_device"),
@@ -155,9 +127,7 @@ def _narrow(rows: DataFrame, spread: bool) -> DataFrame:
 
 
 def uid_status(rows: DataFrame, bucket_ms: int, *, spread: bool = True) -> DataFrame:
-    """The uid status of journal ``rows`` (keys ``bucket, uid, origin, stamp``; the stamp and
-    the bucket, functions of the uid, read once per uid rather than per row); ``spread``: the
-    rows are not in a single partition (:func:`~edgeq.sync.pipeline.job.merge.one_partition`)."""
+    """The uid status of journal ``rows`` (keys :data:`KEYS`); ``spread``: not in one partition."""
     from pyspark.sql import functions as F
 
     cols = _columns()
@@ -173,9 +143,7 @@ def merge_status(frame: DataFrame) -> DataFrame:
 
 
 def derive(status: DataFrame, from_ms: int | None) -> DataFrame:
-    """The uid status with what the audits need: ``is_accepted``, ``category`` (see the module),
-    ``gap``, ``unauditable``, ``held_expired``, ``dead_letter_waiting`` (moved to its device's
-    dead-letter queue, and since neither accepted, expired nor deleted there)."""
+    """The uid status with what the audits need: ``category``, ``gap``, ``unauditable``, and more."""
     from pyspark.sql import functions as F
 
     acc, dl = F.col("accepted") > 0, F.col("delivered") > 0
@@ -191,16 +159,16 @@ def derive(status: DataFrame, from_ms: int | None) -> DataFrame:
     # Each journal's own window in a run over several (edgeq.sync.pipeline.job.fleet), else the data's.
     early = F.coalesce(arrival < F.coalesce(F.col("window_ms"), F.lit(from_ms).cast("long")), F.lit(False))
     return status.select(
-        "*", acc.alias("is_accepted"), dl.alias("is_delivered"), ed.alias("on_device"), category.alias("category"),
+        "*", acc.alias("is_accepted"), dl.alias("is_delivered"), ed.alias("on_device"),
+        category.alias("category"),
         (candidate & ~early).alias("gap"), (candidate & early).alias("unauditable"),
         (~acc & es).alias("held_expired"), (dead & ~acc & ~es & ~ed & ~gone).alias("dead_letter_waiting"),
     )
 
 
 def audit_partial(derived: DataFrame) -> DataFrame:
-    """Per bucket and origin (every origin: which are devices is decided over all buckets):
-    the exactly-once audit's counts, and whether the origin shows itself a device
-    (``evidence``: an acceptance, or an expiry it reported of its own message)."""
+    """Per bucket and origin: the audit's counts, and ``evidence`` that the origin is a device
+    (which are devices is decided over all buckets)."""
     from pyspark.sql import functions as F
 
     acc, stamp = F.col("is_accepted"), F.col("stamp")
@@ -249,15 +217,16 @@ def dup_partial(derived: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return derived.filter(F.col("accepted") > 1).select(
-        "bucket", "uid", "origin", F.col("accepted").alias("times"), F.col("acc_first_qid").alias("first_qid"),
+        "bucket", "uid", "origin", F.col("accepted").alias("times"),
+        F.col("acc_first_qid").alias("first_qid"),
         F.col("acc_last_qid").alias("last_qid"), F.col("acc_min_ms").alias("first_ms"),
         F.col("acc_max_ms").alias("last_ms"),
     )
 
 
 def expiry_daily_partial(derived: DataFrame) -> DataFrame:
-    """Per bucket, queue (id: the first server-side expiry's, else the first device-side
-    one's) and UTC date of the first expiry: messages by category, and expired entries."""
+    """Per bucket, queue (the first server-side expiry's, else device-side) and UTC date
+    of the first expiry: messages by category, and expired entries."""
     from pyspark.sql import functions as F
 
     cat = F.col("category")
@@ -278,8 +247,7 @@ def expiry_daily_partial(derived: DataFrame) -> DataFrame:
 
 
 def expired_keys(rows: DataFrame, bucket_ms: int) -> DataFrame:
-    """What expiry_where and device health need of each expired row: bucket, uid, queue,
-    side, check point, device."""
+    """What expiry_where and device health need of each expired row."""
 
     return rows.filter(is_("kind", "expired")).select(
         bucket_of(bucket_ms).alias("bucket"), "uid", "queue", "side", "check_point", "device",
@@ -312,9 +280,8 @@ E2E_METRICS = ("confirm", "confirm_raw", "delivered", "delivered_raw")
 
 
 def e2e_values(status: DataFrame) -> DataFrame:
-    """Per accepted uid: the device (its origin's name), the queue id of its first acceptance,
-    whether that acceptance had no clock offset, and each of :data:`E2E_METRICS` (null if the
-    message was not delivered)."""
+    """Per accepted uid: the device, its first acceptance's queue id, whether that had no clock
+    offset, and each of :data:`E2E_METRICS` (null if not delivered)."""
     from pyspark.sql import functions as F
 
     created, offset = F.col("created_ms"), F.coalesce(F.col("acc_first_offset"), F.lit(0))

@@ -1,22 +1,5 @@
-"""One run's new journal rows, merged into the state (:mod:`edgeq.sync.pipeline.job.state`).
-
-A full run is the same merge into an empty state, so a full run and an incremental
-one compute every dataset with the same code. A run is four Spark jobs (each job's
-datasets written together, as one *bundle*):
-
-1. a survey of the new rows (a collect): entries per kind and side, rows lacking a
-   required column, the earliest server-side row; in an incremental run also the buckets
-   (creation days of their uids) they touch, and the buckets of an origin that becomes a
-   device with them (its earlier uids are audited now);
-2. the uid status and the expired rows of those buckets (the state's merged with the new
-   rows'), split by bucket;
-3. those buckets' partials (audit, gaps, duplicates, expiry, end-to-end latencies), read
-   off the status just written, split by bucket;
-4. the row-additive datasets (entries per kind, throughput, device activity, queue names,
-   the latencies sorted per device and queue): the state's merged with the new rows'.
-
-Step 4 runs at the same time as steps 2 and 3 (from a second driver thread).
-"""
+"""One run's new journal rows merged into the state, in four Spark jobs (docs/pipeline.md, 'Incremental
+runs'). A full run is the same merge into an empty state: both compute every dataset with one code."""
 
 from __future__ import annotations
 
@@ -70,8 +53,10 @@ def _union(old: DataFrame | None, new: DataFrame) -> DataFrame:
     return new if old is None else old.unionByName(new)
 
 
-def _survey(rows: DataFrame, previous: State, *, incremental: bool, check_nulls: bool, bucket_ms: int) -> _Survey:
-    """Step 1: one collect over the new rows (see the module)."""
+def _survey(rows: DataFrame, previous: State, *, incremental: bool, check_nulls: bool,
+            bucket_ms: int) -> _Survey:
+    """Step 1, one collect: entries per kind and side, incomplete rows, the earliest server-side row
+    and the buckets the new rows touch."""
     from pyspark.sql import functions as F
 
     incomplete = F.lit(False)
@@ -95,9 +80,9 @@ def _survey(rows: DataFrame, previous: State, *, incremental: bool, check_nulls:
             device_origins(old_audit), "origin", "left_anti")
         flipped = old_audit.join(new_devices, "origin", "left_semi").select("bucket").distinct()
         none = F.lit(None).cast("long")
-        found = found.unionByName(flipped.select(F.lit(1).alias("what"), F.lit(None).cast("boolean").alias("server"),
-                                                 "bucket", none.alias("entries"), none.alias("incomplete"),
-                                                 none.alias("first_ms")))
+        found = found.unionByName(flipped.select(
+            F.lit(1).alias("what"), F.lit(None).cast("boolean").alias("server"), "bucket",
+            none.alias("entries"), none.alias("incomplete"), none.alias("first_ms")))
     seen = found.collect()
     counts = [r for r in seen if r["what"] == 0]
     return _Survey(
@@ -113,16 +98,17 @@ def apply_rows(
     spark: SparkSession, writer: StateWriter, previous: State, state: State, rows: DataFrame,
     *, incremental: bool, say: Say, check_nulls: bool = True,
 ) -> Update | Restart:
-    """Merge journal ``rows`` into ``state`` (a copy of ``previous``, or a fresh one), writing
-    the new generation's datasets."""
+    """Merge journal ``rows`` into ``state`` (a copy of ``previous``, or fresh), writing a generation."""
     # A small run (new rows, or the state's datasets it merges them with) is done in one
     # partition: no shuffles, a Spark job per step (merge.one_partition).
     rows, small = one_partition(rows)
-    survey = _survey(rows, previous, incremental=incremental, check_nulls=check_nulls, bucket_ms=state.bucket_ms)
+    survey = _survey(rows, previous, incremental=incremental, check_nulls=check_nulls,
+                     bucket_ms=state.bucket_ms)
     if survey.incomplete:
         raise MalformedJournal(
-            f"{survey.incomplete:,} journal row(s) lack a column edgeq's journal always fills (id, kind, side, "
-            "at_ms, queue, uid, origin): these files were not written by edgeq export; re-export into a new directory"
+            f"{survey.incomplete:,} journal row(s) lack a column edgeq's journal always fills "
+            "(id, kind, side, at_ms, queue, uid, origin): these files were not written by edgeq export; "
+            "re-export into a new directory"
         )
     first = survey.first_server
     if incremental and previous.from_ms is not None and first is not None and first < previous.from_ms:
@@ -142,8 +128,8 @@ def apply_rows(
 
 def _per_uid(spark: SparkSession, writer: StateWriter, previous: State, state: State, rows: DataFrame,
              survey: _Survey, incremental: bool, small: bool) -> set[int]:
-    """Steps 2 and 3: the uid status and expired rows of the buckets the new rows touch, then
-    their partials and those of the buckets of an origin that became a device (returned)."""
+    """Steps 2 and 3: the uid status and expired rows of the buckets the new rows touch, then their
+    partials and those of the buckets of an origin that became a device (returned)."""
     touched = survey.touched
     status = uids.uid_status(rows, state.bucket_ms, spread=not small)
     expired = uids.expired_keys(rows, state.bucket_ms)
@@ -180,9 +166,8 @@ def _row_additive(spark: SparkSession, writer: StateWriter, previous: State, sta
 
 
 def _partials(spark: SparkSession, writer: StateWriter, state: State, buckets: set[int]) -> None:
-    """Compute the partials of ``buckets`` (all of every dataset derived from the uid status)
-    from the status just written: read back columnar, only the columns each partial needs,
-    which is cheaper than keeping the whole status in memory."""
+    """The partials of ``buckets``, read back from the status just written (only the columns each
+    needs: cheaper than keeping the status in memory)."""
     status = read_dataset(spark, state, "uids", buckets)
     keys = read_dataset(spark, state, "expired", buckets)
     assert status is not None and keys is not None  # just written

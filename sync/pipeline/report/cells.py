@@ -1,11 +1,5 @@
-"""How a report's values read to people, in the printed summary and on the page alike.
-
-A column is shown by what its name says it holds: ``*_stamp`` (a uid's stamp,
-``created_ms * 1000 + n``) and instants (``hour_ms``, ``first_ms``,
-``last_seen_ms``...) as ISO 8601 times in UTC, other ``*_ms`` columns as
-durations, counts with thousands separators. So a report added later is shown
-sensibly without a line here.
-"""
+"""How a report's values read to people, in the summary and on the page: by what a column's name
+says it holds (stamps and instants as UTC times, other ``*_ms`` as durations, counts)."""
 
 from __future__ import annotations
 
@@ -55,10 +49,8 @@ def short_ms(ms: int) -> str:
 def format_time(ms: int | None, *, precision: str = "ms") -> str:
     """An epoch-ms instant as ISO 8601, UTC (``precision``: ``ms``, ``seconds``, ``minutes``).
 
-    >>> format_time(1_763_762_400_123)
-    '2025-11-21T22:00:00.123Z'
-    >>> format_time(1_763_762_400_000, precision="minutes")
-    '2025-11-21T22:00Z'
+    >>> format_time(1_763_762_400_123), format_time(1_763_762_400_000, precision="minutes")
+    ('2025-11-21T22:00:00.123Z', '2025-11-21T22:00Z')
     """
     if ms is None:
         return "-"
@@ -71,24 +63,20 @@ def format_time(ms: int | None, *, precision: str = "ms") -> str:
 
 
 def format_stamp(stamp: int | None) -> str:
-    """A uid's stamp as the creation time it encodes (``n``, the stamp's count within that
-    millisecond, is left out: the uid itself is in the Parquet report).
-
-    >>> format_stamp(1_795_378_940_077_000)
-    '2026-11-22T20:22:20.077Z'
-    """
+    """A uid's stamp as the creation time it encodes (without ``n``, its count within the ms)."""
     return "-" if stamp is None else format_time(stamp // 1000)
 
 
 def is_instant(column: str) -> bool:
     """Whether an integer column holds epoch milliseconds of a point in time.
 
-    >>> [is_instant(c) for c in ("hour_ms", "last_seen_ms", "first_ms", "p95_ms", "clock_offset_ms", "min_ms")]
-    [True, True, True, False, False, False]
+    >>> [is_instant(c) for c in ("hour_ms", "last_seen_ms", "first_ms", "p95_ms", "clock_offset_ms")]
+    [True, True, True, False, False]
     """
     if not column.endswith("_ms") or column in _DURATIONS:
         return False
-    return column in _INSTANTS or column.startswith(("first_", "last_")) or column.endswith(("_at_ms", "seen_ms"))
+    return (column in _INSTANTS or column.startswith(("first_", "last_"))
+            or column.endswith(("_at_ms", "seen_ms")))
 
 
 def is_numeric(column: str, value: Any) -> bool:

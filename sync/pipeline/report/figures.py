@@ -1,8 +1,5 @@
-"""The headline figures and the audit's verdict, for the printed summary and the page alike.
-
-They read only :attr:`PipelineResult.totals` (computed by Spark over all the data), never
-the collected rows, which are cut after ``COLLECT_LIMIT``.
-"""
+"""The headline figures and the audit's verdict, for the printed summary and the page alike: read
+from ``PipelineResult.totals`` only, never from the collected rows (cut after ``COLLECT_LIMIT``)."""
 
 from __future__ import annotations
 
@@ -46,16 +43,12 @@ def headline(result: PipelineResult) -> list[tuple[str, str, str]]:
 
 
 def verdict(result: PipelineResult) -> tuple[bool | None, str]:
-    """Whether the exactly-once audit passed (None: the result holds no audit figures), and a
-    sentence saying so, from ``totals``.
+    """Whether the exactly-once audit passed (None: no audit figures), and a sentence saying so.
 
     >>> verdict(PipelineResult("j", "o", totals={"duplicates": 0, "gaps": 0}))
     (True, 'OK: no uid accepted twice, no gap')
     >>> verdict(PipelineResult("j", "o", totals={"duplicates": 0, "gaps": 0, "dead_lettered": 2}))[1][:44]
     'ATTENTION: 2 message(s) wait in their device'
-
-    >>> verdict(PipelineResult("j", "o"))[0] is None
-    True
     """
     t = result.totals
     if "duplicates" not in t or "gaps" not in t:

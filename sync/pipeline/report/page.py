@@ -1,11 +1,5 @@
-"""The report page: one self-contained HTML file (inline CSS and SVG, no script, nothing
-fetched), readable offline and printable.
-
-What a reader sees first is what :attr:`PipelineResult.totals` says (tiles), then the
-exactly-once audit (in red, with the uids, when it fails), then latency, devices,
-expiries and throughput, each a chart and a table. Tables have a fixed layout and wrap
-long values, so they fit the page's column; times are ISO 8601, UTC.
-"""
+"""The report page: one self-contained HTML file (inline CSS and SVG, no script, nothing fetched),
+readable offline and printable. What it shows: docs/pipeline.md, 'The report page'."""
 
 from __future__ import annotations
 
@@ -37,9 +31,10 @@ _MAX_HOURS = 24 * 90
 #: Devices drawn in the clock offset chart (those whose offset moved most).
 _OFFSET_DEVICES = 8
 
-_CSS = """
+_CSS = ("""
 *{box-sizing:border-box}
-body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222;line-height:1.4}
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;"""
+        """padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.5em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:1px solid #ddd;font-size:1.2em}
 h3{font-size:1em;margin:1.2em 0 .3em}
 .meta{color:#555;font-size:.9em;overflow-wrap:anywhere}
@@ -58,7 +53,7 @@ th{background:#f4f6f8;font-weight:600} td.n,th.n{text-align:right;font-variant-n
 .warn{color:#9a5b00}
 .note{color:#555;font-size:.85em}
 svg.chart{display:block;width:100%;min-width:600px;height:auto;margin:.6em 0}
-"""
+""")
 
 
 def _wrappable(text: str) -> str:
@@ -86,13 +81,13 @@ def _partial(result: PipelineResult, name: str) -> str:
     have, total = len(result.rows.get(name, [])), result.counts.get(name, 0)
     if total <= have:
         return ""
-    return (f'<p class="note warn">Drawn from the first {have:,} of the {total:,} rows of <code>{name}</code> '
-            "(in its order): the whole is in the Parquet report.</p>")
+    return (f'<p class="note warn">Drawn from the first {have:,} of the {total:,} rows of <code>{name}</code>'
+            " (in its order): the whole is in the Parquet report.</p>")
 
 
 def _every_hour(hours: set[int]) -> list[int]:
     """Every hour from the first to the last of ``hours`` (an hour without data is a time too),
-    unless that would be more than ``_MAX_HOURS`` points: then only ``hours``."""
+    or only ``hours`` if that would be more than ``_MAX_HOURS``."""
     if not hours:
         return []
     first, last = min(hours), max(hours)
@@ -105,10 +100,11 @@ def _box(svg: str) -> str:
     return f'<div class="scroll">{svg}</div>'
 
 
-def html_table(result: PipelineResult, name: str, columns: Sequence[str], headers: Sequence[str] | None = None,
-               *, limit: int = _PAGE_ROWS, rows: Sequence[dict[str, Any]] | None = None) -> str:
-    """Report ``name``'s ``columns`` as an HTML table (values as :func:`cell` shows them),
-    cut after ``limit`` rows with a line saying how many more the Parquet report holds."""
+def html_table(result: PipelineResult, name: str, columns: Sequence[str],
+               headers: Sequence[str] | None = None, *, limit: int = _PAGE_ROWS,
+               rows: Sequence[dict[str, Any]] | None = None) -> str:
+    """Report ``name``'s ``columns`` as an HTML table, cut after ``limit`` rows with a line saying
+    how many more the Parquet report holds."""
     data = result.rows.get(name, []) if rows is None else rows
     if not data:
         return '<p class="note">No rows.</p>'
@@ -117,7 +113,8 @@ def html_table(result: PipelineResult, name: str, columns: Sequence[str], header
     titles = list(headers or columns)
     head = "".join(f'<th class="{k}">{_E(h)}</th>' for h, k in zip(titles, kinds, strict=True))
     body = "".join(
-        "<tr>" + "".join(f'<td class="{k}">{_wrappable(v)}</td>' for v, k in zip(row, kinds, strict=True)) + "</tr>"
+        "<tr>" + "".join(f'<td class="{k}">{_wrappable(v)}</td>' for v, k in zip(row, kinds, strict=True))
+        + "</tr>"
         for row in cells
     )
     # A fixed layout shares the width by the <col> widths: give each column room for its
@@ -130,7 +127,8 @@ def html_table(result: PipelineResult, name: str, columns: Sequence[str], header
         weights = [w if w <= 20 else max(words[i], 16) for i, w in enumerate(weights)]
     cols = "".join(f'<col style="width:{100 * w / sum(weights):.1f}%">' for w in weights)
     more = (result.counts.get(name, len(data)) if rows is None else len(data)) - min(limit, len(data))
-    tail = f'<p class="note">{more:,} more row(s) in the Parquet report <code>{_E(name)}</code>.</p>' if more > 0 else ""
+    tail = (f'<p class="note">{more:,} more row(s) in the Parquet report <code>{_E(name)}</code>.</p>'
+            if more > 0 else "")
     return (f'<div class="scroll"><table><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></div>{tail}")
 
@@ -163,13 +161,15 @@ def _audit(result: PipelineResult) -> str:
         out.append(f'<div class="alert" role="alert"><p class="bad">{_E(says)}</p>')
         if result.rows.get("audit_duplicates"):
             out.append("<h3>Uids accepted more than once</h3>")
-            out.append(html_table(result, "audit_duplicates", ("uid", "origin", "times", "queues", "first_ms", "last_ms"),
-                                  ("uid", "origin", "times", "queues", "first accepted (UTC)", "last accepted (UTC)"),
-                                  limit=50))
+            out.append(html_table(
+                result, "audit_duplicates", ("uid", "origin", "times", "queues", "first_ms", "last_ms"),
+                ("uid", "origin", "times", "queues", "first accepted (UTC)", "last accepted (UTC)"),
+                limit=50))
         if result.rows.get("audit_gaps"):
             out.append("<h3>Device messages never accepted nor expired (gaps)</h3>")
-            out.append(html_table(result, "audit_gaps", ("uid", "origin", "stamp", "kinds", "first_seen_ms"),
-                                  ("uid", "origin", "created (UTC)", "seen as", "first seen (UTC)"), limit=50))
+            out.append(html_table(
+                result, "audit_gaps", ("uid", "origin", "stamp", "kinds", "first_seen_ms"),
+                ("uid", "origin", "created (UTC)", "seen as", "first seen (UTC)"), limit=50))
         out.append("</div>")
     out.append("<h3>Per device store</h3>")
     out.append(html_table(
@@ -196,35 +196,37 @@ def _latency(result: PipelineResult) -> str:
         hist.pop()
     while hist and hist[0]["messages"] == 0:
         hist.pop(0)
-    out = ["<h2>Latency</h2><p>Creation on the device, moved onto the server's clock by the device's measured "
-           "clock offset, to the server's confirm (the message became visible there), all devices and queues. "
-           "<em>uncorrected</em> counts messages whose device reported no offset: their latency is on two clocks. "
-           "Each bar is labelled by its lower bound.</p>"]
+    out = ["<h2>Latency</h2><p>Creation on the device, moved onto the server's clock by the device's "
+           "measured clock offset, to the server's confirm (the message became visible there), all devices "
+           "and queues. <em>uncorrected</em> counts messages whose device reported no offset: their "
+           "latency is on two clocks. Each bar is labelled by its lower bound.</p>"]
     if hist:
-        title = "creation to server confirm: messages per latency bucket"
-        out.append(_box(bar_chart([_bucket_label(x) for x in hist], {"messages": [x["messages"] for x in hist]},
-                                  title=title, unit="messages", x_title="latency (lower bound)")))
-    out.append(html_table(result, "latency", ("device", "queue", "messages", "uncorrected", "p50_ms", "p95_ms",
-                                              "p99_ms", "max_ms"),
+        out.append(_box(bar_chart(
+            [_bucket_label(x) for x in hist], {"messages": [x["messages"] for x in hist]},
+            title="creation to server confirm: messages per latency bucket", unit="messages",
+            x_title="latency (lower bound)")))
+    out.append(html_table(result, "latency", ("device", "queue", "messages", "uncorrected", "p50_ms",
+                                              "p95_ms", "p99_ms", "max_ms"),
                           ("device", "queue", "messages", "uncorrected", "p50", "p95", "p99", "max")))
     out.append("<h3>End to end: creation to delivery, beside creation to server confirm</h3>"
-               "<p class=\"note\">Delivery is the first get of the message on the server. Offset-corrected "
-               "figures, and the median to delivery without the correction; every uncorrected (raw) percentile is "
-               "in the Parquet report.</p>")
+               '<p class="note">Delivery is the first get of the message on the server. Offset-corrected '
+               "figures, and the median to delivery without the correction; every uncorrected (raw) "
+               "percentile is in the Parquet report.</p>")
     out.append(html_table(result, "e2e_latency", ("device", "queue", "messages", "delivered", "uncorrected",
                                                   "confirm_p50_ms", "confirm_p99_ms", "delivered_p50_ms",
                                                   "delivered_p99_ms", "delivered_raw_p50_ms"),
                           ("device", "queue", "accepted", "delivered", "uncorrected", "to confirm p50",
-                           "to confirm p99", "to delivery p50", "to delivery p99", "to delivery p50, uncorrected")))
+                           "to confirm p99", "to delivery p50", "to delivery p99",
+                           "to delivery p50, uncorrected")))
     return "".join(out)
 
 
 def _devices(result: PipelineResult) -> str:
     out = ["<h2>Devices</h2><p>When each device last made a request to the server (its device record as "
-           "exported, or its last journal row if later) and its clock offset (device clock minus server clock, as "
-           "the sync server measured it). The journal does not record syncs, refusals or held puts: <code>edgeq "
-           "sync status</code>, <code>edgeq server refusals list</code> and <code>edgeq server held list</code> "
-           "show those.</p>"]
+           "exported, or its last journal row if later) and its clock offset (device clock minus server "
+           "clock, as the sync server measured it). The journal does not record syncs, refusals or held "
+           "puts: <code>edgeq sync status</code>, <code>edgeq server refusals list</code> and <code>edgeq "
+           "server held list</code> show those.</p>"]
     hourly = result.rows.get("device_clock_hourly", [])
     if hourly:
         spread: dict[str, float] = {}
@@ -236,7 +238,8 @@ def _devices(result: PipelineResult) -> str:
         hours = _every_hour({r["hour_ms"] for r in hourly})
         by = {(r["device"], r["hour_ms"]): r.get("offset_last_ms") for r in hourly}
         if devices:
-            note = f" ({len(devices)} of {len(spread)} devices: those whose offset is largest)" if len(spread) > len(devices) else ""
+            note = (f" ({len(devices)} of {len(spread)} devices: those whose offset is largest)"
+                    if len(spread) > len(devices) else "")
             out.append(f'<p class="note">Clock offset per hour (last measured in the hour){_E(note)}.</p>')
             largest = max((abs(v) for v in by.values() if v is not None), default=0)
             scale, unit = (1000, "offset (s)") if largest >= 2000 else (1, "offset (ms)")
@@ -246,11 +249,12 @@ def _devices(result: PipelineResult) -> str:
                                        title="device clock offset per hour", unit=unit, x_title="hour (UTC)",
                                        marks=time_marks(hours, labels[0]))))
             out.append(_partial(result, "device_clock_hourly"))
-    out.append(html_table(result, "device_health", ("device", "last_seen_ms", "offset_last_ms", "offset_min_ms",
-                                                    "offset_max_ms", "accepted", "uncorrected", "device_expired",
-                                                    "delivered_then_device_expired"),
-                          ("device", "last seen (UTC)", "clock offset", "offset min", "offset max", "accepted",
-                           "uncorrected", "expired on device", "delivered, then device copy expired")))
+    out.append(html_table(result, "device_health",
+                          ("device", "last_seen_ms", "offset_last_ms", "offset_min_ms", "offset_max_ms",
+                           "accepted", "uncorrected", "device_expired", "delivered_then_device_expired"),
+                          ("device", "last seen (UTC)", "clock offset", "offset min", "offset max",
+                           "accepted", "uncorrected", "expired on device",
+                           "delivered, then device copy expired")))
     return "".join(out)
 
 
@@ -258,17 +262,18 @@ def _expiries(result: PipelineResult) -> str:
     days = _sum_by(result.rows.get("expiry_daily", []), "date",
                    {"server": "server_only", "device": "device_only", "both": "both"})
     order = sorted(days)
-    out = ["<h2>Expiries</h2><p>Distinct messages per day (UTC) by where they expired. A message that expired on "
-           "both the device and the server (MQe's “may seem to expire twice”) is counted once, as <em>both</em>. "
-           "A message delivered on the server whose device copy expired later (a lost confirm reply) is not an "
-           "expiry: it has its own column.</p>"]
+    out = ["<h2>Expiries</h2><p>Distinct messages per day (UTC) by where they expired. A message that "
+           "expired on both the device and the server (MQe's “may seem to expire twice”) is counted once, "
+           "as <em>both</em>. A message delivered on the server whose device copy expired later (a lost "
+           "confirm reply) is not an expiry: it has its own column.</p>"]
     if order:
         sides = {k: [days[d][k] for d in order] for k in ("server", "device", "both")}
-        out.append(_box(bar_chart([cell("date", d) for d in order], sides, title="expired messages per day, by side",
-                                  unit="messages", x_title="day (UTC)")))
+        out.append(_box(bar_chart([cell("date", d) for d in order], sides,
+                                  title="expired messages per day, by side", unit="messages",
+                                  x_title="day (UTC)")))
         out.append(_partial(result, "expiry_daily"))
-    out.append(html_table(result, "expiry_daily", ("date", "queue", "expired", "server_only", "device_only", "both",
-                                                   "delivered_then_device_expired", "entries"),
+    out.append(html_table(result, "expiry_daily", ("date", "queue", "expired", "server_only", "device_only",
+                                                   "both", "delivered_then_device_expired", "entries"),
                           ("date", "queue", "expired", "server only", "device only", "both",
                            "delivered, then device copy expired", "journal entries")))
     out.append("<h3>Where expiry caught them</h3>")
@@ -281,8 +286,8 @@ def _throughput(result: PipelineResult) -> str:
     hours = _sum_by(result.rows.get("throughput_hourly", []), "hour_ms",
                     {"accepted": "accepted", "delivered": "delivered", "expired": "expired_entries"})
     order = _every_hour(set(hours))
-    out = ["<h2>Throughput</h2><p>Journal entries per hour (UTC), all queues: accepted, delivered and expired, "
-           "each its own series.</p>"]
+    out = ["<h2>Throughput</h2><p>Journal entries per hour (UTC), all queues: accepted, delivered and "
+           "expired, each its own series.</p>"]
     if order:
         labels = [format_time(h, precision="minutes") for h in order]
         none = {"accepted": 0.0, "delivered": 0.0, "expired": 0.0}
@@ -304,20 +309,20 @@ def _throughput(result: PipelineResult) -> str:
 def _reports(result: PipelineResult) -> str:
     rows = [{"report": name, "rows": result.counts.get(name, 0), "seconds": result.seconds.get(name),
              "what": what} for name, what in REPORTS.items()]
-    return ("<h2>Reports written</h2><p class=\"note\">Each a Parquet directory under the output; columns and "
-            "meaning in docs/pipeline.md.</p>"
-            + html_table(result, "", ("report", "rows", "seconds", "what"), ("report", "rows", "step (s)", "what"),
-                         rows=rows, limit=len(rows)))
+    return ("<h2>Reports written</h2><p class=\"note\">Each a Parquet directory under the output; "
+            "columns and meaning in docs/pipeline.md.</p>"
+            + html_table(result, "", ("report", "rows", "seconds", "what"),
+                         ("report", "rows", "step (s)", "what"), rows=rows, limit=len(rows)))
 
 
 def html_page(result: PipelineResult, *, generated: datetime | None = None) -> str:
-    """The report page: headline figures, the audit, then latency, devices, expiries and
-    throughput (see the module doc)."""
+    """The report page: headline figures, the audit, then latency, devices, expiries and throughput."""
     when = (generated or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%MZ")
     meta = (f"{_E(result.journal)} → {_E(result.out)} · generated {when} · {result.total_seconds:.1f} s · "
             f"reports schema v{result.schema_version}")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+    return (f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" """
+            f"""content="width=device-width,initial-scale=1">
 <title>edgeq journal report</title>
 <style>{_CSS}</style></head><body>
 <h1>edgeq journal report</h1>
@@ -330,11 +335,10 @@ def html_page(result: PipelineResult, *, generated: datetime | None = None) -> s
 {_throughput(result)}
 {_reports(result)}
 </body></html>
-"""
+""")
 
 
 def write_html(result: PipelineResult, path: Path) -> Path:
-    """Write :func:`html_page` to ``path``; return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html_page(result), "utf-8")
     return path

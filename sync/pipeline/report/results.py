@@ -1,11 +1,5 @@
-"""What the analytics job produces, defined apart from the Spark code: the reports
-(names, descriptions, columns, row order), the headline totals, the latency buckets,
-and :class:`PipelineResult`. Both the job and the report writer use these.
-
-This module is the contract between the job (which fills a :class:`PipelineResult`)
-and whatever renders it (:mod:`edgeq.sync.pipeline.report.summary`): it imports nothing but
-the standard library, so it also loads on a Spark driver that has only pyspark.
-"""
+"""What the analytics job produces (reports, totals, latency buckets, :class:`PipelineResult`): the
+contract between the job and the report writer, standard library only (loads on a bare Spark driver)."""
 
 from __future__ import annotations
 
@@ -52,7 +46,9 @@ REPORTS: dict[str, str] = {
         "per device: when the journal last saw it, its clock offset, what it sent and what expired; "
         "the journal does not record syncs, failing syncs, refusals or puts held now, so neither does this"
     ),
-    "device_clock_hourly": "each device's clock offset (device clock minus server clock) per hour: min, max, last",
+    "device_clock_hourly": (
+        "each device's clock offset (device clock minus server clock) per hour: min, max, last"
+    ),
 }
 
 #: Every report's columns, in order (the Parquet files have exactly these).
@@ -139,7 +135,9 @@ TOTALS: dict[str, str] = {
     "queues": "queues in the journal",
     "uncorrected": "accepted entries without a measured clock offset (their latency is uncorrected)",
     "latency_p50_ms": "median creation-to-confirm latency over all accepted entries, offset-corrected",
-    "latency_p99_ms": "99th percentile creation-to-confirm latency over all accepted entries, offset-corrected",
+    "latency_p99_ms": (
+        "99th percentile creation-to-confirm latency over all accepted entries, offset-corrected"
+    ),
     "e2e_p50_ms": "median creation-to-first-delivery latency over all delivered messages, offset-corrected",
     "e2e_p99_ms": "99th percentile creation-to-first-delivery latency, offset-corrected",
 }
@@ -158,24 +156,8 @@ COLLECT_LIMIT = 10_000
 
 @dataclass(slots=True)
 class PipelineResult:
-    """What a run produced.
-
-    * ``rows``: each report's first ``collect_limit`` rows (in :data:`ORDER_BY` order) as dicts,
-      for tables; ``counts``: each report's full row count. Never sum ``rows`` for a headline:
-      use ``totals``.
-    * ``totals``: the headline figures (:data:`TOTALS`), computed by Spark over all the data.
-    * ``audit_scope``: what the audit could judge. Keys: ``mode`` (``"full"``: every part file
-      read this run; ``"incremental"``: only new part files, merged with the state kept in
-      ``OUT/_state/``), ``from_ms`` (the earliest ``at_ms`` in the data the job has seen, or
-      None: a message that reached the server before it cannot be audited), ``from_id`` and
-      ``to_id`` (journal ids covered; None with several journals), ``journals`` (each journal's
-      ``server``, ``path``, ``parts``, ``new_parts``, ``from_id``, ``to_id`` and ``window_ms``,
-      its own audit window with several), ``parts`` (part files covered), ``new_parts`` and
-      ``new_rows`` (read this run), ``unauditable`` (as in ``totals``), and ``text``: one
-      sentence saying all that for people.
-    * ``schema_version``: :data:`SCHEMA_VERSION` of the reports written.
-    * ``seconds``: each step's time; ``total_seconds``: the whole run's.
-    """
+    """What a run produced (docs/pipeline.md, 'Headline totals'): ``rows``, each report's first
+    ``collect_limit`` rows (never sum them for a headline: use ``totals``), ``counts``, ``audit_scope``."""
 
     journal: str
     out: str

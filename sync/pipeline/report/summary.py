@@ -1,10 +1,5 @@
-"""The pipeline's results for people: a printed summary (here) and a self-contained HTML
-page (:mod:`edgeq.sync.pipeline.report.page`, re-exported as :func:`html_page` and :func:`write_html`).
-
-Every headline figure comes from :attr:`PipelineResult.totals`, which Spark computes over
-all the data; the report's rows (``result.rows``, the first ``COLLECT_LIMIT`` of each) only
-fill tables, which say how many more rows the Parquet report holds.
-"""
+"""The pipeline's results for people: the printed summary, and the HTML page re-exported from
+:mod:`~edgeq.sync.pipeline.report.page`. Headline figures come from ``totals``, never from the rows."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ _NUMBER = re.compile(r"^(-|[+-]?[\d,]+(\.\d+)?( ms| s| min| h)?)$")
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, limit: int = _MAX_ROWS,
           total: int | None = None) -> str:
-    """A plain text table of already formatted cells (counts and durations right-aligned),
-    cut after ``limit`` rows; ``total`` is the report's full row count.
+    """A text table of formatted cells (numbers right-aligned), cut after ``limit`` of ``total`` rows.
 
     >>> print(table(["queue", "n"], [["A", "1"], ["BB", "22"]]))
     queue   n
@@ -40,7 +34,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, limit: in
     widths = [max([len(h)] + [len(r[i]) for r in shown]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        """One table line: numeric columns right-aligned, the rest left-aligned."""
         return "  ".join(c.rjust(w) if right[i] else c.ljust(w)
                          for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
@@ -51,8 +44,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, limit: in
     return "\n".join(out)
 
 
-def report_table(result: PipelineResult, name: str, columns: Sequence[str], headers: Sequence[str] | None = None,
-                 *, limit: int = _MAX_ROWS) -> str:
+def report_table(result: PipelineResult, name: str, columns: Sequence[str],
+                 headers: Sequence[str] | None = None, *, limit: int = _MAX_ROWS) -> str:
     """Report ``name``'s ``columns`` as a text table, each value shown as :func:`cell` shows it."""
     rows = result.rows.get(name, [])
     return table(list(headers or columns), [[cell(c, r.get(c)) for c in columns] for r in rows[:limit]],
@@ -83,45 +76,48 @@ def summary_text(result: PipelineResult) -> str:
         report_table(result, "journal_totals", ("kind", "side", "entries")),
         "",
         "Delivery latency, creation to server confirm (corrected by each device's clock offset)",
-        report_table(result, "latency", ("device", "queue", "messages", "p50_ms", "p95_ms", "p99_ms", "max_ms",
-                                         "uncorrected"),
+        report_table(result, "latency", ("device", "queue", "messages", "p50_ms", "p95_ms", "p99_ms",
+                                         "max_ms", "uncorrected"),
                      ("device", "queue", "messages", "p50", "p95", "p99", "max", "uncorrected")),
         "",
-        "End-to-end latency, creation to delivery, beside creation to server confirm (corrected; raw in Parquet)",
+        "End-to-end latency, creation to delivery, beside creation to server confirm "
+        "(corrected; raw in Parquet)",
         report_table(result, "e2e_latency", ("device", "queue", "messages", "delivered", "confirm_p50_ms",
-                                             "confirm_p99_ms", "delivered_p50_ms", "delivered_p99_ms", "uncorrected"),
-                     ("device", "queue", "accepted", "delivered", "confirm p50", "confirm p99", "e2e p50", "e2e p99",
-                      "uncorrected")),
+                                             "confirm_p99_ms", "delivered_p50_ms", "delivered_p99_ms",
+                                             "uncorrected"),
+                     ("device", "queue", "accepted", "delivered", "confirm p50", "confirm p99", "e2e p50",
+                      "e2e p99", "uncorrected")),
         "",
         "Devices: last seen, clock offset (device clock minus server clock)",
         report_table(result, "device_health", ("device", "last_seen_ms", "offset_last_ms", "offset_min_ms",
                                                "offset_max_ms", "accepted", "uncorrected", "device_expired"),
-                     ("device", "last seen (UTC)", "offset", "offset min", "offset max", "accepted", "uncorrected",
-                      "expired on device")),
+                     ("device", "last seen (UTC)", "offset", "offset min", "offset max", "accepted",
+                      "uncorrected", "expired on device")),
         "",
         "Expired messages per queue and day (each once, even if it expired on both sides)",
-        report_table(result, "expiry_daily", ("date", "queue", "expired", "server_only", "device_only", "both",
-                                              "delivered_then_device_expired", "entries"),
+        report_table(result, "expiry_daily", ("date", "queue", "expired", "server_only", "device_only",
+                                              "both", "delivered_then_device_expired", "entries"),
                      ("date", "queue", "expired", "server only", "device only", "both",
                       "delivered, then device copy expired", "entries")),
         "",
         "Exactly-once audit per origin device (duplicates and gaps must be 0)",
-        report_table(result, "audit_devices", ("origin", "accepted", "first_stamp", "last_stamp", "duplicates",
-                                               "expired_unaccepted", "gaps", "dead_lettered"),
+        report_table(result, "audit_devices", ("origin", "accepted", "first_stamp", "last_stamp",
+                                               "duplicates", "expired_unaccepted", "gaps", "dead_lettered"),
                      ("origin", "accepted", "first created (UTC)", "last created (UTC)", "duplicates",
                       "expired unaccepted", "gaps", "dead-lettered")),
         says,
     ]
     if ok is False:
-        parts.append(report_table(result, "audit_duplicates", ("uid", "origin", "times", "first_ms", "last_ms"),
-                                  ("duplicate uid", "origin", "times", "first accepted", "last accepted"), limit=10))
+        parts.append(report_table(
+            result, "audit_duplicates", ("uid", "origin", "times", "first_ms", "last_ms"),
+            ("duplicate uid", "origin", "times", "first accepted", "last accepted"), limit=10))
         parts.append(report_table(result, "audit_gaps", ("uid", "origin", "kinds", "first_seen_ms"),
                                   ("gap uid", "origin", "seen as", "first seen"), limit=10))
     parts += [
         "",
         "Throughput per queue and hour (UTC)",
-        report_table(result, "throughput_hourly", ("hour_ms", "queue", "accepted", "delivered", "expired_entries",
-                                                   "accepted_bytes"),
+        report_table(result, "throughput_hourly", ("hour_ms", "queue", "accepted", "delivered",
+                                                   "expired_entries", "accepted_bytes"),
                      ("hour (UTC)", "queue", "accepted", "delivered", "expired", "accepted bytes")),
         "",
         "Reports written (Parquet): " + ", ".join(f"{n} ({result.counts.get(n, 0):,})" for n in REPORTS),
