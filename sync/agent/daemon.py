@@ -1,11 +1,5 @@
-"""The agent's background loop: a cycle an interval after the last one, at once after a
-put on a remote queue while the server is reachable, and with exponential backoff
-plus jitter after a failure (one thread, waiting on an Event with a timeout).
-
-While it runs it holds the store's agent lock (:mod:`edgeq.sync.agent.lock`), so another
-process can tell that it runs; it reports its start, each cycle and its stop (with the
-reason: a signal's name, or ``stopped``) to ``on_state``, and logs its start and its exit.
-"""
+"""The agent's background loop (one thread): docs/protocol.md, "The agent". While it runs it
+holds the store's agent lock, so another process can tell that it runs."""
 
 from __future__ import annotations
 
@@ -37,22 +31,12 @@ class _WakeRule(QueueRule):
         self._daemon = daemon
 
     def on_added(self, event: RuleEvent) -> None:
-        """Wake the daemon to push the new message."""
         self._daemon.wake_on_put()
 
 
 class Daemon:
-    """Run ``cycle`` (it returns whether it succeeded) in a background thread.
-
-    ``cycle`` fails (returns False) only when the server cannot be reached or refuses the
-    device: a queue that fails alone waits on its own backoff inside the cycle, and the
-    loop goes on. ``online`` tells whether the server was reachable at the last exchange:
-    only then does a put wake the loop at once (the wake rule on ``qm``'s remote queues);
-    after a failed cycle the loop waits ``backoff_base_s`` doubled per failure, at most
-    ``backoff_max_s``, jittered, and tells ``on_backoff`` the delay (seconds).
-    ``server_url`` is for the log. ``on_state`` is told of the start, each cycle and the
-    stop (with its reason), to keep them where ``edgeq sync status`` reads them.
-    """
+    """Run ``cycle`` (False: the server could not be reached) in a background thread; a put wakes
+    it at once only while ``online()``."""
 
     def __init__(
         self, qm: QueueManager, cycle: Callable[[], bool], *, online: Callable[[], bool],
@@ -77,13 +61,12 @@ class Daemon:
         self._rules: list[tuple[str, _WakeRule]] = []
 
     def wake_on_put(self) -> None:
-        """A message was put on a remote queue: run a cycle now, if the server is reachable."""
+        """Run a cycle now, if the server is reachable."""
         if self._online():
             self._wake.set()
 
     def start(self, interval_s: float = 5.0) -> None:
-        """Start the loop: a cycle at once, then ``interval_s`` seconds after the last one, at once
-        after a put while online, with backoff after a failure. :meth:`stop` ends it."""
+        """Start the loop: a cycle at once, then ``interval_s`` seconds after the last one."""
         check_seconds(interval_s, "interval_s")
         if self._worker is not None:
             raise RuntimeError("the sync agent is already running")
@@ -114,15 +97,13 @@ class Daemon:
             self.stop()
 
     def request_stop(self, reason: str = "stopped") -> None:
-        """Ask :meth:`run` to return (safe from a signal handler); it stops the loop.
-        ``reason`` is logged and kept with the exit (a signal's name, say)."""
+        """Ask :meth:`run` to return (safe from a signal handler); ``reason`` is logged and kept."""
         self._reason = reason
         self._stop.set()
         self._wake.set()
 
     def stop(self) -> None:
-        """Stop the loop, waiting for a cycle in progress; log the exit and let the agent lock
-        go. No-op if not running."""
+        """Stop the loop, waiting for a cycle in progress, and let the agent lock go."""
         running = self._worker is not None
         self._stop.set()
         self._wake.set()
@@ -140,7 +121,7 @@ class Daemon:
         self._lock.release()
 
     def _take_lock(self) -> None:
-        """Hold the agent lock while running; without it the loop runs all the same, said in the log."""
+        """Hold the agent lock while running; without it the loop runs all the same (logged)."""
         path = str(self._lock.path)
         try:
             taken = self._lock.acquire()
@@ -153,7 +134,6 @@ class Daemon:
                         "shows only one of them", path, extra={"event": "agent-lock", "path": path})
 
     def _tell(self, state: DaemonState, reason: str | None = None) -> None:
-        """Report ``state`` to ``on_state``; a failure to record it never stops the loop."""
         if self._on_state is None:
             return
         try:

@@ -1,30 +1,4 @@
-"""The server side of signed sync: who is calling (authentication) and what they may do (authorisation).
-
-:class:`SignatureAuthenticator` is an ``authenticate=`` for
-:func:`edgeq.sync.server.app.create_app`. For every request it checks, in order
-(cheap checks first, nothing stored on any refusal), steps 1-2 **before the body is
-read** (:meth:`SignatureAuthenticator.check_headers`), 3-5 on the raw body **before it is
-decoded** (the signature covers the body's hash), 6 after:
-
-1. the four signature headers are present and well formed (401);
-2. the timestamp is within ``skew_ms`` of the server clock (401);
-3. the device is registered (``qm.register_device``) and not revoked (401);
-4. the Ed25519 signature over :func:`~edgeq.sync.signing.canonical` (401);
-5. the nonce was not used within the window (401 ``replayed``), remembered in a
-   :class:`~edgeq.sync.server.nonces.NonceStore`;
-6. the body's ``qmgr`` is the signing device (403), a put or confirm names
-   only the device's own messages (uid origin) and a queue it may push to
-   (403; ``SYSTEM.ADMIN.REPLY``, where admin replies go, is always allowed: a reply's
-   sender is checked by its uid, see :mod:`edgeq.sync.server.admin.client`; a queue holding a device's
-   admin requests, ``<device>.SYSTEM.ADMIN``, never is); pulls are confined to
-   ``<device>.<queue>`` by the server, and device names with a ``.`` are refused so that
-   prefix is unambiguous.
-
-:class:`AuthGate` decides, request by request, whether a request must be
-authenticated at all: always (``--auth``), never (``--no-auth``), or — ``edgeq
-serve``'s default — as soon as any device is registered in the store, read live, so
-registering a device on a running server turns authentication on at once.
-"""
+"""Who is calling and what they may do, on a home server (docs/protocol.md, "Order of the checks")."""
 
 from __future__ import annotations
 
@@ -76,9 +50,7 @@ AuthMode: TypeAlias = Literal["required", "auto", "off"]
 
 @dataclass(frozen=True, slots=True)
 class AuthRequest:
-    """What an authenticator sees: the claimed device (the body's ``qmgr``), the
-    method and path, headers, the raw body and the decoded one (None before decoding:
-    :meth:`TwoStageAuthenticator.authenticate` sees the raw body only)."""
+    """What an authenticator sees; ``message`` (the decoded body) is None before decoding."""
 
     device: str | None
     path: str
@@ -104,46 +76,34 @@ class Forbidden(EdgeqError):
 
 @runtime_checkable
 class TwoStageAuthenticator(Protocol):
-    """An authenticator that establishes who sent a request from its headers and raw
-    body, before the body is decoded (:meth:`authenticate`), and decides what the
-    device may do once it is (:meth:`authorize`): an unauthenticated body, however
-    hostile, is never decoded. :class:`SignatureAuthenticator` is one."""
+    """Authenticates from headers and raw body before decoding, authorises after: an
+    unauthenticated body is never decoded."""
 
     def authenticate(self, request: AuthRequest) -> DeviceRecord:
-        """The verified device of ``request`` (whose ``message`` is None); raise to refuse."""
         ...
 
     def authorize(self, device: DeviceRecord, request: AuthRequest) -> None:
-        """Raise :class:`Forbidden` unless ``device`` may send the decoded ``request``."""
         ...
 
 
 @runtime_checkable
 class HeaderChecker(Protocol):
-    """An authenticator that can refuse a request from its headers alone, before its body is
-    read (:meth:`AuthGate.check_headers`). :class:`SignatureAuthenticator` is one."""
+    """An authenticator that can refuse a request from its headers alone, before its body is read."""
 
     def check_headers(self, headers: Mapping[str, str]) -> None:
-        """Raise to refuse a request whose headers cannot be those of an authentic one."""
         ...
 
 
 class AuthGate:
     """Whether each request must be authenticated, decided as it arrives, and by whom.
 
-    ``mode`` (:data:`AuthMode`): ``required``, ``off``, or ``auto``: required as soon
-    as ``qm`` holds a registered device (revoked ones count: revoking every device
-    does not open the server). Until then every request reads the device registry
-    (one small SELECT); once on, it stays on with no further reads.
+    ``auto`` reads the device registry per request until a device (revoked ones count) is registered.
 
-    >>> import tempfile, os
-    >>> from edgeq import QueueManager
+    >>> import tempfile, os; from edgeq import QueueManager
     >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
     >>> gate = AuthGate(lambda request: None, mode="auto", qm=qm)
-    >>> gate.required()
-    False
-    >>> qm.register_device("DEV1", bytes(32)); gate.required()
-    True
+    >>> before = gate.required(); qm.register_device("DEV1", bytes(32)); before, gate.required()
+    (False, True)
     >>> qm.close()
     """
 
@@ -152,7 +112,8 @@ class AuthGate:
         if mode != "off" and authenticate is None:
             raise InvalidArgument(f"auth mode {mode!r} needs an authenticator (authenticate=...)")
         if mode == "auto" and qm is None:
-            raise InvalidArgument("auth mode 'auto' needs the queue manager whose devices turn it on (qm=...)")
+            raise InvalidArgument(
+                "auth mode 'auto' needs the queue manager whose devices turn it on (qm=...)")
         self.authenticate = authenticate
         self.mode: AuthMode = mode
         self.qm = qm
@@ -160,8 +121,7 @@ class AuthGate:
         self._lock = threading.Lock()
 
     def required(self) -> bool:
-        """Whether requests must be authenticated now. May read the store: call it from a
-        worker thread. Turning on is logged once (``"event": "auth-on"``)."""
+        """Whether requests must be authenticated now. May read the store: call it from a worker thread."""
         if self._on or self.mode != "auto" or self.qm is None:
             return self._on
         if not self.qm.has_registered_device():
@@ -175,24 +135,18 @@ class AuthGate:
 
     @property
     def settled(self) -> bool:
-        """Whether :meth:`required` answers without reading the store (``required``, ``off``,
-        or ``auto`` once on): then :meth:`check_headers` may run on the event loop."""
+        """Whether :meth:`required` answers without reading the store (safe on the event loop)."""
         return self._on or self.mode != "auto"
 
     def check_headers(self, request: AuthRequest) -> None:
-        """Stage zero, before the body is read (pure, but for :meth:`required`: see
-        :attr:`settled`): an authenticator that can judge the headers alone
-        (:class:`HeaderChecker`) refuses a request without a well-formed signature here,
-        by raising."""
+        """Stage zero, before the body is read: a :class:`HeaderChecker` may refuse here, by raising."""
         authenticate = self.authenticate
         if isinstance(authenticate, HeaderChecker) and self.required():
             authenticate.check_headers(request.headers)
 
     def admit(self, request: AuthRequest) -> Callable[[AuthRequest], None] | None:
-        """Stage one, before the body is decoded (in a worker thread): refuse by raising,
-        or return stage two, to call with the decoded request (None: nothing to check).
-        A :class:`TwoStageAuthenticator` authenticates here; any other authenticator
-        is shown the decoded request only."""
+        """Stage one, before decoding (worker thread): raise, or return stage two for the decoded
+        request (None: nothing to check)."""
         authenticate = self.authenticate
         if authenticate is None or not self.required():
             return None
@@ -205,13 +159,12 @@ class AuthGate:
 class SignatureAuthenticator:
     """Verify Ed25519-signed requests from the devices registered in ``qm``.
 
-    ``skew_ms`` is the allowed difference between a request's timestamp and the
-    server clock (and so the replay window); ``nonces`` remembers the nonces
-    seen within it; ``clock`` is the server clock (epoch ms).
+    ``skew_ms``: the allowed clock difference, and so the replay window ``nonces`` covers.
     """
 
     def __init__(
-        self, qm: QueueManager, nonces: NonceStore, *, skew_ms: int = DEFAULT_SKEW_MS, clock: Clock | None = None
+        self, qm: QueueManager, nonces: NonceStore, *, skew_ms: int = DEFAULT_SKEW_MS,
+        clock: Clock | None = None,
     ) -> None:
         check_positive(skew_ms, "skew_ms")
         self.qm = qm
@@ -224,8 +177,6 @@ class SignatureAuthenticator:
         self.authorize(self.authenticate(request), request)
 
     def authorize(self, device: DeviceRecord, request: AuthRequest) -> None:
-        """Raise :class:`Forbidden` unless ``device`` may send ``request``'s decoded body
-        (:func:`authorize`); nothing to check before the body is decoded."""
         if request.message is not None:
             authorize(device.name, request.path, request.message, device.queues)
 
@@ -256,12 +207,9 @@ class SignatureAuthenticator:
         return record
 
     def check_headers(self, headers: Mapping[str, str]) -> None:
-        """Steps 1 and 2 from the headers alone, before the body is read (a request with no
-        signature at all is refused without its body, up to the body limit, being read)."""
         self._check_headers(headers)
 
     def _check_headers(self, headers: Mapping[str, str]) -> tuple[str, int, str, int]:
-        """(device, timestamp, nonce, the server's now) of well-formed, timely signature headers."""
         missing = [h for h in (H_DEVICE, H_TIMESTAMP, H_NONCE, H_SIGNATURE) if not headers.get(h)]
         if missing:
             raise Unauthorized(
@@ -302,9 +250,7 @@ class SignatureAuthenticator:
 def authorize(device: str, path: str, body: Mapping[str, Any], queues: tuple[str, ...] | None) -> None:
     """Raise :class:`Forbidden` unless ``device`` may send ``body`` to ``path``.
 
-    Malformed parts are left to the server's validation, which refuses the
-    whole request (so nothing here can be skipped by a malformed item that the
-    server would accept).
+    Malformed parts are left to validation, which refuses the whole request.
 
     >>> try:
     ...     authorize("DEV1", "/v1/put", {"qmgr": "DEV1", "queue": "A", "messages": [{"u": "DEV2.5"}]}, None)
@@ -319,7 +265,8 @@ def authorize(device: str, path: str, body: Mapping[str, Any], queues: tuple[str
         return
     queue = body.get("queue")
     if isinstance(queue, str) and queue.endswith("." + ADMIN_QUEUE):
-        raise Forbidden(f"{device} may not push to {queue}: it holds the operator's admin requests for a device")
+        raise Forbidden(
+            f"{device} may not push to {queue}: it holds the operator's admin requests for a device")
     # Admin replies are pushed by every device that takes part: its queue list need not name them.
     if queues is not None and isinstance(queue, str) and queue not in queues and queue != ADMIN_REPLY_QUEUE:
         raise Forbidden(f"{device} may not push to queue {queue} (allowed: {', '.join(queues) or 'none'})")

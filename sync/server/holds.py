@@ -1,26 +1,5 @@
-"""How long the home server keeps a device's unconfirmed puts, and how much of them.
-
-A push's first stage stores its batch put-locked (invisible) until the device's
-confirm. A device that never confirms — it died for good, or an attacker holds its
-key and only ever puts — would leave those rows on the server for ever, unseen and
-never expiring. So the server:
-
-- **undoes a held put once it is older than the hold** (:attr:`HoldPolicy.hold_ms`,
-  an hour by default): :class:`HoldKeeper` does it on a timer in its own thread,
-  and :class:`HoldGate` lazily for a device at each of its puts. Undoing is
-  ``qm.undo_held_puts``: as if the put never arrived (rules see ``deleted``), so
-  the device's resend of the same uid is stored afresh and nothing is lost;
-- **caps what each device holds** (messages and bytes, all queues together):
-  a put that would take a device past its quota is refused whole with the
-  protocol error ``over-quota`` (HTTP 429), which the agent treats as "retry
-  later": it keeps its messages, and its own confirms (or the hold) free room.
-
->>> policy = HoldPolicy(hold_ms=60_000, max_messages=10, max_bytes=None)
->>> policy.sweep_interval_s
-6.0
->>> HoldPolicy(hold_ms=None).sweep_interval_s is None
-True
-"""
+"""How long the home server keeps a device's unconfirmed puts, and how many of them
+(docs/protocol.md, "Held puts")."""
 
 from __future__ import annotations
 
@@ -65,9 +44,8 @@ REFUSAL_MEMO_MS = 1_000
 
 @dataclass(frozen=True, slots=True)
 class HoldPolicy:
-    """How long unconfirmed puts are kept (``hold_ms``; None: for ever) and how many
-    messages and bytes (data plus fields, as stored) each device may hold unconfirmed
-    (``max_messages``, ``max_bytes``; None: no limit)."""
+    """How long unconfirmed puts are kept and how many messages and bytes (as stored) each device
+    may hold unconfirmed; None: no limit."""
 
     hold_ms: int | None = DEFAULT_HOLD_MS
     max_messages: int | None = DEFAULT_HELD_MESSAGES
@@ -80,16 +58,18 @@ class HoldPolicy:
 
     @property
     def sweep_interval_s(self) -> float | None:
-        """How often :class:`HoldKeeper` looks: a tenth of the hold, between 1 s and a
-        minute (so a hold is overstayed by at most that); None without a hold."""
+        """A tenth of the hold, between 1 s and a minute; None without a hold.
+
+        >>> HoldPolicy(hold_ms=60_000).sweep_interval_s
+        6.0
+        """
         if self.hold_ms is None:
             return None
         return min(60.0, max(1.0, self.hold_ms / 10_000))
 
 
 def _incoming(messages: Sequence[Message], *, exact: bool) -> int:
-    """The bytes a put would add at most: data plus fields as stored; unless ``exact``,
-    a bound on the fields' encoding that costs a tenth of encoding them."""
+    """The bytes a put would add at most; unless ``exact``, a cheap bound on the fields' encoding."""
     size = 0
     for m in messages:
         size += len(m.data)
@@ -108,8 +88,7 @@ def _incoming(messages: Sequence[Message], *, exact: bool) -> int:
 
 
 class HoldGate:
-    """The server's check on each put: undo the device's expired holds, then refuse a
-    put that would take it past its quota (:meth:`admit`)."""
+    """The check on each put: undo the device's expired holds, then refuse one over its quota."""
 
     def __init__(self, qm: QueueManager, policy: HoldPolicy) -> None:
         self.qm = qm
@@ -123,9 +102,8 @@ class HoldGate:
 
     @contextmanager
     def admit(self, device: DeviceState, queue: str, messages: Sequence[Message]) -> Iterator[None]:
-        """Around a device's put: serialise its puts (so the quota holds under concurrent
-        requests), undo its holds older than the hold, and raise ``over-quota`` if the
-        batch would take it past its quota. The put runs inside the block."""
+        """Around a device's put (serialised per device, so the quota holds): raise ``over-quota``
+        if the batch would take it past its quota."""
         with device.put_lock:
             refused = self._refused.get(device.name)
             if refused is not None and 0 <= self.qm.now_ms() - refused[0] < REFUSAL_MEMO_MS:
@@ -150,15 +128,15 @@ class HoldGate:
             yield
 
     def _expire(self, device: str) -> HeldUsage:
-        """Undo ``device``'s holds older than the hold (lazily: one query when there are
-        none); return what it still holds."""
+        """Undo ``device``'s holds older than the hold; return what it still holds."""
         usage = self.qm.held_usage(device)
         hold = self.policy.hold_ms
         if hold is None or usage.oldest_ms is None or usage.oldest_ms > self.qm.now_ms() - hold:
             return usage
         undone = self.qm.undo_held_puts(device, older_than_ms=hold)
         log.info("undid %d put(s) %s held unconfirmed beyond the hold", undone, device,
-                 extra={"event": "held-undone", "device": device, "count": undone, "hold_ms": hold, "lazy": True})
+                 extra={"event": "held-undone", "device": device, "count": undone, "hold_ms": hold,
+                        "lazy": True})
         return self.qm.held_usage(device)
 
     def _check(self, device: str, held_n: int, held_b: int, after_n: int, after_b: int) -> None:
@@ -172,20 +150,16 @@ class HoldGate:
         log.warning("refused a put from %s: over its held quota", device,
                     extra={"event": "over-quota", "device": device, "held": held_n, "held_bytes": held_b,
                            "max_messages": limit_n, "max_bytes": limit_b})
-        why = (f"{device} holds {held_n} unconfirmed message(s) ({held_b} bytes) here, and this put would make it "
-               f"{what}: nothing was stored; confirm what was put, then retry later (unconfirmed puts are undone "
-               "after the server's hold)")
+        why = (f"{device} holds {held_n} unconfirmed message(s) ({held_b} bytes) here, "
+               f"and this put would make it {what}: nothing was stored; confirm what was put, "
+               "then retry later (unconfirmed puts are undone after the server's hold)")
         self._refused[device] = (self.qm.now_ms(), why)
         raise p.ProtocolError("over-quota", why)
 
 
 class HoldKeeper:
-    """Undo every held put older than the policy's hold, every
-    :attr:`HoldPolicy.sweep_interval_s` (or ``interval_s``), in a daemon thread:
-    SQLite work never runs on the server's event loop.
-
-    :attr:`passes` counts the passes made; :meth:`wait_passes` waits for some.
-    """
+    """Undo every held put older than the hold, every ``interval_s``, in a daemon thread (off the
+    event loop)."""
 
     def __init__(self, qm: QueueManager, policy: HoldPolicy, *, interval_s: float | None = None) -> None:
         if policy.hold_ms is None:
@@ -207,7 +181,6 @@ class HoldKeeper:
         return undone
 
     def start(self) -> None:
-        """Start the thread (a pass at once, then one per interval)."""
         if self._thread is not None:
             raise InvalidArgument("the hold keeper is already running")
         self._thread = threading.Thread(target=self._run, name="edgeq-hold-keeper", daemon=True)
@@ -230,7 +203,6 @@ class HoldKeeper:
             return self._done.wait_for(lambda: self.passes >= count, timeout)
 
     def stop(self) -> None:
-        """Stop the thread, waiting for a pass under way."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -1,15 +1,5 @@
-"""The home server's logic, free of HTTP: decoded request bodies in, response bodies out.
-
-:class:`HomeService` runs each stage of a batch as **one** transaction on the
-server's :class:`~edgeq.QueueManager` (``put_each``, ``confirm_put_each``,
-``get_many``), so a failure leaves nothing half done. Bodies are the dicts of
-:mod:`edgeq.sync.protocol`; a bad one raises :class:`ProtocolError`.
-
-A put's expiries are rebased from the device's lower bound of this server's clock
-(``server_ms``, :func:`~edgeq.sync.messages.rebase_ms`); a pull's answer carries
-the clock read before the get, so the device never takes what it gets as fresher
-than it is (``docs/protocol.md``, "Expiry crosses the wire").
-"""
+"""The home server's logic, free of HTTP: decoded request bodies in, response bodies out. Each
+stage of a batch is one transaction, so a failure leaves nothing half done."""
 
 from __future__ import annotations
 
@@ -58,13 +48,7 @@ class ServerLimits:
 
 
 class HomeService:
-    """Serve hello, put, confirm, pull and pull-confirm bodies over ``qm``.
-
-    ``sessions`` holds what the service knows of each device (clock offsets, settled
-    marks: :class:`~edgeq.sync.server.sessions.DeviceSessions`); ``metrics`` counts outcomes;
-    ``holds`` says how long a device's unconfirmed puts are kept and how many it may
-    have (:class:`~edgeq.sync.server.holds.HoldPolicy`: an hour, and a quota, by default).
-    """
+    """Serve the protocol's request bodies over ``qm``; a bad body raises ProtocolError."""
 
     def __init__(
         self,
@@ -94,8 +78,8 @@ class HomeService:
         if state is None:
             raise p.ProtocolError(
                 "hello-required",
-                f"this server has no clock offset for {name} (it restarted, or {name} never said hello): "
-                "send /v1/hello, then retry",
+                f"this server has no clock offset for {name} "
+                f"(it restarted, or {name} never said hello): send /v1/hello, then retry",
             )
         # The hello's offset stays as measured (metrics, the devices table, legacy puts):
         # expiries are rebased on the device's own bounds of this clock (``server_ms``).
@@ -105,16 +89,13 @@ class HomeService:
         return state, sent, now
 
     def _contact(self, state: DeviceState, now: int) -> None:
-        """Write the device's last contact (``devices.last_seen_ms``, read by the console and
-        ``edgeq server devices list``): every request counts, written at most every
-        :data:`~edgeq.sync.server.sessions.SEEN_WRITE_MS` per device by this process."""
+        """Write the device's last contact (``devices.last_seen_ms``) to the store."""
         self.qm.record_device(state.name)
         state.seen_stored(now)
 
     def _settle(self, device: str, body: Mapping[str, Any]) -> None:
-        """Forget the confirmed uids the device says it has settled: every request of an
-        agent carries its store's ``origin`` and low-water mark ``settled``, and nothing
-        below the mark will ever be sent again (docs/protocol.md, "Exactly once")."""
+        """Forget the confirmed uids below the device's low-water mark ``settled`` (docs/protocol.md,
+        "Exactly once without a time window")."""
         origin = body.get("origin")
         below = p.opt_int(body, "settled")
         if origin is None or below is None:
@@ -124,7 +105,9 @@ class HomeService:
         except EdgeqError as exc:
             raise p.ProtocolError("invalid", f"'origin': {exc}") from exc
         if origin_qmgr(uid_origin) != device:
-            raise p.ProtocolError("invalid", f"'origin' {uid_origin} is not a store of {device}: a device speaks only for itself")
+            raise p.ProtocolError(
+                "invalid",
+                f"'origin' {uid_origin} is not a store of {device}: a device speaks only for itself")
         if self.sessions.settle_due(uid_origin, below):  # only a mark that moved costs a write
             self.qm.settle(uid_origin, below)
             self.sessions.settled(uid_origin, below)
@@ -136,7 +119,6 @@ class HomeService:
     # -- endpoints -------------------------------------------------------------------------
 
     def hello(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The handshake: note the device's clock offset and agent; answer with the server's limits."""
         p.expect(body, "hello")
         state, sent, now = self._device(body, hello=True)
         offset = state.said_hello(sent_ms=sent, now_ms=now, agent=body.get("agent"))
@@ -160,9 +142,8 @@ class HomeService:
         }
 
     def _store_seen(self, body: Mapping[str, Any]) -> dict[str, int]:
-        """What this server has seen of the hello's store (its ``origin``, checked by
-        :meth:`_settle`): its settled mark and highest stamp, so that a store restored
-        from an older copy learns it is behind and takes a new incarnation."""
+        """The settled mark and highest stamp seen of the hello's store: a restored store learns it is
+        behind."""
         origin = body.get("origin")
         if not isinstance(origin, str) or p.opt_int(body, "settled") is None:
             return {}  # an older agent: it would not look
@@ -170,9 +151,7 @@ class HomeService:
         return {key: value for key, value in (("settled", settled), ("seen", seen)) if value is not None}
 
     def _resent(self, device: str, uids: Iterable[MessageUID]) -> set[MessageUID]:
-        """The device's own uids below its store's settled mark: it settled them (delivered,
-        or dropped there), so they are resends (a store restored from a backup sends them
-        again), never new messages. One SELECT per request."""
+        """The device's own uids below its store's settled mark: resends, never new messages."""
         own = [uid for uid in uids if uid.qmgr == device]
         marks = self.qm.settled_marks({uid.origin for uid in own}) if own else {}
         return {uid for uid in own if uid.stamp < marks.get(uid.origin, 0)}
@@ -186,7 +165,8 @@ class HomeService:
         # The device's lower bound of our clock when it read the remaining lifetimes
         # (absent from an older agent: the legacy transit from the hello's offset).
         server_ms = p.opt_int(body, "server_ms", high=2**62)
-        base = wm.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent, offset_ms=state.clock_offset_ms)
+        base = wm.rebase_ms(now, server_ms=server_ms, sender_now_ms=sent,
+                            offset_ms=state.clock_offset_ms)
         state.put_bounds(sent, server_ms)
         transit = now - base
         resent = self._resent(state.name, [w.uid for w in wire])
@@ -197,11 +177,13 @@ class HomeService:
             # Expired holds undone and the device's quota checked first (over it: the
             # put is refused whole, 429 ``over-quota``, and nothing is stored).
             with self.holds.admit(state, queue, messages):
-                outcome = self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id()) if messages else []
+                outcome = (self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id())
+                           if messages else [])
             answered |= {r.uid: wm.result(r.uid, r.status, r.detail if r.status == "refused" else None)
                          for r in outcome}
         except QueueNotFound as exc:
-            answered |= {m.uid: wm.result(m.uid, "refused", f"no-queue: {exc}") for m in wire if m.uid not in resent}
+            answered |= {m.uid: wm.result(m.uid, "refused", f"no-queue: {exc}")
+                         for m in wire if m.uid not in resent}
         results = [answered[w.uid] for w in wire]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("received", tally["stored"] + tally["replaced"])
@@ -219,15 +201,14 @@ class HomeService:
         return {"type": "put", "now_ms": self.clock(), "queue": queue, "results": results}
 
     def _record_refusals(self, device: str, queue: str, results: list[dict[str, Any]]) -> None:
-        """Record what this put refused, per reason (counted, with the last text), where the
-        console, ``edgeq server refusals list`` and ``/metrics`` read it: the device keeps the
-        messages and offers them again, and the server's operator must see why."""
+        """Record what this put refused, per reason (count, last text), for the operator to see."""
         refused: dict[str, tuple[int, str]] = {}
         for r in results:
             if r["s"] == "refused":
                 why = str(r.get("why") or "refused")
                 code = refusal_code(why)
-                if code == "no-queue":  # the queue manager's advice is for a Python caller: said for the CLI
+                # the queue manager's advice is for a Python caller: said for the CLI
+                if code == "no-queue":
                     why = f"no-queue: {missing_hint(self.qm.name, queue)}"
                 refused[code] = (refused.get(code, (0, ""))[0] + 1, why)
         self.qm.record_refusals(device, queue, refused)
@@ -248,7 +229,8 @@ class HomeService:
             results = [wm.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
         resent = self._resent(state.name, uids)
         if resent:  # settled by the device, so confirmed before: the device may delete its copy
-            results = [wm.result(r["u"], "already") if r["s"] in ("unknown", "refused") and uid in resent else r
+            results = [wm.result(r["u"], "already")
+                       if r["s"] in ("unknown", "refused") and uid in resent else r
                        for uid, r in zip(uids, results, strict=True)]
         tally = Counter(r["s"] for r in results)
         if tally["confirmed"] or tally["expired"]:
@@ -263,15 +245,8 @@ class HomeService:
         return {"type": "confirm", "now_ms": self.clock(), "queue": queue, "results": results}
 
     def expiries(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A device reports the expiries of its journal, and the messages it moved to its
-        dead-letter queue; they join ours (side ``device``).
-
-        Answered entry by entry (``results``, in request order): ``recorded``,
-        ``already`` (a repeat), ``refused`` with ``why`` (malformed, or foreign: not the
-        device's own message nor one it pulled from a queue we hold for it), or
-        ``ignored`` (this server keeps no journal). ``recorded`` counts the new ones.
-        Only a malformed body (not a list, too many entries) fails the whole request.
-        """
+        """A device's expiries and dead-letterings join our journal, answered entry by entry; only a
+        malformed body fails the whole request."""
         p.expect(body, "expiries")
         state, _, _ = self._device(body)
         items = xr.decode_expiry_items(body, "entries", max_len=self.limits.max_batch)
@@ -279,7 +254,8 @@ class HomeService:
         answers: list[tuple[p.ExpiryStatus, str | None]]
         if self.qm.journal_mode == "server":
             offset = None if state.clock_offset_ms is None else -state.clock_offset_ms
-            outcome = self.qm.journal_remote_expiries_each(state.name, entries, clock_offset_ms=offset or 0)
+            outcome = self.qm.journal_remote_expiries_each(state.name, entries,
+                                                           clock_offset_ms=offset or 0)
             answers = [(r.status, r.detail or None) for r in outcome]
         else:
             answers = [
@@ -301,8 +277,8 @@ class HomeService:
         refused = [{"u": r["u"], "why": r["why"]} for r in results if r["s"] == "refused"]
         log.info(
             "%d expiry report(s) from %s", len(items), state.name,
-            extra={"event": "expiries", "device": state.name, "count": len(items), "recorded": recorded,
-                   "results": dict(tally), "refused": refused[:10]},
+            extra={"event": "expiries", "device": state.name, "count": len(items),
+                   "recorded": recorded, "results": dict(tally), "refused": refused[:10]},
         )
         return {"type": "expiries", "now_ms": self.clock(), "recorded": recorded, "results": results}
 
@@ -326,9 +302,10 @@ class HomeService:
             got = self.qm.get_many(held, limit, confirm_id=self._new_confirm_id())
         except QueueNotFound:
             log.info("pull from %s: no queue %s", state.name, held,
-                     extra={"event": "pull", "device": state.name, "queue": held, "count": 0, "missing": True})
-            return {"type": "pull", "now_ms": self.clock(), "queue": queue, "messages": [], "more": False,
-                    "missing": True}
+                     extra={"event": "pull", "device": state.name, "queue": held, "count": 0,
+                            "missing": True})
+            return {"type": "pull", "now_ms": self.clock(), "queue": queue, "messages": [],
+                    "more": False, "missing": True}
         if queue == ADMIN_QUEUE and got:
             self._handing_over(state.name, got, now)
         messages = [wm.WireMessage.from_message(m).to_wire() for m in got]
@@ -338,14 +315,14 @@ class HomeService:
             extra={"event": "pull", "device": state.name, "queue": held, "count": len(messages),
                    "released": released},
         )
-        return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages, "more": len(got) == limit,
+        return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages,
+                "more": len(got) == limit,
                 # What this queue may still offer the device: it forgets the rest of what it remembers.
                 "held": self.qm.held_low_water(held)}
 
     def _handing_over(self, device: str, got: list[Message], now: int) -> None:
-        """Mark the admin requests this pull hands ``device`` as delivered, before its answer
-        leaves: from then on one whose expiry passes with no reply may have run, and reads as
-        "outcome unknown" rather than "never executed" (docs/admin.md)."""
+        """Mark the admin requests this pull hands ``device`` as delivered, before the answer leaves
+        (their outcome is unknown from then on: docs/admin.md)."""
         records = AdminRecords(str(self.qm.path))
         try:
             records.handed_over(device, [m.correlation_id.hex() for m in got if m.correlation_id], now)
@@ -364,7 +341,8 @@ class HomeService:
             raise p.ProtocolError("invalid", str(exc)) from exc
         results: list[dict[str, Any]]
         try:
-            results = [wm.result(r.uid, r.status) for r in self.qm.confirm_get_each(held, uids)] if uids else []
+            results = [wm.result(r.uid, r.status)
+                       for r in self.qm.confirm_get_each(held, uids)] if uids else []
         except QueueNotFound:
             results = [wm.result(uid, "unknown") for uid in uids]
         tally = Counter(r["s"] for r in results)

@@ -1,16 +1,9 @@
-"""The home server's counters, rendered in Prometheus' text format.
-
-:class:`Metrics` only counts and renders: the per-device gauges (last seen, clock
-offset) are read from the service's :class:`~edgeq.sync.server.sessions.DeviceSessions`,
-which own that state.
+"""The home server's counters, rendered in Prometheus' text format (docs/protocol.md, "Metrics").
 
 >>> from edgeq.sync.server.sessions import DeviceSessions
 >>> m, sessions = Metrics(), DeviceSessions()
 >>> m.count("received", 3); _ = sessions.device("DEV1").seen(1_763_683_200_000)
->>> text = m.render(sessions)
->>> "edgeq_sync_messages_received_total 3" in text
-True
->>> 'edgeq_sync_device_last_seen_timestamp_seconds{device="DEV1"} 1763683200.0' in text
+>>> 'edgeq_sync_device_last_seen_timestamp_seconds{device="DEV1"} 1763683200.0' in m.render(sessions)
 True
 """
 
@@ -32,13 +25,15 @@ __all__ = ["Metrics"]
 _COUNTERS: dict[str, str] = {
     "messages_received": "Messages stored (locked) by the put stage, replacements of resends included.",
     "messages_confirmed": "Messages made visible by the confirm stage.",
-    "messages_duplicate": "Puts of a uid the server already holds or confirmed: acknowledged, not stored again.",
+    "messages_duplicate": "Puts of a uid the server already holds or confirmed: "
+                          "acknowledged, not stored again.",
     "messages_expired_on_arrival": "Messages that expired before their put arrived: discarded, rules fired.",
     "messages_expired_locked": "Messages that expired while locked between put and confirm.",
     "messages_refused": "Messages refused by the put stage (queue full, too large, no such queue).",
     "messages_pulled": "Messages sent to devices by pulls (home-server queues).",
     "messages_pull_confirmed": "Pulled messages the devices confirmed (deleted here).",
-    "device_expiries": "Expiries devices reported from their own journals (recorded in the server's journal).",
+    "device_expiries": "Expiries devices reported from their own journals "
+                       "(recorded in the server's journal).",
     "device_dead_lettered": "Messages devices reported moved to their dead-letter queues (refused by this "
                             "server refusal_limit times): waiting there for an operator.",
 }
@@ -74,23 +69,19 @@ class Metrics:
                 self._counters[key] += n
 
     def request(self, endpoint: str, status: int | str) -> None:
-        """Count one request to ``endpoint`` answered with HTTP ``status``, or ``"disconnected"``:
-        the client hung up before it could be answered."""
+        """Count one request by HTTP ``status``, or ``"disconnected"`` (the client hung up first)."""
         key = (endpoint, str(status))
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
 
     def value(self, name: str) -> int:
-        """The current value of a counter (short names such as ``received`` are accepted)."""
         with self._lock:
             return self._counters[_ALIASES.get(name, name)]
 
     def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None,
                refusals: Sequence[DeviceRefusal] | None = None) -> str:
-        """The Prometheus text exposition format (version 0.0.4), with the per-device
-        gauges of ``sessions``, the store's and queues' of ``usage`` (``qm.store_usage()``)
-        and what the server refused per device, queue and reason, ``refusals``
-        (``qm.device_refusals()``, counted in the store since it was made; none without them)."""
+        """The Prometheus text format (0.0.4), with the gauges of ``sessions`` and ``usage``
+        (``qm.store_usage()``) and ``refusals`` (``qm.device_refusals()``) when given."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)
@@ -100,14 +91,16 @@ class Metrics:
             metric = f"edgeq_sync_{name}_total"
             lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter", f"{metric} {counters[name]}"]
         metric = "edgeq_sync_requests_total"
-        lines += [f"# HELP {metric} HTTP requests handled, by endpoint and status ('disconnected': the client "
-                  "hung up first).", f"# TYPE {metric} counter"]
+        lines += [f"# HELP {metric} HTTP requests handled, by endpoint and status "
+                  "('disconnected': the client hung up first).", f"# TYPE {metric} counter"]
         lines += [f'{metric}{{endpoint="{_escape(e)}",status="{s}"}} {n}' for (e, s), n in requests]
         metric = "edgeq_sync_devices"
-        lines += [f"# HELP {metric} Devices that said hello since the server started.", f"# TYPE {metric} gauge"]
+        lines += [f"# HELP {metric} Devices that said hello since the server started.",
+                  f"# TYPE {metric} gauge"]
         lines.append(f"{metric} {len(devices)}")
         metric = "edgeq_sync_device_last_seen_timestamp_seconds"
-        lines += [f"# HELP {metric} When each device last made a request (server clock).", f"# TYPE {metric} gauge"]
+        lines += [f"# HELP {metric} When each device last made a request (server clock).",
+                  f"# TYPE {metric} gauge"]
         lines += [
             f'{metric}{{device="{_escape(d.name)}"}} {d.last_seen_ms / 1000}'
             for d in devices if d.last_seen_ms is not None
@@ -129,42 +122,30 @@ class Metrics:
 
 
 def _refusal_lines(refusals: Sequence[DeviceRefusal]) -> list[str]:
-    """What the server refused, per device, queue and reason: a counter kept in the store
-    (so it survives restarts and every ``--workers`` process shows the same).
-
-    >>> from edgeq.store.devices import DeviceRefusal
-    >>> _refusal_lines([DeviceRefusal("DEV1", "METRICS", "no-queue", 4, 0, 0, "")])[-1]
-    'edgeq_sync_device_refusals_total{device="DEV1",queue="METRICS",reason="no-queue"} 4'
-    """
+    """What the server refused, per device, queue and reason: kept in the store, so it survives restarts."""
     metric = "edgeq_sync_device_refusals_total"
-    lines = [f"# HELP {metric} Messages the server refused, per device, queue and reason (kept in its store).",
-             f"# TYPE {metric} counter"]
-    lines += [f'{metric}{{device="{_escape(r.device)}",queue="{_escape(r.queue)}",reason="{_escape(r.reason)}"}} '
-              f"{r.count}" for r in sorted(refusals, key=lambda r: (r.device, r.queue, r.reason))]
+    lines = [f"# HELP {metric} Messages the server refused, per device, queue and reason "
+             "(kept in its store).", f"# TYPE {metric} counter"]
+    lines += [f'{metric}{{device="{_escape(r.device)}",queue="{_escape(r.queue)}",'
+              f'reason="{_escape(r.reason)}"}} {r.count}'
+              for r in sorted(refusals, key=lambda r: (r.device, r.queue, r.reason))]
     return lines
 
 
 def _usage_lines(usage: StoreUsage) -> list[str]:
-    """The flash budget as metrics: bytes held by the store and by each queue, their
-    limits, depths, and the messages each queue's ``on_full`` discarded since the
-    queue manager opened (a counter that restarts with the process, as Prometheus
-    counters do).
-
-    >>> from edgeq.queues.attributes import QueueUsage, StoreUsage
-    >>> q = QueueUsage("ORDERS", 2, 10, None, 64, "discard-oldest", 3)
-    >>> text = "\\n".join(_usage_lines(StoreUsage(10, None, (q,))))
-    >>> 'edgeq_queue_bytes{queue="ORDERS"} 10' in text, 'edgeq_queue_overflow_discards_total{queue="ORDERS"} 3' in text
-    (True, True)
-    """
+    """The flash budget: bytes, limits and depths of the store and each queue, and ``on_full``
+    discards since the queue manager opened."""
     lines: list[str] = []
 
     def family(metric: str, kind: str, text: str, samples: list[tuple[str, int]]) -> None:
         lines.extend([f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"])
         lines.extend(f"{metric}{labels} {value}" for labels, value in samples)
 
-    family("edgeq_store_bytes", "gauge", "Data plus fields of every message held, as stored.", [("", usage.bytes)])
+    family("edgeq_store_bytes", "gauge", "Data plus fields of every message held, as stored.",
+           [("", usage.bytes)])
     if usage.max_bytes is not None:
-        family("edgeq_store_max_bytes", "gauge", "The store's flash budget (max_store_bytes).", [("", usage.max_bytes)])
+        family("edgeq_store_max_bytes", "gauge", "The store's flash budget (max_store_bytes).",
+               [("", usage.max_bytes)])
     queues = [(f'{{queue="{_escape(q.name)}"}}', q) for q in usage.queues]
     family("edgeq_queue_depth", "gauge", "Messages held by each queue, locked ones included.",
            [(label, q.depth) for label, q in queues])

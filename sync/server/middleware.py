@@ -1,34 +1,5 @@
-"""The home server's HTTP concerns, one pure-ASGI middleware each (streaming-safe: none
-buffers a response), wrapped around every protocol route (``POST /v1/...``).
-
-Outermost first, as :func:`protocol_middleware` lists them:
-
-1. :class:`RequestLog` counts every answer in :class:`~edgeq.sync.server.metrics.Metrics`
-   by endpoint and status, and logs an error answer (event ``request-error``); a
-   client that hung up before it was answered is counted as ``disconnected`` and
-   logged at info (event ``client-disconnect``): nothing went wrong here;
-2. :class:`ErrorBodies` (Starlette's exception middleware with :data:`ERROR_HANDLERS`)
-   answers whatever went wrong inside as the protocol's CBOR error body: a
-   :class:`~edgeq.sync.protocol.ProtocolError` with its own code, a busy store ``busy``
-   (503), anything else ``internal`` (500; each stage is one transaction, so nothing
-   was stored);
-3. :class:`MediaType` refuses any ``Content-Type`` but ``application/cbor`` (415);
-4. :class:`BodyLimit` refuses a body beyond the limit (413) from its
-   ``Content-Length`` before reading it, and while it streams in (chunked), always
-   before it is decoded; a compressed body's limit holds for what it decompresses to
-   as well (:mod:`edgeq.sync.framing`);
-5. :class:`Authentication` (only with an :class:`~edgeq.sync.server.auth.AuthGate`) asks the
-   gate whether the request must be authenticated and, if so, checks its signature
-   headers **before reading the body**, its signature over the raw body **before
-   decoding it**, then decodes it and authorises what it asks (401, 403), before any
-   route runs, and hands the route the body it checked (``request.state.cbor_body``).
-
-The inner ones raise :class:`~edgeq.sync.protocol.ProtocolError`; :data:`ERROR_HANDLERS`
-is the one place that turns an exception into an answer. Bodies are decoded by a
-:class:`BodyDecoder`: in a worker thread (never on the event loop: one request must not
-stall the others), within :class:`~edgeq.encoding.cbor.DecodeLimits`, once per request,
-decompressed first if it came compressed.
-"""
+"""The home server's HTTP concerns, one pure-ASGI middleware each (none buffers a response),
+around every protocol route. Their order: docs/protocol.md, "The middleware"."""
 
 from __future__ import annotations
 
@@ -79,8 +50,7 @@ log = logging.getLogger("edgeq.sync.server")
 
 #: Where :class:`BodyLimit` says how large a request's body may be, decompressed too.
 LIMIT_SCOPE_KEY = "edgeq.sync.max_body"
-#: Bodies decoded at once, by default: decoding holds the GIL, so more threads would
-#: not decode faster, only hold more decoded bodies in memory at a time.
+#: Bodies decoded at once: decoding holds the GIL, so more threads would only hold more in memory.
 DECODE_THREADS = 4
 
 _T = TypeVar("_T")
@@ -88,7 +58,8 @@ _T = TypeVar("_T")
 
 def error_response(code: p.ErrorCode, detail: str) -> Response:
     """The protocol's error answer: a CBOR ``error`` body with the code's HTTP status."""
-    return Response(p.error_body(code, detail), status_code=p.HTTP_STATUS[code], media_type=p.CONTENT_TYPE)
+    return Response(p.error_body(code, detail), status_code=p.HTTP_STATUS[code],
+                    media_type=p.CONTENT_TYPE)
 
 
 def _client(scope: Scope) -> str | None:
@@ -98,20 +69,15 @@ def _client(scope: Scope) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class CborBody:
-    """A request body as sent (``raw``, what a signature covers: compressed, if it came
-    so) and decoded (``message``)."""
+    """A request body as sent (``raw``, what a signature covers) and decoded (``message``)."""
 
     raw: bytes
     message: dict[str, Any]
 
 
 class BodyDecoder:
-    """Decode request bodies off the event loop: at most ``threads`` at a time, each
-    within ``limits`` (default: :func:`~edgeq.sync.protocol.body_limits` of the default
-    batch), so in time and memory linear in its size, and bounded.
-    ``codecs`` are those a compressed body may come in (default: every one this process
-    runs, :func:`edgeq.encoding.compression.available`; none: compressed bodies are refused, and
-    the hello offers none)."""
+    """Decode request bodies off the event loop, at most ``threads`` at a time, each within ``limits``;
+    ``codecs``: those a compressed body may come in (default: all available)."""
 
     def __init__(self, limits: DecodeLimits | None = None, *, threads: int = DECODE_THREADS,
                  codecs: Sequence[Codec] | None = None) -> None:
@@ -121,16 +87,16 @@ class BodyDecoder:
 
     async def decode(self, raw: bytes, encoding: str | None = None,
                      max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
-        """``raw`` decompressed (if ``encoding`` says so, to at most ``max_bytes``) then decoded
-        and checked (:func:`~edgeq.sync.protocol.decode_body`), in a worker thread."""
-        return await anyio.to_thread.run_sync(self._decode, raw, encoding, max_bytes, limiter=self._threads)
+        """``raw`` decompressed (to at most ``max_bytes``), decoded and checked, in a worker thread."""
+        return await anyio.to_thread.run_sync(self._decode, raw, encoding, max_bytes,
+                                              limiter=self._threads)
 
     def _decode(self, raw: bytes, encoding: str | None, max_bytes: int) -> dict[str, Any]:
-        return p.decode_body(unframe(encoding, raw, max_bytes=max_bytes, supported=self.codecs), self.limits)
+        return p.decode_body(unframe(encoding, raw, max_bytes=max_bytes, supported=self.codecs),
+                             self.limits)
 
     async def read(self, request: Request) -> CborBody:
-        """The request's body: the one :class:`Authentication` checked, else read (within
-        :class:`BodyLimit`) and decoded; raises :class:`~edgeq.sync.protocol.ProtocolError`."""
+        """The body :class:`Authentication` checked, else read and decoded; raises ProtocolError."""
         verified = getattr(request.state, "cbor_body", None)  # Authentication's, if it ran
         if isinstance(verified, CborBody):
             return verified
@@ -169,7 +135,8 @@ class RequestLog:
             # Nobody is left to answer: the client's doing (a dropped link, a timeout), not ours.
             self.metrics.request(self.endpoint, "disconnected")
             log.info("%s: the client hung up before it was answered", self.endpoint,
-                     extra={"event": "client-disconnect", "path": self.endpoint, "client": _client(scope),
+                     extra={"event": "client-disconnect", "path": self.endpoint,
+                            "client": _client(scope),
                             "ms": round((time.perf_counter() - started) * 1000, 2)})
             return
         self.metrics.request(self.endpoint, status)
@@ -196,7 +163,8 @@ async def _hung_up(request: Request, exc: Exception) -> Response:
 
 async def _internal(request: Request, exc: Exception) -> Response:
     path = request.url.path
-    log.error("internal error on %s", path, exc_info=exc, extra={"event": "internal-error", "path": path})
+    log.error("internal error on %s", path, exc_info=exc,
+              extra={"event": "internal-error", "path": path})
     return error_response("internal", f"{type(exc).__name__}: nothing was stored; retry later")
 
 
@@ -208,8 +176,8 @@ ERROR_HANDLERS: Mapping[Any, ExceptionHandler] = MappingProxyType({
 
 
 class ErrorBodies(ExceptionMiddleware):
-    """Starlette's exception middleware with :data:`ERROR_HANDLERS`: inside each protocol
-    route's stack (not the app's), so :class:`RequestLog` counts the answers it gives."""
+    """Starlette's exception middleware with :data:`ERROR_HANDLERS`, inside each route's stack so
+    :class:`RequestLog` counts its answers."""
 
     def __init__(self, app: ASGIApp) -> None:
         super().__init__(app, handlers=ERROR_HANDLERS)
@@ -227,16 +195,15 @@ class MediaType:
             media = Headers(scope=scope).get("content-type", "").split(";")[0].strip().lower()
             if media != self.media_type:
                 raise p.ProtocolError(
-                    "unsupported-media-type", f"send Content-Type: {self.media_type}, not {media or 'nothing'}"
+                    "unsupported-media-type",
+                    f"send Content-Type: {self.media_type}, not {media or 'nothing'}",
                 )
         await self.app(scope, receive, send)
 
 
 class BodyLimit:
-    """Refuse a body beyond ``max_bytes`` (413 ``too-large``): at once from a declared
-    ``Content-Length``, and while it streams in: the chunk that passes the limit is the
-    last one read. It also tells the :class:`BodyDecoder` (in the scope) the limit of what
-    a compressed body may decompress to: the same."""
+    """Refuse a body beyond ``max_bytes`` (413): from ``Content-Length``, and while it streams in.
+    The same limit (in the scope) bounds what a compressed body decompresses to."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -249,7 +216,8 @@ class BodyLimit:
         scope[LIMIT_SCOPE_KEY] = self.max_bytes
         length = Headers(scope=scope).get("content-length")
         if length is not None:
-            if not (length.isascii() and length.isdigit()) or len(length) > 19:  # int() of 4,301 digits raises
+            # int() of 4,301 digits raises
+            if not (length.isascii() and length.isdigit()) or len(length) > 19:
                 raise p.ProtocolError("malformed", f"bad Content-Length {length[:20]!r}")
             if int(length) > self.max_bytes:
                 raise p.ProtocolError(
@@ -272,16 +240,8 @@ class BodyLimit:
 
 
 class Authentication:
-    """Authenticate each request before its route runs, as ``gate``
-    (:class:`~edgeq.sync.server.auth.AuthGate`) says, in the thread pool (it may read the
-    store: device keys, nonces): first from the headers and the **raw** body, before it
-    is decoded (an unsigned or badly signed body is refused without being decoded,
-    whatever it holds); then the decoded body (what the device asks for). It refuses
-    by raising (an unsigned request before its body is even read, if the authenticator
-    can tell from the headers: :meth:`~edgeq.sync.server.auth.AuthGate.check_headers`):
-    :class:`~edgeq.sync.server.auth.Forbidden` is 403 ``forbidden``, a
-    :class:`~edgeq.sync.protocol.ProtocolError` keeps its code, anything else is 401
-    ``unauthorized``."""
+    """Authenticate each request before its route runs, as ``gate`` says, in the thread pool: headers,
+    then raw body, then the decoded one. Forbidden is 403, a ProtocolError keeps its code, else 401."""
 
     def __init__(self, app: ASGIApp, *, gate: AuthGate, decoder: BodyDecoder) -> None:
         self.app = app
@@ -297,20 +257,20 @@ class Authentication:
         heads = AuthRequest(None, path, headers, b"", None, request.method)
         await self._ask(self.gate.check_headers, heads, scope, inline=self.gate.settled)
         raw = await request.body()
-        then = await self._ask(self.gate.admit, AuthRequest(None, path, headers, raw, None, request.method), scope)
+        then = await self._ask(self.gate.admit,
+                               AuthRequest(None, path, headers, raw, None, request.method), scope)
         body = await self.decoder.read(request)
         if then is not None:
             device = body.message.get("qmgr")
-            await self._ask(then, AuthRequest(device if isinstance(device, str) else None, path, headers, raw,
-                                              body.message, request.method), scope)
+            await self._ask(then, AuthRequest(device if isinstance(device, str) else None, path, headers,
+                                              raw, body.message, request.method), scope)
         request.state.cbor_body = body  # the route's, verified: it reads no body of its own
         await self.app(scope, receive, send)
 
     @staticmethod
     async def _ask(stage: Callable[[AuthRequest], _T], auth: AuthRequest, scope: Scope, *,
                    inline: bool = False) -> _T:
-        """Run one stage in the thread pool (``inline``: here, for a stage that reads nothing);
-        its refusal as a ProtocolError (logged)."""
+        """Run one stage in the thread pool (``inline``: here); its refusal as a ProtocolError (logged)."""
         try:
             return stage(auth) if inline else await run_in_threadpool(stage, auth)
         except p.ProtocolError:
@@ -320,15 +280,15 @@ class Authentication:
             detail = str(exc) or "refused by the authenticator"
             log.warning("%s %s: %s", code, auth.path, detail,
                         extra={"event": "auth-refused", "path": auth.path, "code": code,
-                               "device": auth.headers.get(H_DEVICE), "detail": detail, "client": _client(scope)})
+                               "device": auth.headers.get(H_DEVICE), "detail": detail,
+                               "client": _client(scope)})
             raise p.ProtocolError(code, detail) from exc
 
 
 def protocol_middleware(
     *, endpoint: str, metrics: Metrics, max_body_bytes: int, gate: AuthGate | None, decoder: BodyDecoder
 ) -> list[Middleware]:
-    """The middleware of one protocol route at ``endpoint``, outermost first (no
-    authentication if there is no ``gate``, or it is ``off``)."""
+    """The middleware of one protocol route, outermost first."""
     stack = [
         Middleware(RequestLog, metrics=metrics, endpoint=endpoint),
         Middleware(ErrorBodies),

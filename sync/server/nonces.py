@@ -1,22 +1,10 @@
 """Replay defence: the nonces of signed requests, remembered while their timestamp is acceptable.
 
-A signed request carries a random nonce and a timestamp; the server accepts a
-timestamp within ``skew`` of its clock, so a nonce must be remembered until
-``timestamp + skew`` (after that the timestamp alone refuses a replay). Memory
-is therefore bounded by the request rate times the window, and capped by
-``max_entries`` (beyond it new requests are refused as ``busy`` until old
-nonces age out: fail closed, never forget early).
+See docs/security.md, "Replay defence, across restarts".
 
-:class:`SqliteNonces` keeps them in a small SQLite file next to the server's
-store, so a replay still fails after a restart or crash of the server (the
-choice made for ``edgeq serve``); :class:`MemoryNonces` forgets them when the
-process ends (tests, embedded use).
-
->>> nonces = MemoryNonces()
->>> nonces.add("DEV1", "n" * 32, expires_ms=2_000, now_ms=1_000), nonces.add("DEV1", "n" * 32, 2_000, 1_500)
-(True, False)
->>> nonces.add("DEV1", "n" * 32, expires_ms=4_000, now_ms=3_000)  # aged out: the timestamp check refuses it now
-True
+>>> nonces, n = MemoryNonces(), "n" * 32
+>>> [nonces.add("DEV1", n, exp, now) for exp, now in ((2_000, 1_000), (2_000, 1_500), (4_000, 3_000))]
+[True, False, True]
 """
 
 from __future__ import annotations
@@ -41,13 +29,13 @@ class NoncesFull(EdgeqError):
 
 
 class NonceStore(Protocol):
-    """Where a server remembers signed requests' nonces: :class:`MemoryNonces` or :class:`SqliteNonces`."""
+    """Where a server remembers signed requests' nonces."""
     def add(self, device: str, nonce: str, expires_ms: int, now_ms: int) -> bool:
-        """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered."""
+        """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered.
+        Raises :class:`NoncesFull` at the cap."""
         ...
 
     def close(self) -> None:
-        """Release the store (a persistent one keeps its nonces)."""
         ...
 
 
@@ -64,10 +52,6 @@ class MemoryNonces:
         return len(self._live)
 
     def add(self, device: str, nonce: str, expires_ms: int, now_ms: int) -> bool:
-        """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered.
-
-        Raises :class:`NoncesFull` if ``max_entries`` live nonces are remembered already.
-        """
         with self._lock:
             while self._heap and self._heap[0][0] < now_ms:
                 _, d, n = heapq.heappop(self._heap)
@@ -75,32 +59,21 @@ class MemoryNonces:
             if (device, nonce) in self._live:
                 return False
             if len(self._live) >= self.max_entries:
-                raise NoncesFull(f"{len(self._live)} requests are within the replay window (cap {self.max_entries})")
+                raise NoncesFull(f"{len(self._live)} requests are within the replay window "
+                                 f"(cap {self.max_entries})")
             self._live[device, nonce] = expires_ms
             heapq.heappush(self._heap, (expires_ms, device, nonce))
             return True
 
     def close(self) -> None:
-        """Forget every nonce."""
         with self._lock:
             self._live.clear()
             self._heap.clear()
 
 
 class SqliteNonces:
-    """Nonces in their own SQLite file (WAL), so they outlive the server process.
-
-    ``synchronous="FULL"`` (the default) makes each remembered nonce survive a
-    power loss before the request is served; ``"NORMAL"`` survives a crash of
-    the process but may forget the last moments' nonces on power loss.
-
-    At ``"FULL"`` the requests being authenticated at once share their flushes
-    (group commit, :class:`~edgeq.store.commits.SyncBarrier`, as the queue store does):
-    each writes its nonce at ``synchronous=NORMAL`` and then waits, outside the
-    lock, for a flush of the WAL that began after its write. A fleet's requests
-    then pay about one flush per group instead of queueing behind one flush each.
-    ``flush`` replaces the flush itself (``os.fdatasync``), for tests.
-    """
+    """Nonces in their own SQLite file (WAL), so they outlive the server process; ``"FULL"``: a power
+    loss too, flushes shared (group commit). ``flush`` replaces ``os.fdatasync`` in tests."""
 
     def __init__(self, path: Path, *, max_entries: int = 2_000_000,
                  synchronous: Literal["FULL", "NORMAL"] = "FULL",
@@ -135,11 +108,7 @@ class SqliteNonces:
         self._since_purge = 0
 
     def add(self, device: str, nonce: str, expires_ms: int, now_ms: int) -> bool:
-        """Remember ``(device, nonce)`` until ``expires_ms``; False if it is already remembered.
-
-        Raises :class:`NoncesFull` if ``max_entries`` live nonces are remembered already;
-        :class:`~edgeq.errors.StoreError` if the nonce could not be flushed to the disk.
-        """
+        """As :meth:`NonceStore.add`; :class:`~edgeq.errors.StoreError` if the flush fails."""
         if not self._remember(device, nonce, expires_ms, now_ms):
             return False
         if self._barrier is not None:
@@ -160,7 +129,8 @@ class SqliteNonces:
             if row is not None and row[0] >= now_ms:
                 return False
             if row is None and self._count >= self.max_entries:
-                raise NoncesFull(f"{self._count} requests are within the replay window (cap {self.max_entries})")
+                raise NoncesFull(f"{self._count} requests are within the replay window "
+                                 f"(cap {self.max_entries})")
             # One statement decides: another worker (process) on this file may have remembered
             # the nonce since the SELECT, and then the guarded upsert changes nothing.
             changed = self._conn.execute(
@@ -176,7 +146,6 @@ class SqliteNonces:
             return True
 
     def close(self) -> None:
-        """Close the SQLite file (the nonces stay in it)."""
         with self._lock:
             self._conn.close()
             if self._barrier is not None:

@@ -1,10 +1,5 @@
-"""The home server's routes: small handlers that decode a body, call the
-:class:`~edgeq.sync.server.home.HomeService`, and encode its answer. Every HTTP concern
-(size, media type, authentication, error bodies, counting) is middleware around
-the protocol routes (:mod:`edgeq.sync.server.middleware`), so a handler is three lines.
-An answer goes compressed where the request asked for it (:mod:`edgeq.sync.framing`),
-and the hello says which codecs this server takes.
-"""
+"""The home server's routes: small handlers over :class:`~edgeq.sync.server.home.HomeService`;
+every HTTP concern is middleware around them (:mod:`edgeq.sync.server.middleware`)."""
 
 from __future__ import annotations
 
@@ -34,17 +29,14 @@ Handler = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 def protocol_route(path: str, handler: Handler, *, middleware: Sequence[Middleware] | None = None,
                    decoder: BodyDecoder | None = None) -> Route:
-    """``POST path``: decode the CBOR body (``decoder``'s, off the event loop), run
-    ``handler`` on it in the thread pool (SQLite work blocks), encode its answer there,
-    compressed with the codec the request accepts (``X-Edgeq-Accept-Encoding``) if the
-    decoder takes it too."""
+    """``POST path``: ``handler`` on the decoded body, in the thread pool (SQLite work blocks); the
+    answer compressed with a codec the request accepts and the decoder takes."""
     bodies = decoder or BodyDecoder()
 
     def answer(message: dict[str, Any], codec: Codec | None) -> tuple[bytes, dict[str, str]]:
         return frame(codec, p.encode_body(handler(message)))
 
     async def serve(request: Request) -> Response:
-        """Serve one request through ``handler``."""
         body = await bodies.read(request)
         codec = answer_codec(request.headers.get(H_ACCEPT), bodies.codecs)
         raw, headers = await run_in_threadpool(answer, body.message, codec)
@@ -54,10 +46,8 @@ def protocol_route(path: str, handler: Handler, *, middleware: Sequence[Middlewa
 
 
 class HomeRoutes:
-    """The home server's routes over ``service``: the protocol's endpoints under
-    ``/v1`` (each wrapped in :func:`~edgeq.sync.server.middleware.protocol_middleware`),
-    ``/healthz`` and ``/metrics``. ``gate`` says when requests must be authenticated
-    (None: never); ``decoder`` decodes their bodies."""
+    """The protocol's endpoints under ``/v1``, ``/healthz`` and ``/metrics``; ``gate``: None, never
+    authenticate."""
 
     def __init__(self, service: HomeService, *, gate: AuthGate | None = None,
                  decoder: BodyDecoder | None = None) -> None:
@@ -79,8 +69,8 @@ class HomeRoutes:
         }
         routes: list[BaseRoute] = [
             protocol_route(path, handler, decoder=self.decoder, middleware=protocol_middleware(
-                endpoint=path, metrics=s.metrics, max_body_bytes=s.limits.max_body_bytes, gate=self.gate,
-                decoder=self.decoder))
+                endpoint=path, metrics=s.metrics, max_body_bytes=s.limits.max_body_bytes,
+                gate=self.gate, decoder=self.decoder))
             for path, handler in endpoints.items()
         ]
         routes += [Route("/healthz", self.healthz, methods=["GET"]),
@@ -88,17 +78,14 @@ class HomeRoutes:
         return routes
 
     def hello(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The service's hello, with the codecs this server takes of those the agent offers
-        (``compression``; only to an agent that offered some: an older one hears nothing new)."""
+        """The service's hello, with the codecs taken of those the agent offered (if it offered any)."""
         out = self.service.hello(body)
         if "compression" in body:
             out["compression"] = negotiate(body["compression"], self.decoder.codecs)
         return out
 
     async def healthz(self, request: Request) -> Response:
-        """``GET /healthz``: ok with the queue count and whether requests must be signed
-        (``auth``: ``required`` or ``open``) as JSON, or 503 if the store cannot be read;
-        header ``X-Edgeq-Worker`` names the process that answered."""
+        """``GET /healthz``: JSON, or 503 if the store cannot be read; ``X-Edgeq-Worker``: the process."""
         qm, gate = self.service.qm, self.gate
 
         def check() -> tuple[int, bool]:
@@ -108,12 +95,11 @@ class HomeRoutes:
             queues, required = await run_in_threadpool(check)
         except Exception as exc:
             return JSONResponse({"status": "error", "detail": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ok", "qmgr": qm.name, "queues": queues, "protocol": p.PROTOCOL_VERSION,
-                             "auth": "required" if required else "open"},
+        return JSONResponse({"status": "ok", "qmgr": qm.name, "queues": queues,
+                             "protocol": p.PROTOCOL_VERSION, "auth": "required" if required else "open"},
                             headers={"X-Edgeq-Worker": str(os.getpid())})  # which process (serve --workers)
 
     async def metrics(self, request: Request) -> Response:
-        """``GET /metrics``: the counters and per-device gauges in the Prometheus text format."""
         qm = self.service.qm
         usage, refusals = await run_in_threadpool(lambda: (qm.store_usage(), qm.device_refusals()))
         text = self.service.metrics.render(self.service.sessions, usage, refusals)
@@ -123,5 +109,6 @@ class HomeRoutes:
 async def http_error(request: Request, exc: Exception) -> Response:
     """Answer an HTTP exception (404, 405, ...) as a protocol error body."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    code: p.ErrorCode = "not-found" if status == 404 else "method-not-allowed" if status == 405 else "internal"
+    code: p.ErrorCode = ("not-found" if status == 404 else
+                         "method-not-allowed" if status == 405 else "internal")
     return error_response(code, f"{request.method} {request.url.path}: {code}")

@@ -1,32 +1,5 @@
-"""``edgeq export``: a home server's journal as a date-partitioned Parquet dataset, incrementally.
-
-Layout (Hive-style, what Spark, pyarrow, DuckDB and pandas read as one table)::
-
-    journal/
-      _edgeq_export.json                         the watermark: last journal id exported
-      _edgeq_devices/devices.parquet             each device's last request (replaced by every run)
-      date=2025-11-21/part-000000000001-000000004096.parquet
-      date=2025-11-22/part-000000004097-000000008192.parquet
-
-Each ``part-FIRST-LAST`` file holds journal entries with ids in ``FIRST..LAST``
-whose ``at_ms`` falls on that UTC date; its columns are the journal's
-(:data:`edgeq.store.journal.JOURNAL_COLUMNS`), the date being the partition. A run
-reads entries above the watermark in batches; each batch's files are written
-under hidden temporary names, renamed, and only then is the watermark moved
-(atomically, by rename). So a re-run exports only what is new, and an
-interrupted run leaves at worst part files above the watermark, which the next
-run deletes before re-exporting them: no row is ever written twice.
-
-Within a part file the rows are sorted by ``origin`` (then ``id``) and written in
-row groups of :data:`ROW_GROUP_ROWS`, so a reader filtering on one device reads
-the row groups whose ``origin`` statistics can hold it, not the whole file (a
-``device=`` directory level would cost a file per device per date per batch:
-thousands of tiny files for a fleet, which every reader pays for).
-
-The store is opened read-only (``mode=ro``): exporting never takes the server's
-write lock, fires its rules or changes its store, so it can run while the
-server serves. Entries ``--since`` leaves out are recorded in the manifest
-(``skipped``), so retention (:mod:`edgeq.sync.pipeline.export.prune`) never deletes them.
+"""``edgeq export``: a home server's journal as a date-partitioned Parquet dataset, incrementally,
+from the store opened read-only. Layout and guarantees: docs/pipeline.md, "Export layout".
 """
 
 from __future__ import annotations
@@ -74,8 +47,7 @@ __all__ = [
 
 #: Bumped if the Parquet layout ever changes incompatibly (docs/pipeline.md, "Schema").
 EXPORT_FORMAT = 1
-#: Rows per Parquet row group: small enough that one device's rows (sorted together)
-#: span few groups, large enough that the per-group overhead stays negligible.
+#: Rows per Parquet row group: one device's rows (sorted together) span few groups.
 ROW_GROUP_ROWS = 16_384
 #: The ``edgeq_meta`` key where ``edgeq export --prune-after`` records what it removed.
 PRUNED_KEY = "journal.pruned"
@@ -84,13 +56,12 @@ _DAY_MS = 86_400_000
 
 
 def arrow_schema() -> Any:
-    """The pyarrow schema of an exported part file (the journal's columns; ``date`` is the directory)."""
+    """The pyarrow schema of an exported part file (``date`` is the directory)."""
     import pyarrow as pa
 
     types = {"int64": pa.int64(), "string": pa.string()}
-    return pa.schema(
-        [pa.field(name, types[kind], nullable=name not in REQUIRED) for name, kind in COLUMN_TYPES.items()]
-    )
+    return pa.schema([pa.field(name, types[kind], nullable=name not in REQUIRED)
+                      for name, kind in COLUMN_TYPES.items()])
 
 
 def part_name(first_id: int, last_id: int) -> str:
@@ -111,15 +82,12 @@ class Since:
 
 
 def parse_since(text: str | None) -> Since:
-    """``--since``: a journal id (an integer: entries from that id on) or a date/time
-    (ISO 8601; no zone means UTC: entries whose ``at_ms`` is at or after it).
+    """``--since``: a journal id or an ISO 8601 date/time (no zone: UTC).
 
     >>> parse_since("1200")
     Since(min_id=1200, min_at_ms=None)
     >>> parse_since("2025-11-21")
     Since(min_id=0, min_at_ms=1763683200000)
-    >>> parse_since("2025-11-21T01:00:00+01:00").min_at_ms
-    1763683200000
     """
     if text is None or text == "":
         return Since()
@@ -140,9 +108,8 @@ def parse_since(text: str | None) -> Since:
 
 @dataclass(slots=True)
 class ExportResult:
-    """What a run exported: ``rows`` new entries (ids ``first_id..last_id``) into ``files``;
-    ``skipped`` entries read but left out by ``--since``; ``watermark`` is the last
-    journal id the dataset now covers."""
+    """What a run exported; ``skipped``: entries left out by ``--since``; ``watermark``: the last id
+    covered."""
 
     rows: int = 0
     skipped: int = 0
@@ -151,14 +118,15 @@ class ExportResult:
     watermark: int = 0
     files: list[Path] = field(default_factory=list)
     server: str = ""
-    #: devices in the snapshot of the server's device records (their last requests) written beside
+    #: devices in the snapshot of device records written beside
     devices: int = 0
 
 
 def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
-    """The store, read-only, after checking it is an edgeq store with a journal; and its name."""
+    """The store, read-only, checked to be an edgeq store with a journal; and its name."""
     if not db.exists():
-        raise JournalNotFound(f"{db} does not exist: give the home server's store, e.g. edgeq export --db home.db")
+        raise JournalNotFound(
+            f"{db} does not exist: give the home server's store, e.g. edgeq export --db home.db")
     if not db.is_file():
         raise JournalNotFound(f"{db} is not a file: give the home server's store (its SQLite file)")
     try:
@@ -168,7 +136,8 @@ def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
         ).fetchone()[0]
     except sqlite3.DatabaseError as exc:
-        raise MalformedJournal(f"{db} is not an edgeq store ({exc}): give the home server's store") from None
+        raise MalformedJournal(
+            f"{db} is not an edgeq store ({exc}): give the home server's store") from None
     if app_id != APPLICATION_ID:
         conn.close()
         raise MalformedJournal(f"{db} is not an edgeq store: give the home server's store")
@@ -182,15 +151,16 @@ def open_store(db: Path) -> tuple[sqlite3.Connection, str]:
     if side is not None and side[0] == "device":
         conn.close()
         raise JournalNotFound(
-            f"{db} is a device's store: its journal holds only the expiries not yet reported to its home "
-            "server, which removes them once reported; export the home server's store (edgeq serve's --db)"
+            f"{db} is a device's store: its journal holds only the expiries not yet reported to "
+            "its home server, which removes them once reported; export the home server's store "
+            "(edgeq serve's --db)"
         )
     row = conn.execute("SELECT value FROM edgeq_meta WHERE key = 'name'").fetchone()
     return conn, str(row[0]) if row else ""
 
 
 def read_manifest(out: Path) -> dict[str, Any]:
-    """The export directory's manifest (``{}`` if nothing was exported there yet), checked."""
+    """The export directory's manifest, checked (``{}``: nothing exported there yet)."""
     path = out / MANIFEST
     if not path.exists():
         return {}
@@ -202,12 +172,13 @@ def read_manifest(out: Path) -> dict[str, Any]:
             raise ValueError("'skipped' is not a list of [first id, last id, at_ms bound or null]")
     except (ValueError, OSError) as exc:
         raise MalformedJournal(
-            f"{path} is damaged ({exc}): export into a new directory, or delete the directory to start over"
+            f"{path} is damaged ({exc}): export into a new directory, "
+            "or delete the directory to start over"
         ) from None
     if manifest.get("format") != EXPORT_FORMAT:
         raise MalformedJournal(
-            f"{out} was exported in format {manifest.get('format')!r}, this edgeq writes {EXPORT_FORMAT}: "
-            "export into a new directory"
+            f"{out} was exported in format {manifest.get('format')!r}, "
+            f"this edgeq writes {EXPORT_FORMAT}: export into a new directory"
         )
     return manifest
 
@@ -220,25 +191,22 @@ def _is_skip_range(value: object) -> bool:
 
 
 def skipped_condition(ranges: list[list[Any]]) -> tuple[str, list[int]]:
-    """SQL (and its parameters) true for a journal row that ``--since`` left out of the
-    export: the manifest's ``skipped`` ranges ``[first_id, last_id, at_ms bound]`` (a
-    row in the range is skipped if its ``at_ms`` is below the bound, or always if null).
+    """SQL and parameters true for a journal row in the manifest's ``skipped`` ranges.
 
     >>> skipped_condition([[1, 9, None], [10, 20, 1000]])
     ('((id BETWEEN ? AND ?) OR (id BETWEEN ? AND ? AND at_ms < ?))', [1, 9, 10, 20, 1000])
-    >>> skipped_condition([])
-    ('0', [])
     """
     terms: list[str] = []
     params: list[int] = []
     for first, last, bound in ranges:
-        terms.append("(id BETWEEN ? AND ?)" if bound is None else "(id BETWEEN ? AND ? AND at_ms < ?)")
+        terms.append("(id BETWEEN ? AND ?)" if bound is None else
+                     "(id BETWEEN ? AND ? AND at_ms < ?)")
         params += [first, last] if bound is None else [first, last, bound]
     return (f"({' OR '.join(terms)})" if terms else "0"), params
 
 
 def _skip(ranges: list[list[Any]], first: int, last: int, bound: int | None) -> None:
-    """Record ids ``first..last`` as skipped (below ``bound``), extending the last range if they follow it."""
+    """Record ids ``first..last`` as skipped (below ``bound``), extending the last range if it can."""
     if ranges and ranges[-1][2] == bound and ranges[-1][1] + 1 == first:
         ranges[-1][1] = last
     else:
@@ -246,10 +214,8 @@ def _skip(ranges: list[list[Any]], first: int, last: int, bound: int | None) -> 
 
 
 def known_skips(manifest: dict[str, Any], out: Path, conn: sqlite3.Connection) -> list[list[Any]]:
-    """The manifest's ``skipped`` ranges. A manifest written before they were recorded
-    has none: then the export's row count (its part files' footers) is compared with
-    the store's entries up to the watermark, and if they differ the whole range is
-    taken as skipped, so retention never removes an entry that may not be exported."""
+    """The manifest's ``skipped`` ranges; an older manifest has none: see docs/pipeline.md,
+    "Retention"."""
     if "skipped" in manifest:
         return [list(r) for r in manifest["skipped"]]
     watermark = int(manifest.get("watermark", 0))
@@ -266,9 +232,7 @@ def known_skips(manifest: dict[str, Any], out: Path, conn: sqlite3.Connection) -
 
 
 def check_same_journal(out: Path, conn: sqlite3.Connection, watermark: int, db: Path) -> None:
-    """Refuse a store that is not the one ``out`` was exported from although its journal
-    reaches the watermark (restored from a backup, then grown again): the last entry
-    exported must be the store's entry of that id (unless retention removed it)."""
+    """Refuse a store whose entry at the last exported id is not the one exported (restored)."""
     import pyarrow.parquet as pq
 
     parts = [(int(m.group(2)), part) for part in out.glob("date=*/part-*.parquet")
@@ -284,22 +248,21 @@ def check_same_journal(out: Path, conn: sqlite3.Connection, watermark: int, db: 
     held = conn.execute("SELECT uid, at_ms FROM journal WHERE id = ?", (exported["id"],)).fetchone()
     if held is not None and tuple(held) != (exported["uid"], exported["at_ms"]):
         raise MalformedJournal(
-            f"{db}'s journal entry {exported['id']} is not the one exported to {out} (uid {held[0]}, not "
-            f"{exported['uid']}): the store was replaced or restored; export it into a new directory"
+            f"{db}'s journal entry {exported['id']} is not the one exported to {out} "
+            f"(uid {held[0]}, not {exported['uid']}): the store was replaced or restored; "
+            "export it into a new directory"
         )
 
 
 def last_journal_id(conn: sqlite3.Connection) -> int:
-    """The highest journal id the store ever issued: the journal's ids are AUTOINCREMENT,
-    so this holds even when retention has removed every row (``max(id)`` would say 0)."""
+    """The highest journal id the store ever issued (AUTOINCREMENT: even if retention removed all)."""
     last = JournalTx(conn).last_id()
     row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'journal'").fetchone()
     return max(last, int(row[0]) if row and isinstance(row[0], int) else 0)
 
 
 def pruned_record(conn: sqlite3.Connection) -> dict[str, Any]:
-    """What retention removed from this store so far (``{}``: nothing): ``through_id``
-    (the last journal id removed), ``before_ms``, ``rows``, ``at_ms``."""
+    """What retention removed from this store so far (``{}``: nothing)."""
     row = conn.execute("SELECT value FROM edgeq_meta WHERE key = ?", (PRUNED_KEY,)).fetchone()
     try:
         record = json.loads(row[0]) if row else {}
@@ -315,7 +278,7 @@ def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
 
 
 def _clean_uncommitted(out: Path, watermark: int) -> int:
-    """Delete what an interrupted run left: temporary files, and part files above the watermark."""
+    """Delete what an interrupted run left: temporary files and part files above the watermark."""
     removed = 0
     for part in out.glob("date=*/*"):
         match = _PART.match(part.name)
@@ -337,7 +300,7 @@ def export_journal(
     batch_rows: int = 100_000,
     progress: Callable[[str], None] | None = None,
 ) -> ExportResult:
-    """Append the store's journal entries not yet in ``out`` to it (see the module doc)."""
+    """Append the store's journal entries not yet in ``out`` to it."""
     require("pyarrow")
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -349,7 +312,8 @@ def export_journal(
     conn, server = open_store(db)
     try:
         if out.exists() and not out.is_dir():
-            raise MalformedJournal(f"{out} is a file: --out must be a directory (it is created if missing)")
+            raise MalformedJournal(
+                f"{out} is a file: --out must be a directory (it is created if missing)")
         out.mkdir(parents=True, exist_ok=True)
         manifest = read_manifest(out)
         if manifest and manifest.get("server") not in ("", server):
@@ -361,8 +325,8 @@ def export_journal(
         last_in_store = last_journal_id(conn)
         if last_in_store < watermark:
             raise MalformedJournal(
-                f"{out} already covers journal ids up to {watermark}, but {db} ends at {last_in_store}: "
-                "the store was replaced or restored; export it into a new directory"
+                f"{out} already covers journal ids up to {watermark}, but {db} ends at "
+                f"{last_in_store}: the store was replaced or restored; export it into a new directory"
             )
         check_same_journal(out, conn, watermark, db)
         cleaned = _clean_uncommitted(out, watermark)
@@ -420,19 +384,20 @@ def export_journal(
 
 
 def _write_contacts(pa: Any, pq: Any, out: Path, conn: sqlite3.Connection) -> int:
-    """Replace the export's snapshot of the server's device records (:data:`CONTACTS`: each
-    device's last request, which the report's "last seen" is; requests leave no journal row
-    unless they change something); return how many devices it holds."""
+    """Replace the export's snapshot of each device's last request; return how many devices."""
     try:
-        known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'devices'").fetchone()
+        known = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'devices'").fetchone()
         rows = [] if known is None else conn.execute(  # a store from before schema 5 knows no device
-            "SELECT name, last_seen_ms FROM devices WHERE last_seen_ms IS NOT NULL ORDER BY name").fetchall()
+            "SELECT name, last_seen_ms FROM devices WHERE last_seen_ms IS NOT NULL ORDER BY name"
+        ).fetchall()
     except sqlite3.Error as exc:
         raise PipelineError(f"reading the device records of the store failed: {exc}") from exc
     types = {"int64": pa.int64(), "string": pa.string()}
-    schema = pa.schema([pa.field(name, types[kind], nullable=False) for name, kind in CONTACT_TYPES.items()])
-    table = pa.Table.from_pydict({"device": [r[0] for r in rows], "last_seen_ms": [r[1] for r in rows]},
-                                 schema=schema)
+    schema = pa.schema([pa.field(name, types[kind], nullable=False)
+                        for name, kind in CONTACT_TYPES.items()])
+    table = pa.Table.from_pydict(
+        {"device": [r[0] for r in rows], "last_seen_ms": [r[1] for r in rows]}, schema=schema)
     final = out / CONTACTS
     final.parent.mkdir(exist_ok=True)
     tmp = final.with_name(f".tmp-{final.name}")
@@ -451,7 +416,8 @@ def _write_batch(
     written: list[tuple[Path, Path]] = []
     for day, rows in sorted(by_day.items()):
         columns = {name: [getattr(e, name) for e in rows] for name in JOURNAL_COLUMNS}
-        table = pa.Table.from_pydict(columns, schema=schema).sort_by([("origin", "ascending"), ("id", "ascending")])
+        table = pa.Table.from_pydict(columns, schema=schema).sort_by(
+            [("origin", "ascending"), ("id", "ascending")])
         folder = out / f"date={day}"
         folder.mkdir(exist_ok=True)
         final = folder / part_name(first, last)

@@ -1,9 +1,5 @@
-"""Charts as inline SVG, for the pipeline's report page and the operator console: no script,
-no external file, no font to fetch; values on 1-2-5 ticks, times on round ones, both axes named.
-
-Each chart's ``viewBox`` is sized for its labels (measured first, so none falls outside it).
-Series stand side by side (grouped bars) or as lines, never stacked (docs/pipeline.md).
-"""
+"""Charts as inline SVG, for the pipeline's report page and the operator console
+(docs/pipeline.md, "The report page")."""
 
 from __future__ import annotations
 
@@ -21,8 +17,8 @@ COLORS: dict[str, str] = {
     "server": "#4e79a7", "device": "#f28e2b", "both": "#e15759",
 }
 #: Further series' colours, in order (Tableau 10).
-_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-            "#9c755f", "#bab0ac")
+_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+            "#ff9da7", "#9c755f", "#bab0ac")
 _FONT = 11  # px, axis labels
 _CHAR = 0.62  # a character's width in ems, generously (system-ui digits are ~0.55)
 _WIDTH = 960  # the viewBox width by default; the page scales it to its column
@@ -31,26 +27,20 @@ _MAX_BAR = 36.0  # px: one series' bar at most this wide, however few categories
 _E = html.escape
 _MINUTE, _HOUR, _DAY = 60_000, 3_600_000, 86_400_000
 #: The round steps of a time axis, in ms: minutes, hours, days, a week.
-_TIME_STEPS = tuple(m * _MINUTE for m in (1, 2, 5, 10, 15, 30)) + tuple(h * _HOUR for h in (1, 2, 3, 6, 12)) \
-    + tuple(d * _DAY for d in (1, 2, 7))
+_TIME_STEPS = (tuple(m * _MINUTE for m in (1, 2, 5, 10, 15, 30))
+               + tuple(h * _HOUR for h in (1, 2, 3, 6, 12)) + tuple(d * _DAY for d in (1, 2, 7)))
 
 
 def text_width(text: str, size: float = _FONT) -> float:
-    """An upper estimate of ``text``'s width in px at ``size`` px (no font metrics here).
-
-    >>> text_width("12:00") > 5 * 11 * 0.5
-    True
-    """
+    """An upper estimate of ``text``'s width in px at ``size`` px."""
     return len(text) * size * _CHAR
 
 
 def nice_ticks(high: float, low: float = 0, count: int = 5) -> list[float]:
-    """Axis ticks covering ``low``..``high`` and 0, about ``count`` steps of 1, 2 or 5 times a power of 10.
+    """Axis ticks covering ``low``..``high`` and 0, about ``count`` steps of 1, 2 or 5 times 10**n.
 
     >>> nice_ticks(87)
     [0, 20, 40, 60, 80, 100]
-    >>> nice_ticks(0), nice_ticks(3)
-    ([0, 1], [0, 1, 2, 3])
     """
     high, low = max(high, 0), min(low, 0)
     if high == low:
@@ -69,7 +59,7 @@ def _tidy(value: float) -> float:
 
 
 def _tick_label(value: float, top: float) -> str:
-    """``value`` in the unit its axis' largest tick ``top`` reads best in: 1.5M, 15k, 1,500."""
+    """``value`` in the unit its axis' largest tick reads best in: 1.5M, 15k, 1,500."""
     if value == 0:
         return "0"
     if abs(top) >= 1_000_000:
@@ -104,11 +94,9 @@ class Chart:
 
     @property
     def base(self) -> float:
-        """The y of the x axis."""
         return self.top + _PLOT_H
 
     def y(self, value: float) -> float:
-        """The y of ``value`` on the chart's axis."""
         low, high = self.ticks[0], self.ticks[-1]
         return self.base - (value - low) / ((high - low) or 1) * _PLOT_H
 
@@ -118,20 +106,21 @@ class Chart:
         return self.left + i * w, w
 
 
-def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: Collection[int] | None,
-            width: float, x_title: str) -> Chart:
-    """Place the plot so that every label drawn (``marks``: which; default: as many as fit)
-    lies inside the chart: horizontal where they fit between their ticks, else at 45°."""
+def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool,
+            marks: Collection[int] | None, width: float, x_title: str) -> Chart:
+    """Place the plot so that every label drawn (``marks``; default: as many as fit) is inside."""
     n = max(1, len(labels))
     top = max((abs(t) for t in ticks), default=0)
-    y_w = max((text_width(_tick_label(t, top)) for t in ticks), default=0) + 26  # tick labels, axis title
+    # tick labels, axis title
+    y_w = max((text_width(_tick_label(t, top)) for t in ticks), default=0) + 26
     room = (width - y_w - 16) / n
     longest = max((text_width(t) for t in labels), default=0)
     shown = sorted(marks) if marks is not None else list(range(len(labels)))
     gap = min((b - a for a, b in itertools.pairwise(shown)), default=n) * room
     first = text_width(labels[shown[0]]) if shown else 0
     last = text_width(labels[shown[-1]]) if shown else 0
-    if longest + 8 <= gap:  # horizontal, centred on their ticks: the outermost may reach past the plot
+    # horizontal, centred on their ticks: the outermost may reach past the plot
+    if longest + 8 <= gap:
         rotate, bottom = False, float(_FONT + 12)
         left = max(y_w, first / 2 - (shown[0] + 0.5) * room + 4) if shown else y_w
         right = max(16.0, last / 2 - (n - shown[-1] - 0.5) * room + 4) if shown else 16.0
@@ -140,10 +129,11 @@ def _layout(labels: Sequence[str], ticks: Sequence[float], legend: bool, marks: 
         if marks is None:  # rotated labels need ~16 px between ticks
             shown = shown[:: max(1, math.ceil(_FONT * 1.5 / room))]
         # the first label reaches left of its tick by its length and its height, both at 45°
-        left = max(y_w, (first + _FONT) * math.sqrt(0.5) - (shown[0] + 0.5) * room + 4 if shown else 0)
+        left = max(y_w, (first + _FONT) * math.sqrt(0.5) - (shown[0] + 0.5) * room + 4
+                   if shown else 0)
     bottom += _FONT + 8 if x_title else 0
-    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, width, tuple(ticks),
-                 right, x_title)
+    return Chart(labels, frozenset(shown), rotate, left, bottom, 28 if legend else 14, width,
+                 tuple(ticks), right, x_title)
 
 
 def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: Sequence[str],
@@ -157,7 +147,8 @@ def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: S
     top = max(abs(t) for t in chart.ticks)
     for t in chart.ticks:
         y = chart.y(t)
-        out.append(f'<line x1="{chart.left:.1f}" y1="{y:.1f}" x2="{chart.left + chart.plot_w:.1f}" y2="{y:.1f}" '
+        out.append(f'<line x1="{chart.left:.1f}" y1="{y:.1f}" '
+                   f'x2="{chart.left + chart.plot_w:.1f}" y2="{y:.1f}" '
                    f'stroke="{"#444" if t == 0 else "#e4e4e4"}"/>'
                    f'<text class="ytick" x="{chart.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" '
                    f'font-size="{_FONT}">{_tick_label(t, top)}</text>')
@@ -166,21 +157,21 @@ def _frame(chart: Chart, title: str, unit: str, series: Sequence[str], colors: S
                f'transform="rotate(-90 12 {mid:.1f})">{_E(unit)}</text>')
     if chart.x_title:
         centre = chart.left + chart.plot_w / 2
-        out.append(f'<text class="xunit" x="{centre:.1f}" y="{chart.height - 5:.1f}" font-size="{_FONT}" '
-                   f'text-anchor="middle">{_E(chart.x_title)}</text>')
+        out.append(f'<text class="xunit" x="{centre:.1f}" y="{chart.height - 5:.1f}" '
+                   f'font-size="{_FONT}" text-anchor="middle">{_E(chart.x_title)}</text>')
     if len(series) > 1:
         x = chart.left
         for name, color in zip(series, colors, strict=True):
             if x + 14 + text_width(name) > chart.width:
                 break  # a legend longer than the chart is cut; each series is named in its tooltips
             out.append(f'<rect x="{x:.1f}" y="6" width="10" height="10" fill="{color}"/>'
-                       f'<text class="legend" x="{x + 14:.1f}" y="15" font-size="{_FONT}">{_E(name)}</text>')
+                       f'<text class="legend" x="{x + 14:.1f}" y="15" font-size="{_FONT}">'
+                       f'{_E(name)}</text>')
             x += 28 + text_width(name) * 0.9  # (the estimate is generous: legend entries stay close)
     return out
 
 
 def _colors(names: Sequence[str]) -> list[str]:
-    """Each series' colour: its own if it has one, else the next of the palette."""
     spare = iter(_PALETTE * (1 + len(names) // len(_PALETTE)))
     return [COLORS[name] if name in COLORS else next(spare) for name in names]
 
@@ -195,8 +186,8 @@ def _x_labels(chart: Chart, centre: Sequence[float]) -> list[str]:
     for i in sorted(chart.shown):
         cx, label = centre[i], _E(chart.labels[i])
         if chart.rotate:
-            out.append(f'<text class="xtick" x="{cx:.1f}" y="{y:.1f}" font-size="{_FONT}" text-anchor="end" '
-                       f'transform="rotate(-45 {cx:.1f} {y:.1f})">{label}</text>')
+            out.append(f'<text class="xtick" x="{cx:.1f}" y="{y:.1f}" font-size="{_FONT}" '
+                       f'text-anchor="end" transform="rotate(-45 {cx:.1f} {y:.1f})">{label}</text>')
         else:
             out.append(f'<text class="xtick" x="{cx:.1f}" y="{y:.1f}" font-size="{_FONT}" '
                        f'text-anchor="middle">{label}</text>')
@@ -204,15 +195,15 @@ def _x_labels(chart: Chart, centre: Sequence[float]) -> list[str]:
 
 
 def time_marks(times_ms: Sequence[int], label: str, width: float = _WIDTH) -> list[int] | None:
-    """Which of evenly spaced times (ms) to label so that labels as wide as ``label`` stand level
-    without touching: those on the finest round step that leaves room (1, 2, 5, 10, 15, 30
-    minutes, 1, 2, 3, 6, 12 hours, a day, two, a week); None if none does (the chart tilts them).
+    """Which of evenly spaced times (ms) to label, on the finest round step where labels like ``label``
+    stand level; None if none does (the chart tilts them).
 
     >>> time_marks([h * 3_600_000 for h in range(72)], "2025-11-21T22:00Z")[:3]
     [0, 12, 24]
     """
     spacing = max(1, times_ms[1] - times_ms[0]) if len(times_ms) > 1 else _MINUTE
-    room = (width - 90) / max(1, len(times_ms)) / spacing  # px per ms: about, past the y axis and margins
+    # px per ms: about, past the y axis and margins
+    room = (width - 90) / max(1, len(times_ms)) / spacing
     for step in _TIME_STEPS:
         if step % spacing == 0 and text_width(label) + 12 <= step * room:
             return [i for i, t in enumerate(times_ms) if t % step == 0]
@@ -229,8 +220,8 @@ def bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, t
     2
     """
     names, values = list(series), _values(series)
-    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks,
-                    width, x_title)
+    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1,
+                    marks, width, x_title)
     colors = _colors(names)
     out = _frame(chart, title, unit, names, colors, html_id)
     zero = chart.y(0)
@@ -251,18 +242,18 @@ def bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, t
     return "".join(out)
 
 
-def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, title: str, unit: str,
-               marks: Collection[int] | None = None, x_title: str = "", width: float = _WIDTH,
+def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, title: str,
+               unit: str, marks: Collection[int] | None = None, x_title: str = "", width: float = _WIDTH,
                html_id: str = "") -> str:
-    """One line per series over many categories (e.g. hours), with a dot at each point; a
-    None value (no data in that category) breaks the line.
+    """One line per series, a dot at each point; a None value breaks the line.
 
-    >>> line_chart(["a", "b", "c"], {"x": [1, None, 2], "y": [3, 4, 5]}, title="t", unit="u").count("<polyline")
+    >>> svg = line_chart(["a", "b", "c"], {"x": [1, None, 2], "y": [3, 4, 5]}, title="t", unit="u")
+    >>> svg.count("<polyline")
     3
     """
     names, values = list(series), _values(series)
-    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1, marks,
-                    width, x_title)
+    chart = _layout(labels, nice_ticks(max(values, default=0), min(values, default=0)), len(names) > 1,
+                    marks, width, x_title)
     colors = _colors(names)
     out = _frame(chart, title, unit, names, colors, html_id)
     centres = [chart.slot(i)[0] + chart.slot(i)[1] / 2 for i in range(len(labels))]
@@ -273,11 +264,12 @@ def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None
             if point is not None:
                 run.append(point)
             elif run:
-                out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.8" points="'
-                           + " ".join(f"{x:.1f},{y:.1f}" for x, y in run) + '"/>')
+                out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.8" '
+                           'points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in run) + '"/>')
                 run = []
         if len(points) <= 200:
-            out += [f'<circle cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="{4 if len(points) < 4 else 2}" fill="{color}"><title>{_E(labels[i])}: '
+            out += [f'<circle cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="{4 if len(points) < 4 else 2}" '
+                    f'fill="{color}"><title>{_E(labels[i])}: '
                     f"{series[name][i]:,g} {_E(name)}</title></circle>" for i, p in enumerate(points) if p]
     out += _x_labels(chart, centres)
     out.append("</svg>")

@@ -1,1 +1,2 @@
-"""Remote administration on the home server: the operator's client, and its record of requests and replies."""
+"""Remote administration on the home server: the operator's client, and its record of requests
+and replies."""

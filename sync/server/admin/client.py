@@ -1,22 +1,6 @@
 """The operator's side of remote administration, on the home server's store.
 
-    client = AdminClient("home.db", operator_key="operator.key")
-    handle = client.request("DEV1", "inquire-queue", "ORDERS")   # signed, recorded, queued
-    reply = handle.wait(30)          # the device's AdminReply once its agent pushed it (None: not yet)
-    handles = client.request_all("inquire-all")                  # every known device, not revoked
-    client.pending(); client.replies()                           # what is outstanding, what came back
-
-The transport is ordinary sync (``docs/admin.md``, "Transport"). A request for device
-``DEV`` is recorded in the home store's ``admin_requests`` table, then put on the
-server's queue ``DEV.SYSTEM.ADMIN``, which the device pulls into its home-server queue
-``SYSTEM.ADMIN`` (:data:`~edgeq.admin.wire.ADMIN_QUEUE`); the device executes it and its
-agent pushes the reply to the server's local queue ``SYSTEM.ADMIN.REPLY``. Whoever looks
-(:meth:`AdminClient.collect`, done by every listing and wait) moves the replies from
-that queue into ``admin_requests`` exactly once: an assured get, the record (a request's
-answer is recorded once: :meth:`~edgeq.sync.server.admin.records.AdminRecords.reply`), then the
-confirm, so a crash in between only makes the next look record nothing new. A reply is recorded only for a request that was sent to
-the device that replies, and only if that device pushed it (the reply message's uid
-names its sender, and an authenticating server takes only a device's own uids).
+How requests and replies travel, and why each is taken exactly once: docs/admin.md, "Transport".
 """
 
 from __future__ import annotations
@@ -33,7 +17,13 @@ from types import TracebackType
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgeq.admin.wire import ADMIN_QUEUE, ADMIN_REPLY_QUEUE, AdminReply, AdminRequest, request_message
+from edgeq.admin.wire import (
+    ADMIN_QUEUE,
+    ADMIN_REPLY_QUEUE,
+    AdminReply,
+    AdminRequest,
+    request_message,
+)
 from edgeq.args import check_seconds
 from edgeq.errors import AdminError, DeviceNotFound, EdgeqError, InvalidArgument, QueueExists
 from edgeq.manager import QueueManager
@@ -59,8 +49,7 @@ DEFAULT_POLL_S = 0.1
 
 
 def operator_key_id(public_key: bytes) -> str:
-    """The id devices know an operator key by: 16 hex digits of the SHA-256 of its raw
-    32-byte public key (what ``edgeq admin keygen`` prints, and ``edgeq keys trust-admin`` takes).
+    """The id devices know an operator key by: 16 hex digits of the SHA-256 of its raw public key.
 
     >>> operator_key_id(bytes(32))
     '66687aadf862bd77'
@@ -77,15 +66,12 @@ class OperatorKey:
 
     @classmethod
     def load(cls, path: Path, key_id: str | None = None) -> OperatorKey:
-        """The key in ``path`` (a PEM file of ``edgeq admin keygen``, mode 0600); its id is
-        :func:`operator_key_id` unless ``key_id`` names another."""
         key = load_private_key(path, "operator key")
         return cls(key, key_id or operator_key_id(public_bytes(key)))
 
 
 def new_operator_key(path: Path, *, overwrite: bool = False) -> tuple[KeyPair, str]:
-    """Make an operator key pair (the private key at ``path``, 0600; the public one beside
-    it, ``.pub``) and return the files and the key's id. Refuses to overwrite unless told to."""
+    """Make an operator key pair (``path``, mode 0600, and ``.pub``); return the files and its id."""
     pair = new_key_pair(path, overwrite=overwrite)
     return pair, operator_key_id(pair.public_key)
 
@@ -103,28 +89,20 @@ class CollectReport:
 class AdminClient:
     """Send signed admin requests to devices through the home store, and read their replies.
 
-    ``home``: the home server's :class:`~edgeq.QueueManager` (shared with a running
-    server is fine), or the path of its store (opened here, closed by :meth:`close`).
-    ``operator_key``: the operator's Ed25519 key, or the path of its file (needed to send,
-    not to read); ``key_id`` the id the devices trust it under (default
-    :func:`operator_key_id`). ``clock``: epoch ms (default the queue manager's), for the
-    requests' times and for telling which have expired; ``poll_s``: how often a wait looks
-    for replies.
+    ``home``: a queue manager, or a store path (opened and closed here).
 
-    >>> import tempfile, os
-    >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    >>> from edgeq import QueueManager
+    >>> import tempfile, os; from edgeq import QueueManager
     >>> home = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
     >>> home.register_device("DEV1", bytes(32))
     >>> client = AdminClient(home, operator_key=Ed25519PrivateKey.generate())
-    >>> handle = client.request("DEV1", "inquire-queue", "ORDERS")
-    >>> handle.status, home.depth("DEV1.SYSTEM.ADMIN")
+    >>> client.request("DEV1", "inquire-queue", "ORDERS").status, home.depth("DEV1.SYSTEM.ADMIN")
     ('pending', 1)
     >>> client.close(); home.close()
     """
 
     def __init__(
-        self, home: QueueManager | str | Path, *, operator_key: Ed25519PrivateKey | OperatorKey | Path | str | None = None,
+        self, home: QueueManager | str | Path, *,
+        operator_key: Ed25519PrivateKey | OperatorKey | Path | str | None = None,
         key_id: str | None = None, clock: Clock | None = None, poll_s: float = DEFAULT_POLL_S,
     ) -> None:
         check_seconds(poll_s, "poll_s")
@@ -142,7 +120,6 @@ class AdminClient:
             raise
 
     def close(self) -> None:
-        """Close the record's connections (and the store, if this client opened it)."""
         self.records.close()
         if self._own:
             self.qm.close()
@@ -158,37 +135,33 @@ class AdminClient:
     # -- sending ---------------------------------------------------------------------------
 
     def devices(self) -> list[str]:
-        """The devices a fan-out reaches: every device this server knows (it said hello or
-        was registered) and has not revoked, by name."""
+        """The devices a fan-out reaches: every known device not revoked, by name."""
         return [d.name for d in self.qm.devices() if d.revoked_ms is None]
 
     def request(
-        self, device: str, action: str, target: str | None = None, params: Mapping[str, object] | None = None,
-        *, expires_ms: int | None = None,
+        self, device: str, action: str, target: str | None = None,
+        params: Mapping[str, object] | None = None, *, expires_ms: int | None = None,
     ) -> AdminHandle:
-        """Sign a request for ``device``, record it, and queue it for the device's next pull.
-
-        ``action`` is one of :data:`~edgeq.admin.wire.ACTIONS`; ``target`` the queue it acts on;
-        ``params`` the action's parameters (``docs/admin.md``). ``expires_ms`` (epoch ms, this
-        client's clock): if the device has not taken it by then, it is never executed (its
-        message expires like any other, and :attr:`AdminHandle.status` says ``expired``); the
-        device gets the lifetime left, never this instant (``docs/protocol.md``)."""
+        """Sign a request for ``device``, record it, and queue it for the device's next pull;
+        ``expires_ms`` (epoch ms, this client's clock): not taken by then, it is never executed."""
         key = self._signing_key()
         record = self.qm.device(device)
         if record is None:
             raise DeviceNotFound(
-                f"no device {device!r} is known here: it has never said hello to this server and is not "
-                f"registered (edgeq server devices add {device})"
+                f"no device {device!r} is known here: it has never said hello to this server "
+                f"and is not registered (edgeq server devices add {device})"
             )
         if record.revoked_ms is not None:
-            raise InvalidArgument(f"device {device} is revoked (since {record.revoked_at}): it can no longer sync")
+            raise InvalidArgument(
+                f"device {device} is revoked (since {record.revoked_at}): it can no longer sync")
         now = self.clock()
         if expires_ms is not None and expires_ms <= now:
-            raise InvalidArgument(f"expires_ms {expires_ms} is not in the future (now {now}): give a later time")
+            raise InvalidArgument(
+                f"expires_ms {expires_ms} is not in the future (now {now}): give a later time")
         held = device_queue_name(device, ADMIN_QUEUE)
         request = AdminRequest.create(
-            action, target, params, device=device, reply_qmgr=self.qm.name, created_ms=now, key_id=key.key_id,
-            expires_ms=expires_ms,
+            action, target, params, device=device, reply_qmgr=self.qm.name, created_ms=now,
+            key_id=key.key_id, expires_ms=expires_ms,
         ).sign(key.private_key)
         message = request_message(request)
         self._ensure_queue(held)
@@ -196,15 +169,15 @@ class AdminClient:
         self.records.add(request, message.data)
         self.qm.put(held, message)
         log.info("admin request %s to %s: %s %s", request.request_id, device, action, target or "",
-                 extra={"event": "admin-request", "request_id": request.request_id, "device": device,
-                        "action": action, "target": target, "expires_ms": expires_ms})
+                 extra={"event": "admin-request", "request_id": request.request_id,
+                        "device": device, "action": action, "target": target,
+                        "expires_ms": expires_ms})
         return AdminHandle(self, request.request_id, device)
 
     def request_all(
         self, action: str, target: str | None = None, params: Mapping[str, object] | None = None,
         *, expires_ms: int | None = None,
     ) -> list[AdminHandle]:
-        """:meth:`request` to every device of :meth:`devices`, one request each."""
         devices = self.devices()
         if not devices:
             raise DeviceNotFound("this server knows no device (none said hello, none is registered): "
@@ -212,9 +185,8 @@ class AdminClient:
         return [self.request(d, action, target, params, expires_ms=expires_ms) for d in devices]
 
     def resend(self, request_id: str) -> AdminHandle:
-        """Put the same signed request on its device's admin queue again (a request that
-        was lost, say with a device's store): a device that executed it already answers
-        from its remembered reply, never executing it twice."""
+        """Put the same signed request on its device's admin queue again (a device that ran it
+        answers from its remembered reply)."""
         record = self._record(request_id)
         held = device_queue_name(record.device, ADMIN_QUEUE)
         self._ensure_queue(held)
@@ -222,59 +194,58 @@ class AdminClient:
         return AdminHandle(self, record.request_id, record.device)
 
     def handle(self, request_id: str) -> AdminHandle:
-        """The handle of a request sent earlier (e.g. by another process)."""
         record = self._record(request_id)
         return AdminHandle(self, record.request_id, record.device)
 
     # -- replies ---------------------------------------------------------------------------
 
     def collect(self, limit: int = 500) -> CollectReport:
-        """Move the replies waiting on ``SYSTEM.ADMIN.REPLY`` into ``admin_requests`` (at most
-        ``limit``): assured get, record, confirm. A reply that does not decode, or whose
-        sender is not the device its request went to, is dropped with a warning."""
+        """Move up to ``limit`` replies from ``SYSTEM.ADMIN.REPLY`` into ``admin_requests``: assured
+        get, record, confirm; a bad one or another device's is dropped with a warning."""
         report = CollectReport()
         # Whatever a collector that died left locked is offered again: recording is idempotent.
         self.qm.release_locks(ADMIN_REPLY_QUEUE)
-        got = self.qm.get_many(ADMIN_REPLY_QUEUE, limit, confirm_id=secrets.randbelow(MAX_CONFIRM_ID) + 1)
+        got = self.qm.get_many(ADMIN_REPLY_QUEUE, limit,
+                               confirm_id=secrets.randbelow(MAX_CONFIRM_ID) + 1)
         for message in got:
             why = self._take(message, report)
             if why is not None:
                 report.refused.append((str(message.uid), why))
                 log.warning("admin reply %s dropped: %s", message.uid, why,
-                            extra={"event": "admin-reply-refused", "uid": str(message.uid), "why": why})
+                            extra={"event": "admin-reply-refused", "uid": str(message.uid),
+                                   "why": why})
         if got:
             self.qm.confirm_get_each(ADMIN_REPLY_QUEUE, [m.uid for m in got if m.uid is not None])
         return report
 
     def _take(self, message: Message, report: CollectReport) -> str | None:
-        """Record one reply message; the reason it was refused, if it was."""
         try:
             reply = AdminReply.from_bytes(message.data)
         except AdminError as exc:
             return f"not an admin reply: {exc}"
         sender = None if message.uid is None else message.uid.qmgr
         if sender != reply.device:
-            return f"a reply of {reply.device} to request {reply.request_id} sent by {sender}: a device answers only for itself"
+            return (f"a reply of {reply.device} to request {reply.request_id} sent by {sender}: "
+                    "a device answers only for itself")
         outcome = self.records.reply(reply, message.data, self.qm.now_ms())
         if outcome == "unknown":
             return f"no request {reply.request_id} was sent to {reply.device}"
         if outcome == "recorded":
             report.recorded += 1
             log.info("admin reply %s from %s: %s", reply.request_id, reply.device, reply.rc,
-                     extra={"event": "admin-reply", "request_id": reply.request_id, "device": reply.device,
-                            "rc": reply.rc})
+                     extra={"event": "admin-reply", "request_id": reply.request_id,
+                            "device": reply.device, "rc": reply.rc})
         else:
             report.repeated += 1
         return None
 
     def record(self, request_id: str) -> AdminRecord | None:
-        """A request as recorded, with its reply if one came (replies waiting are collected first)."""
+        """A request as recorded, with its reply if one came (waiting replies collected first)."""
         self.collect()
         return self.records.get(request_id)
 
     def pending(self, device: str | None = None) -> list[AdminRecord]:
-        """The requests with no reply (of ``device``), oldest first; an expired one's
-        :meth:`~edgeq.sync.server.admin.records.AdminRecord.status` is ``expired``."""
+        """The requests with no reply (of ``device``), oldest first."""
         self.collect()
         return self.records.pending(device)
 
@@ -284,8 +255,8 @@ class AdminClient:
         return self.records.replied(device, limit=limit)
 
     def wait_all(self, handles: Iterable[AdminHandle], timeout: float | None) -> dict[str, AdminRecord]:
-        """Wait up to ``timeout`` seconds (None: for ever) until every request of ``handles``
-        is replied or expired; return each one's record by request id, as it then stands."""
+        """Wait up to ``timeout`` s (None: for ever) until every request is replied or expired; return
+        the records by request id."""
         wanted = {h.request_id for h in handles}
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -303,13 +274,15 @@ class AdminClient:
 
     def _signing_key(self) -> OperatorKey:
         if self.key is None:
-            raise InvalidArgument("no operator key: give operator_key= (an edgeq admin keygen file) to send requests")
+            raise InvalidArgument(
+                "no operator key: give operator_key= (an edgeq admin keygen file) to send requests")
         return self.key
 
     def _record(self, request_id: str, *, collect: bool = True) -> AdminRecord:
         record = self.record(request_id) if collect else self.records.get(request_id)
         if record is None:
-            raise EdgeqError(f"no admin request {request_id!r} was sent from this store (see edgeq admin pending)")
+            raise EdgeqError(
+                f"no admin request {request_id!r} was sent from this store (see edgeq admin pending)")
         return record
 
     def _ensure_queue(self, name: str) -> None:
@@ -328,27 +301,24 @@ class AdminHandle:
 
     @property
     def record(self) -> AdminRecord:
-        """The request as recorded now (replies waiting are collected first)."""
         return self.client._record(self.request_id)
 
     @property
     def status(self) -> RequestStatus:
-        """``pending``, ``replied``, ``expired`` (never executed: its expiry passed before any
-        pull handed it over) or ``unknown`` (handed over, no reply by its expiry: it may have run)."""
+        """How it stands now (docs/admin.md, "What the operator is told")."""
         return self.record.status(self.client.clock())
 
     @property
     def reply(self) -> AdminReply | None:
-        """The device's reply (None: none yet)."""
         return self.record.reply
 
     def wait(self, timeout: float | None = None) -> AdminReply | None:
-        """Wait up to ``timeout`` seconds (None: for ever) for the reply; None if none came
-        by then, or if its expiry passed with no reply (see :attr:`status`)."""
+        """Wait up to ``timeout`` s (None: for ever) for the reply; None if none came."""
         return self.client.wait_all([self], timeout)[self.request_id].reply
 
 
-def _operator_key(key: Ed25519PrivateKey | OperatorKey | Path | str | None, key_id: str | None) -> OperatorKey | None:
+def _operator_key(key: Ed25519PrivateKey | OperatorKey | Path | str | None,
+                  key_id: str | None) -> OperatorKey | None:
     if key is None or isinstance(key, OperatorKey):
         return key
     if isinstance(key, Ed25519PrivateKey):

@@ -1,16 +1,5 @@
 """A home server's record of the admin requests it sent and the replies it received
-(table ``admin_requests``, schema v9): the SQL, and the rows as read back.
-
-A request is recorded before its message is put on the device's admin queue, so no
-device ever answers a request the server does not know; its answer is recorded once, so a
-reply delivered twice changes nothing (only a refusal of an unauthenticated copy gives way
-to the genuine request's answer: :meth:`AdminRecords.reply`).
-A request is ``delivered`` once a pull of the server has handed it to its device
-(:meth:`AdminRecords.handed_over`, before the pull's answer leaves). With no reply after
-its ``expires_ms`` it reads as ``expired`` ("expired before delivery: never executed")
-only if it was never handed over, so the server's own expiry dropped it unread; a request
-handed over reads as ``unknown`` ("outcome unknown until the device answers"): it may have
-run and its reply be lost or late. A reply, however late, shows the real outcome.
+(table ``admin_requests``). What each status means: docs/admin.md, "What the operator is told".
 """
 
 from __future__ import annotations
@@ -28,24 +17,20 @@ from edgeq.types import MessageState
 
 __all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "plain_json", "recent", "unauthenticated"]
 
-#: ``pending``: sent, no reply yet, its expiry (if any) not passed; ``replied``: the device
-#: answered (see ``rc``); ``expired``: no reply, its expiry passed, never handed to the device:
-#: never executed; ``unknown``: no reply, its expiry passed, handed to the device: it may have
-#: run, and its outcome is unknown until the device answers.
+#: ``expired``: never handed to the device, so never run; ``unknown``: handed over, it may have run.
 RequestStatus: TypeAlias = Literal["pending", "replied", "expired", "unknown"]
-#: How each status without a reply reads, wherever the operator looks (CLI, console, JSON-less views).
+#: How each status without a reply reads, wherever the operator looks.
 _SAID: Final[Mapping[str, str]] = {
     "pending": "pending", "expired": "expired before delivery: never executed",
     "unknown": "outcome unknown until the device answers",
 }
 
 _COLS = "request_id, device, action, target, request, created_ms, expires_ms, replied_ms, rc, reply"
-#: Whether a pull holds the request's message locked right now (handing it over: the mark
-#: follows the get), for requests not yet marked: the locked messages of the admin queues
-#: are read once per query (a set SQLite builds), not once per request: the admin queues
-#: found among the queues, then their locked messages only (the confirm-id index).
+#: Whether a pull holds the request's message locked right now (handing it over), read once per
+#: query as a set of the admin queues' locked messages (the confirm-id index).
 _IN_FLIGHT = (
-    f"a.replied_ms IS NULL AND a.delivered_ms IS NULL AND (a.device || '.{ADMIN_QUEUE}', a.request_id) "
+    "a.replied_ms IS NULL AND a.delivered_ms IS NULL "
+    f"AND (a.device || '.{ADMIN_QUEUE}', a.request_id) "
     "IN (SELECT q.name, lower(hex(m.correlation_id)) FROM queues q CROSS JOIN messages m "
     f"ON m.queue_id = q.id WHERE q.name LIKE '%.{ADMIN_QUEUE}' AND m.confirm_id IS NOT NULL "
     f"AND m.state = {MessageState.GET_LOCKED:d})"
@@ -66,8 +51,7 @@ class AdminRecord:
     replied_ms: int | None
     rc: str | None
     reply: AdminReply | None
-    #: the signed request exactly as sent (to send it again: the device answers a repeat
-    #: from its remembered reply)
+    #: the signed request exactly as sent (to send it again)
     request: bytes
     #: when a pull of the server first handed it to the device (None: never)
     delivered_ms: int | None = None
@@ -80,7 +64,7 @@ class AdminRecord:
         return self.delivered_ms is not None or self.in_flight
 
     def status(self, now_ms: int) -> RequestStatus:
-        """How it stands at ``now_ms``: see :data:`RequestStatus`.
+        """How it stands at ``now_ms``.
 
         >>> from dataclasses import replace
         >>> r = AdminRecord("ab", "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"")
@@ -94,22 +78,16 @@ class AdminRecord:
         return "unknown" if self.delivered else "expired"
 
     def describe(self, now_ms: int) -> str:
-        """The status in words, the same wherever the operator reads it (``edgeq admin``, the console).
-
-        >>> from dataclasses import replace
-        >>> r = AdminRecord("ab", "DEV1", "inquire-all", None, 1_000, 2_000, None, None, None, b"")
-        >>> r.describe(5_000), replace(r, in_flight=True).describe(5_000)
-        ('expired before delivery: never executed', 'outcome unknown until the device answers')
-        """
+        """The status in words, the same wherever the operator reads it."""
         status = self.status(now_ms)
         return f"replied: {self.rc}" if status == "replied" else _SAID[status]
 
     def as_dict(self, now_ms: int) -> dict[str, Any]:
-        """For JSON output: the request, its status and, once replied, the reply."""
         reply = self.reply
         return {
-            "request_id": self.request_id, "device": self.device, "action": self.action, "target": self.target,
-            "created_ms": self.created_ms, "expires_ms": self.expires_ms, "status": self.status(now_ms),
+            "request_id": self.request_id, "device": self.device, "action": self.action,
+            "target": self.target, "created_ms": self.created_ms, "expires_ms": self.expires_ms,
+            "status": self.status(now_ms),
             "described": self.describe(now_ms), "delivered_ms": self.delivered_ms,
             "replied_ms": self.replied_ms, "rc": self.rc,
             "reply": None if reply is None else {
@@ -136,34 +114,26 @@ def plain_json(value: object) -> Any:
 
 
 def _record(row: tuple[Any, ...], conn: sqlite3.Connection) -> AdminRecord:
-    """A row as read back; a stored reply that does not decode is a damaged store."""
     reply = None
     if row[9] is not None:
         try:
             reply = AdminReply.from_bytes(bytes(row[9]))
         except AdminError as exc:
-            raise damaged(f"the reply recorded for admin request {row[0]!r} is unreadable ({exc})", conn) from exc
-    return AdminRecord(row[0], row[1], row[2], row[3], row[5], row[6], row[7], row[8], reply, bytes(row[4]),
-                       row[10], bool(row[11]))
+            raise damaged(f"the reply recorded for admin request {row[0]!r} is unreadable ({exc})",
+                          conn) from exc
+    return AdminRecord(row[0], row[1], row[2], row[3], row[5], row[6], row[7], row[8], reply,
+                       bytes(row[4]), row[10], bool(row[11]))
 
 
 def recent(conn: sqlite3.Connection, limit: int) -> list[AdminRecord]:
-    """The latest ``limit`` requests on ``conn`` (any connection to the home store, the
-    console's read-only one too): those with no reply first, each part newest first."""
+    """The latest ``limit`` requests on ``conn`` (read-only is fine): unreplied first, newest first."""
     rows = conn.execute(
         f"{_SELECT} ORDER BY a.replied_ms IS NOT NULL, a.created_ms DESC, a.request_id LIMIT ?", (limit,))
     return [_record(row, conn) for row in rows]
 
 
 def unauthenticated(reply: AdminReply) -> bool:
-    """Whether ``reply`` is a device's refusal of a request it could not authenticate (its
-    item says ``authenticated: false``): anyone who can queue bytes may cause one.
-
-    >>> from edgeq.admin.wire import AdminReply
-    >>> unauthenticated(AdminReply("ab" * 8, "DEV1", "failed", ({"object": None, "rc": "failed",
-    ...                 "reason": "refused: unsigned", "authenticated": False},), "refused: unsigned", 0))
-    True
-    """
+    """Whether ``reply`` refuses a request the device could not authenticate (anyone may cause one)."""
     return any(item.get("authenticated") is False for item in reply.results)
 
 
@@ -171,50 +141,37 @@ def _stored(data: bytes, reply: AdminReply, conn: sqlite3.Connection) -> AdminRe
     try:
         return AdminReply.from_bytes(bytes(data))
     except AdminError as exc:
-        raise damaged(f"the reply recorded for admin request {reply.request_id!r} is unreadable ({exc})", conn) from exc
+        raise damaged(
+            f"the reply recorded for admin request {reply.request_id!r} is unreadable ({exc})", conn,
+        ) from exc
 
 
 class AdminRecords:
-    """The ``admin_requests`` table of the home store at ``path`` (its own connections:
-    the home server's queue manager and this record may be used from several processes
-    at once, as SQLite's WAL allows). Open the store with a :class:`~edgeq.QueueManager`
-    first: that brings its schema up to date.
-
-    >>> import tempfile, os
-    >>> from edgeq import QueueManager
-    >>> path = os.path.join(tempfile.mkdtemp(), "home.db")
-    >>> QueueManager(path, name="HOME").close()
-    >>> records = AdminRecords(path)
-    >>> records.pending()
-    []
-    >>> records.close()
-    """
+    """The ``admin_requests`` table of the home store at ``path``, on its own connections (open the
+    store with a QueueManager first: that brings its schema up to date)."""
 
     def __init__(self, path: str, *, timeout: float = 30.0) -> None:
         self._db = ConnectionFactory(path, timeout=timeout)
 
     def close(self) -> None:
-        """Close this record's connections."""
         self._db.close()
 
     def add(self, request: AdminRequest, data: bytes) -> None:
-        """Record a request about to be sent (``data``: its signed bytes)."""
         with self._db.write() as conn:
             conn.execute(
                 f"INSERT INTO admin_requests ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
-                (request.request_id, request.device, request.action, request.target, data, request.created_ms,
-                 request.expires_ms),
+                (request.request_id, request.device, request.action, request.target, data,
+                 request.created_ms, request.expires_ms),
             )
 
     def get(self, request_id: str) -> AdminRecord | None:
-        """The request ``request_id`` (None: this server never sent it)."""
         with self._db.read() as conn:
             row = conn.execute(f"{_SELECT} WHERE a.request_id = ?", (request_id,)).fetchone()
             return None if row is None else _record(row, conn)
 
     def handed_over(self, device: str, request_ids: Iterable[str], now_ms: int) -> int:
-        """Mark the requests a pull of ``device`` is handing over as delivered (the first time
-        counts); call it after the get and before the pull's answer leaves. How many were new."""
+        """Mark the requests a pull of ``device`` hands over as delivered (after the get, before the
+        answer leaves); return how many were new."""
         ids = list(request_ids)
         if not ids:
             return 0
@@ -223,39 +180,35 @@ class AdminRecords:
                 f"UPDATE admin_requests SET delivered_ms = ? WHERE device = ? AND delivered_ms IS NULL "
                 f"AND request_id IN ({', '.join('?' * len(ids))})", (now_ms, device, *ids)).rowcount
 
-    def reply(self, reply: AdminReply, data: bytes, now_ms: int) -> Literal["recorded", "already", "unknown"]:
-        """Record ``reply`` (``data``: its bytes as received) for its request, if that request
-        went to ``reply.device``: ``recorded``; ``already`` (the request has its answer: the
-        first one stands); ``unknown`` (no such request was sent to that device).
-
-        A device's refusal of an *unauthenticated* copy of a request (unsigned, untrusted key,
-        bad signature: :func:`unauthenticated`) is recorded while nothing better is known, so
-        an operator whose key the device does not trust learns why; but the device's answer
-        to the genuine request replaces it when it comes, so a forged copy cannot stand in
-        for the genuine request's reply."""
+    def reply(self, reply: AdminReply, data: bytes,
+              now_ms: int) -> Literal["recorded", "already", "unknown"]:
+        """Record ``reply`` for its request, if it went to ``reply.device``; the first answer stands,
+        but an :func:`unauthenticated` refusal gives way to a genuine answer."""
         with self._db.write() as conn:
-            row = conn.execute("SELECT replied_ms, reply FROM admin_requests WHERE request_id = ? AND device = ?",
-                               (reply.request_id, reply.device)).fetchone()
+            row = conn.execute(
+                "SELECT replied_ms, reply FROM admin_requests WHERE request_id = ? AND device = ?",
+                (reply.request_id, reply.device)).fetchone()
             if row is None:
                 return "unknown"
-            if row[0] is not None and (unauthenticated(reply) or not unauthenticated(_stored(row[1], reply, conn))):
+            if row[0] is not None and (
+                    unauthenticated(reply) or not unauthenticated(_stored(row[1], reply, conn))):
                 return "already"
-            conn.execute("UPDATE admin_requests SET replied_ms = ?, rc = ?, reply = ? WHERE request_id = ?",
-                         (now_ms, reply.rc, data, reply.request_id))
+            conn.execute(
+                "UPDATE admin_requests SET replied_ms = ?, rc = ?, reply = ? WHERE request_id = ?",
+                (now_ms, reply.rc, data, reply.request_id))
             return "recorded"
 
     def pending(self, device: str | None = None) -> list[AdminRecord]:
-        """The requests with no reply yet, oldest first (expired and unknown ones included:
-        see :meth:`AdminRecord.status`)."""
+        """The requests with no reply yet (expired and unknown ones too), oldest first."""
         sql = f"{_SELECT} WHERE a.replied_ms IS NULL"
         return self._select(sql, device, "a.created_ms")
 
     def replied(self, device: str | None = None, *, limit: int = 100) -> list[AdminRecord]:
-        """The last ``limit`` replied requests, the most recent reply first."""
         sql = f"{_SELECT} WHERE a.replied_ms IS NOT NULL"
         return self._select(sql, device, "a.replied_ms DESC", limit)
 
-    def _select(self, sql: str, device: str | None, order: str, limit: int | None = None) -> list[AdminRecord]:
+    def _select(self, sql: str, device: str | None, order: str,
+                limit: int | None = None) -> list[AdminRecord]:
         args: list[object] = []
         if device is not None:
             sql += " AND a.device = ?"
