@@ -1,7 +1,7 @@
 """A device store found restored from an older copy (a backup, an SD-card image, a VM
 snapshot): behind what its home server has seen of its origin.
 
-The sync agent asks at every hello (:meth:`QueueManager.check_restored`): the server
+The sync agent asks at every hello (:meth:`~edgeq.exchange.Exchange.check_restored`): the server
 answers its settled mark for the store's origin (no uid below it will ever be taken
 again) and the highest stamp of that origin it has seen. A store that holds a message
 below that mark, or has never issued that stamp, lived on elsewhere after the copy was

@@ -38,7 +38,7 @@ _MAX_REASON = 500  # characters of a refusal reason kept
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """What ``QueueManager.refused`` did with one message."""
+    """What ``Exchange.refused`` did with one message."""
 
     uid: MessageUID
     count: int  #: how often its target has refused it, this time included
@@ -84,7 +84,7 @@ class Transmitter:
         self.clock = sink.clock
         self.expiry = expiry
         self.gets = gets
-        self.dead_letters = DeadLetters(qm_name, sink, gets.sealer, gets.backout)
+        self.dead_letters = DeadLetters(qm_name, sink, gets)
         self._hook: Callable[[str], None] | None = None
 
     def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:
@@ -137,12 +137,12 @@ class Transmitter:
         return len(ids)
 
     def settled_below(self) -> int:
-        """This store's low-water mark (see ``QueueManager.settled_below``)."""
+        """This store's low-water mark (see ``Exchange.settled_below``)."""
         with self.sink.db.read() as conn:
             return Tx(conn).transmission_low_water(self.origin)
 
     def settle(self, origin: str, below: int) -> int:
-        """Forget ``origin``'s remembered uids below ``below`` (see ``QueueManager.settle``)."""
+        """Forget ``origin``'s remembered uids below ``below`` (see ``Exchange.settle``)."""
         check_origin(origin, "settle origin")
         below = check_stamp(below, "below")
         with self.sink.write(durable=False) as tx:  # lost in a power cut: only remembered a little longer

@@ -8,7 +8,7 @@
 
 Each batch is MQe's two-stage transmission: **put** (the server stores it
 locked), **confirm** (it becomes visible), then the local copies are deleted in
-one local transaction (``qm.transmitted``). Every step is safe to repeat; the
+one local transaction (``qm.exchange.transmitted``). Every step is safe to repeat; the
 crash-point reasoning is in ``docs/protocol.md``.
 
 Expiry crosses the wire as remaining milliseconds. The agent times every exchange
@@ -118,7 +118,7 @@ class SyncAgent:
         #: whether the daemon's cycles also pull home-server queues
         self.pull_enabled = True
         self.progress: Callable[[Progress], None] | None = None
-        qm.set_transmitter(self._pusher.transmit)
+        qm.exchange.set_transmitter(self._pusher.transmit)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -130,7 +130,7 @@ class SyncAgent:
             self._link.health.flush(force=True)
         except EdgeqError as exc:  # the store closed first: the status is older than the agent knows
             log.warning("the last sync state could not be written: %s", exc, extra={"event": "state-lost"})
-        self.qm.set_transmitter(None)
+        self.qm.exchange.set_transmitter(None)
         self._pusher.close()
         self.transport.close()
 

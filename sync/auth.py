@@ -163,7 +163,7 @@ class AuthGate:
         worker thread. Turning on is logged once (``"event": "auth-on"``)."""
         if self._on or self.mode != "auto" or self.qm is None:
             return self._on
-        if not self.qm.has_registered_device():
+        if not self.qm.exchange.has_registered_device():
             return False
         with self._lock:
             turned, self._on = not self._on, True

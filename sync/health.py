@@ -3,7 +3,7 @@ error and that error's code, how many of its messages were dead-lettered, and it
 schedule, so that one failing queue (refused, forbidden, missing on the server) waits on
 its own backoff while the other queues and the other direction go on.
 
-The agent keeps this in the device's store (``QueueManager.record_sync_state``), where
+The agent keeps this in the device's store (``Exchange.record_sync_state``), where
 ``edgeq sync status`` reads it from another process. To spare flash storage an idle
 agent does not write every cycle: a state is written when something other than its
 timestamps changed (a first success or attempt counts: "never" becomes a time), else at
@@ -252,7 +252,7 @@ class Health:
                 changed[""] = dict(self._agent)
             if not changed:
                 return
-            self.qm.record_sync_state(changed)
+            self.qm.exchange.record_sync_state(changed)
             for name, written in changed.items():
                 self._written[name] = (written, now)
 

@@ -90,7 +90,7 @@ class Metrics:
         """The Prometheus text exposition format (version 0.0.4), with the per-device
         gauges of ``sessions``, the store's and queues' of ``usage`` (``qm.store_usage()``)
         and what the server refused per device, queue and reason, ``refusals``
-        (``qm.device_refusals()``, counted in the store since it was made; none without them)."""
+        (``qm.exchange.device_refusals()``, counted in the store since it was made; none without them)."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)

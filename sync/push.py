@@ -3,7 +3,7 @@ two-stage transmission (``docs/protocol.md``).
 
 Each batch is **put** (the server stores it locked), **confirmed** (it becomes
 visible), then the local copies are deleted in one local transaction
-(``qm.transmitted``); batch N+1's put overlaps batch N's confirm. A batch is cut
+(``qm.exchange.transmitted``); batch N+1's put overlaps batch N's confirm. A batch is cut
 into chunks under the server's body limit; a put carries the lower bound of the
 server's clock at the instant its batch was read (``server_ms``), and is made again,
 as resends, if those bounds restart while it is under way. Every step is safe to
@@ -13,7 +13,7 @@ repeat. A queue with ``compression`` sends its puts and confirms compressed as a
 Queues fail independently: a queue the server refuses as a whole (forbidden, too large,
 invalid) is recorded as that queue's failure and the others go on; only a server that
 cannot be reached (or refuses this device) stops the push. Each message the server
-refuses is counted in the store (``QueueManager.refused``); one refused as often as its
+refuses is counted in the store (``Exchange.refused``); one refused as often as its
 queue's ``refusal_limit`` moves to the store's dead-letter queue in that transaction, or,
 if that queue cannot take it, stays and is offered again (``edgeq.deadletter``).
 """
@@ -207,7 +207,7 @@ class Pusher:
                 read_mono = self.link.monotonic()  # and no earlier than this instant
                 # The store still holds the batch in flight and what was refused: read past them.
                 want = self.link.batch_size + len(inflight_uids) + len(skipped)
-                batch = self.qm.next_for_transmission(name, want)
+                batch = self.qm.exchange.next_for_transmission(name, want)
                 drained = len(batch) < want
                 batch = [m for m in batch if m.uid not in inflight_uids and m.uid not in self._server_expired
                          and m.uid not in skipped]
@@ -255,7 +255,7 @@ class Pusher:
         skipped.update(MessageUID.parse(uid) for uid, _ in pending)
         if count:
             why = dict(pending)
-            outcomes = self.qm.refused(name, pending)
+            outcomes = self.qm.exchange.refused(name, pending)
             dlq = self.qm.dead_letter_queue() if any(o.dead_lettered for o in outcomes) else ""
             for outcome in outcomes:
                 if outcome.dead_lettered:
@@ -390,7 +390,7 @@ class Pusher:
             results += decode_results(answer, CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
         if done:
-            self.qm.transmitted(name, done)
+            self.qm.exchange.transmitted(name, done)
         return results
 
     def _settle(self, results: Results, report: PushReport) -> int:
