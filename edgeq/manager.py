@@ -1,58 +1,75 @@
-"""The queue manager: local, remote and home-server queues in one SQLite file, with
-MQe's expiry semantics. :class:`QueueManager` is a facade over the parts that do the
-work; read its class docstring for the map."""
+"""The queue manager: local, remote and home-server queues in one SQLite file, with MQe's
+expiry semantics. :class:`QueueManager` is a facade over the parts that do the work
+(docs/architecture.md); its options and verbs are described in docs/api.md."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from edgeq.clock import ManualClock, system_clock
+from edgeq.consume.consumers import Consumer, Consumers, Listener
 from edgeq.consume.waiting import Waker
 from edgeq.crypto import CIPHERS, StoreKeys
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
-from edgeq.events.bindings import RuleBook, attach_stored
+from edgeq.events.bindings import BindingInfo, RuleBook, RuleSpec, attach_stored
 from edgeq.events.dispatch import Dispatcher, Pending
 from edgeq.events.sink import EventSink
 from edgeq.exchange.holds import Holds
-from edgeq.exchange.transmit import Transmitter
+from edgeq.exchange.transmit import SyncOverview, Transmitter
+from edgeq.exchange.verbs import Exchange
 from edgeq.gets import Gets
-from edgeq.manager_admin import AdminVerbs
-from edgeq.manager_consumers import ConsumerVerbs
-from edgeq.manager_deadletter import DeadLetterVerbs
-from edgeq.manager_exchange import ExchangeVerbs
-from edgeq.manager_queues import QueueVerbs
-from edgeq.manager_remote_admin import RemoteAdminVerbs
 from edgeq.message import Message
 from edgeq.names import check_name
 from edgeq.puts import Puts
+from edgeq.queues.attributes import QueueAttributes, QueueUsage, StoreUsage
 from edgeq.queues.budget import OverflowTally, check_store_budget
 from edgeq.queues.catalog import QueueCatalog
 from edgeq.queues.checkpoints import ExpiryPolicy
-from edgeq.results import ConfirmResult, PutResult
+from edgeq.queues.deadletter import Resent
+from edgeq.results import ConfirmResult, PutResult, QuarantineEntry
 from edgeq.sealer import Sealer
 from edgeq.store.connection import ConnectionFactory, check_foreign
 from edgeq.store.damage import damaged
-from edgeq.store.devices import DeviceRegistry
-from edgeq.store.journal import JournalSide
+from edgeq.store.devices import DeviceRecord, DeviceRegistry
+from edgeq.store.journal import JournalEntry, JournalSide
 from edgeq.store.meta import create_store, journal_setting, name_needed, open_identity
-from edgeq.store.rules import RuleTx
+from edgeq.store.rules import FailureRow, RuleTx
 from edgeq.store.schema import SCHEMA_VERSION
-from edgeq.types import Clock, Durability, Filter
+from edgeq.types import (
+    DEFAULT_MAX_REDELIVERY_DELAY_MS,
+    DEFAULT_REDELIVERY_DELAY_MS,
+    Clock,
+    Durability,
+    Filter,
+    OnFull,
+    Ordering,
+)
 from edgeq.uid import MessageUID
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from edgeq.admin.executor import AdminExecutor
+    from edgeq.admin.store import AdminKey
+    from edgeq.admin.wire import AdminReply
+    from edgeq.check.report import CheckReport
+    from edgeq.rules import QueueRule
 
 __all__ = ["QueueManager"]
 
 log = logging.getLogger("edgeq")
 
 
-class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, ConsumerVerbs, DeadLetterVerbs):
-    """A queue manager: named local queues, durable in one SQLite file.
+class QueueManager:
+    """A queue manager: named queues, durable in one SQLite file. The application's verbs are
+    here; ``qm.exchange`` holds those only the sync agent and the home server call. The options
+    and the verbs by concern: docs/api.md.
 
     >>> import tempfile, os
     >>> from edgeq import Message, Int32
@@ -62,51 +79,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
     ...     uid = qm.put("ORDERS", Message(b"42 widgets", expiry=Int32(60_000)))
     ...     qm.depth("ORDERS"), qm.get("ORDERS").data
     (1, b'42 widgets')
-
-    ``name`` (1-48 of ``A-Za-z0-9._-``) is needed to create a store and is
-    checked against the stored one when reopening. ``durability="full"`` (WAL,
-    ``synchronous=FULL``) survives power loss; ``"normal"`` may lose the last
-    commits on power loss (never on a process crash) for speed. ``timeout`` is
-    how long a call waits for another connection's write lock. ``clock``
-    returns epoch ms; the default reads ``time.time()``, so freezegun works.
-    Confirmed assured puts are remembered, so a late duplicate of one is
-    recognised even after the message was consumed: until their sender settles
-    them (:meth:`settle`, which the sync agent drives: no time limit), or, for
-    senders that never do, for ``remember_confirmed_ms`` (a day by default;
-    None: not at all). Each store has an incarnation, part of every uid it issues
-    (:attr:`origin`), so a store made again under the same name never reissues
-    an earlier one's uids. ``journal="server"`` keeps an append-only
-    history of accepted, expired and delivered messages (``journal="device"``:
-    only expiries, to report to the server; ``"off"``: none); the setting is
-    stored, so later opens (``journal=None``) keep it. A store never given one
-    journals ``"device"`` as soon as it has a remote or home-server queue (from
-    that queue's definition on, and at every open), so expiries before the first
-    ``edgeq sync`` still reach the server; ``journal="off"`` keeps it off. See :mod:`edgeq.store.journal`. A rule hook that raises on a durable event is retried up to
-    ``rule_retry_limit`` times, backing off from ``rule_retry_base_ms``, then parked.
-    ``max_store_bytes`` bounds the data plus fields all queues hold (the flash
-    budget; None: no bound): a put that would exceed it makes room by its queue's
-    ``on_full``, from that queue only, or raises :class:`~edgeq.errors.StoreFull`. It belongs to
-    this object, not to the file: give every process that puts the same value
-    (docs/storage.md, "Flash budget").
-
-    One instance may be shared by threads; several processes may open the same
-    file. Every message is delivered to exactly one getter.
-
-    The queue manager is a facade: it builds its parts once and each method
-    delegates to one of them (the store's SQL in :mod:`edgeq.store.tx`; the
-    :class:`~edgeq.sealer.Sealer`; the :class:`~edgeq.events.sink.EventSink`, the one
-    writer of rule events and journal rows; the :class:`~edgeq.queues.catalog.QueueCatalog`;
-    the :class:`~edgeq.queues.checkpoints.ExpiryPolicy`; :class:`~edgeq.puts.Puts` and
-    :class:`~edgeq.gets.Gets`; the :class:`~edgeq.exchange.transmit.Transmitter`; the
-    :class:`~edgeq.events.bindings.RuleBook`; the :class:`~edgeq.store.devices.DeviceRegistry`).
-    Its verbs are grouped by concern: messaging here; queues and their expiry check
-    points in :class:`~edgeq.manager_queues.QueueVerbs`; transmission, settling, the
-    journal, held puts and devices in :class:`~edgeq.manager_exchange.ExchangeVerbs`;
-    rules, keys and damage in :class:`~edgeq.manager_admin.AdminVerbs`; operator keys and
-    admin requests (remote administration) in :class:`~edgeq.manager_remote_admin.RemoteAdminVerbs`;
-    the dead-letter queue in :class:`~edgeq.manager_deadletter.DeadLetterVerbs`.
     """
-
 
     def __init__(
         self,
@@ -132,14 +105,16 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         if clock is not None and not callable(clock):
             raise InvalidType("clock must be a callable returning epoch milliseconds")
         self.path = Path(path)
-        for label, value in (("rule_retry_limit", rule_retry_limit), ("rule_retry_base_ms", rule_retry_base_ms)):
+        retries = (("rule_retry_limit", rule_retry_limit), ("rule_retry_base_ms", rule_retry_base_ms))
+        for label, value in retries:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{label} must be a positive int, not {value!r}")
         if remember_confirmed_ms is not None and (
             isinstance(remember_confirmed_ms, bool) or not isinstance(remember_confirmed_ms, int)
             or remember_confirmed_ms < 1
         ):
-            raise InvalidArgument(f"remember_confirmed_ms must be a positive int or None, not {remember_confirmed_ms!r}")
+            raise InvalidArgument(
+                f"remember_confirmed_ms must be a positive int or None, not {remember_confirmed_ms!r}")
         if journal not in (None, "server", "device", "off"):
             raise InvalidArgument(f"journal must be 'server', 'device', 'off' or None, not {journal!r}")
         if default_encryption is not None and default_encryption not in CIPHERS:
@@ -149,6 +124,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         elif keys is not None and not isinstance(keys, StoreKeys):
             raise InvalidType("keys must be a StoreKeys ring or the path of a store key file")
         self._max_store_bytes = check_store_budget(max_store_bytes)
+        self._admin_executor: AdminExecutor | None = None  # built at the first admin verb (edgeq.admin.executor)
         self._clock: Clock = clock or system_clock
         keys = keys if keys is not None else StoreKeys.from_env()
         self._db = ConnectionFactory(self.path, durability=durability, timeout=timeout)
@@ -165,26 +141,33 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
             if not self.path.exists():
                 create_store(self.path, name, self._clock, timeout=timeout)
         try:
-            self.name, self._origin = open_identity(self._db, self.path, name, self._clock)
+            self.name, origin = open_identity(self._db, self.path, name, self._clock)
             self._sealer = Sealer(self.name, keys, default_encryption)
             self._sealer.check_keys(self._db, self.path)
             rules = Dispatcher(
-                self.name, self._db, self._clock, retry_limit=rule_retry_limit, retry_base_ms=rule_retry_base_ms,
+                self.name, self._db, self._clock, retry_limit=rule_retry_limit,
+                retry_base_ms=rule_retry_base_ms,
                 unseal=self._sealer.unseal_for_rules,
             )
             # The parts, each built once; every public method delegates to one of them.
-            self._sink = EventSink(self.name, self._db, self._clock, rules, journal_setting(self._db, journal))
+            self._sink = EventSink(self.name, self._db, self._clock, rules,
+                                   journal_setting(self._db, journal))
             self._expiry = ExpiryPolicy(self.name, self._sink)
             overflowed = OverflowTally()
             self._gets = Gets(self.name, self._sink, self._sealer, self._expiry, overflowed)
-            self._transmitter = Transmitter(self.name, self._origin, self._sink, self._expiry, self._gets)
-            self._puts = Puts(self.name, self._origin, self._sink, self._sealer, self._expiry, self._transmitter,
-                              remember_confirmed_ms, max_store_bytes=self._max_store_bytes, overflowed=overflowed)
+            self._transmitter = Transmitter(self.name, origin, self._sink, self._expiry, self._gets)
+            self._puts = Puts(self.name, origin, self._sink, self._sealer, self._expiry, self._transmitter,
+                              remember_confirmed_ms, max_store_bytes=self._max_store_bytes,
+                              overflowed=overflowed)
             self._catalog = QueueCatalog(self.name, self, self._sink, self._sealer, self._expiry,
                                          max_store_bytes=self._max_store_bytes, overflowed=overflowed)
             self._rulebook = RuleBook(self.name, self, self._sink)
             self._devices = DeviceRegistry(self._db, self._clock)
-            self._holds = Holds(self.name, self._sink)
+            self._dead_letters = self._transmitter.dead_letters
+            self._consumers = Consumers(self._gets, self._waker)
+            #: The verbs only the sync agent and the home server call (edgeq.exchange).
+            self.exchange = Exchange(self.name, self._puts, self._transmitter, self._sink,
+                                     Holds(self.name, self._sink), self._devices)
             # Plugins load here, explicitly, never at import time.
             with self._db.read() as conn:
                 stored = RuleTx(conn).bindings()
@@ -207,7 +190,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
     def origin(self) -> str:
         """The origin of the uids this store issues: its name and incarnation, e.g.
         ``'DEV1:k3x9qam2pa'`` (see :mod:`edgeq.uid`)."""
-        return self._origin
+        return self._puts.origin
 
     @property
     def max_store_bytes(self) -> int | None:
@@ -238,7 +221,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
             return
         now = self._clock()
         rules = self._sink.rules
-        self._sink.dispatch([Pending("closed", queue, now) for queue in self._expiry.active() if rules.wants(queue)])
+        self._sink.dispatch([Pending("closed", q, now) for q in self._expiry.active() if rules.wants(q)])
         with self._sink.write():
             pass  # forgets the events delivered since the last write
         self._db.close()
@@ -318,7 +301,7 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         resend over an unconfirmed copy), ``unconfirmed`` (an unconfirmed copy is
         held and this is not a resend: confirm it, or resend), ``duplicate``
         (already confirmed: held, consumed, or still remembered: until the
-        sender settles it, see :meth:`settle`), ``expired``
+        sender settles it, see ``qm.exchange.settle``), ``expired``
         (discarded on arrival) or ``refused`` (too large, queue full). This is
         what a receiver of batches (the home server) needs.
 
@@ -470,3 +453,662 @@ class QueueManager(QueueVerbs, ExchangeVerbs, AdminVerbs, RemoteAdminVerbs, Cons
         getter is gone, maybe not because of it) with ``backout_count`` + 1.
         """
         return self._gets.release_locks(queue)
+
+
+    # -- queues ------------------------------------------------------------------------------
+    def define_queue(
+        self,
+        name: str,
+        *,
+        expiry_ms: int | None = None,
+        cap_expiry_ms: int | None = None,
+        max_depth: int | None = None,
+        max_message_bytes: int | None = None,
+        default_priority: int = 4,
+        ordering: Ordering = "priority",
+        depth_threshold: int | None = None,
+        rules: Sequence[RuleSpec] | None = None,
+        encryption: str | None = None,
+        max_bytes: int | None = None,
+        on_full: OnFull = "reject",
+        backout_threshold: int | None = None,
+        backout_queue: str | None = None,
+        redelivery_delay_ms: int = DEFAULT_REDELIVERY_DELAY_MS,
+        max_redelivery_delay_ms: int = DEFAULT_MAX_REDELIVERY_DELAY_MS,
+        exist_ok: bool = False,
+    ) -> None:
+        """Define a local queue; raise :class:`QueueExists` if it is defined already, unless
+        ``exist_ok`` and it is defined exactly so (kind, attributes, rules): a script that
+        defines its queues can run again. A queue defined otherwise is still refused.
+
+        The flash budget: ``max_bytes`` bounds the data plus fields the queue holds
+        (as stored), beside ``max_depth``; ``on_full`` is what a put does when either
+        (or the queue manager's ``max_store_bytes``) would be exceeded: ``"reject"``
+        raises :class:`QueueFull`; ``"discard-oldest"`` discards the oldest ready
+        messages to make room, ``"discard-lowest-priority"`` the lowest-priority
+        oldest ones (refusing a message lower than every one held). Expired messages
+        go first; locked ones never; rules see each discard as ``removed`` with
+        reason ``"overflow"`` (docs/storage.md, "Flash budget").
+
+        ``encryption="aes-256-gcm"`` seals message data and fields in the store
+        with the queue manager's store key (see :mod:`edgeq.crypto`); the default
+        is the queue manager's ``default_encryption``.
+
+        ``depth_threshold``: rules' ``on_threshold`` fires when a put takes the
+        depth up to it. ``rules``: rules to bind by name, each a name or a
+        ``(name, config)`` pair, e.g. ``[("dead-letter", {"queue": "DLQ"}), "log"]``;
+        the bindings are stored and re-attached whenever the store is opened. Each
+        rule validates its config now: on any error nothing is defined.
+
+        Poison messages (IBM MQ's BOTHRESH/BOQNAME): a message whose assured gets were
+        undone ``backout_threshold`` times is moved to ``backout_queue`` (defined
+        already; encrypted if this queue is) in the undo's own transaction, keeping
+        its uid, fields and deadline, instead of being delivered again; rules see it
+        removed with reason ``"backout"``. Give both, or neither (docs/consumers.md,
+        "Poison messages").
+
+        Redelivery delay: a message whose assured get is undone with a backout (its
+        consumer failed) is got again only ``redelivery_delay_ms`` later (1 s; 0: at
+        once), doubling with each further backout up to ``max_redelivery_delay_ms``
+        (5 minutes), and never after it expires; other messages are got meanwhile
+        (docs/consumers.md, "Redelivery delay").
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("ALERTS", expiry_ms=30_000, ordering="fifo")
+        >>> qm.queue_attributes("ALERTS").ordering
+        'fifo'
+        >>> qm.define_queue("ALERTS", expiry_ms=30_000, ordering="fifo", exist_ok=True)  # again: no error
+        >>> qm.define_queue("ALERTS", expiry_ms=60_000, ordering="fifo", exist_ok=True)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        edgeq.errors.QueueExists: queue 'ALERTS' is already defined on DEV1, otherwise: expiry_ms 30000, not 60000; ...
+        >>> qm.close()
+        """
+        self._catalog.define_queue(
+            name, rules, encryption, exist_ok, expiry_ms=expiry_ms, cap_expiry_ms=cap_expiry_ms,
+            max_depth=max_depth,
+            max_message_bytes=max_message_bytes, default_priority=default_priority, ordering=ordering,
+            depth_threshold=depth_threshold, max_bytes=max_bytes, on_full=on_full,
+            backout_threshold=backout_threshold, backout_queue=backout_queue,
+            redelivery_delay_ms=redelivery_delay_ms, max_redelivery_delay_ms=max_redelivery_delay_ms,
+        )
+
+    def define_remote_queue(
+        self,
+        name: str,
+        *,
+        target_qmgr: str,
+        target_queue: str | None = None,
+        mode: Literal["async", "sync"] = "async",
+        expiry_ms: int | None = None,
+        cap_expiry_ms: int | None = None,
+        max_depth: int | None = None,
+        max_message_bytes: int | None = None,
+        default_priority: int = 4,
+        rules: Sequence[RuleSpec] | None = None,
+        encryption: str | None = None,
+        depth_threshold: int | None = None,
+        max_bytes: int | None = None,
+        on_full: OnFull = "reject",
+        refusal_limit: int | None = None,
+        compression: str | None = None,
+        exist_ok: bool = False,
+    ) -> None:
+        """Define a remote queue: puts are kept here (durably, expiry running) and
+        transmitted to ``target_queue`` (default: the same name) on queue manager
+        ``target_qmgr`` by the sync agent. ``mode="async"`` stores and forwards
+        later; ``mode="sync"`` transmits inside ``put`` and raises
+        :class:`RemoteUnavailable` (keeping nothing) if that fails. Applications
+        cannot get or browse a remote queue. A store never given a ``journal``
+        setting journals its expiries from now on (``journal_mode == "device"``),
+        for the sync agent to report. ``max_bytes`` and ``on_full`` bound what waits
+        here as for :meth:`define_queue`; ``refusal_limit``: how many times the target
+        may refuse a message before it moves to the dead-letter queue (rules see it
+        removed, reason ``"refused"``; None: the sync agent's default).
+        ``compression="zstd"`` (needs ``pip install 'edgeq[zstd]'``) or ``"zlib"``: the sync
+        agent sends this queue's batches compressed as a whole,
+        to a server that takes that codec (negotiated at hello; docs/protocol.md).
+        ``exist_ok`` as for :meth:`define_queue`.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME", max_bytes=1 << 20, on_full="discard-oldest")
+        >>> qm.queue_attributes("ORDERS").target_queue
+        'ORDERS'
+        >>> qm.close()
+        """
+        self._catalog.define_remote_queue(
+            name, target_qmgr=target_qmgr, target_queue=target_queue, mode=mode, expiry_ms=expiry_ms,
+            cap_expiry_ms=cap_expiry_ms, max_depth=max_depth, max_message_bytes=max_message_bytes,
+            default_priority=default_priority, rules=rules, encryption=encryption,
+            depth_threshold=depth_threshold,
+            max_bytes=max_bytes, on_full=on_full, refusal_limit=refusal_limit, compression=compression,
+            exist_ok=exist_ok,
+        )
+
+    def define_home_server_queue(
+        self, name: str, *, server: str, exist_ok: bool = False, **attributes: Any
+    ) -> None:
+        """Define a home-server queue: a local queue that the sync agent fills by pulling,
+        from home server ``server``, the messages addressed to this queue manager's
+        ``name`` (held there on the queue ``<this qm name>.<name>``). Other keywords
+        are those of :meth:`define_queue`, and ``compression`` (``"zstd"``, ``"zlib"``):
+        the agent asks the server for this queue's batches compressed. As with :meth:`define_remote_queue`, a
+        store never given a ``journal`` setting journals its expiries from now on. ``exist_ok``
+        as for :meth:`define_queue`.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_home_server_queue("INBOX", server="HOME")
+        >>> qm.queue_attributes("INBOX").server, qm.journal_mode
+        ('HOME', 'device')
+        >>> qm.close()
+        """
+        self._catalog.define_home_server_queue(name, server=server, exist_ok=exist_ok, **attributes)
+
+    def alter_queue(self, name: str, **attributes: Any) -> QueueAttributes:
+        """Change some of a queue's attributes (same keywords as :meth:`define_queue`).
+
+        A new ``expiry_ms`` applies at once to messages already on the queue that
+        have no expiry of their own; a new ``cap_expiry_ms`` only to new puts; a new
+        ``ordering`` re-orders the messages there; ``rules=[...]`` replaces the
+        persisted rule bindings; a lower ``max_depth`` or ``max_bytes`` takes effect at
+        the next put (which makes room by ``on_full``, or is refused); ``refusal_limit``
+        (remote queues only) and ``compression`` (remote and home-server queues; from the
+        next request) as for :meth:`define_remote_queue`; ``backout_threshold``
+        and ``backout_queue`` as for :meth:`define_queue` (set both to None to stop
+        moving poison messages); ``redelivery_delay_ms`` and ``max_redelivery_delay_ms``
+        from the next backout on. Returns the new attributes.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q")
+        >>> qm.alter_queue("Q", max_depth=1000).max_depth
+        1000
+        >>> qm.close()
+        """
+        return self._catalog.alter_queue(name, **attributes)
+
+    def queue_attributes(self, name: str) -> QueueAttributes:
+        """The definition of a queue.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", max_depth=10); qm.queue_attributes("Q").max_depth
+        10
+        >>> qm.close()
+        """
+        return self._catalog.queue_attributes(name)
+
+    def queue_usage(self, name: str) -> QueueUsage:
+        """What a queue holds against its budget: depth, bytes (data plus fields, as
+        stored), its limits and how many messages ``on_full`` discarded through this
+        object. Expired messages are discarded first, as :meth:`depth` does.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", max_bytes=100); _ = qm.put("Q", Message(b"12345"))
+        >>> u = qm.queue_usage("Q"); (u.depth, u.bytes, u.max_bytes)
+        (1, 5, 100)
+        >>> qm.close()
+        """
+        return self._catalog.queue_usage(name)
+
+    def store_usage(self) -> StoreUsage:
+        """What the whole store holds, against :attr:`max_store_bytes`, with every queue's
+        usage; read as stored (nothing is discarded), so monitoring may call it often."""
+        return self._catalog.store_usage()
+
+    def queue_names(self) -> list[str]:
+        """The names of the queues defined here, sorted.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("B"); qm.define_queue("A"); qm.queue_names()
+        ['A', 'B']
+        >>> qm.close()
+        """
+        return self._catalog.queue_names()
+
+    def remote_queues(self) -> list[QueueAttributes]:
+        """The remote queues defined here."""
+        return self._catalog.queues_of_kind("remote")
+
+    def home_server_queues(self) -> list[QueueAttributes]:
+        """The home-server queues defined here."""
+        return self._catalog.queues_of_kind("home")
+
+    def delete_queue(self, name: str) -> None:
+        """Delete an empty queue. Expired messages are purged first (MQe's "deleted"
+        check point); any other message left raises :class:`QueueNotEmpty`. The
+        backout queue of another queue is refused (:class:`InvalidArgument`) until
+        that queue names another, or none."""
+        self._catalog.delete_queue(name)
+
+    # -- expiry check points -----------------------------------------------------------------
+    def activate(self, name: str) -> int:
+        """Activate a queue: discard every expired message on it, whatever its state.
+
+        Happens by itself the first time a queue is used after the queue manager
+        opens (MQe's "queue activated" check point). Returns how many it discarded.
+        """
+        return self._expiry.activate(name)
+
+    def depth(self, name: str) -> int:
+        """How many messages the queue holds, locked ones included; expired ones are
+        purged first (MQe's "size inquired" check point), so none is ever counted.
+
+        One indexed probe plus one row read: constant time at any depth.
+        """
+        return self._expiry.depth(name)
+
+    def sweep_expired(self, name: str | None = None) -> int:
+        """Discard expired messages now (IBM MQ's expiry scan); return how many.
+
+        With no name, sweeps every queue. Rules see ``where="sweep"`` (or
+        ``"activate"`` for a queue's first use since the queue manager opened).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); qm.sweep_expired("Q")
+        0
+        >>> qm.close()
+        """
+        return self._expiry.sweep_expired(name)
+
+    def start_expiry_sweeper(self, interval_s: float) -> None:
+        """Sweep every queue every ``interval_s`` seconds in a background thread (APScheduler).
+
+        Stopped by :meth:`stop_expiry_sweeper` or :meth:`close`.
+        """
+        self._expiry.start_sweeper(interval_s)
+
+    def stop_expiry_sweeper(self) -> None:
+        """Stop the background sweeper, waiting for a sweep in progress. No-op if none runs."""
+        self._expiry.stop_sweeper()
+
+    def purge(self, name: str) -> int:
+        """Remove every message from a queue (rules see reason ``purged``); return how many."""
+        return self._gets.purge(name)
+    # -- consumers (docs/consumers.md) -------------------------------------------------------
+    def consume(
+        self, queue: str, *, wait: float | timedelta | None = None, confirm: bool = True,
+        filter: Filter | None = None,
+    ) -> Consumer:
+        """The messages of ``queue``, one at a time, for a ``for`` loop: each waits for
+        the next message (as ``get(wait=...)`` does) and the loop ends when ``wait``
+        passes with nothing new (None, the default: never; 0: as soon as the queue is
+        empty) or when the queue manager closes.
+
+        With ``confirm=True`` (the default) each message is got assured and confirmed
+        when the loop body finishes with it (when the next one is asked for). Used as a
+        context manager, an exception leaving the block undoes the message in hand
+        (``backout_count`` + 1; got again after the queue's redelivery delay) and
+        ``break`` confirms it. A bare
+        ``for`` loop cannot tell ``break`` from an exception, so leaving one early
+        undoes the message in hand: it is never lost, and may come again.
+        ``confirm=False`` takes each message for good when it is handed out.
+        ``filter`` takes only messages whose fields equal every given value.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q")
+        >>> _ = qm.put_many("Q", [Message(b"a"), Message(b"b")])
+        >>> with qm.consume("Q", wait=0) as messages:
+        ...     [m.data for m in messages]
+        [b'a', b'b']
+        >>> qm.depth("Q")
+        0
+        >>> qm.close()
+        """
+        return self._consumers.consume(queue, wait, confirm, filter)
+
+    def listen(
+        self, queue: str, callback: Callable[[Message], object], *, threads: int = 1, confirm: bool = True,
+        filter: Filter | None = None,
+    ) -> Listener:
+        """Call ``callback`` with every message of ``queue``, from ``threads`` threads,
+        until the returned :class:`~edgeq.consume.consumers.Listener` is stopped (``stop()``,
+        or leaving it as a context manager) or the queue manager closes.
+
+        With ``confirm=True`` (the default) each message is got assured: the
+        callback returning confirms it; the callback raising undoes it
+        (``backout_count`` + 1, so a queue's backout threshold applies; got again after
+        the queue's redelivery delay, the messages behind it meanwhile) and is logged
+        in one line (its traceback at most once a minute per message), and the
+        listener carries on. An error of the store itself (a damaged row, the
+        queue deleted) stops the listener and is kept in its ``error``.
+        ``confirm=False`` takes each message for good before the callback runs.
+
+        >>> import tempfile, os, threading
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); seen = threading.Event()
+        >>> with qm.listen("Q", lambda m: seen.set()) as listener:
+        ...     _ = qm.put("Q", Message(b"ping"))
+        ...     seen.wait(5)
+        True
+        >>> listener.delivered, qm.depth("Q")
+        (1, 0)
+        >>> qm.close()
+        """
+        return self._consumers.listen(queue, callback, threads, confirm, filter)
+    # -- the dead-letter queue ---------------------------------------------------------------
+    def dead_letter_queue(self) -> str:
+        """The store's dead-letter queue: ``SYSTEM.DEAD.LETTER.QUEUE`` (made when first
+        needed) unless :meth:`set_dead_letter_queue` named another."""
+        return self._dead_letters.name()
+
+    def set_dead_letter_queue(self, name: str | None) -> None:
+        """Name the store's dead-letter queue (kept in the store; None: the default). A
+        named queue is never made for you: until it is defined (and while it is full, or
+        clear when a message is encrypted), messages that cannot be delivered stay where
+        they are, logged, and are offered again."""
+        self._dead_letters.set_name(name)
+
+    def dlq_browse(self, *, queue: str | None = None, limit: int | None = None) -> list[Message]:
+        """The dead-letter queue's messages in get order (only those that left ``queue``,
+        if given), with their ``dlq.*`` header; none while it is not defined. Expired ones
+        are discarded first, as ``browse`` does."""
+        return self._dead_letters.browse(queue, limit)
+
+    def dlq_resend(
+        self, uids: Sequence[MessageUID | str] | None = None, *, queue: str | None = None
+    ) -> Resent:
+        """Move dead-lettered messages (``uids``, or all; only those that left ``queue``
+        if given) back to the queue each left, their ``dlq.*`` fields removed, in one
+        transaction: once the operator has fixed the cause (defined the target queue,
+        made room). Those that cannot go back stay, listed in ``Resent.kept`` with why.
+
+        A remote queue's message refused ``refusal_limit`` times moved there with a ``dlq.*``
+        header (reason, queue, refusal, attempts, time); the operator fixes the cause, then:
+
+        >>> import tempfile, os
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_remote_queue("METRICS", target_qmgr="HOME", refusal_limit=1)
+        >>> uid = qm.put("METRICS", Message(b"x"))
+        >>> why = "no-queue: HOME has no queue METRICS"
+        >>> [r.dead_lettered for r in qm.exchange.refused("METRICS", [(uid, why)])]
+        [True]
+        >>> (dead,) = qm.dlq_browse(); dead.fields["dlq.reason"], dead.fields["dlq.queue"]
+        ('refused', 'METRICS')
+        >>> qm.dlq_resend([uid]).moved == [uid], qm.depth("METRICS"), qm.dlq_browse()
+        (True, 1, [])
+        >>> qm.close()
+        """
+        return self._dead_letters.resend(uids, queue)
+
+    def dlq_delete(self, uids: Sequence[MessageUID | str] | None = None) -> int:
+        """Delete dead-lettered messages (``uids``, each of which must be there; or all) in
+        one transaction, for good: rules of the dead-letter queue see them removed, reason
+        ``deleted``, and the journal records them ``discarded`` (a device reports that to
+        its server, whose audit then stops counting them as waiting). Returns how many."""
+        return self._dead_letters.delete(uids)
+
+    # -- rules -------------------------------------------------------------------------------
+    def add_rule(self, queue: str, rule: QueueRule) -> None:
+        """Attach a rule instance to a queue, for the life of this queue manager object.
+
+        Persisted rules, re-attached on every open, are bound by name with
+        ``define_queue(..., rules=[...])`` instead.
+
+        >>> from edgeq.rules import QueueRule
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); qm.add_rule("Q", QueueRule()); qm.close()
+        """
+        self._rulebook.add_rule(queue, rule)
+
+    def remove_rule(self, queue: str, rule: QueueRule) -> bool:
+        """Detach a rule instance added with :meth:`add_rule`; return whether it was attached."""
+        return self._rulebook.remove_rule(queue, rule)
+
+    def queue_bindings(self, queue: str) -> list[BindingInfo]:
+        """The rules bound to a queue, in the order they run (persisted ones first).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", rules=["log"]); [b.name for b in qm.queue_bindings("Q")]
+        ['log']
+        >>> qm.close()
+        """
+        return self._rulebook.queue_bindings(queue)
+
+    def rule_failures(self, *, parked: bool | None = None) -> list[FailureRow]:
+        """Deliveries of durable events that raised: waiting for a retry, or parked.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.rule_failures()
+        []
+        >>> qm.close()
+        """
+        return self._rulebook.rule_failures(parked=parked)
+
+    def retry_rule_failures(self, *, parked: bool = False, event_id: int | None = None) -> int:
+        """Retry failed deliveries now, without waiting for their backoff; with
+        ``parked=True`` parked ones get a fresh round of attempts first; with
+        ``event_id`` only that event's. Returns how many deliveries succeeded.
+        (Due retries also happen by themselves: on later operations, on the
+        expiry sweeper's ticks, and when the store is opened.)"""
+        return self._rulebook.retry_rule_failures(parked=parked, event_id=event_id)
+
+    def queue_stats(self, queue: str) -> dict[str, int]:
+        """A queue's persistent counters (kept by the ``counters`` and ``dead-letter`` rules).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q", rules=["counters"]); _ = qm.put("Q", Message(b"x")); qm.queue_stats("Q")
+        {'added': 1}
+        >>> qm.close()
+        """
+        return self._rulebook.queue_stats(queue)
+
+    def apply_stats(
+        self, queue: str, increments: Mapping[str, int], *, event_id: int | None = None, durable: bool = True
+    ) -> bool:
+        """Add to a queue's counters (for rules). With the ``event_id`` of a durable event
+        the increment is applied once, however often the event is delivered; returns
+        whether it was applied. ``durable=False``: written without waiting for the disk
+        (a power cut may lose it; a process crash does not)."""
+        return self._rulebook.apply_stats_each(queue, [(increments, event_id)], durable=durable)[0]
+
+    def apply_stats_each(
+        self, queue: str, batch: Sequence[tuple[Mapping[str, int], int | None]], *, durable: bool = True
+    ) -> list[bool]:
+        """:meth:`apply_stats` for a batch of ``(increments, event_id)`` pairs, in one write
+        (for a rule's batch hook); returns whether each was applied.
+
+        >>> import tempfile, os
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1"); qm.define_queue("Q")
+        >>> qm.apply_stats_each("Q", [({"seen": 1}, 7), ({"seen": 1}, 7), ({"seen": 2}, None)])
+        [True, False, True]
+        >>> qm.queue_stats("Q")
+        {'seen': 3}
+        >>> qm.close()
+        """
+        return self._rulebook.apply_stats_each(queue, batch, durable=durable)
+
+
+    # -- encryption at rest ------------------------------------------------------------------
+    def rotate_keys(self, queue: str | None = None, *, batch: int = 500) -> int:
+        """Re-seal, under the current store key, every row of the encrypted queues (or
+        of ``queue``) sealed with another key; return how many rows were re-sealed.
+
+        Works in batches of ``batch`` rows, each its own transaction, so the queues
+        stay in use throughout; a crash leaves each row sealed under one key or the
+        other (the row says which), and running it again finishes the job. A row
+        that fails its integrity check is quarantined.
+        """
+        return self._sealer.rotate_keys(self._sink, queue, batch=batch)
+
+    def quarantined(self) -> list[QuarantineEntry]:
+        """Rows moved to the quarantine because they failed their integrity check."""
+        return self._sealer.quarantined(self._db)
+
+    def check(self, *, repair: bool = False) -> CheckReport:
+        """Look for damage in the store (``edgeq check``): SQLite's integrity check, every
+        message row's checksum in one streaming pass, queue counters, rule bindings,
+        rule events, journal rows and the store's identity. ``repair=True`` then
+        quarantines damaged rows (rules see them ``removed``, reason ``quarantined``),
+        rebuilds indexes and recounts queues; ``report.repairs`` says what was done.
+        See :mod:`edgeq.check.checker`.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> qm.define_queue("Q"); _ = qm.put("Q", Message(b"x"))
+        >>> report = qm.check()
+        >>> report.clean, report.checked
+        (True, 1)
+        >>> qm.close()
+        """
+        from edgeq.check.checker import StoreCheck  # an operator's tool: not paid for by every `import edgeq`
+
+        checker = StoreCheck(self._db)
+        return checker.repair(self._sink) if repair else checker.run()
+    # -- remote administration (docs/admin.md) -----------------------------------------------
+    def trust_admin_key(
+        self, key_id: str, public_key: bytes | str | Ed25519PublicKey, *, actions: Sequence[str] = ("*",)
+    ) -> AdminKey:
+        """Trust operator key ``key_id`` (its Ed25519 public key: 32 raw bytes, or the PEM of a
+        ``.pub`` file) to sign admin requests for ``actions`` (``"*"``: every action; see
+        :data:`edgeq.admin.wire.ACTIONS`, :data:`~edgeq.admin.wire.INQUIRE_ACTIONS`). Trusting an id
+        again replaces its key and actions.
+
+        >>> import tempfile, os
+        >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        >>> from edgeq import QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> public = Ed25519PrivateKey.generate().public_key()
+        >>> key = qm.trust_admin_key("ops", public, actions=["inquire-queue"])
+        >>> [(k.key_id, k.actions) for k in qm.admin_keys()]
+        [('ops', ('inquire-queue',))]
+        >>> qm.close()
+        """
+        return self._admin().trust(key_id, public_key, actions)
+
+    def untrust_admin_key(self, key_id: str) -> bool:
+        """Stop trusting operator key ``key_id``; whether it was trusted. Requests it signed,
+        and not yet run, are refused from now on."""
+        return self._admin().untrust(key_id)
+
+    def admin_keys(self) -> list[AdminKey]:
+        """The operator keys this queue manager trusts, by id."""
+        return self._admin().keys()
+
+    def execute_admin(self, request: bytes, *, remaining_ms: int | None = None) -> AdminReply:
+        """Check and run one admin request (the bytes of an :class:`~edgeq.admin.wire.AdminRequest`),
+        at most once; return its reply (also remembered). Never raises for what the request holds:
+        a malformed, unsigned, tampered, untrusted, forbidden, misrouted, replayed or expired
+        request gets a failed reply and is not run; a request answered before gets the same
+        reply again without running; an action that fails gets a failed reply with the reason.
+        ``remaining_ms``: the lifetime the request had left when it arrived (its message's
+        remaining expiry); None counts its signed lifetime from now. Its expiry is judged on
+        this clock alone (:func:`edgeq.admin.executor.deadline_ms`).
+
+        >>> import tempfile, os
+        >>> from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        >>> from edgeq import QueueManager
+        >>> from edgeq.admin.wire import AdminRequest
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
+        >>> key = Ed25519PrivateKey.generate(); _ = qm.trust_admin_key("ops", key.public_key())
+        >>> req = AdminRequest.create("define-queue", "ORDERS", {"expiry_ms": 60000}, device="DEV1",
+        ...                           reply_qmgr="HOME", created_ms=qm.now_ms(), key_id="ops").sign(key)
+        >>> qm.execute_admin(req.to_bytes()).rc, qm.queue_attributes("ORDERS").expiry_ms
+        ('success', 60000)
+        >>> qm.execute_admin(req.to_bytes()).rc  # the same request again: remembered, not run twice
+        'success'
+        >>> qm.close()
+        """
+        return self._admin().execute(request, remaining_ms)
+
+    def process_admin(self, *, limit: int = 100) -> list[AdminReply]:
+        """Run up to ``limit`` requests waiting on the admin queue (``SYSTEM.ADMIN``), each as
+        :meth:`execute_admin` does, put each reply on the request's reply queue (normally the
+        remote queue ``SYSTEM.ADMIN.REPLY``) and then remove the request; return the replies.
+        One run at a time per store (a lease; a run that finds another under way returns []).
+        After a crash the next run takes the request again: it is answered from the remembered
+        reply, and the reply is the same message (same uid) as any put before. Nothing to do
+        without an admin queue. The sync agent calls this after each pull."""
+        return self._admin().process(limit)
+
+    def admin_history(self, *, limit: int = 100) -> list[AdminReply]:
+        """The replies this queue manager remembers (run, refused, interrupted), newest first:
+        the device's record of the admin requests it received, kept 31 days."""
+        return self._admin().history(limit)
+
+    def _admin(self) -> AdminExecutor:
+        """The admin executor, built once, at first use: ``import edgeq`` does not pay for it."""
+        if self._admin_executor is None:
+            from edgeq.admin.executor import AdminExecutor
+
+            self._admin_executor = AdminExecutor(self, self._db)
+        return self._admin_executor
+    # -- sync state, the journal, registered devices -----------------------------------------
+    def sync_overview(self) -> SyncOverview:
+        """Every remote and home-server queue with its backlog and refusals, and the state
+        the sync agent recorded (what ``edgeq sync status`` shows)."""
+        return self._transmitter.sync_overview()
+
+    def journal_since(self, after_id: int = 0, limit: int = 10_000) -> list[JournalEntry]:
+        """Journal entries with an id above ``after_id``, oldest first (at most ``limit``).
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
+        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1); qm.confirm_put("Q", uid)
+        >>> [(e.kind, e.uid == str(uid)) for e in qm.journal_since()]
+        [('accepted', True)]
+        >>> qm.close()
+        """
+        return self._sink.journal_since(after_id, limit)
+
+    def devices(self) -> list[DeviceRecord]:
+        """The devices this queue manager has heard from, by name.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.exchange.record_device("DEV1", clock_offset_ms=-12)
+        >>> [(d.name, d.clock_offset_ms) for d in qm.devices()]
+        [('DEV1', -12)]
+        >>> qm.close()
+        """
+        return self._devices.devices()
+
+    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
+        """Register a device for authenticated sync: its raw 32-byte Ed25519 public key,
+        and the queues it may push to (None: any). Registering again re-keys it and
+        lifts a revocation.
+
+        >>> import tempfile, os
+        >>> from edgeq import Message, QueueManager
+        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
+        >>> qm.register_device("DEV1", bytes(32), queues=["ORDERS"]); qm.device("DEV1").queues
+        ('ORDERS',)
+        >>> qm.close()
+        """
+        self._devices.register_device(name, public_key, queues=queues)
+
+    def revoke_device(self, name: str) -> None:
+        """Revoke a device: the server refuses its requests from now on."""
+        self._devices.revoke_device(name)
+
+    def device(self, name: str) -> DeviceRecord | None:
+        """What this queue manager knows of device ``name`` (None: nothing)."""
+        return self._devices.device(name)

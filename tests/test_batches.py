@@ -89,7 +89,7 @@ def test_transmitted_costs_the_same_queries_for_10_or_500_messages(tmp_path: Pat
 
     def transmit(n: int) -> int:
         uids = device.put_many("ORDERS", [Message(b"t") for _ in range(n)])
-        return selects(device, lambda: device.transmitted("ORDERS", uids))
+        return selects(device, lambda: device.exchange.transmitted("ORDERS", uids))
 
     transmit(3)
     assert transmit(500) == transmit(10)

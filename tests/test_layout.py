@@ -1,5 +1,6 @@
 """The package's shape: no import circle anywhere (imports under TYPE_CHECKING and
-inside functions count too), and nothing below the facade imports it."""
+inside functions count too), nothing below the facade imports it, and the facade is one
+class of the application's verbs (the sync-only ones behind ``qm.exchange``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"edgeq": "edgeq", "rules": "edgeq.rules", "sync": "edgeq.sync"}
+#: QueueManager's public verbs (methods and properties): a new one is a decision, not a drift.
+MAX_VERBS = 66
 
 
 def modules() -> dict[str, Path]:
@@ -140,3 +143,22 @@ def test_every_package_is_declared_for_installation() -> None:
     declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {name for name, path in modules().items() if path.name == "__init__.py"}
     assert found - declared == set()
+
+
+def class_def(path: Path, name: str) -> ast.ClassDef:
+    (found,) = [n for n in ast.parse(path.read_text(encoding="utf-8")).body
+                if isinstance(n, ast.ClassDef) and n.name == name]
+    return found
+
+
+def public(cls: ast.ClassDef) -> set[str]:
+    return {n.name for n in cls.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+
+
+def test_the_facade_is_one_class_of_the_applications_verbs() -> None:
+    facade = class_def(ROOT / "edgeq" / "manager.py", "QueueManager")
+    assert facade.bases == [], "no mixins: every verb of QueueManager is in edgeq/manager.py"
+    verbs = public(facade)
+    assert len(verbs) <= MAX_VERBS, f"{len(verbs)} public verbs on QueueManager, more than {MAX_VERBS}"
+    exchange = public(class_def(ROOT / "edgeq" / "exchange" / "verbs.py", "Exchange"))
+    assert exchange and verbs.isdisjoint(exchange), "a sync-only verb is on qm.exchange, not on the facade"

@@ -45,10 +45,11 @@ class AdminHost(Protocol):
         """The queue manager's clock."""
         ...
 
-    def define_queue(self, name: str, **attributes: Any) -> None:
+    # ``*args: Any, **attributes: Any`` takes the facade's keyword-only signature as it is.
+    def define_queue(self, name: str, *args: Any, **attributes: Any) -> None:
         ...
 
-    def define_remote_queue(self, name: str, **attributes: Any) -> None:
+    def define_remote_queue(self, name: str, *args: Any, **attributes: Any) -> None:
         ...
 
     def define_home_server_queue(self, name: str, *, server: str, **attributes: Any) -> None:

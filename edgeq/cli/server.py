@@ -234,7 +234,7 @@ def held_list(ctx: click.Context, device: str | None, older_than: int | None, db
       edgeq server held list --device DEV1 --older-than 30m --json --db home.db
     """
     qm = open_store(ctx, ADMIN, db=db)
-    groups = qm.held_puts(device, older_than_ms=older_than)
+    groups = qm.exchange.held_puts(device, older_than_ms=older_than)
     now = qm.now_ms()
     if wants_json(ctx, as_json):
         emit_json([held_json(g, now) for g in groups])
@@ -258,7 +258,7 @@ def held_clear(ctx: click.Context, device: str | None, older_than: int, db: Path
       edgeq server held clear --device DEV1 --db home.db
       edgeq server held clear --older-than 30m --db home.db
     """
-    undone = open_store(ctx, ADMIN, db=db).undo_held_puts(device, older_than_ms=older_than)
+    undone = open_store(ctx, ADMIN, db=db).exchange.undo_held_puts(device, older_than_ms=older_than)
     if wants_json(ctx, as_json):
         emit_json({"undone": undone, "device": device, "older_than_ms": older_than})
         return
@@ -289,7 +289,7 @@ def refusals_list(ctx: click.Context, device: str | None, db: Path | None, as_js
       edgeq server refusals list --db home.db
       edgeq server refusals list --device DEV1 --json --db home.db
     """
-    found = open_store(ctx, ADMIN, db=db).device_refusals(device)
+    found = open_store(ctx, ADMIN, db=db).exchange.device_refusals(device)
     if wants_json(ctx, as_json):
         emit_json([refusal_json(r) for r in found])
     else:

@@ -12,15 +12,23 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Self
 
-from edgeq.consume.waiting import Waker
-from edgeq.errors import ConfirmIdNotFound, MessageExpired, MessageNotFound, QueueManagerClosed
+from edgeq.consume.waiting import Waker, check_wait
+from edgeq.errors import (
+    ConfirmIdNotFound,
+    InvalidArgument,
+    InvalidType,
+    MessageExpired,
+    MessageNotFound,
+    QueueManagerClosed,
+)
 from edgeq.gets import Gets
-from edgeq.message import Message
+from edgeq.message import Message, check_fields
+from edgeq.names import check_name
 from edgeq.queues.attributes import readable_queue
 from edgeq.store.tx import Tx
-from edgeq.types import MAX_CONFIRM_ID, FieldValue
+from edgeq.types import MAX_CONFIRM_ID, FieldValue, Filter
 
-__all__ = ["TRACEBACK_EVERY_MS", "Consumer", "Listener", "check_readable"]
+__all__ = ["TRACEBACK_EVERY_MS", "Consumer", "Consumers", "Listener", "check_readable"]
 
 log = logging.getLogger("edgeq")
 
@@ -291,3 +299,45 @@ class Listener:
             self._traced = {u: t for u, t in self._traced.items() if 0 <= now - t < TRACEBACK_EVERY_MS}
             self._traced[uid] = now
             return True
+
+
+class Consumers:
+    """Opens consumer loops and listeners on one store's gets and waker (``QueueManager.consume``,
+    ``QueueManager.listen``), checking their arguments before anything starts."""
+
+    def __init__(self, gets: Gets, waker: Waker) -> None:
+        self.gets = gets
+        self.waker = waker
+
+    def consume(self, queue: str, wait: object, confirm: bool, filter: Filter | None) -> Consumer:
+        """A :class:`Consumer` of ``queue`` (``wait`` None: it never ends by itself)."""
+        check_name(queue, "queue name")
+        seconds = check_wait(wait)
+        wanted = _checked(confirm, filter)
+        return Consumer(self.gets, self.waker, queue, wait=math.inf if seconds is None else seconds,
+                        confirm=confirm, wanted=wanted)
+
+    def listen(
+        self, queue: str, callback: Callable[[Message], object], threads: int, confirm: bool,
+        filter: Filter | None,
+    ) -> Listener:
+        """A running :class:`Listener` of ``queue``; raises now if ``queue`` cannot be got from."""
+        check_name(queue, "queue name")
+        if not callable(callback):
+            raise InvalidType(
+                f"listen takes a callable, called with each message, not {type(callback).__name__}")
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise InvalidType(f"threads must be a positive int, not {threads!r}")
+        if threads < 1:
+            raise InvalidArgument(f"threads must be a positive int, not {threads}")
+        wanted = _checked(confirm, filter)
+        check_readable(self.gets, queue)
+        return Listener(self.gets, self.waker, queue, callback, threads=threads, confirm=confirm,
+                        wanted=wanted)
+
+
+def _checked(confirm: object, filter: Filter | None) -> dict[str, FieldValue] | None:
+    """The arguments both verbs share, checked before anything starts."""
+    if not isinstance(confirm, bool):
+        raise InvalidType(f"confirm must be True or False, not {confirm!r}")
+    return check_fields(filter) if filter is not None else None

@@ -36,7 +36,7 @@ _MAX_REASON = 500  # characters of a refusal reason kept
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """What ``QueueManager.refused`` did with one message."""
+    """What ``Exchange.refused`` did with one message."""
 
     uid: MessageUID
     count: int  #: how often its target has refused it, this time included
@@ -82,7 +82,7 @@ class Transmitter:
         self.clock = sink.clock
         self.expiry = expiry
         self.gets = gets
-        self.dead_letters = DeadLetters(qm_name, sink, gets.sealer, gets.backout)
+        self.dead_letters = DeadLetters(qm_name, sink, gets)
         self._hook: Callable[[str], None] | None = None
 
     def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 from edgeq.args import check_uid
 from edgeq.encoding.fields import decode_fields
-from edgeq.errors import EdgeqError, MessageNotFound
+from edgeq.errors import EdgeqError, InvalidType, MessageNotFound
 from edgeq.events.sink import EventSink
+from edgeq.gets import Gets
+from edgeq.message import Message
 from edgeq.names import check_name
 from edgeq.queues.backout import Backout, Kept, Undone
 from edgeq.sealer import Sealer
@@ -55,11 +57,12 @@ class Resent:
 class DeadLetters:
     """The dead-letter queue of one queue manager: moving given-up messages there; the operator's verbs."""
 
-    def __init__(self, qm_name: str, sink: EventSink, sealer: Sealer, backout: Backout) -> None:
+    def __init__(self, qm_name: str, sink: EventSink, gets: Gets) -> None:
         self.qm_name = qm_name
         self.sink = sink
-        self.sealer = sealer
-        self.backout = backout
+        self.gets = gets
+        self.sealer: Sealer = gets.sealer
+        self.backout: Backout = gets.backout
 
     # -- which queue -----------------------------------------------------------------------
 
@@ -135,10 +138,17 @@ class DeadLetters:
 
     # -- the operator's verbs ----------------------------------------------------------------
 
+    def browse(self, queue: str | None, limit: int | None) -> list[Message]:
+        """The dead-letter queue's messages in get order (only those that left ``queue``, if
+        given); none while it is not defined."""
+        name, defined = self.current()
+        wanted = None if queue is None else {DLQ_QUEUE: queue}
+        return self.gets.browse(name, filter=wanted, limit=limit) if defined else []
+
     def delete(self, uids: Sequence[MessageUID | str] | None) -> int:
         """Delete messages of the dead-letter queue (``uids``, or all) in one transaction, each
         journaled ``discarded``; a damaged row is quarantined instead. Returns how many."""
-        checked = None if uids is None else [check_uid(uid) for uid in uids]
+        checked = _checked_uids(uids)
         now = self.sink.clock()
         with self.sink.write() as tx:
             dlq = tx.queue(_name(tx))
@@ -174,7 +184,7 @@ class DeadLetters:
     def resend(self, uids: Sequence[MessageUID | str] | None, queue: str | None) -> Resent:
         """Move messages of the dead-letter queue (``uids``, or all; only those that left ``queue``)
         back to the queue each left, header removed, in one transaction."""
-        checked = None if uids is None else [check_uid(uid) for uid in uids]
+        checked = _checked_uids(uids)
         if queue is not None:
             check_name(queue, "original queue name")
         now = self.sink.clock()
@@ -236,6 +246,15 @@ class DeadLetters:
         if is_expired(row, now):
             return original, "it has expired"
         return original, None
+
+
+def _checked_uids(uids: Sequence[MessageUID | str] | None) -> list[MessageUID] | None:
+    """The operator's ``uids``: a list of uids, or None for all."""
+    if uids is None:
+        return None
+    if isinstance(uids, (str, MessageUID)) or not isinstance(uids, Sequence):
+        raise InvalidType("uids must be a list of uids (or None for all)")
+    return [check_uid(uid) for uid in uids]
 
 
 def _name(tx: Tx) -> str:

@@ -83,7 +83,7 @@ class SyncAgent:
         #: whether the daemon's cycles also pull home-server queues
         self.pull_enabled = True
         self.progress: Callable[[Progress], None] | None = None
-        qm.set_transmitter(self._pusher.transmit)
+        qm.exchange.set_transmitter(self._pusher.transmit)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -94,7 +94,7 @@ class SyncAgent:
             self._link.health.flush(force=True)
         except EdgeqError as exc:  # the store closed first: the status is older than the agent knows
             log.warning("the last sync state could not be written: %s", exc, extra={"event": "state-lost"})
-        self.qm.set_transmitter(None)
+        self.qm.exchange.set_transmitter(None)
         self._pusher.close()
         self.transport.close()
 

@@ -49,7 +49,7 @@ class ExpiryReporter:
                             extra={"event": "expiry-refused", "uid": uid, "queue": sent_entry["q"],
                                    "why": why or "refused"},
                         )
-            self.qm.journal_trim(entries[-1].id)
+            self.qm.exchange.journal_trim(entries[-1].id)
             sent += len(entries)
         return sent
 

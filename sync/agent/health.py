@@ -232,7 +232,7 @@ class Health:
                 changed[""] = dict(self._agent)
             if not changed:
                 return
-            self.qm.record_sync_state(changed)
+            self.qm.exchange.record_sync_state(changed)
             for name, written in changed.items():
                 self._written[name] = (written, now)
 

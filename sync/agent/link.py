@@ -92,8 +92,8 @@ class ServerLink:
         a failure makes a hello due and, unless refused, marks the server offline."""
         # Every request says which store is calling and what it has settled: the server
         # forgets this store's confirmed uids below the mark (exactly once, no time window).
-        body = {"qmgr": self.qm.name, "origin": self.qm.origin, "settled": self.qm.settled_below(),
-                **body}
+        qm = self.qm
+        body = {"qmgr": qm.name, "origin": qm.origin, "settled": qm.exchange.settled_below(), **body}
         try:
             try:
                 return self._exchange(path, body, expect, compression)
@@ -142,7 +142,7 @@ class ServerLink:
             body = self.transport.call(
                 p.PATH_HELLO,
                 {"type": "hello", "qmgr": self.qm.name, "now_ms": sent, "agent": f"edgeq/{__version__}",
-                 "origin": self.qm.origin, "settled": self.qm.settled_below(), **offer},
+                 "origin": self.qm.origin, "settled": self.qm.exchange.settled_below(), **offer},
                 "hello",
             )
         except SyncError:
@@ -181,7 +181,7 @@ class ServerLink:
     def _compare(self, server: str, settled: int | None, seen: int | None) -> None:
         """If the store is behind what the server has seen of it (restored from an older
         copy), it takes a new incarnation, said in a warning and the status."""
-        found = self.qm.check_restored(server, settled=settled, seen=seen)
+        found = self.qm.exchange.check_restored(server, settled=settled, seen=seen)
         if found is None:
             return
         log.warning(

@@ -173,6 +173,6 @@ class Puller:
         ):
             raise Unreachable("bad pull answer from the server: 'held' must map origins to stamps")
         try:
-            self.qm.settle_queue(name, held)
+            self.qm.exchange.settle_queue(name, held)
         except EdgeqError as exc:
             raise Unreachable(f"bad pull answer from the server: 'held': {exc}") from exc

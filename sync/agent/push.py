@@ -181,7 +181,7 @@ class Pusher:
                 read_mono = self.link.monotonic()  # and no earlier than this instant
                 # The store still holds the batch in flight and what was refused: read past them.
                 want = self.link.batch_size + len(inflight_uids) + len(skipped)
-                batch = self.qm.next_for_transmission(name, want)
+                batch = self.qm.exchange.next_for_transmission(name, want)
                 drained = len(batch) < want
                 batch = [m for m in batch if m.uid not in inflight_uids and m.uid not in self._server_expired
                          and m.uid not in skipped]
@@ -229,7 +229,7 @@ class Pusher:
         skipped.update(MessageUID.parse(uid) for uid, _ in pending)
         if count:
             why = dict(pending)
-            outcomes = self.qm.refused(name, pending)
+            outcomes = self.qm.exchange.refused(name, pending)
             dlq = self.qm.dead_letter_queue() if any(o.dead_lettered for o in outcomes) else ""
             for outcome in outcomes:
                 if outcome.dead_lettered:
@@ -362,7 +362,7 @@ class Pusher:
             results += decode_results(answer, CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
         if done:
-            self.qm.transmitted(name, done)
+            self.qm.exchange.transmitted(name, done)
         return results
 
     def _settle(self, results: Results, report: PushReport) -> int:

@@ -105,8 +105,8 @@ def sync_status(
         now, record.get("server"), bool(record.get("stopped")), record.get("last_error"),
         record.get("last_error_code"),
         record.get("next_retry_ms") if record.get("stopped") and retrying else None, queues,
-        overview.dead_letter_queue, overview.dead_letter_depth, restored=qm.restoration(),
-        agent=process,
+        overview.dead_letter_queue, overview.dead_letter_depth,
+        restored=qm.exchange.restoration(), agent=process,
     )
 
 

@@ -124,7 +124,7 @@ class AuthGate:
         """Whether requests must be authenticated now. May read the store: call it from a worker thread."""
         if self._on or self.mode != "auto" or self.qm is None:
             return self._on
-        if not self.qm.has_registered_device():
+        if not self.qm.exchange.has_registered_device():
             return False
         with self._lock:
             turned, self._on = not self._on, True

@@ -119,7 +119,7 @@ class HoldGate:
                     after_b = usage.bytes + _incoming(messages, exact=True)
                     uids: list[MessageUID | str] = [m.uid for m in messages if m.uid is not None]
                     try:
-                        again = self.qm.held_usage(device.name, queue=queue, uids=uids)
+                        again = self.qm.exchange.held_usage(device.name, queue=queue, uids=uids)
                         after_n, after_b = after_n - again.messages, after_b - again.bytes
                     except QueueNotFound:
                         pass  # nothing of it is held, and the put will refuse every message
@@ -129,15 +129,15 @@ class HoldGate:
 
     def _expire(self, device: str) -> HeldUsage:
         """Undo ``device``'s holds older than the hold; return what it still holds."""
-        usage = self.qm.held_usage(device)
+        usage = self.qm.exchange.held_usage(device)
         hold = self.policy.hold_ms
         if hold is None or usage.oldest_ms is None or usage.oldest_ms > self.qm.now_ms() - hold:
             return usage
-        undone = self.qm.undo_held_puts(device, older_than_ms=hold)
+        undone = self.qm.exchange.undo_held_puts(device, older_than_ms=hold)
         log.info("undid %d put(s) %s held unconfirmed beyond the hold", undone, device,
                  extra={"event": "held-undone", "device": device, "count": undone, "hold_ms": hold,
                         "lazy": True})
-        return self.qm.held_usage(device)
+        return self.qm.exchange.held_usage(device)
 
     def _check(self, device: str, held_n: int, held_b: int, after_n: int, after_b: int) -> None:
         limit_n, limit_b = self.policy.max_messages, self.policy.max_bytes
@@ -174,7 +174,7 @@ class HoldKeeper:
 
     def run_once(self) -> int:
         """One pass: undo every held put older than the hold; return how many."""
-        undone = self.qm.undo_held_puts(older_than_ms=self.hold_ms)
+        undone = self.qm.exchange.undo_held_puts(older_than_ms=self.hold_ms)
         if undone:
             log.info("undid %d put(s) held unconfirmed beyond the hold", undone,
                      extra={"event": "held-undone", "count": undone, "hold_ms": self.hold_ms})

@@ -90,7 +90,7 @@ class HomeService:
 
     def _contact(self, state: DeviceState, now: int) -> None:
         """Write the device's last contact (``devices.last_seen_ms``) to the store."""
-        self.qm.record_device(state.name)
+        self.qm.exchange.record_device(state.name)
         state.seen_stored(now)
 
     def _settle(self, device: str, body: Mapping[str, Any]) -> None:
@@ -109,7 +109,7 @@ class HomeService:
                 "invalid",
                 f"'origin' {uid_origin} is not a store of {device}: a device speaks only for itself")
         if self.sessions.settle_due(uid_origin, below):  # only a mark that moved costs a write
-            self.qm.settle(uid_origin, below)
+            self.qm.exchange.settle(uid_origin, below)
             self.sessions.settled(uid_origin, below)
 
     @staticmethod
@@ -123,7 +123,7 @@ class HomeService:
         state, sent, now = self._device(body, hello=True)
         offset = state.said_hello(sent_ms=sent, now_ms=now, agent=body.get("agent"))
         # Stored the journal's way round: the device's clock minus ours.
-        self.qm.record_device(state.name, clock_offset_ms=-offset, agent=state.agent)
+        self.qm.exchange.record_device(state.name, clock_offset_ms=-offset, agent=state.agent)
         state.seen_stored(now)
         log.info(
             "hello from %s", state.name,
@@ -147,13 +147,13 @@ class HomeService:
         origin = body.get("origin")
         if not isinstance(origin, str) or p.opt_int(body, "settled") is None:
             return {}  # an older agent: it would not look
-        settled, seen = self.qm.origin_seen(origin)
+        settled, seen = self.qm.exchange.origin_seen(origin)
         return {key: value for key, value in (("settled", settled), ("seen", seen)) if value is not None}
 
     def _resent(self, device: str, uids: Iterable[MessageUID]) -> set[MessageUID]:
         """The device's own uids below its store's settled mark: resends, never new messages."""
         own = [uid for uid in uids if uid.qmgr == device]
-        marks = self.qm.settled_marks({uid.origin for uid in own}) if own else {}
+        marks = self.qm.exchange.settled_marks({uid.origin for uid in own}) if own else {}
         return {uid for uid in own if uid.stamp < marks.get(uid.origin, 0)}
 
     def put(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,7 +211,7 @@ class HomeService:
                 if code == "no-queue":
                     why = f"no-queue: {missing_hint(self.qm.name, queue)}"
                 refused[code] = (refused.get(code, (0, ""))[0] + 1, why)
-        self.qm.record_refusals(device, queue, refused)
+        self.qm.exchange.record_refusals(device, queue, refused)
 
     def confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Stage two: make the batch visible, one transaction."""
@@ -254,8 +254,8 @@ class HomeService:
         answers: list[tuple[p.ExpiryStatus, str | None]]
         if self.qm.journal_mode == "server":
             offset = None if state.clock_offset_ms is None else -state.clock_offset_ms
-            outcome = self.qm.journal_remote_expiries_each(state.name, entries,
-                                                           clock_offset_ms=offset or 0)
+            outcome = self.qm.exchange.journal_remote_expiries_each(
+                state.name, entries, clock_offset_ms=offset or 0)
             answers = [(r.status, r.detail or None) for r in outcome]
         else:
             answers = [
@@ -318,7 +318,7 @@ class HomeService:
         return {"type": "pull", "now_ms": now, "queue": queue, "messages": messages,
                 "more": len(got) == limit,
                 # What this queue may still offer the device: it forgets the rest of what it remembers.
-                "held": self.qm.held_low_water(held)}
+                "held": self.qm.exchange.held_low_water(held)}
 
     def _handing_over(self, device: str, got: list[Message], now: int) -> None:
         """Mark the admin requests this pull hands ``device`` as delivered, before the answer leaves

@@ -81,7 +81,7 @@ class Metrics:
     def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None,
                refusals: Sequence[DeviceRefusal] | None = None) -> str:
         """The Prometheus text format (0.0.4), with the gauges of ``sessions`` and ``usage``
-        (``qm.store_usage()``) and ``refusals`` (``qm.device_refusals()``) when given."""
+        (``qm.store_usage()``) and ``refusals`` (``qm.exchange.device_refusals()``) when given."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)

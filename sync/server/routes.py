@@ -101,7 +101,7 @@ class HomeRoutes:
 
     async def metrics(self, request: Request) -> Response:
         qm = self.service.qm
-        usage, refusals = await run_in_threadpool(lambda: (qm.store_usage(), qm.device_refusals()))
+        usage, refusals = await run_in_threadpool(lambda: (qm.store_usage(), qm.exchange.device_refusals()))
         text = self.service.metrics.render(self.service.sessions, usage, refusals)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 

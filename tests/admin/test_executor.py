@@ -184,7 +184,7 @@ def test_inquire_sync_reports_what_the_store_holds_unsent_and_refused(dev: Queue
     dev.define_remote_queue("ORDERS", target_qmgr="HOME", refusal_limit=4)
     dev.define_home_server_queue("INBOX", server="HOME")
     dev.put("ORDERS", Message(b"a"))
-    dev.record_sync_state({"": {"server": "HOME", "stopped": False}})
+    dev.exchange.record_sync_state({"": {"server": "HOME", "stopped": False}})
     clock.advance(3_000)
     reply = run(dev, "inquire-sync")
     assert reply.rc == "success"

@@ -402,7 +402,7 @@ def test_a_journal_of_dead_lettered_and_discarded_messages_is_not_damage(db_path
     with QueueManager(db_path, name="DEV1", clock=clock) as qm:
         qm.define_remote_queue("METRICS", target_qmgr="HOME", refusal_limit=1)
         uid = qm.put("METRICS", Message(b"refused once too often"))
-        qm.refused("METRICS", [(uid, "no-queue: HOME has no queue METRICS")])
+        qm.exchange.refused("METRICS", [(uid, "no-queue: HOME has no queue METRICS")])
         qm.dlq_delete([uid])
         assert {e.kind for e in qm.journal_since()} >= {"dead-lettered", "discarded"}
         report = qm.check(repair=True)

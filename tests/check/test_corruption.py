@@ -297,10 +297,11 @@ def read_everything(qm: QueueManager, store: Store, trial: Trial) -> None:
         trial.check("get(filter)", store, queue, [even] if even is not None else [], taken=True)
         trial.check("get_many", store, queue, trial.call("get_many", qm.get_many, queue, 1_000) or [], taken=True)
         trial.call("depth after", qm.depth, queue)
-    outbound = trial.call("next_for_transmission", qm.next_for_transmission, REMOTE, 1_000) or []
+    outbound = trial.call("next_for_transmission", qm.exchange.next_for_transmission, REMOTE, 1_000) or []
     unconfirmed = frozenset(uid for (q, uid), how in store.how.items() if q == REMOTE and how == "put-locked")
     trial.check("next_for_transmission", store, REMOTE, outbound, taken=False, hidden=unconfirmed)
-    trial.call("transmitted", qm.transmitted, REMOTE, [m.uid for m in outbound])  # type: ignore[misc]
+    trial.call("transmitted", qm.exchange.transmitted, REMOTE,  # type: ignore[misc]
+               [m.uid for m in outbound])
     trial.call("quarantined", qm.quarantined)
 
 

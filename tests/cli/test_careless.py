@@ -246,7 +246,7 @@ def test_export_of_a_device_store_says_one_consistent_thing(tmp_path: Path) -> N
             qm.put("Q", Message(b"x", expiry=Int64(qm.now_ms() - 1)))  # expired on arrival: journaled
         reported = qm.journal_since()
         assert reported, "the device journaled nothing"
-        qm.journal_trim(reported[-1].id)  # as the agent does once the server has them
+        qm.exchange.journal_trim(reported[-1].id)  # as the agent does once the server has them
     result = edgeq("export", "--db", str(path), "--out", str(tmp_path / "journal"))
     refused(result, 1, "device", "home server")
     assert "exporting journal ids" not in result.stderr and "up to date" not in result.stdout

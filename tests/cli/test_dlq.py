@@ -37,7 +37,7 @@ def dead_letter(db: Path, queue: str, data: bytes) -> MessageUID:
     """Put ``data`` on remote queue ``queue`` and have its target refuse it up to its limit."""
     with QueueManager(db) as qm:
         uid = qm.put(queue, Message(data, fields={"n": 1}))
-        (outcome,) = qm.refused(queue, [(uid, WHY)])
+        (outcome,) = qm.exchange.refused(queue, [(uid, WHY)])
         assert outcome.dead_lettered
     return uid
 
@@ -69,7 +69,7 @@ def test_resend_puts_it_back_on_its_queue_without_the_header(db: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"Re-sent 1 message(s) from dead-letter queue {DLQ}.\n"
     with QueueManager(db) as qm:
-        (back,) = qm.next_for_transmission("METRICS", 10)
+        (back,) = qm.exchange.next_for_transmission("METRICS", 10)
         assert back.uid == uid and dict(back.fields) == {"n": 1}
         assert [m.uid for m in qm.dlq_browse()] == [other]
     again = edgeq(db, "dlq", "resend", str(uid))  # it is no longer there: said, exit 1
@@ -98,14 +98,14 @@ def test_a_named_dead_letter_queue_not_yet_defined_keeps_messages_where_they_are
 
     with QueueManager(db) as qm:
         uid = qm.put("METRICS", Message(b"kept"))
-        (outcome,) = qm.refused("METRICS", [(uid, WHY)])
+        (outcome,) = qm.exchange.refused("METRICS", [(uid, WHY)])
         assert (outcome.dead_lettered, outcome.kept) == (False, True)
-        assert [m.uid for m in qm.next_for_transmission("METRICS", 10)] == [uid]
+        assert [m.uid for m in qm.exchange.next_for_transmission("METRICS", 10)] == [uid]
         assert DLQ not in qm.queue_names()
     assert edgeq(db, "queue", "define", "MY.DLQ").returncode == 0
     assert edgeq(db, "dlq", "use").stdout == "MY.DLQ\n"
     with QueueManager(db) as qm:
-        assert qm.refused("METRICS", [(uid, WHY)])[0].dead_lettered
+        assert qm.exchange.refused("METRICS", [(uid, WHY)])[0].dead_lettered
         assert [m.uid for m in qm.browse("MY.DLQ")] == [uid]
     assert edgeq(db, "dlq", "use", "--default").stdout.startswith(f"{DLQ} (not made yet")
 

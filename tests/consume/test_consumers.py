@@ -1,4 +1,4 @@
-"""Consumer loops and listeners (edgeq.consume.consumers, the verbs in edgeq.manager_consumers):
+"""Consumer loops and listeners (edgeq.consume.consumers, the verbs in edgeq.manager):
 ``qm.consume`` and ``qm.listen`` on real SQLite files with real threads. Waits for
 another thread's doing are bounded checks of a condition (``until``), never sleeps.
 """

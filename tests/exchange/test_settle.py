@@ -43,13 +43,13 @@ def test_a_settled_origin_is_never_forgotten_by_age(
     settling, legacy = MessageUID(DEVICE, 10), MessageUID("OLD1", 10)
     confirmed(qm, "Q", settling)
     confirmed(qm, "Q", legacy)
-    assert qm.settle(DEVICE, 5) == 0  # the device still holds stamp 5 and up: nothing forgotten
+    assert qm.exchange.settle(DEVICE, 5) == 0  # the device still holds stamp 5 and up: nothing forgotten
     clock.advance(7 * 86_400_000)
     qm.confirm_put_each("Q", [])  # a confirm prunes the window
-    assert qm.remembered_count(DEVICE) == 1 and qm.remembered_count("OLD1") == 0
+    assert qm.exchange.remembered_count(DEVICE) == 1 and qm.exchange.remembered_count("OLD1") == 0
     assert qm.put_each("Q", [Message(b"x", uid=settling, resend=True)], confirm_id=2)[0].status == "duplicate"
-    assert qm.settle(DEVICE, 11) == 1 and qm.remembered_count() == 0
-    assert qm.settle(DEVICE, 3) == 0  # an older mark (a replayed request) changes nothing
+    assert qm.exchange.settle(DEVICE, 11) == 1 and qm.exchange.remembered_count() == 0
+    assert qm.exchange.settle(DEVICE, 3) == 0  # an older mark (a replayed request) changes nothing
 
 
 def test_settled_below_is_the_oldest_held_stamp_or_the_next_one(qm: QueueManager) -> None:
@@ -59,14 +59,14 @@ def test_settled_below_is_the_oldest_held_stamp_or_the_next_one(qm: QueueManager
     first = qm.put("A", Message(b"1"))
     second = qm.put("B", Message(b"2"))
     qm.put("LOCAL", Message(b"not transmitted"))
-    assert qm.settled_below() == first.stamp
-    qm.transmitted("A", [first])
-    assert qm.settled_below() == second.stamp
-    qm.transmitted("B", [second])
+    assert qm.exchange.settled_below() == first.stamp
+    qm.exchange.transmitted("A", [first])
+    assert qm.exchange.settled_below() == second.stamp
+    qm.exchange.transmitted("B", [second])
     third = qm.put("A", Message(b"3"))
-    assert second.stamp < qm.settled_below() == third.stamp
-    qm.transmitted("A", [third])
-    assert qm.settled_below() == third.stamp + 1
+    assert second.stamp < qm.exchange.settled_below() == third.stamp
+    qm.exchange.transmitted("A", [third])
+    assert qm.exchange.settled_below() == third.stamp + 1
 
 
 def test_settle_queue_keeps_what_the_sender_still_holds(qm: QueueManager) -> None:
@@ -76,8 +76,9 @@ def test_settle_queue_keeps_what_the_sender_still_holds(qm: QueueManager) -> Non
         confirmed(qm, "INBOX", uid)
     confirmed(qm, "OTHER", MessageUID("X:bbbb", 3))
     # The server still holds HOME:aaaa from stamp 5 on, and nothing of X:bbbb.
-    assert qm.settle_queue("INBOX", {"HOME:aaaa": 5}) == 2
-    assert (qm.remembered_count("HOME:aaaa"), qm.remembered_count("X:bbbb")) == (1, 1)  # OTHER untouched
+    assert qm.exchange.settle_queue("INBOX", {"HOME:aaaa": 5}) == 2
+    counts = (qm.exchange.remembered_count("HOME:aaaa"), qm.exchange.remembered_count("X:bbbb"))
+    assert counts == (1, 1)  # OTHER untouched
     statuses = [r.status for r in qm.put_each("INBOX", [Message(b"x", uid=MessageUID("HOME:aaaa", 5))])]
     assert statuses == ["duplicate"]
 
@@ -88,16 +89,16 @@ def test_held_low_water_covers_every_state(qm: QueueManager) -> None:
     qm.put("Q", Message(b"b", uid=MessageUID("D:aa", 12)))
     qm.put("Q", Message(b"c", uid=MessageUID("E", 3)))
     assert qm.get("Q", confirm_id=5) is not None  # get-locked
-    assert qm.held_low_water("Q") == {"D:aa": 9, "E": 3}
+    assert qm.exchange.held_low_water("Q") == {"D:aa": 9, "E": 3}
 
 
 @pytest.mark.parametrize("call", [
-    lambda qm: qm.settle("not an origin!", 1),
-    lambda qm: qm.settle(DEVICE, -1),
-    lambda qm: qm.settle(DEVICE, True),
-    lambda qm: qm.settle_queue("Q", {"HOME": "5"}),
-    lambda qm: qm.settle_queue("Q", [("HOME", 5)]),
-    lambda qm: qm.remembered_count("bad origin"),
+    lambda qm: qm.exchange.settle("not an origin!", 1),
+    lambda qm: qm.exchange.settle(DEVICE, -1),
+    lambda qm: qm.exchange.settle(DEVICE, True),
+    lambda qm: qm.exchange.settle_queue("Q", {"HOME": "5"}),
+    lambda qm: qm.exchange.settle_queue("Q", [("HOME", 5)]),
+    lambda qm: qm.exchange.remembered_count("bad origin"),
 ])
 def test_bad_arguments_are_refused_clearly(qm: QueueManager, call: Callable[[QueueManager], object]) -> None:
     qm.define_queue("Q")

@@ -94,16 +94,17 @@ def test_remote_queue_stores_and_transmits(qm: QueueManager, clock: ManualClock,
     with pytest.raises(InvalidArgument, match="remote queue"):
         qm.browse("ORDERS")
     clock.advance(5)
-    batch = qm.next_for_transmission("ORDERS", 10)
+    batch = qm.exchange.next_for_transmission("ORDERS", 10)
     assert [m.uid for m in batch] == [a, b] and batch[0].remaining_expiry_ms == 59_995
     assert rule.expired() == [(b"gone", "get")]
-    assert [m.uid for m in qm.next_for_transmission("ORDERS", 10)] == [a, b]  # not locked, not removed
-    assert qm.transmitted("ORDERS", [a, b, "DEV1.42"]) == 2
+    # not locked, not removed
+    assert [m.uid for m in qm.exchange.next_for_transmission("ORDERS", 10)] == [a, b]
+    assert qm.exchange.transmitted("ORDERS", [a, b, "DEV1.42"]) == 2
     assert rule.removed() == [(b"a", "transmitted"), (b"b", "transmitted")]
     assert qm.depth("ORDERS") == 0
     with pytest.raises(InvalidArgument, match="not a remote queue"):
         qm.define_queue("L")
-        qm.next_for_transmission("L", 1)
+        qm.exchange.next_for_transmission("L", 1)
 
 
 def test_sync_remote_queue_delivers_inside_put_or_keeps_nothing(qm: QueueManager) -> None:
@@ -115,18 +116,18 @@ def test_sync_remote_queue_delivers_inside_put_or_keeps_nothing(qm: QueueManager
     def down(queue: str) -> None:
         raise ConnectionError("server unreachable")
 
-    qm.set_transmitter(down)
+    qm.exchange.set_transmitter(down)
     with pytest.raises(RemoteUnavailable, match=r"server unreachable.*nothing was kept"):
         qm.put("NOW", Message(b"x"))
     assert qm.depth("NOW") == 0
     sent: list[bytes] = []
 
     def deliver(queue: str) -> None:
-        batch = qm.next_for_transmission(queue, 100)
+        batch = qm.exchange.next_for_transmission(queue, 100)
         sent.extend(m.data for m in batch)
-        qm.transmitted(queue, [m.uid for m in batch])
+        qm.exchange.transmitted(queue, [m.uid for m in batch])
 
-    qm.set_transmitter(deliver)
+    qm.exchange.set_transmitter(deliver)
     qm.put("NOW", Message(b"y"))
     assert sent == [b"y"] and qm.depth("NOW") == 0
 

@@ -32,9 +32,9 @@ def refusal_rows(qm: QueueManager) -> list[tuple[str, int, int, str]]:
 
 def test_refusals_are_counted_per_message_and_the_last_reason_kept(qm: QueueManager, clock: ManualClock) -> None:
     a, b = qm.put_many("ORDERS", [Message(b"a"), Message(b"b")])
-    first = qm.refused("ORDERS", [(a, "queue full"), (b, "queue full")])
+    first = qm.exchange.refused("ORDERS", [(a, "queue full"), (b, "queue full")])
     clock.advance(1000)
-    second = qm.refused("ORDERS", [(str(a), "no-queue: gone")])
+    second = qm.exchange.refused("ORDERS", [(str(a), "no-queue: gone")])
 
     assert [(r.uid, r.count, r.dead_lettered) for r in first] == [(a, 1, False), (b, 1, False)]
     assert [(r.uid, r.count, r.dead_lettered) for r in second] == [(a, 2, False)]
@@ -50,15 +50,15 @@ def test_at_the_limit_the_message_moves_to_the_dead_letter_queue(qm: QueueManage
     qm.add_rule("ORDERS", watcher)
     uid = qm.put("ORDERS", Message(b"never taken"))
     for _ in range(DEFAULT_REFUSAL_LIMIT - 1):
-        (outcome,) = qm.refused("ORDERS", [(uid, "no-queue")])
+        (outcome,) = qm.exchange.refused("ORDERS", [(uid, "no-queue")])
         assert not outcome.dead_lettered
-    (outcome,) = qm.refused("ORDERS", [(uid, "no-queue")])
+    (outcome,) = qm.exchange.refused("ORDERS", [(uid, "no-queue")])
 
     assert (outcome.count, outcome.dead_lettered) == (DEFAULT_REFUSAL_LIMIT, True)
     assert qm.depth("ORDERS") == 0 and watcher.removed() == [(b"never taken", "refused")]
     assert [m.uid for m in qm.dlq_browse()] == [uid]  # moved, never deleted
     assert refusal_rows(qm) == []
-    assert qm.refused("ORDERS", [(uid, "no-queue")]) == []  # no longer held: nothing counted
+    assert qm.exchange.refused("ORDERS", [(uid, "no-queue")]) == []  # no longer held: nothing counted
 
 
 def test_a_bound_dead_letter_rule_keeps_its_own_copy_too(tmp_path: Path, clock: ManualClock) -> None:
@@ -67,7 +67,7 @@ def test_a_bound_dead_letter_rule_keeps_its_own_copy_too(tmp_path: Path, clock: 
         qm.define_remote_queue("ORDERS", target_qmgr="HOME", rules=[("dead-letter", {"queue": "DLQ"})])
         uid = qm.put("ORDERS", Message(b"x"))
         for _ in range(DEFAULT_REFUSAL_LIMIT):
-            qm.refused("ORDERS", [(uid, "queue full")])
+            qm.exchange.refused("ORDERS", [(uid, "queue full")])
         (copy,) = qm.browse("DLQ")
         assert copy.uid == uid and copy.fields["dlq.reason"] == "refused"
         assert [m.uid for m in qm.dlq_browse()] == [uid]
@@ -76,7 +76,7 @@ def test_a_bound_dead_letter_rule_keeps_its_own_copy_too(tmp_path: Path, clock: 
 def test_the_limit_comes_from_the_queue(qm: QueueManager) -> None:
     qm.define_remote_queue("STRICT", target_qmgr="HOME", refusal_limit=1)
     uid = qm.put("STRICT", Message(b"x"))
-    (outcome,) = qm.refused("STRICT", [(uid, "too large")])
+    (outcome,) = qm.exchange.refused("STRICT", [(uid, "too large")])
     assert outcome.dead_lettered and qm.depth("STRICT") == 0
     assert qm.sync_overview().queues[1].refusal_limit == 1
 
@@ -85,13 +85,14 @@ def test_the_limit_comes_from_the_queue(qm: QueueManager) -> None:
 def test_refusal_rows_leave_with_their_message(qm: QueueManager, clock: ManualClock, leave: str) -> None:
     kept = qm.put("ORDERS", Message(b"kept"))
     going = qm.put("ORDERS", Message(b"going", expiry=Int64(T0 + 500)))
-    qm.refused("ORDERS", [(kept, "queue full"), (going, "queue full")])
+    qm.exchange.refused("ORDERS", [(kept, "queue full"), (going, "queue full")])
     if leave == "transmitted":
-        qm.transmitted("ORDERS", [going])
+        qm.exchange.transmitted("ORDERS", [going])
     elif leave in ("expired", "swept"):
         clock.advance(1000)
         if leave == "expired":
-            qm.next_for_transmission("ORDERS", 10)  # the agent's read discards it ("get" check point)
+            # the agent's read discards it ("get" check point)
+            qm.exchange.next_for_transmission("ORDERS", 10)
         else:
             qm.sweep_expired("ORDERS")
     elif leave == "deleted":
@@ -106,14 +107,14 @@ def test_refusals_are_for_remote_queues_only(qm: QueueManager) -> None:
     qm.define_queue("LOCAL")
     uid = qm.put("LOCAL", Message(b"x"))
     with pytest.raises(InvalidArgument, match="not a remote queue"):
-        qm.refused("LOCAL", [(uid, "no")])
+        qm.exchange.refused("LOCAL", [(uid, "no")])
     with pytest.raises(QueueNotFound):
-        qm.refused("NOPE", [(uid, "no")])
+        qm.exchange.refused("NOPE", [(uid, "no")])
 
 
 def test_a_queue_with_refused_messages_can_still_be_deleted_once_empty(qm: QueueManager) -> None:
     uid = qm.put("ORDERS", Message(b"x"))
-    qm.refused("ORDERS", [(uid, "no")])
+    qm.exchange.refused("ORDERS", [(uid, "no")])
     qm.purge("ORDERS")
     qm.delete_queue("ORDERS")
     assert qm.queue_names() == []
@@ -125,9 +126,9 @@ def test_sync_state_survives_the_process_and_only_for_queues_that_sync(tmp_path:
         qm.define_remote_queue("ORDERS", target_qmgr="HOME")
         qm.define_home_server_queue("INBOX", server="HOME")
         qm.define_remote_queue("OLD", target_qmgr="HOME")
-        qm.record_sync_state({"": {"server": "HOME"}, "ORDERS": {"last_success_ms": 5}, "OLD": {"failures": 1}})
+        qm.exchange.record_sync_state({"": {"server": "HOME"}, "ORDERS": {"last_success_ms": 5}, "OLD": {"failures": 1}})
         qm.delete_queue("OLD")
-        qm.record_sync_state({"INBOX": {"last_error_code": "no-queue"}, "NOPE": {"failures": 2}})
+        qm.exchange.record_sync_state({"INBOX": {"last_error_code": "no-queue"}, "NOPE": {"failures": 2}})
     with QueueManager(path) as qm:
         overview = qm.sync_overview()
         assert overview.agent == {"server": "HOME"}
@@ -143,7 +144,7 @@ def test_a_batch_of_refusals_makes_as_many_queries_for_10_as_for_500(qm: QueueMa
         uids = qm.put_many("ORDERS", [Message(b"x") for _ in range(n)])
         seen: list[str] = []
         with qm.tracer(seen.append):
-            qm.refused("ORDERS", [(uid, "queue full") for uid in uids])
+            qm.exchange.refused("ORDERS", [(uid, "queue full") for uid in uids])
         return sum(s.lstrip().upper().startswith(("SELECT", "WITH")) for s in seen)
 
     queries(3)  # activation and first-use costs out of the way
@@ -158,7 +159,7 @@ def test_nothing_is_handed_out_for_transmission_before_it_is_on_the_disk(tmp_pat
         qm.define_remote_queue("OUT", target_qmgr="HOME")
         qm.put("OUT", Message(b"x"))
         before = qm._db.sync_stats().syncs
-        assert [m.data for m in qm.next_for_transmission("OUT", 10)] == [b"x"]
+        assert [m.data for m in qm.exchange.next_for_transmission("OUT", 10)] == [b"x"]
         assert qm._db.sync_stats().syncs == before + 1
     finally:
         qm.close()

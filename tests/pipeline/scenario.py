@@ -141,9 +141,9 @@ class Scenario:
         for e in entries:
             if e.kind == "expired":
                 self.truth.expired.setdefault(e.uid, set()).add("device")
-        added = self.home.journal_remote_expiries(dev.name, entries, clock_offset_ms=dev.offset_ms)
+        added = self.home.exchange.journal_remote_expiries(dev.name, entries, clock_offset_ms=dev.offset_ms)
         if entries:
-            dev.qm.journal_trim(entries[-1].id)
+            dev.qm.exchange.journal_trim(entries[-1].id)
         return added
 
     def consume(self, queue: str, count: int) -> None:
@@ -251,7 +251,7 @@ class Scenario:
         dev = self.devices[2]
         dev.qm.define_remote_queue("METRICS", target_qmgr="HOME", refusal_limit=1)
         uids = dev.create(self.truth, "METRICS", 3)
-        dev.qm.refused("METRICS", [(uid, "no-queue: HOME has no queue METRICS") for uid in uids])
+        dev.qm.exchange.refused("METRICS", [(uid, "no-queue: HOME has no queue METRICS") for uid in uids])
         dev.qm.dlq_delete([uids[0]])
         self.truth.dead_letter_waiting.update(uids[1:])
         self.report_expiries(dev)

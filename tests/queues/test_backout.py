@@ -246,7 +246,7 @@ def test_a_remote_queue_may_be_the_backout_queue(qm: QueueManager) -> None:
     qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="HOME.BOQ")
     uid = qm.put("Q", Message(b"for the operator at home"))
     poison(qm, "Q", 1)
-    assert [m.uid for m in qm.next_for_transmission("HOME.BOQ", 10)] == [uid]
+    assert [m.uid for m in qm.exchange.next_for_transmission("HOME.BOQ", 10)] == [uid]
 
 
 # -- defining and altering --------------------------------------------------------------------

@@ -462,7 +462,8 @@ def test_bytes_stay_in_step_through_every_path(tmp_path: Path, clock: ManualCloc
     assert qm.rotate_keys() == 5
     after("rotation")
     qm.put_many("OUT", [msg(b"r" * 20) for _ in range(10)])
-    qm.transmitted("OUT", [m.uid for m in qm.next_for_transmission("OUT", 4) if m.uid is not None])
+    qm.exchange.transmitted(
+        "OUT", [m.uid for m in qm.exchange.next_for_transmission("OUT", 4) if m.uid is not None])
     after("transmitted")
     qm.delete_message("Q", qm.browse("Q", limit=1)[0].uid or "")
     after("delete_message")

@@ -36,10 +36,10 @@ def test_the_move_is_one_transaction_keeping_the_message_and_sealing_it_for_the_
     device: QueueManager, db_path: Path, store_mode: str, clock: ManualClock,
 ) -> None:
     uid = device.put("METRICS", Message(b"reading", fields={"n": 1}, correlation_id=b"c1", priority=7))
-    assert [r.dead_lettered for r in device.refused("METRICS", [(uid, WHY)])] == [False]
+    assert [r.dead_lettered for r in device.exchange.refused("METRICS", [(uid, WHY)])] == [False]
     clock.advance(5)
 
-    (outcome,) = device.refused("METRICS", [(uid, WHY)])
+    (outcome,) = device.exchange.refused("METRICS", [(uid, WHY)])
 
     assert (outcome.count, outcome.dead_lettered, outcome.kept) == (2, True, False)
     assert device.depth("METRICS") == 0 and device.sync_overview().dead_letter_depth == 1
@@ -59,8 +59,8 @@ def test_the_move_is_one_transaction_keeping_the_message_and_sealing_it_for_the_
 def test_giving_up_and_resending_cost_the_same_queries_for_10_or_300_messages(device: QueueManager) -> None:
     def selects_of(n: int) -> tuple[int, int]:
         uids = device.put_many("METRICS", [Message(b"m") for _ in range(n)])
-        device.refused("METRICS", [(u, WHY) for u in uids])
-        gave_up = selects(device, lambda: device.refused("METRICS", [(u, WHY) for u in uids]))
+        device.exchange.refused("METRICS", [(u, WHY) for u in uids])
+        gave_up = selects(device, lambda: device.exchange.refused("METRICS", [(u, WHY) for u in uids]))
         assert device.sync_overview().dead_letter_depth == n
         resent = selects(device, lambda: device.dlq_resend(uids))
         device.purge("METRICS")
@@ -76,8 +76,8 @@ def test_rules_see_it_leave_as_refused_arrive_on_the_dlq_and_leave_again_as_rese
     remote, dlq = Recorder(), Recorder()
     device.add_rule("METRICS", remote)
     uid = device.put("METRICS", Message(b"m"))
-    device.refused("METRICS", [(uid, WHY)])
-    device.refused("METRICS", [(uid, WHY)])  # makes the DLQ: a rule can be added only now
+    device.exchange.refused("METRICS", [(uid, WHY)])
+    device.exchange.refused("METRICS", [(uid, WHY)])  # makes the DLQ: a rule can be added only now
     device.add_rule(DLQ, dlq)
 
     assert device.dlq_resend().moved == [uid]
@@ -92,11 +92,11 @@ def test_rules_see_it_leave_as_refused_arrive_on_the_dlq_and_leave_again_as_rese
 def test_what_cannot_go_back_stays_with_why(device: QueueManager) -> None:
     device.define_remote_queue("GONE", target_qmgr="HOME", refusal_limit=1)
     lost = device.put("GONE", Message(b"its queue is deleted"))
-    device.refused("GONE", [(lost, WHY)])
+    device.exchange.refused("GONE", [(lost, WHY)])
     device.delete_queue("GONE")
     other = device.put("METRICS", Message(b"back"))
-    device.refused("METRICS", [(other, WHY)])
-    device.refused("METRICS", [(other, WHY)])
+    device.exchange.refused("METRICS", [(other, WHY)])
+    device.exchange.refused("METRICS", [(other, WHY)])
 
     result = device.dlq_resend()
 
@@ -125,7 +125,8 @@ def test_a_store_from_before_the_dead_letter_queue_migrates_and_keeps_each_repor
     gone = JournalEntry(0, "discarded", "device", 6, DLQ, "DEV1:x.42", "DEV1:x", check_point="deleted")
 
     with QueueManager(path, journal="server") as home:
-        statuses = [r.status for r in home.journal_remote_expiries_each("DEV1", [entry, gone, entry, gone])]
+        outcomes = home.exchange.journal_remote_expiries_each("DEV1", [entry, gone, entry, gone])
+        statuses = [r.status for r in outcomes]
         kinds = [(e.kind, e.queue, e.check_point) for e in home.journal_since()]
 
     assert statuses == ["recorded", "recorded", "already", "already"]
@@ -139,10 +140,11 @@ def test_sealed_data_never_moves_into_a_clear_dead_letter_queue(tmp_path: Path, 
         qm.set_dead_letter_queue("CLEAR.DLQ")
         uid = qm.put("SECRET", Message(b"sealed"))
 
-        (outcome,) = qm.refused("SECRET", [(uid, WHY)])
+        (outcome,) = qm.exchange.refused("SECRET", [(uid, WHY)])
 
         assert (outcome.dead_lettered, outcome.kept) == (False, True)
-        assert [m.uid for m in qm.next_for_transmission("SECRET", 10)] == [uid] and qm.depth("CLEAR.DLQ") == 0
+        assert [m.uid for m in qm.exchange.next_for_transmission("SECRET", 10)] == [uid]
+        assert qm.depth("CLEAR.DLQ") == 0
         qm.set_dead_letter_queue(None)  # the default is made sealed, as the queue the message leaves
-        assert qm.refused("SECRET", [(uid, WHY)])[0].dead_lettered
+        assert qm.exchange.refused("SECRET", [(uid, WHY)])[0].dead_lettered
         assert qm.queue_attributes(DLQ).encryption == "aes-256-gcm" and qm.dlq_browse()[0].data == b"sealed"

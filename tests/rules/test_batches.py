@@ -102,10 +102,10 @@ def test_a_push_with_counters_on_both_ends_makes_the_same_transactions_for_10_or
 
     def push(n: int) -> tuple[int, int, int]:
         uids = device.put_many("ORDERS", [Message(b"m") for _ in range(n)])
-        sent = device.next_for_transmission("ORDERS", n)
+        sent = device.exchange.next_for_transmission("ORDERS", n)
         stage = transactions(home, lambda: home.put_each("ORDERS", sent, confirm_id=7))
         confirm = transactions(home, lambda: home.confirm_put_each("ORDERS", uids))
-        return stage, confirm, transactions(device, lambda: device.transmitted("ORDERS", uids))
+        return stage, confirm, transactions(device, lambda: device.exchange.transmitted("ORDERS", uids))
 
     try:
         push(3)

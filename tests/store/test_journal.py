@@ -50,15 +50,16 @@ def test_device_journal_keeps_only_expiries_and_can_be_trimmed(
     assert qm.depth("Q") == 0
     (entry,) = qm.journal_since()
     assert (entry.kind, entry.side, entry.check_point, entry.at_ms) == ("expired", "device", "depth", T0 + 5)
-    assert qm.journal_trim(entry.id) == 1
+    assert qm.exchange.journal_trim(entry.id) == 1
     assert qm.journal_since() == []
 
 
 def test_remote_expiries_are_rebased_and_deduplicated(open_qm: Callable[..., QueueManager]) -> None:
     qm = open_qm(name="HOME", journal="server")
     reported = JournalEntry(3, "expired", "device", T0 + 1_000, "ORDERS", "DEV1.5", "DEV1", check_point="get")
-    assert qm.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 1
-    assert qm.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 0  # resent: kept once
+    assert qm.exchange.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 1
+    # resent: kept once
+    assert qm.exchange.journal_remote_expiries("DEV1", [reported], clock_offset_ms=400) == 0
     (entry,) = qm.journal_since()
     assert (entry.side, entry.at_ms, entry.device, entry.check_point) == ("device", T0 + 600, "DEV1", "get")
 
@@ -79,7 +80,7 @@ def test_remote_expiries_each_answer_every_entry(open_qm: Callable[..., QueueMan
         reported("DEV1.11", kind="accepted"),   # not an expiry
         reported("DEV1.5"),                     # the same again
     ]
-    results = qm.journal_remote_expiries_each("DEV1", entries, clock_offset_ms=400)
+    results = qm.exchange.journal_remote_expiries_each("DEV1", entries, clock_offset_ms=400)
     assert [(r.uid, r.queue, r.status) for r in results] == [
         ("DEV1.5", "ORDERS", "recorded"), ("DEV1:k3x9qa.6", "ORDERS", "recorded"),
         ("HOME.7", "DEV1.INBOX", "recorded"), ("HOME.8", "ORDERS", "refused"),
@@ -88,13 +89,14 @@ def test_remote_expiries_each_answer_every_entry(open_qm: Callable[..., QueueMan
     ]
     assert all(r.detail for r in results if r.status == "refused")
     assert "foreign" in results[3].detail
-    assert [r.status for r in qm.journal_remote_expiries_each("DEV1", entries[:3])] == ["already"] * 3
+    again = qm.exchange.journal_remote_expiries_each("DEV1", entries[:3])
+    assert [r.status for r in again] == ["already"] * 3
     recorded = [e for e in qm.journal_since() if e.kind == "expired"]
     assert [(e.uid, e.queue, e.at_ms, e.device) for e in recorded] == [
         ("DEV1.5", "ORDERS", T0 + 600, "DEV1"), ("DEV1:k3x9qa.6", "ORDERS", T0 + 600, "DEV1"),
         ("HOME.7", "DEV1.INBOX", T0 + 600, "DEV1"),
     ]
-    assert qm.journal_remote_expiries_each("DEV1", []) == []
+    assert qm.exchange.journal_remote_expiries_each("DEV1", []) == []
 
 
 def test_a_store_with_sync_queues_journals_device_expiries_by_default(
@@ -140,7 +142,7 @@ def test_journal_arguments_are_validated(open_qm: Callable[..., QueueManager]) -
         open_qm(journal="both")
     qm = open_qm(journal="device")
     with pytest.raises(InvalidArgument, match="journal='server'"):
-        qm.journal_remote_expiries("DEV1", [])
+        qm.exchange.journal_remote_expiries("DEV1", [])
     with pytest.raises(InvalidArgument, match="after_id"):
         qm.journal_since(-1)
 
@@ -157,9 +159,9 @@ def test_bulk_expiry_is_journaled_without_rules(open_qm: Callable[..., QueueMana
 
 def test_devices_are_recorded_durably(open_qm: Callable[..., QueueManager], clock: ManualClock) -> None:
     qm = open_qm(name="HOME")
-    qm.record_device("DEV1", clock_offset_ms=250, agent="edgeq-agent/0.1")
+    qm.exchange.record_device("DEV1", clock_offset_ms=250, agent="edgeq-agent/0.1")
     clock.advance(1_000)
-    qm.record_device("DEV1")  # a later contact keeps the measured offset
+    qm.exchange.record_device("DEV1")  # a later contact keeps the measured offset
     qm.close()
     (dev,) = open_qm(name="HOME").devices()
     assert (dev.name, dev.added_ms, dev.last_seen_ms, dev.clock_offset_ms, dev.agent) == (
@@ -183,7 +185,7 @@ def test_device_registry(open_qm: Callable[..., QueueManager]) -> None:
     qm = open_qm(name="HOME")
     key = bytes(range(32))
     qm.register_device("DEV1", key, queues=["ORDERS", "TELEMETRY"])
-    qm.record_device("DEV1", clock_offset_ms=5)  # contact keeps the registration
+    qm.exchange.record_device("DEV1", clock_offset_ms=5)  # contact keeps the registration
     dev = qm.device("DEV1")
     assert dev is not None and dev.public_key == key and dev.queues == ("ORDERS", "TELEMETRY") and dev.registered
     qm.revoke_device("DEV1")

@@ -36,7 +36,7 @@ def test_a_v8_store_gains_the_v9_columns_and_tables(tmp_path: Path) -> None:
     with QueueManager(path) as qm:
         attributes = qm.queue_attributes("OUT")
         assert attributes.compression is None and attributes.backout_threshold is None
-        assert [m.data for m in qm.next_for_transmission("OUT", 10)] == [b"kept"]
+        assert [m.data for m in qm.exchange.next_for_transmission("OUT", 10)] == [b"kept"]
         qm.alter_queue("OUT", compression="zlib")
     conn = sqlite3.connect(path)
     try:

@@ -96,7 +96,7 @@ def test_a_dead_letter_queue_that_cannot_take_it_leaves_it_on_the_remote_queue(
 
     _push(dev_agent, 4)
 
-    assert [m.uid for m in device.next_for_transmission("METRICS", 10)] == [uid]  # nothing deleted
+    assert [m.uid for m in device.exchange.next_for_transmission("METRICS", 10)] == [uid]  # nothing deleted
     assert device.depth("FULL.DLQ") == 1 and DLQ not in device.queue_names()
     backlog, refused, dead = _status(dev_agent)
     assert (backlog, refused, dead) == (1, 1, 0)
@@ -118,7 +118,7 @@ def test_resent_after_the_cause_is_fixed_it_is_delivered(
     resent = device.dlq_resend([uid])
 
     assert (resent.moved, resent.kept, device.depth(DLQ)) == ([uid], [], 0)
-    (back,) = device.next_for_transmission("METRICS", 10)
+    (back,) = device.exchange.next_for_transmission("METRICS", 10)
     assert back.uid == uid and not any(name.startswith("dlq.") for name in back.fields)
     report = dev_agent.push_once()
     assert report.transmitted == 1 and report.refused == 0

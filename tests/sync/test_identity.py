@@ -135,11 +135,11 @@ def test_the_remembered_set_is_bounded_by_what_the_device_still_holds(
     device_qm.put_many("ORDERS", [Message(b"m%d" % i) for i in range(20)])
     assert agent.push_once().transmitted == 20
     origin = device_qm.origin
-    assert home_qm.remembered_count(origin) == 20  # in doubt until the device says otherwise
+    assert home_qm.exchange.remembered_count(origin) == 20  # in doubt until the device says otherwise
     device_qm.put("ORDERS", Message(b"later"))
     assert agent.push_once().transmitted == 1  # its requests carry the low-water mark past all 20
-    assert home_qm.remembered_count(origin) == 1
-    assert home_qm.remembered_count() == 1 and home_qm.depth("ORDERS") == 21
+    assert home_qm.exchange.remembered_count(origin) == 1
+    assert home_qm.exchange.remembered_count() == 1 and home_qm.depth("ORDERS") == 21
 
 
 def test_a_week_offline_after_a_lost_pull_confirm_receives_nothing_twice(

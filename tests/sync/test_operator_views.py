@@ -175,6 +175,7 @@ def test_a_store_from_before_the_refusals_table_gains_it(tmp_path: Path) -> None
     conn.execute("INSERT INTO edgeq_meta (key, value) VALUES ('name', 'HOME'), ('incarnation', 'abc')")
     conn.close()
     with QueueManager(path) as qm:
-        qm.record_refusals("DEV1", "METRICS", {"no-queue": (2, "no-queue: HOME has no queue METRICS")})
-        (row,) = qm.device_refusals()
+        qm.exchange.record_refusals(
+            "DEV1", "METRICS", {"no-queue": (2, "no-queue: HOME has no queue METRICS")})
+        (row,) = qm.exchange.device_refusals()
     assert (row.device, row.queue, row.reason, row.count) == ("DEV1", "METRICS", "no-queue", 2)

@@ -167,10 +167,10 @@ def test_a_backup_taken_at_any_point_of_a_push_restores_to_exactly_once(
         expected = [b"first-%d" % i for i in range(5)] + [b"second-%d" % i for i in range(3)]
         assert sorted(delivered) == sorted(expected + [b"third-%d" % i for i in range(9)])  # 0 duplicates, 0 lost
         assert restored.depth("ORDERS") == 0
-        found = restored.restoration()
+        found = restored.exchange.restoration()
         assert found is not None and found.new_origin == restored.origin != found.old_origin
         again.hello()  # a later hello finds nothing more: one restore, one new incarnation
-        assert restored.restoration() == found and restored.origin == found.new_origin
+        assert restored.exchange.restoration() == found and restored.origin == found.new_origin
 
 
 # -- the server's side ------------------------------------------------------------------------
@@ -182,9 +182,9 @@ def test_a_uid_below_the_devices_settled_mark_is_a_resend_never_stored_again(
     link = make_link()
     link.hello()
     old = MessageUID(device_qm.origin, 5)
-    home_qm.settle(device_qm.origin, 10)  # the device said: nothing below 10 is held any more
+    home_qm.exchange.settle(device_qm.origin, 10)  # the device said: nothing below 10 is held any more
     foreign = MessageUID("DEV2:abcdefghij", 5)
-    home_qm.settle(foreign.origin, 10)
+    home_qm.exchange.settle(foreign.origin, 10)
     put = link.call(p.PATH_PUT, {"type": "put", "now_ms": T0, "queue": "ORDERS",
                                  "messages": [{"u": str(old), "d": b"again"}, {"u": str(foreign), "d": b"fwd"}]}, "put")
     assert [r["s"] for r in put["results"]] == ["duplicate", "stored"]  # only its own marks bind a device
@@ -199,7 +199,7 @@ def test_the_hello_answers_what_the_server_has_seen_of_the_store_only_to_an_agen
     server: LiveServer,
 ) -> None:
     home_qm.put_each("ORDERS", [Message(b"x", uid=MessageUID(device_qm.origin, 42))], confirm_id=7)
-    home_qm.settle(device_qm.origin, 30)
+    home_qm.exchange.settle(device_qm.origin, 30)
     link = make_link()
     link.hello()
     answer = link.transport.call(p.PATH_HELLO, network.bodies(p.PATH_HELLO)[0], "hello")

@@ -23,14 +23,14 @@ def test_every_request_says_which_store_calls_and_what_it_settled(
     link = make_link()
     link.hello()
     (hello,) = network.bodies(p.PATH_HELLO)  # the hello says it too
-    assert (hello["origin"], hello["settled"]) == (device_qm.origin, device_qm.settled_below())
+    assert (hello["origin"], hello["settled"]) == (device_qm.origin, device_qm.exchange.settled_below())
     uid = device_qm.put("ORDERS", Message(b"x"))
-    device_qm.transmitted("ORDERS", [uid])  # the mark moves past it
-    assert server.sessions.settle_due(device_qm.origin, device_qm.settled_below())  # not applied yet
+    device_qm.exchange.transmitted("ORDERS", [uid])  # the mark moves past it
+    assert server.sessions.settle_due(device_qm.origin, device_qm.exchange.settled_below())  # not applied yet
     answer = link.call(p.PATH_PULL, {"type": "pull", "now_ms": T0, "queue": "INBOX", "max": 5}, "pull")
     assert answer["type"] == "pull" and answer["missing"]  # the server holds no DEV1.INBOX
     (body,) = network.bodies(p.PATH_PULL)
-    assert (body["qmgr"], body["origin"], body["settled"]) == ("DEV1", device_qm.origin, device_qm.settled_below())
+    assert (body["qmgr"], body["origin"], body["settled"]) == ("DEV1", device_qm.origin, device_qm.exchange.settled_below())
     assert (body["queue"], body["max"]) == ("INBOX", 5)
     assert not server.sessions.settle_due(device_qm.origin, body["settled"])  # the server applied the mark
 

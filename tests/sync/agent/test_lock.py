@@ -113,5 +113,5 @@ def test_status_tells_a_running_daemon_from_one_stopped_by_sigterm(tmp_path: Pat
     # this test's own, still reads as not running.
     with QueueManager(device) as qm:
         record = qm.sync_overview().agent
-        qm.record_sync_state({"": {**record, "pid": os.getpid(), "exited_ms": None}})
+        qm.exchange.record_sync_state({"": {**record, "pid": os.getpid(), "exited_ms": None}})
     assert status_json(device)["agent"]["running"] is False

@@ -58,7 +58,7 @@ def test_a_batch_is_cut_under_the_body_limit_and_a_message_too_large_stays(
     assert report.refusals == [(str(big), "larger than the server's request limit (3686 bytes)")]
     assert [len(uids) for uids in put_uids(network)] == [3, 3]
     assert all(len(raw) < 3686 for raw in network.requests(p.PATH_PUT))
-    assert [m.uid for m in device_qm.next_for_transmission("ORDERS", 10)] == [big]  # kept here
+    assert [m.uid for m in device_qm.exchange.next_for_transmission("ORDERS", 10)] == [big]  # kept here
     assert [m.uid for m in home_qm.browse("ORDERS")] == sent
     assert server.metrics.value("received") == 6
 
@@ -78,7 +78,7 @@ def test_a_confirm_is_cut_to_the_servers_batch_limit_too(
     assert all(len(body["uids"]) <= 3 for body in network.bodies(p.PATH_CONFIRM))
     assert sorted(u for body in network.bodies(p.PATH_CONFIRM) for u in body["uids"]) == sorted(map(str, sent))
     assert [m.uid for m in home_qm.browse("ORDERS")] == sent
-    assert device_qm.next_for_transmission("ORDERS", 10) == []
+    assert device_qm.exchange.next_for_transmission("ORDERS", 10) == []
 
 
 def test_what_the_server_expired_is_never_put_again_and_unknown_is_requeued(
@@ -102,7 +102,8 @@ def test_what_the_server_expired_is_never_put_again_and_unknown_is_requeued(
     assert put_uids(network) == [[str(first), str(doomed)], [str(first)]]
     assert all(m["r"] for b in network.bodies(p.PATH_PUT) for m in b["messages"])  # recovering: resends
     assert [m.uid for m in home_qm.browse("ORDERS")] == [first]
-    assert [m.uid for m in device_qm.next_for_transmission("ORDERS", 10)] == [doomed]  # expires here, in time
+    # expires here, in time
+    assert [m.uid for m in device_qm.exchange.next_for_transmission("ORDERS", 10)] == [doomed]
 
 
 def test_a_put_whose_answer_restarts_the_clock_bounds_is_made_again_before_its_confirm(

@@ -95,7 +95,7 @@ def test_a_dead_stores_unconfirmed_puts_are_undone_at_the_devices_next_put_after
     fresh += fill(device_qm, 1, b"b")
     assert agent_of(device_qm, server).push_once().transmitted == 1
     assert home_qm.depth("ORDERS") == 2 and visible(home_qm) == sorted(fresh)
-    assert home_qm.held_puts() == []
+    assert home_qm.exchange.held_puts() == []
     assert sorted(data for data, reason in rules.removed() if reason == "deleted") == sorted(lost)
 
 
@@ -109,11 +109,11 @@ def test_the_servers_timer_undoes_holds_older_than_the_hold(
     keeper.start()
     try:
         assert keeper.wait_passes(2, timeout=10)
-        assert home_qm.held_usage("DEV1").messages == 4  # not held long enough
+        assert home_qm.exchange.held_usage("DEV1").messages == 4  # not held long enough
         server_clock.advance(60_000)
         # A pass that began after the clock moved: the one after the next.
         assert keeper.wait_passes(keeper.passes + 2, timeout=10)
-        assert home_qm.held_puts() == [] and home_qm.depth("ORDERS") == 0
+        assert home_qm.exchange.held_puts() == [] and home_qm.depth("ORDERS") == 0
     finally:
         keeper.stop()
     assert keeper.interval_s == 0.005 and HoldKeeper(home_qm, HoldPolicy()).interval_s == 60.0
@@ -155,7 +155,7 @@ def test_a_put_past_the_devices_quota_is_refused_whole_and_the_device_keeps_its_
     server = make_server(home_qm, max_batch=10, holds=HoldPolicy(max_messages=20, max_bytes=None))
     fill(dead_store, 20)
     leave_unconfirmed(agent_of(dead_store, server), network)
-    assert home_qm.held_usage("DEV1").messages == 20
+    assert home_qm.exchange.held_usage("DEV1").messages == 20
     mine = fill(device_qm, 3, b"new")
     agent = agent_of(device_qm, server)
     refused = agent.push_once()
@@ -193,7 +193,7 @@ def test_a_refused_device_is_not_measured_again_for_a_second_unless_it_confirms(
     server_clock.advance(REFUSAL_MEMO_MS)
     assert measures(agent.push_once) == 1 and "over-quota" in (agent.last_push.error or "")  # type: ignore[union-attr]
     link = make_link(to=server, qm=dead_store)
-    held = [str(m.uid) for m in dead_store.next_for_transmission("ORDERS", 10)]
+    held = [str(m.uid) for m in dead_store.exchange.next_for_transmission("ORDERS", 10)]
     answer = link.call(p.PATH_CONFIRM, {"type": "confirm", "now_ms": T0, "queue": "ORDERS", "uids": held}, "confirm")
     assert {r["s"] for r in answer["results"]} == {"confirmed"}
     done = agent.push_once()  # no time passed: the confirm alone let it be measured again
@@ -224,7 +224,7 @@ def test_the_bytes_quota_counts_data_and_fields(
     server = make_server(home_qm, holds=HoldPolicy(max_messages=None, max_bytes=1_000))
     fill(dead_store, 4, b"x" * 200)
     leave_unconfirmed(agent_of(dead_store, server), network)
-    assert home_qm.held_usage("DEV1").bytes == 4 * 201
+    assert home_qm.exchange.held_usage("DEV1").bytes == 4 * 201
     device_qm.put("ORDERS", Message(b"y" * 150, fields={"note": "z" * 60}))
     refused = agent_of(device_qm, server).push_once()
     assert "over-quota" in (refused.error or "") and "(quota 1000)" in (refused.error or "")
@@ -242,7 +242,7 @@ def test_concurrent_puts_never_take_a_device_past_its_quota(
     one at a time, so exactly two of eight 10-message puts fit a quota of 20."""
     server = make_server(home_qm, holds=HoldPolicy(max_messages=20, max_bytes=None))
     fill(dead_store, 80)
-    pending = dead_store.next_for_transmission("ORDERS", 80)
+    pending = dead_store.exchange.next_for_transmission("ORDERS", 80)
     batches = [pending[i:i + 10] for i in range(0, 80, 10)]
     links = [make_link(to=server, qm=dead_store) for _ in batches]
     for link in links:
@@ -266,7 +266,7 @@ def test_concurrent_puts_never_take_a_device_past_its_quota(
     for thread in threads:
         thread.join(30)
     assert sorted(outcomes) == ["over-quota"] * 6 + ["stored"] * 2
-    assert home_qm.held_usage("DEV1").messages == 20
+    assert home_qm.exchange.held_usage("DEV1").messages == 20
 
 
 def run(*args: str) -> Any:

@@ -62,10 +62,10 @@ def carry(home: QueueManager, dev: QueueManager) -> int:
         for message in home.get_many(held, 100):
             dev.put(ADMIN_QUEUE, message)
     dev.process_admin()
-    replies = dev.next_for_transmission(ADMIN_REPLY_QUEUE, 100)
+    replies = dev.exchange.next_for_transmission(ADMIN_REPLY_QUEUE, 100)
     if replies:
         home.put_many(ADMIN_REPLY_QUEUE, replies)
-        dev.transmitted(ADMIN_REPLY_QUEUE, [m.uid for m in replies if m.uid is not None])
+        dev.exchange.transmitted(ADMIN_REPLY_QUEUE, [m.uid for m in replies if m.uid is not None])
     return len(replies)
 
 
@@ -203,7 +203,7 @@ def test_expired_before_execution_and_waits(client: AdminClient, home: QueueMana
 
 
 def test_fan_out_reaches_every_known_device_not_revoked(client: AdminClient, home: QueueManager) -> None:
-    home.record_device("DEV3")  # heard from, never registered: known all the same
+    home.exchange.record_device("DEV3")  # heard from, never registered: known all the same
     home.revoke_device("DEV2")
     handles = client.request_all("inquire-sync")
     assert sorted(h.device for h in handles) == ["DEV1", "DEV3"]

@@ -1,6 +1,6 @@
-"""The queue manager's verbs for exchanging messages with other queue managers: transmission
-and settling (the sync agent's), refusals and sync state, the journal, and a home server's
-held puts and devices. Part of :class:`~edgeq.manager.QueueManager`."""
+"""``qm.exchange``: the verbs only the sync agent and the home server call (transmission and
+settling, refusals and sync state, a restored store, the journal's exchange, a home server's
+held puts and device records), kept off the application's facade."""
 
 from __future__ import annotations
 
@@ -10,27 +10,30 @@ from typing import Any
 from edgeq.events.sink import EventSink
 from edgeq.exchange.holds import HeldGroup, HeldUsage, Holds
 from edgeq.exchange.restored import Restoration, check_restored, last_restoration, origin_seen, settled_marks
-from edgeq.exchange.transmit import Refusal, SyncOverview, Transmitter
+from edgeq.exchange.transmit import Refusal, Transmitter
 from edgeq.message import Message
 from edgeq.puts import Puts
-from edgeq.store.devices import DeviceRecord, DeviceRefusal, DeviceRegistry
+from edgeq.store.devices import DeviceRefusal, DeviceRegistry
 from edgeq.store.journal import JournalEntry, RemoteExpiryResult
 from edgeq.uid import MessageUID
 
-__all__ = ["ExchangeVerbs"]
+__all__ = ["Exchange"]
 
 
-class ExchangeVerbs:
-    """What the sync agent and the home server call (a mixin of ``QueueManager``: it uses
-    the parts the queue manager builds)."""
+class Exchange:
+    """What the sync agent and the home server call on a store (``qm.exchange``), built once
+    by :class:`~edgeq.manager.QueueManager` from its parts."""
 
-    name: str
-    _origin: str
-    _transmitter: Transmitter
-    _puts: Puts
-    _sink: EventSink
-    _holds: Holds
-    _devices: DeviceRegistry
+    def __init__(
+        self, qm_name: str, puts: Puts, transmitter: Transmitter, sink: EventSink, holds: Holds,
+        devices: DeviceRegistry,
+    ) -> None:
+        self.qm_name = qm_name
+        self._puts = puts
+        self._transmitter = transmitter
+        self._sink = sink
+        self._holds = holds
+        self._devices = devices
 
     # -- transmission and settling -----------------------------------------------------------
     def set_transmitter(self, transmitter: Callable[[str], None] | None) -> None:
@@ -50,7 +53,7 @@ class ExchangeVerbs:
         return self._transmitter.transmitted(queue, uids)
 
     def settled_below(self) -> int:
-        """This store's low-water mark: no uid of its :attr:`origin` with a stamp below it
+        """This store's low-water mark: no uid of its origin (``qm.origin``) with a stamp below it
         is held where it may be transmitted from with its uid (a remote queue, the
         dead-letter queue, a queue whose backout queue is remote), so none will ever be
         transmitted again (a put of one on a remote queue gives it a new uid). The sync agent
@@ -61,9 +64,9 @@ class ExchangeVerbs:
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
         >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
         >>> uid = qm.put("ORDERS", Message(b"x"))
-        >>> qm.settled_below() == uid.stamp
+        >>> qm.exchange.settled_below() == uid.stamp
         True
-        >>> _ = qm.transmitted("ORDERS", [uid]); qm.settled_below() == uid.stamp + 1
+        >>> _ = qm.exchange.transmitted("ORDERS", [uid]); qm.exchange.settled_below() == uid.stamp + 1
         True
         >>> qm.close()
         """
@@ -81,7 +84,8 @@ class ExchangeVerbs:
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
         >>> qm.define_queue("Q"); uid = MessageUID("DEV1:abc", 5)
         >>> _ = qm.put("Q", Message(b"x", uid=uid), confirm_id=1); qm.confirm_put("Q", uid)
-        >>> qm.remembered_count("DEV1:abc"), qm.settle("DEV1:abc", 6), qm.remembered_count("DEV1:abc")
+        >>> x = qm.exchange
+        >>> x.remembered_count("DEV1:abc"), x.settle("DEV1:abc", 6), x.remembered_count("DEV1:abc")
         (1, 1, 0)
         >>> qm.close()
         """
@@ -104,7 +108,7 @@ class ExchangeVerbs:
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
         >>> qm.define_queue("Q"); _ = qm.put_many("Q", [Message(b"a", uid=MessageUID("X", 9)),
         ...                                            Message(b"b", uid=MessageUID("X", 7))])
-        >>> qm.held_low_water("Q")
+        >>> qm.exchange.held_low_water("Q")
         {'X': 7}
         >>> qm.close()
         """
@@ -125,17 +129,18 @@ class ExchangeVerbs:
         >>> import tempfile, os
         >>> from edgeq import Message, QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
-        >>> old = qm.origin; last = qm.settled_below() - 1
-        >>> qm.check_restored("HOME", settled=last + 1, seen=last) is None  # what it sent: not behind
+        >>> old = qm.origin; last = qm.exchange.settled_below() - 1
+        >>> qm.exchange.check_restored("HOME", settled=last + 1, seen=last) is None  # what it sent
         True
-        >>> found = qm.check_restored("HOME", settled=last + 9, seen=last + 8)  # stamps it never issued
+        >>> found = qm.exchange.check_restored("HOME", settled=last + 9, seen=last + 8)  # never issued
         >>> (found.old_origin, found.new_origin) == (old, qm.origin) != (old, old)
         True
         >>> qm.close()
         """
-        found = check_restored(self._sink, self.name, self._origin, server, settled=settled, seen=seen)
+        origin = self._puts.origin
+        found = check_restored(self._sink, self.qm_name, origin, server, settled=settled, seen=seen)
         if found is not None:
-            self._origin = self._puts.origin = self._transmitter.origin = found.new_origin
+            self._puts.origin = self._transmitter.origin = found.new_origin
         return found
 
     def restoration(self) -> Restoration | None:
@@ -165,16 +170,11 @@ class ExchangeVerbs:
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1")
         >>> qm.define_remote_queue("ORDERS", target_qmgr="HOME")
         >>> uid = qm.put("ORDERS", Message(b"x"))
-        >>> [(r.count, r.dead_lettered) for r in qm.refused("ORDERS", [(uid, "no-queue")])]
+        >>> [(r.count, r.dead_lettered) for r in qm.exchange.refused("ORDERS", [(uid, "no-queue")])]
         [(1, False)]
         >>> qm.close()
         """
         return self._transmitter.refused(queue, refusals)
-
-    def sync_overview(self) -> SyncOverview:
-        """Every remote and home-server queue with its backlog and refusals, and the state
-        the sync agent recorded (what ``edgeq sync status`` shows)."""
-        return self._transmitter.sync_overview()
 
     def record_sync_state(self, states: Mapping[str, Mapping[str, Any] | None]) -> None:
         """Keep the sync agent's state per queue (``""``: its own) in the store, as JSON."""
@@ -182,19 +182,6 @@ class ExchangeVerbs:
 
 
     # -- the journal -------------------------------------------------------------------------
-    def journal_since(self, after_id: int = 0, limit: int = 10_000) -> list[JournalEntry]:
-        """Journal entries with an id above ``after_id``, oldest first (at most ``limit``).
-
-        >>> import tempfile, os
-        >>> from edgeq import Message, QueueManager
-        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
-        >>> qm.define_queue("Q"); uid = qm.put("Q", Message(b"x"), confirm_id=1); qm.confirm_put("Q", uid)
-        >>> [(e.kind, e.uid == str(uid)) for e in qm.journal_since()]
-        [('accepted', True)]
-        >>> qm.close()
-        """
-        return self._sink.journal_since(after_id, limit)
-
     def journal_trim(self, up_to_id: int) -> int:
         """Delete journal entries up to ``up_to_id`` (a device, once the server has them)."""
         return self._sink.journal_trim(up_to_id)
@@ -224,9 +211,10 @@ class ExchangeVerbs:
         >>> from edgeq.store.journal import JournalEntry
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME", journal="server")
         >>> own = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV1.42", "DEV1", check_point="get")
-        >>> pulled = JournalEntry(0, "expired", "device", 5, "DEV1.INBOX", "HOME.7", "HOME", check_point="get")
+        >>> pulled = JournalEntry(0, "expired", "device", 5, "DEV1.INBOX", "HOME.7", "HOME",
+        ...                       check_point="get")
         >>> foreign = JournalEntry(0, "expired", "device", 5, "ORDERS", "DEV2.9", "DEV2", check_point="get")
-        >>> [r.status for r in qm.journal_remote_expiries_each("DEV1", [own, pulled, foreign, own])]
+        >>> [r.status for r in qm.exchange.journal_remote_expiries_each("DEV1", [own, pulled, foreign, own])]
         ['recorded', 'recorded', 'refused', 'already']
         >>> qm.close()
         """
@@ -246,7 +234,8 @@ class ExchangeVerbs:
 
     def undo_held_puts(self, sender: str | None = None, *, older_than_ms: int = 0) -> int:
         """Undo the held puts (of ``sender``) held ``older_than_ms`` or longer, as
-        :meth:`undo` does (rules see reason ``deleted``; a resend is stored afresh)."""
+        :meth:`~edgeq.manager.QueueManager.undo` does (rules see reason ``deleted``; a resend is
+        stored afresh)."""
         return self._holds.undo(sender, older_than_ms=older_than_ms)
 
     # -- devices (a home server's) -----------------------------------------------------------
@@ -257,32 +246,6 @@ class ExchangeVerbs:
         offset: device clock minus ours, and its agent string)."""
         self._devices.record_device(name, clock_offset_ms=clock_offset_ms, agent=agent)
 
-    def devices(self) -> list[DeviceRecord]:
-        """The devices this queue manager has heard from, by name.
-
-        >>> import tempfile, os
-        >>> from edgeq import Message, QueueManager
-        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
-        >>> qm.record_device("DEV1", clock_offset_ms=-12); [(d.name, d.clock_offset_ms) for d in qm.devices()]
-        [('DEV1', -12)]
-        >>> qm.close()
-        """
-        return self._devices.devices()
-
-    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
-        """Register a device for authenticated sync: its raw 32-byte Ed25519 public key,
-        and the queues it may push to (None: any). Registering again re-keys it and
-        lifts a revocation.
-
-        >>> import tempfile, os
-        >>> from edgeq import Message, QueueManager
-        >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
-        >>> qm.register_device("DEV1", bytes(32), queues=["ORDERS"]); qm.device("DEV1").queues
-        ('ORDERS',)
-        >>> qm.close()
-        """
-        self._devices.register_device(name, public_key, queues=queues)
-
     def has_registered_device(self) -> bool:
         """Whether a device was ever registered here (revoked ones count): what turns a home
         server's authentication on. One SELECT that stops at the first such device.
@@ -290,21 +253,13 @@ class ExchangeVerbs:
         >>> import tempfile, os
         >>> from edgeq import QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
-        >>> qm.record_device("DEV1"); qm.has_registered_device()
+        >>> qm.exchange.record_device("DEV1"); qm.exchange.has_registered_device()
         False
-        >>> qm.register_device("DEV1", bytes(32)); qm.has_registered_device()
+        >>> qm.register_device("DEV1", bytes(32)); qm.exchange.has_registered_device()
         True
         >>> qm.close()
         """
         return self._devices.has_registered()
-
-    def revoke_device(self, name: str) -> None:
-        """Revoke a device: the server refuses its requests from now on."""
-        self._devices.revoke_device(name)
-
-    def device(self, name: str) -> DeviceRecord | None:
-        """What this queue manager knows of device ``name`` (None: nothing)."""
-        return self._devices.device(name)
 
     def record_refusals(self, device: str, queue: str, refused: Mapping[str, tuple[int, str]]) -> None:
         """Note that this home server refused messages of ``device`` on ``queue`` now: per
@@ -317,9 +272,10 @@ class ExchangeVerbs:
         >>> import tempfile, os
         >>> from edgeq import QueueManager
         >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "h.db"), name="HOME")
-        >>> qm.record_refusals("DEV1", "METRICS", {"no-queue": (2, "no-queue: no queue 'METRICS'")})
-        >>> qm.record_refusals("DEV1", "METRICS", {"no-queue": (1, "no-queue: no queue 'METRICS'")})
-        >>> [(r.device, r.queue, r.reason, r.count) for r in qm.device_refusals()]
+        >>> why = "no-queue: no queue 'METRICS'"
+        >>> qm.exchange.record_refusals("DEV1", "METRICS", {"no-queue": (2, why)})
+        >>> qm.exchange.record_refusals("DEV1", "METRICS", {"no-queue": (1, why)})
+        >>> [(r.device, r.queue, r.reason, r.count) for r in qm.exchange.device_refusals()]
         [('DEV1', 'METRICS', 'no-queue', 3)]
         >>> qm.close()
         """
