@@ -11,10 +11,11 @@ from edgeq.admin.wire import ADMIN_QUEUE
 from edgeq.errors import EdgeqError
 from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
-from edgeq.sync.agent.health import QUEUE_CODES, missing_hint, refusal_code
+from edgeq.sync.agent.health import QUEUE_CODES
 from edgeq.sync.agent.link import ServerLink, decode_results, failure_code
 from edgeq.sync.agent.reports import PullReport, QueueReport
 from edgeq.sync.agent.transport import SyncError, Unreachable
+from edgeq.sync.refusals import missing_hint, refusal_code
 from edgeq.types import MAX_CONFIRM_ID
 
 __all__ = ["Puller"]

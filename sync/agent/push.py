@@ -17,10 +17,11 @@ from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.clockbounds import STALE_AFTER_S
 from edgeq.sync.agent.expiries import ExpiryReporter
-from edgeq.sync.agent.health import QUEUE_CODES, forbidden_hint, plain_refusal, refusal_code, refusal_hint
+from edgeq.sync.agent.health import QUEUE_CODES
 from edgeq.sync.agent.link import Results, ServerLink, decode_results, failure_code
 from edgeq.sync.agent.reports import Progress, PushReport, QueueReport
 from edgeq.sync.agent.transport import SyncError
+from edgeq.sync.refusals import forbidden_hint, plain_refusal, refusal_code, refusal_hint
 from edgeq.types import CONFIRM_STATUSES, PUT_STATUSES
 from edgeq.uid import MessageUID
 

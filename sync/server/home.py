@@ -22,8 +22,8 @@ from edgeq.store.journal import remote_expiry_refusal
 from edgeq.sync import expiryreports as xr
 from edgeq.sync import messages as wm
 from edgeq.sync import protocol as p
-from edgeq.sync.agent.health import missing_hint, refusal_code
 from edgeq.sync.protocol import device_queue_name  # the naming convention is the protocol's
+from edgeq.sync.refusals import missing_hint, refusal_code
 from edgeq.sync.server.admin.records import AdminRecords
 from edgeq.sync.server.holds import HoldGate, HoldPolicy
 from edgeq.sync.server.metrics import Metrics
