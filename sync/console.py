@@ -1,6 +1,7 @@
 """The operator console: a read-only web page over the home server's store, under ``/console``.
 
-Off unless ``create_app(..., console=True)`` (``edgeq serve --console``). Every page but
+:func:`console_app` is its own app: ``edgeq serve --console`` runs it in a process and on a
+port of its own, so a flood of sign-ins costs devices' requests nothing. Every page but
 the login form needs a session: a cookie (signed with the secret in the store, HttpOnly,
 SameSite=Strict, Secure over TLS) given for the operator's password
 (:mod:`edgeq.sync.consoleauth`; set with ``edgeq server set-console-password``), checked
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
@@ -31,9 +33,8 @@ from edgeq.sync.consoleauth import SESSION_MS, ConsoleCredential, load_credentia
 from edgeq.sync.consolecharts import line_chart
 from edgeq.sync.consoledata import read_console
 from edgeq.sync.consolelogin import LoginGuard
-from edgeq.sync.sessions import DeviceSessions
 
-__all__ = ["COOKIE", "console_routes", "security_headers"]
+__all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
 
 COOKIE = "edgeq_console"
 #: how often the page reloads itself (seconds)
@@ -91,9 +92,18 @@ def _age(ms: int | None) -> str:
     return f"{s} s"
 
 
-def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: DeviceSessions) -> list[BaseRoute]:
-    """The routes of ``/console`` over the store at ``path``: ``clock`` is the server's (ms),
-    ``sessions`` its device sessions (for the clock bounds this process measured)."""
+def console_app(path: str | Path, *, clock: Callable[[], int]) -> Starlette:
+    """The console's own app over the store at ``path``: its routes and ``/healthz``."""
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[*console_routes(path, clock=clock), Route("/healthz", healthz, methods=["GET"])])
+    app.router.redirect_slashes = False
+    return app
+
+
+def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRoute]:
+    """The routes of ``/console`` over the store at ``path``; ``clock`` is the server's (ms)."""
     templates = _templates()
     guard = LoginGuard(clock=clock)
 
@@ -107,21 +117,12 @@ def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: Devi
             return None
         return cred, token
 
-    def bounds() -> dict[str, tuple[int, int]]:
-        out = {}
-        for s in sessions.all():
-            seen = [x for x in (s.device_offset_ms, None if s.clock_offset_ms is None else -s.clock_offset_ms)
-                    if x is not None]
-            if seen:
-                out[s.name] = (min(seen), max(seen))
-        return out
-
     async def page(request: Request) -> Response:
         """``GET /console``: the fleet, queues, recent events and charts (or the login form)."""
         session = await signed_in(request)
         if session is None:
             return RedirectResponse("/console/login", status_code=303)
-        view = await run_in_threadpool(read_console, path, now_ms=clock(), bounds=bounds())
+        view = await run_in_threadpool(read_console, path, now_ms=clock())
         return templates.TemplateResponse(request, "console.html", {
             "view": view, "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
             "throughput": line_chart(view.throughput), "expired": line_chart(view.expired)})

@@ -17,7 +17,7 @@ from edgeq.sync import protocol as p
 from edgeq.sync.agent import SyncAgent
 from edgeq.sync.keys import public_bytes
 from edgeq.sync.signer import DeviceSigner
-from edgeq.sync.workers import worker_argv
+from edgeq.sync.workers import console_argv, worker_argv
 
 from .conftest import edgeq_serve, free_port
 from .test_auth import CBOR, signed
@@ -119,5 +119,14 @@ def test_devices_push_through_both_workers_exactly_once(tmp_path: Path) -> None:
 
 
 def test_each_worker_gets_the_command_without_workers() -> None:
-    assert worker_argv(["serve", "--workers=3", "--console"], 7, 0) == ["serve", "--console", "--worker-fd", "7"]
-    assert worker_argv(["serve", "--workers", "3"], 7, 2)[-2:] == ["--sweep-interval", "0"]
+    assert worker_argv(["serve", "--workers=3", "--port=0"], 7, 0, 8470) == ["serve", "--worker-fd", "7", "--port",
+                                                                            "8470"]
+    assert worker_argv(["serve", "--workers", "3"], 7, 2, 8470)[-2:] == ["--sweep-interval", "0"]
+
+
+def test_with_the_console_each_process_is_told_its_socket_and_the_ports_bound() -> None:
+    argv = ["--db", "h.db", "serve", "--console", "--port", "0", "--console-port", "0", "--workers", "2"]
+    assert worker_argv(argv, 7, 0, 40001, 40002) == ["--db", "h.db", "serve", "--console", "--worker-fd", "7",
+                                                     "--port", "40001", "--console-port", "40002"]
+    assert console_argv(argv, 8, 40002) == ["--db", "h.db", "serve", "--console", "--console-fd", "8",
+                                            "--console-port", "40002", "--sweep-interval", "0"]
