@@ -142,8 +142,9 @@ def serve(
     exits, all stop.
 
     \b
-    Exit status: 0 stopped (SIGINT/SIGTERM); 1 an error, e.g. the address is in use or the store
-    cannot be opened; 2 a usage mistake, e.g. TLS files unreadable, swapped or not a pair.
+    Exit status: 0 stopped (SIGINT/SIGTERM); 1 an error, e.g. the address is in use, the store
+    cannot be opened, or one of its processes exited; 2 a usage mistake, e.g. TLS files
+    unreadable, swapped or not a pair.
     """
     _need("uvicorn", "server")
     _need("starlette", "server")
