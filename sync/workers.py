@@ -89,10 +89,9 @@ def console_argv(argv: Sequence[str], fd: int, port: int) -> list[str]:
     """The console process's command line: ``argv`` told the console socket's ``fd`` and port.
 
     >>> console_argv(["serve", "--console", "--workers", "2"], 6, 8471)
-    ['serve', '--console', '--console-fd', '6', '--console-port', '8471', '--sweep-interval', '0']
+    ['serve', '--console', '--console-fd', '6', '--console-port', '8471']
     """
-    return [*_without(argv, _REPLACED), "--console-fd", str(fd), "--console-port", str(port),
-            "--sweep-interval", "0"]
+    return [*_without(argv, _REPLACED), "--console-fd", str(fd), "--console-port", str(port)]
 
 
 def run_workers(argv: Sequence[str], host: str, port: int, n: int,

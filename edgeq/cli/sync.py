@@ -34,6 +34,8 @@ from edgeq.cli.options import (
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from edgeq.manager import QueueManager
     from edgeq.restored import Restoration
     from edgeq.sync.agent import Progress
@@ -150,8 +152,6 @@ def serve(
     _need("starlette", "server")
     import logging
 
-    import uvicorn
-
     from edgeq.sync.holds import HoldKeeper, HoldPolicy
     from edgeq.sync.logs import setup_json_logging
     from edgeq.sync.server import create_app
@@ -190,7 +190,7 @@ def serve(
     if console:
         _check_console_password(qm.path)
     if console_fd is not None:
-        _serve_console(qm, console_fd, console_url or "", log_level, tls_cert, tls_key)
+        _serve_console(qm, console_host, console_port, console_fd, console_url or "", log_level, tls_cert, tls_key)
         return
     if (workers > 1 or console) and worker_fd is None:
         from edgeq.sync.workers import run_workers
@@ -241,11 +241,7 @@ def serve(
                    "hold_ms": holds.hold_ms, "held_quota_messages": holds.max_messages,
                    "held_quota_bytes": holds.max_bytes},
         )
-        # a worker (--workers) serves the supervisor's socket (fd), host and port unused
-        uvicorn.run(app, host=host, port=port, fd=worker_fd, log_config=None, access_log=False, lifespan="off",
-                    log_level=log_level.lower(),
-                    ssl_certfile=None if tls_cert is None else str(tls_cert),
-                    ssl_keyfile=None if tls_key is None else str(tls_key))
+        _run_uvicorn(app, host, port, worker_fd, log_level, tls_cert, tls_key)
     finally:
         if keeper is not None:
             keeper.stop()
@@ -253,14 +249,12 @@ def serve(
             nonces.close()
 
 
-def _serve_console(qm: QueueManager, fd: int, url: str, log_level: str, tls_cert: Path | None,
-                   tls_key: Path | None) -> None:
+def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, log_level: str,
+                   tls_cert: Path | None, tls_key: Path | None) -> None:
     """The console's process (``--console``): its app alone on the inherited socket ``fd``, run
     nicer (:data:`CONSOLE_NICENESS`) than the devices' workers, so that they win a short CPU."""
     import logging
     import os
-
-    import uvicorn
 
     from edgeq.clock import system_clock
     from edgeq.sync.console import console_app
@@ -269,10 +263,29 @@ def _serve_console(qm: QueueManager, fd: int, url: str, log_level: str, tls_cert
     logging.getLogger("edgeq.sync.server").info(
         "the console of %s on %s (nice %d)", qm.name, url, niceness,
         extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness})
-    uvicorn.run(console_app(qm.path, clock=system_clock), fd=fd, log_config=None, access_log=False,
-                lifespan="off", log_level=log_level.lower(),
-                ssl_certfile=None if tls_cert is None else str(tls_cert),
-                ssl_keyfile=None if tls_key is None else str(tls_key))
+    _run_uvicorn(console_app(qm.path, clock=system_clock), host, port, fd, log_level, tls_cert, tls_key)
+
+
+def _run_uvicorn(app: ASGIApp, host: str, port: int, fd: int | None, log_level: str, tls_cert: Path | None,
+                 tls_key: Path | None) -> None:
+    """Serve ``app`` on ``host:port``, or on the inherited listening socket ``fd`` (a supervisor's).
+
+    Not uvicorn's own ``fd=``: it takes the socket for a Unix one, so asyncio leaves Nagle's
+    algorithm on for TCP connections and every answer's body waits for a delayed ACK (40 ms)."""
+    import socket
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if sockets is not None:  # uvicorn says where it listens only when it bound the socket
+                self._log_started_message(sockets)
+
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+                            log_level=log_level.lower(), ssl_certfile=None if tls_cert is None else str(tls_cert),
+                            ssl_keyfile=None if tls_key is None else str(tls_key))
+    Server(config).run(sockets=None if fd is None else [socket.socket(fileno=fd)])
 
 
 def _url_host(host: str) -> str:
