@@ -118,9 +118,9 @@ def serve(home: Path, *extra: str, listeners: int = 1) -> Iterator[tuple[str, in
         ready.set()
 
     threading.Thread(target=drain, daemon=True).start()
-    if not ready.wait(60) or proc.poll() is not None:
-        raise RuntimeError("edgeq serve did not start")
     try:
+        if not ready.wait(60) or proc.poll() is not None:
+            raise RuntimeError("edgeq serve did not start")
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
