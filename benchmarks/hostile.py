@@ -9,8 +9,9 @@ idle and under the barrage, the server's peak memory over its resident size befo
 
 ``flood``: 80 wrong console logins from 40 concurrent clients (each from its own loopback
 address, the harder case for the per-address delays: one address is refused at once after
-its first wrong password), while a device says hello over and over: its hello latencies
-idle and under the flood, the server's peak memory.
+its first wrong password) sent to the console's port (``edgeq serve --console``: a process
+of its own), while a device says hello over and over on the devices' port: its hello
+latencies idle and under the flood, each process's CPU and peak memory.
 
 Run: ``.venv/bin/python -m benchmarks.hostile`` (``bomb`` or ``flood`` for one; ``--rounds N``:
 N attacks one after the other, for more probes under attack; ``--pin``: the server and the
@@ -88,9 +89,19 @@ def _attacker() -> None:
         os.sched_setaffinity(0, others)
 
 
+def _children(pid: int) -> list[int]:
+    """The pids of process ``pid``'s children (``edgeq serve --console``'s supervisor: its workers)."""
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+
+
 @contextmanager
-def serve(home: Path, *extra: str) -> Iterator[tuple[str, int]]:
-    """``edgeq serve`` over ``home`` on a free loopback port: (its URL, its pid)."""
+def serve(home: Path, *extra: str, listeners: int = 1) -> Iterator[tuple[str, int]]:
+    """``edgeq serve`` over ``home`` on a free loopback port, once ``listeners`` processes listen
+    (2 with ``--console``): (its URL, its pid)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "edgeq", "serve", "--db", str(home), "--port", str(port),
                              "--sweep-interval", "0", *extra], stderr=subprocess.PIPE, text=True)
@@ -99,15 +110,17 @@ def serve(home: Path, *extra: str) -> Iterator[tuple[str, int]]:
 
     def drain() -> None:
         assert proc.stderr is not None
+        running = 0
         for line in proc.stderr:
-            if "Uvicorn running" in line:
+            running += "Uvicorn running" in line
+            if running == listeners:
                 ready.set()
         ready.set()
 
     threading.Thread(target=drain, daemon=True).start()
-    if not ready.wait(60) or proc.poll() is not None:
-        raise RuntimeError("edgeq serve did not start")
     try:
+        if not ready.wait(60) or proc.poll() is not None:
+            raise RuntimeError("edgeq serve did not start")
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
@@ -168,18 +181,22 @@ def _probed(kind: str, url: str, count: int, during: Callable[[], Any]) -> tuple
     return latencies, result
 
 
-def _under(pid: int, kind: str, url: str, attack: Callable[[], list[int]]) -> dict[str, Any]:
+def _under(pid: int, kind: str, url: str, attack: Callable[[], list[int]], console: int = 0) -> dict[str, Any]:
     """Probe latencies idle, then while ``attack`` runs (the prober in its own process, both
-    times); the server's CPU and memory."""
+    times); the server's CPU and memory (and the ``console`` process's, if one)."""
     idle, _ = _probed(kind, url, PROBES_IDLE, lambda: None)
-    rss, cpu = _kib(pid, "VmRSS"), _cpu_s(pid)
+    before = {proc: (_kib(proc, "VmRSS"), _cpu_s(proc)) for proc in (pid, console) if proc}
     started = time.perf_counter()
     busy, statuses = _probed(kind, url, 0, attack)
     took = time.perf_counter() - started
-    return {"idle": _percentiles(idle), "under_attack": _percentiles(busy), "attack_s": round(took, 2),
-            "answers": {str(s): statuses.count(s) for s in sorted(set(statuses))},
-            "server_cpu_s": round(_cpu_s(pid) - cpu, 2), "rss_before_mib": round(rss / 1024, 1),
-            "peak_over_before_mib": round((_kib(pid, "VmHWM") - rss) / 1024, 1)}
+    out = {"idle": _percentiles(idle), "under_attack": _percentiles(busy), "attack_s": round(took, 2),
+           "answers": {str(s): statuses.count(s) for s in sorted(set(statuses))}}
+    for prefix, proc in (("server_", pid), ("console_", console)):
+        if proc:
+            rss, cpu = before[proc]
+            out |= {prefix + "cpu_s": round(_cpu_s(proc) - cpu, 2), prefix + "rss_before_mib": round(rss / 1024, 1),
+                    prefix + "peak_over_before_mib": round((_kib(proc, "VmHWM") - rss) / 1024, 1)}
+    return out
 
 
 def bomb(where: Path, rounds: int = 1) -> dict[str, Any]:
@@ -226,19 +243,25 @@ def flood(where: Path, rounds: int = 1) -> dict[str, Any]:
     with QueueManager(home, name="HOME") as qm:
         qm.define_queue("ORDERS")
     set_password(home, "the-operator-password")
-    with serve(home, "--no-auth", "--console") as (url, pid):
+    console_port = free_port()
+    with serve(home, "--no-auth", "--console", "--console-port", str(console_port),
+               listeners=2) as (url, supervisor):
+        (worker,) = [c for c in _children(supervisor) if "--worker-fd" in _cmdline(c)]
+        (console,) = [c for c in _children(supervisor) if "--console-fd" in _cmdline(c)]
+        console_url = f"http://127.0.0.1:{console_port}"
+
         def attack() -> list[int]:
             def client(n: int) -> list[int]:
                 transport = httpx.HTTPTransport(local_address=f"127.0.{1 + n // 200}.{1 + n % 200}")
                 with httpx.Client(timeout=120, transport=transport) as http:
-                    return [http.post(url + "/console/login", data={"password": f"guess-{n}-{i}"}).status_code
+                    return [http.post(console_url + "/console/login", data={"password": f"guess-{n}-{i}"}).status_code
                             for i in range(LOGINS // LOGIN_CLIENTS)]
             with ThreadPoolExecutor(LOGIN_CLIENTS, initializer=_attacker) as pool:
                 return [s for r in range(rounds) for got in pool.map(client, range(r * LOGIN_CLIENTS,
                                                                                     (r + 1) * LOGIN_CLIENTS))
                         for s in got]
 
-        return _under(pid, "hello", url, attack)
+        return _under(worker, "hello", url, attack, console)
 
 
 def main(argv: list[str] | None = None) -> int:

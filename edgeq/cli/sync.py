@@ -34,11 +34,17 @@ from edgeq.cli.params import BYTES_LIMIT, HOLD, LIMIT, Limit
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from edgeq.exchange.restored import Restoration
+    from edgeq.manager import QueueManager
     from edgeq.sync.agent.agent import Progress
     from edgeq.sync.agent.status import SyncStatus
 
-__all__ = ["format_sync_status", "serve", "status", "sync"]
+__all__ = ["CONSOLE_NICENESS", "format_sync_status", "serve", "status", "sync"]
+
+#: how much nicer (os.nice) the console's process runs than the devices' workers
+CONSOLE_NICENESS = 10
 
 
 def _need(module: str, extra: str) -> None:
@@ -51,10 +57,12 @@ def _need(module: str, extra: str) -> None:
 
 
 
-def _listen_address(ctx: click.Context, param: click.Parameter, host: str) -> str:
+def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None) -> str | None:
     """An address the server can bind: a usage mistake (exit 2) otherwise, not uvicorn's exit 3."""
     import socket
 
+    if host is None:
+        return None
     try:
         socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
@@ -103,8 +111,13 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str) -> st
               help="Server processes sharing the store and the listening socket (see docs/scaling.md).")
 @click.option("--worker-fd", type=int, hidden=True)  # set by --workers for each worker: the inherited socket
 @click.option("--console", is_flag=True,
-              help="Serve the operator console under /console (needs TLS off loopback, and a password: "
-                   "edgeq server set-console-password).")
+              help="Serve the operator console, /console, from a process and a port of its own (needs TLS off "
+                   "loopback, and a password: edgeq server set-console-password).")
+@click.option("--console-port", type=click.IntRange(0, 65535),
+              help="The console's port (default: --port + 1, e.g. 8471; 0: any free port).")
+@click.option("--console-host", callback=_listen_address,
+              help="The console's address (default: --host), e.g. 127.0.0.1 while devices use 0.0.0.0.")
+@click.option("--console-fd", type=int, hidden=True)  # set by --console for its process: the inherited socket
 @log_level_option
 @click.pass_context
 def serve(
@@ -112,7 +125,7 @@ def serve(
     max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
     auth: bool | None, auth_skew: float, nonce_db: Path | None, tls_cert: Path | None, tls_key: Path | None,
     hold: Limit, held_quota_messages: Limit, held_quota_bytes: Limit, workers: int, worker_fd: int | None,
-    console: bool, log_level: str,
+    console: bool, console_port: int | None, console_host: str | None, console_fd: int | None, log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
 
@@ -122,18 +135,22 @@ def serve(
       edgeq serve --db home.db --host 0.0.0.0 --auth --tls-cert home.crt --tls-key home.key
       edgeq serve --db home.db --hold 30m --held-quota-messages 20000 --held-quota-bytes 64MiB
       edgeq serve --db home.db --workers 2
-      edgeq serve --db home.db --console   # then open http://127.0.0.1:8470/console
+      edgeq serve --db home.db --console   # then open http://127.0.0.1:8471/console
       curl http://127.0.0.1:8470/metrics
 
     \b
-    Exit status: 0 stopped (SIGINT/SIGTERM); 1 an error, e.g. the address is in use or the store
-    cannot be opened; 2 a usage mistake, e.g. TLS files unreadable, swapped or not a pair.
+    With --workers N or --console this process binds the ports and supervises the processes
+    serving them (N for devices, one for the console, at a lower CPU priority); when one
+    exits, all stop.
+
+    \b
+    Exit status: 0 stopped (SIGINT/SIGTERM); 1 an error, e.g. the address is in use, the store
+    cannot be opened, or one of its processes exited; 2 a usage mistake, e.g. TLS files
+    unreadable, swapped or not a pair.
     """
     _need("uvicorn", "server")
     _need("starlette", "server")
     import logging
-
-    import uvicorn
 
     from edgeq.sync.logs import setup_json_logging
     from edgeq.sync.server.app import create_app
@@ -143,10 +160,18 @@ def serve(
         raise click.UsageError("--tls-cert and --tls-key go together")
     if tls_cert is not None and tls_key is not None:
         _check_tls(tls_cert, tls_key)
-    if worker_fd is None:  # a worker serves its supervisor's socket
-        _check_listen(host, port)
+    console_host = console_host or host
+    if console_port is None:
+        console_port = port + 1 if port else 0
     if console:
-        _check_console(host, tls_cert is not None)
+        _check_console(console_host, tls_cert is not None)
+        if console_port and console_port == port:
+            raise click.BadParameter(f"{port} is also --port: the console needs a port of its own",
+                                     param_hint="'--console-port'")
+    if worker_fd is None and console_fd is None:  # a worker serves its supervisor's socket
+        _check_listen(host, port)
+        if console:
+            _check_listen(console_host, console_port)
     # A healthy agent holds up to two batches at once (one put while the last is confirmed).
     if held_quota_messages.value is not None and held_quota_messages.value < 2 * max_batch:
         raise click.BadParameter(f"{held_quota_messages.value} is less than 2 x --max-batch ({2 * max_batch}): "
@@ -160,13 +185,18 @@ def serve(
     log = logging.getLogger("edgeq.sync.server")
     qm = store.open(ctx, durability="full" if durability == "full" else "normal",
                     remember_confirmed_ms=remember_confirmed_ms, journal="server" if journal else "off")
+    scheme = "http" if tls_cert is None else "https"
+    console_url = f"{scheme}://{_url_host(console_host)}:{console_port}/console" if console else None
     if console:
         _check_console_password(qm.path)
-    if workers > 1 and worker_fd is None:
+    if console_fd is not None:
+        _serve_console(qm, console_host, console_port, console_fd, console_url or "", log_level, tls_cert, tls_key)
+        return
+    if (workers > 1 or console) and worker_fd is None:
         from edgeq.sync.server.workers import run_workers
 
-        qm.close()  # created (if new) once, here: each worker opens it itself
-        ctx.exit(run_workers(sys.argv[1:], host, port, workers))
+        qm.close()  # created (if new) once, here: each process opens it itself
+        ctx.exit(run_workers(sys.argv[1:], host, port, workers, (console_host, console_port) if console else None))
     nonces = None
     keeper = None if holds.hold_ms is None else HoldKeeper(qm, holds)
     try:
@@ -199,27 +229,72 @@ def serve(
         if sweep_interval:
             qm.start_expiry_sweeper(sweep_interval)
         app = create_app(qm, max_body_bytes=max_body_bytes, max_batch=max_batch, authenticate=authenticate,
-                         auth=mode, holds=holds, console=console)
+                         auth=mode, holds=holds, console_url=console_url)
         if keeper is not None:
             keeper.start()
         log.info(
-            "serving %s on %s:%d", qm.name, host, port,
+            "serving %s on %s:%d%s", qm.name, host, port, f"; the console on {console_url}" if console_url else "",
             extra={"event": "serve", "qmgr": qm.name, "db": str(store.path), "host": host, "port": port,
+                   "console": console_url,
                    "pid": __import__("os").getpid(), "auth": "required" if required else "open",
                    "tls": tls_cert is not None,
                    "hold_ms": holds.hold_ms, "held_quota_messages": holds.max_messages,
                    "held_quota_bytes": holds.max_bytes},
         )
-        # a worker (--workers) serves the supervisor's socket (fd), host and port unused
-        uvicorn.run(app, host=host, port=port, fd=worker_fd, log_config=None, access_log=False, lifespan="off",
-                    log_level=log_level.lower(),
-                    ssl_certfile=None if tls_cert is None else str(tls_cert),
-                    ssl_keyfile=None if tls_key is None else str(tls_key))
+        _run_uvicorn(app, host, port, worker_fd, log_level, tls_cert, tls_key)
     finally:
         if keeper is not None:
             keeper.stop()
         if nonces is not None:
             nonces.close()
+
+
+def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, log_level: str,
+                   tls_cert: Path | None, tls_key: Path | None) -> None:
+    """The console's process (``--console``): its app alone on the inherited socket ``fd``, run
+    nicer (:data:`CONSOLE_NICENESS`) than the devices' workers, so that they win a short CPU."""
+    import logging
+    import os
+
+    from edgeq.clock import system_clock
+    from edgeq.sync.server.console.routes import console_app
+
+    niceness = os.nice(CONSOLE_NICENESS)
+    logging.getLogger("edgeq.sync.server").info(
+        "the console of %s on %s (nice %d)", qm.name, url, niceness,
+        extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness})
+    _run_uvicorn(console_app(qm.path, clock=system_clock), host, port, fd, log_level, tls_cert, tls_key)
+
+
+def _run_uvicorn(app: ASGIApp, host: str, port: int, fd: int | None, log_level: str, tls_cert: Path | None,
+                 tls_key: Path | None) -> None:
+    """Serve ``app`` on ``host:port``, or on the inherited listening socket ``fd`` (a supervisor's).
+
+    Not uvicorn's own ``fd=``: it takes the socket for a Unix one, so asyncio leaves Nagle's
+    algorithm on for TCP connections and every answer's body waits for a delayed ACK (40 ms)."""
+    import socket
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if sockets is not None:  # uvicorn says where it listens only when it bound the socket
+                self._log_started_message(sockets)
+
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+                            log_level=log_level.lower(), ssl_certfile=None if tls_cert is None else str(tls_cert),
+                            ssl_keyfile=None if tls_key is None else str(tls_key))
+    Server(config).run(sockets=None if fd is None else [socket.socket(fileno=fd)])
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL names it: this machine's name for a wildcard, an IPv6 address bracketed."""
+    import socket
+
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"[{host}]" if ":" in host else host
 
 
 def _check_listen(host: str, port: int) -> None:

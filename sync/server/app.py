@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import BaseRoute
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from edgeq.encoding.cbor import DecodeLimits
 from edgeq.manager import QueueManager
@@ -54,7 +56,7 @@ def create_app(
     metrics: Metrics | None = None,
     holds: HoldPolicy | None = None,
     decode_limits: DecodeLimits | None = None,
-    console: bool = False,
+    console_url: str | None = None,
 ) -> Starlette:
     """The ASGI app serving ``qm`` as a home server.
 
@@ -70,9 +72,9 @@ def create_app(
     ``max_batch`` needs, :func:`~edgeq.sync.protocol.body_limits`); ``metrics`` counts;
     ``holds`` bounds unconfirmed puts (:class:`~edgeq.sync.server.holds.HoldPolicy`, whose
     timer is :class:`~edgeq.sync.server.holds.HoldKeeper`).
-    ``console`` adds the operator console under ``/console`` (:mod:`edgeq.sync.server.console.routes`;
-    it needs jinja2 and a password set with ``edgeq server set-console-password``).
-    The service is ``app.state.service``.
+    The operator console is an app of its own (:func:`edgeq.sync.server.console.routes.console_app`, its
+    own process under ``edgeq serve --console``); ``console_url`` (where it is) makes
+    ``/console`` here a 404 saying so. The service is ``app.state.service``.
     """
     service = HomeService(
         qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics(), holds=holds
@@ -80,10 +82,14 @@ def create_app(
     gate = AuthGate(authenticate, mode=auth or ("off" if authenticate is None else "required"), qm=qm)
     routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits or body_limits(max_batch)))
     extra: list[BaseRoute] = []
-    if console:
-        from edgeq.sync.server.console.routes import console_routes  # jinja2 only where the console is on
+    if console_url is not None:
+        elsewhere = PlainTextResponse(f"not found: the operator console is served on its own listener, "
+                                      f"{console_url}", status_code=404)
 
-        extra = console_routes(qm.path, clock=service.clock, sessions=service.sessions)
+        async def console_elsewhere(request: Request) -> Response:
+            return elsewhere
+
+        extra = [Route(path, console_elsewhere, methods=["GET", "POST"]) for path in ("/console", "/console/{rest:path}")]
     app = Starlette(routes=routes.routes + extra, exception_handlers={HTTPException: http_error})
     app.router.redirect_slashes = False  # "/v1/put/" is no endpoint: 404, not a redirect to re-sign
     app.state.service = service

@@ -4,6 +4,7 @@ real SQLite files, real httpx clients, and ManualClocks on both sides."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as AsgiMessage
 
@@ -93,12 +95,14 @@ class AnswerFaults:
 
 
 class LiveServer:
-    """A home server over ``qm``, served by uvicorn on a loopback port in a thread,
-    behind an (idle unless armed) :class:`AnswerFaults` layer, :attr:`faults`."""
+    """A home server over ``qm`` (or another ``app``: the console's), served by uvicorn on a
+    loopback port in a thread, behind an (idle unless armed) :class:`AnswerFaults` layer,
+    :attr:`faults`."""
 
-    def __init__(self, qm: QueueManager, clock: ManualClock | None, **app_options: Any) -> None:
+    def __init__(self, qm: QueueManager, clock: ManualClock | None, app: Starlette | None = None,
+                 **app_options: Any) -> None:
         self.qm = qm
-        self.app = create_app(qm, clock=clock, **app_options)
+        self.app = app or create_app(qm, clock=clock, **app_options)
         self.faults = AnswerFaults(self.app)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -171,6 +175,17 @@ def make_server(server_clock: ManualClock) -> Iterator[Callable[..., LiveServer]
     yield _make
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def make_console(server_clock: ManualClock, make_server: Callable[..., LiveServer]) -> Callable[..., LiveServer]:
+    """The operator console's own app over a store, served as ``edgeq serve --console``'s
+    console process serves it (on its own port), on the server's clock."""
+    def _make(qm: QueueManager) -> LiveServer:
+        from edgeq.sync.server.console.routes import console_app  # jinja2: only where a console is served
+
+        return make_server(qm, app=console_app(qm.path, clock=server_clock))
+    return _make
 
 
 @pytest.fixture
@@ -335,3 +350,43 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     with edgeq_serve(home, port):
         yield f"http://127.0.0.1:{port}", home
+
+
+class ServedConsole:
+    """A real ``edgeq serve --console`` subprocess (:func:`edgeq_serve_console`): its supervisor,
+    its device worker's and console process's pids (from their log lines) and both URLs."""
+
+    def __init__(self, proc: subprocess.Popen[str], lines: list[str], port: int, console_port: int) -> None:
+        self.proc, self.lines = proc, lines
+        self.url, self.console_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{console_port}"
+        logged = [json.loads(line) for line in lines if line.startswith("{")]
+        self.worker_pid = next(e["pid"] for e in logged if e["event"] == "serve")
+        self.console_pid = next(e["pid"] for e in logged if e["event"] == "console")
+
+
+@contextmanager
+def edgeq_serve_console(home: Path, *extra: str) -> Iterator[ServedConsole]:
+    """``edgeq serve --console --no-auth`` over ``home`` on free ports, once both processes listen;
+    stopped with SIGTERM on exit (unless it stopped already)."""
+    port, console_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [*EDGEQ, "serve", "--db", str(home), "--port", str(port), "--console", "--console-port",
+         str(console_port), "--no-auth", "--sweep-interval", "0", *extra],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    for line in proc.stderr:  # both processes say they listen (or the server dies)
+        lines.append(line)
+        if sum("Uvicorn running" in x for x in lines) == 2:
+            break
+    else:
+        proc.wait()
+        pytest.fail("edgeq serve --console did not start:\n" + "".join(lines))
+    try:
+        yield ServedConsole(proc, lines, port, console_port)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=20)
+        lines.extend(rest.splitlines(keepends=True))

@@ -1,5 +1,5 @@
 """What the operator is told about an admin request, end to end: a real home server on
-loopback (signed sync, the console on), a real device agent, the operator's AdminClient,
+loopback (signed sync) and its console (its own app), a real device agent, the operator's AdminClient,
 the ``edgeq admin`` command line as a subprocess and the console page read over HTTP.
 
 The console, ``edgeq admin`` and the client say the same thing: ``pending``, "expired
@@ -60,9 +60,14 @@ def secure(
     home: QueueManager, server_clock: ManualClock, make_server: Callable[..., LiveServer]
 ) -> Iterator[LiveServer]:
     nonces = MemoryNonces()
-    yield make_server(home, authenticate=SignatureAuthenticator(home, nonces, clock=server_clock),
-                      console=True)
+    yield make_server(home, authenticate=SignatureAuthenticator(home, nonces, clock=server_clock))
     nonces.close()
+
+
+@pytest.fixture
+def console(home: QueueManager, make_console: Callable[..., LiveServer]) -> LiveServer:
+    """The console over the store ``secure`` serves (its own app, as on its own port)."""
+    return make_console(home)
 
 
 @pytest.fixture
@@ -114,21 +119,21 @@ def cli_pending_status(home: QueueManager, request_id: str) -> str:
 
 
 def test_a_request_the_server_dropped_unread_never_ran_and_every_view_says_so(
-    home: QueueManager, secure: LiveServer, client: AdminClient, server_clock: ManualClock
+    home: QueueManager, secure: LiveServer, console: LiveServer, client: AdminClient, server_clock: ManualClock
 ) -> None:
     handle = client.request("DEV1", "define-queue", "ALERTS", expires_ms=server_clock() + 60_000)
-    assert console_state(secure, handle.request_id) == "pending" == handle.record.describe(server_clock())
+    assert console_state(console, handle.request_id) == "pending" == handle.record.describe(server_clock())
 
     server_clock.advance(120_000)  # no device came for it: its message expires on the server
 
     assert handle.status == "expired" and handle.record.describe(server_clock()) == NEVER_RAN
-    assert console_state(secure, handle.request_id) == NEVER_RAN
+    assert console_state(console, handle.request_id) == NEVER_RAN
     assert cli_pending_status(home, handle.request_id) == NEVER_RAN
     assert home.depth("DEV1.SYSTEM.ADMIN") == 0  # dropped there, unread, by the server's own expiry
 
 
 def test_a_request_that_ran_and_whose_reply_was_lost_is_unknown_until_the_reply_comes(
-    home: QueueManager, secure: LiveServer, client: AdminClient, agent: SyncAgent, device_qm: QueueManager,
+    home: QueueManager, console: LiveServer, client: AdminClient, agent: SyncAgent, device_qm: QueueManager,
     network: Network, server_clock: ManualClock, device_clock: ManualClock,
 ) -> None:
     device_qm.define_queue("LOGS")
@@ -143,7 +148,7 @@ def test_a_request_that_ran_and_whose_reply_was_lost_is_unknown_until_the_reply_
         clock.advance(180_000)  # its expiry passes with no reply on the server
     record = handle.record
     assert (record.status(server_clock()), record.describe(server_clock())) == ("unknown", UNKNOWN)
-    assert console_state(secure, handle.request_id) == UNKNOWN
+    assert console_state(console, handle.request_id) == UNKNOWN
     assert cli_pending_status(home, handle.request_id) == UNKNOWN
 
     agent.sync_once()  # the reply comes on the next sync: its real outcome is shown
@@ -151,7 +156,7 @@ def test_a_request_that_ran_and_whose_reply_was_lost_is_unknown_until_the_reply_
     record = handle.record
     assert record.status(server_clock()) == "replied" and record.reply is not None
     assert record.reply.rc == "success" and record.reply.results[0]["purged"] == 3
-    assert console_state(secure, handle.request_id) == "replied: success"
+    assert console_state(console, handle.request_id) == "replied: success"
     shown = cli(home, "show", handle.request_id)
     assert f"DEV1 purge LOGS: replied: success (request {handle.request_id})" in shown, shown
     assert "expired" not in cli(home, "pending")

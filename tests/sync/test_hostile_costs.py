@@ -5,7 +5,8 @@ whole before its missing signature was noticed, a device's unbounded answers, re
 refusals and admin lease.
 
 Real ``edgeq serve`` processes over loopback where the server's process is what is
-tested; a real server in this process (``make_server``) where a part of it is watched.
+tested; a real server (or console) in this process (``make_server``, ``make_console``) where
+a part of it is watched.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import os
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +29,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from edgeq import ManualClock, QueueManager
+from edgeq.clock import system_clock
 from edgeq.encoding.cbor import MalformedBody, count_items, loads
 from edgeq.encoding.compression import compress
 from edgeq.sync import protocol as p
@@ -35,7 +39,7 @@ from edgeq.sync.keys import new_key_pair
 from edgeq.sync.server.console import auth as consoleauth
 from edgeq.sync.server.console.auth import set_password
 from edgeq.sync.server.console.login import GLOBAL_BURST, GLOBAL_PER_S
-from tests.sync.conftest import LiveServer, _Server, edgeq_serve, free_port
+from tests.sync.conftest import LiveServer, _Server, edgeq_serve, edgeq_serve_console, free_port
 from tests.sync.test_hostile import PROBE_TIMEOUT_S, home_store, post, signed, stored
 
 #: The items of the bomb: under the old limit of 1,000,000 items a body.
@@ -148,9 +152,9 @@ def watch_checks(monkeypatch: pytest.MonkeyPatch, *, hold: bool = False) -> Chec
 
 
 @pytest.fixture
-def console(home_qm: QueueManager, make_server: Callable[..., LiveServer]) -> LiveServer:
+def console(home_qm: QueueManager, make_console: Callable[..., LiveServer]) -> LiveServer:
     set_password(home_qm.path, PASSWORD)
-    return make_server(home_qm, console=True)
+    return make_console(home_qm)
 
 
 @pytest.fixture
@@ -342,3 +346,42 @@ def test_a_device_refuses_an_answer_that_would_inflate_past_its_bound() -> None:
     said = str(refused.value)
     assert f"declares {bound + 1} bytes decompressed, more than {bound}, this end's limit" in said
     assert bound == MAX_ANSWER_BYTES
+
+
+# -- the login flood and devices: the console in a process of its own -----------------------------------
+
+
+def test_devices_are_answered_while_a_login_flood_waits_on_a_stopped_console(tmp_path: Path) -> None:
+    """The console ran in the device server's process: 80 wrong logins sent devices' hellos to
+    seconds. Now it is a process of its own on its own port: stopped (SIGSTOP) with a flood of
+    logins waiting on it, not one answered, the device port answers hellos all the same; let
+    go (SIGCONT), the console answers every login."""
+    home = home_store(tmp_path)
+    set_password(home, PASSWORD)
+    with edgeq_serve_console(home) as served:
+        host, port = served.console_url.removeprefix("http://").split(":")
+        os.kill(served.console_pid, signal.SIGSTOP)
+        try:
+            flood = [socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S * 3) for _ in range(40)]
+            for i, sock in enumerate(flood):  # each request whole in the console's socket, unread
+                form = f"password=guess-{i}".encode()
+                sock.sendall(b"POST /console/login HTTP/1.1\r\nHost: console\r\nConnection: close\r\n"
+                             b"Content-Type: application/x-www-form-urlencoded\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(form), form))
+            with httpx.Client(timeout=PROBE_TIMEOUT_S) as http:
+                hellos = [post(http, served.url, p.PATH_HELLO, {"type": "hello", "qmgr": "DEV1",
+                                                               "now_ms": system_clock()}) for _ in range(20)]
+                assert [status for status, _ in hellos] == [200] * 20
+                assert http.get(served.url + "/healthz").status_code == 200
+            for sock in flood:  # nothing came back from the stopped console meanwhile
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    sock.recv(1)
+                sock.settimeout(PROBE_TIMEOUT_S * 3)
+        finally:
+            os.kill(served.console_pid, signal.SIGCONT)
+        answers = []
+        for sock in flood:
+            with sock:
+                answers.append(b"".join(iter(lambda s=sock: s.recv(65536), b"")).split(b" ", 2)[1])
+    assert set(answers) <= {b"403", b"429"} and len(answers) == 40 and b"403" in answers

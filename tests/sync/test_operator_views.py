@@ -32,15 +32,10 @@ SEEN_WRITE_MS = 10_000
 
 
 @pytest.fixture
-def console(home_qm: QueueManager, make_server: Callable[..., LiveServer]) -> LiveServer:
+def console(home_qm: QueueManager, make_console: Callable[..., LiveServer]) -> LiveServer:
+    """The console over the store the device server (``server``) serves."""
     set_password(home_qm.path, PASSWORD)
-    return make_server(home_qm, console=True)
-
-
-@pytest.fixture
-def agent(device_qm: QueueManager, console: LiveServer, make_agent: Callable[..., SyncAgent]) -> SyncAgent:
-    """The device's agent, syncing with the server whose console is read."""
-    return make_agent(device_qm, console.url)
+    return make_console(home_qm)
 
 
 def console_page(server: LiveServer) -> str:
@@ -82,7 +77,7 @@ def tick(ms: int, *clocks: ManualClock) -> None:
 
 
 def test_every_request_counts_as_contact_written_at_most_every_ten_seconds(
-    device_qm: QueueManager, home_qm: QueueManager, agent: SyncAgent, console: LiveServer,
+    device_qm: QueueManager, home_qm: QueueManager, agent: SyncAgent, server: LiveServer, console: LiveServer,
     server_clock: ManualClock, device_clock: ManualClock,
 ) -> None:
     device_qm.put("ORDERS", Message(b"1"))
@@ -93,7 +88,7 @@ def test_every_request_counts_as_contact_written_at_most_every_ten_seconds(
         tick(60_000, server_clock, device_clock)
         device_qm.put("ORDERS", Message(b"%d" % minute))
         assert agent.push_once().transmitted == 1
-    assert console.sessions.get("DEV1").hellos == 1
+    assert server.sessions.get("DEV1").hellos == 1
     synced = T0 + 11 * 60_000
     assert last_seen(home_qm.path, "DEV1") == synced
     assert fleet_cell(console_page(console), "DEV1", 1) == "0 s ago"
@@ -103,7 +98,7 @@ def test_every_request_counts_as_contact_written_at_most_every_ten_seconds(
     assert agent.push_once().transmitted == 1
     assert last_seen(home_qm.path, "DEV1") == synced
     gauge = f'edgeq_sync_device_last_seen_timestamp_seconds{{device="DEV1"}} {(synced + SEEN_WRITE_MS - 1) / 1000}'
-    assert gauge in scrape(console)  # the process itself knows the request
+    assert gauge in scrape(server)  # the process itself knows the request
 
     tick(1, server_clock, device_clock)
     device_qm.put("ORDERS", Message(b"later"))
@@ -112,7 +107,7 @@ def test_every_request_counts_as_contact_written_at_most_every_ten_seconds(
 
 
 def test_the_server_records_what_it_refused_per_device_queue_and_reason(
-    device_qm: QueueManager, home_qm: QueueManager, agent: SyncAgent, console: LiveServer,
+    device_qm: QueueManager, home_qm: QueueManager, agent: SyncAgent, server: LiveServer, console: LiveServer,
     server_clock: ManualClock, device_clock: ManualClock,
 ) -> None:
     home_qm.alter_queue("ORDERS", max_depth=1)
@@ -133,7 +128,7 @@ def test_the_server_records_what_it_refused_per_device_queue_and_reason(
     assert "edgeq queue define METRICS" in metrics["last_detail"] and orders["count"] == 2
     assert "is full" in orders["last_detail"]
 
-    lines = scrape(console)
+    lines = scrape(server)
     assert "edgeq_sync_messages_refused_total 6" in lines
     assert 'edgeq_sync_device_refusals_total{device="DEV1",queue="METRICS",reason="no-queue"} 4' in lines
     assert 'edgeq_sync_device_refusals_total{device="DEV1",queue="ORDERS",reason="queue-full"} 2' in lines
@@ -145,6 +140,18 @@ def test_the_server_records_what_it_refused_per_device_queue_and_reason(
     rows = re.findall(r"<tr><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td><td class=\"n\">(\d+)</td><td>([^<]*)</td>",
                       refusals)
     assert {(q, d, int(n)) for q, d, n, _ in rows} == {("METRICS", "DEV1", 4), ("ORDERS", "DEV1", 2)}
+
+
+def test_the_console_shows_clock_offsets_from_the_store_not_from_a_device_session(
+    device_qm: QueueManager, agent: SyncAgent, server: LiveServer, console: LiveServer, device_clock: ManualClock,
+) -> None:
+    """The console runs apart from the device server (its own process): the offset and its
+    bounds (the hello's and the latest put's) are read from the store, not a session."""
+    device_clock.advance(5_000)  # the device's clock 5 s ahead of the server's
+    device_qm.put("ORDERS", Message(b"1"))
+    assert agent.push_once().transmitted == 1
+    page = console_page(console)
+    assert (fleet_cell(page, "DEV1", 2), fleet_cell(page, "DEV1", 3)) == ("5000", "5000 … 5000")
 
 
 def test_the_console_leaves_expired_messages_out_of_a_queues_depth(

@@ -1,9 +1,7 @@
 """What the operator console shows, read from the home server's store.
 
-Every figure comes from the store (a read-only connection per page), never from one
-process's memory, so each of ``edgeq serve --workers N``'s processes shows the same
-fleet. The one exception is the clock bounds measured in the serving process's
-device sessions, passed in as ``bounds`` (shown where that process has them).
+Every figure comes from the store (a read-only connection per page), never from a serving
+process's memory: the console runs in a process of its own (``edgeq serve --console``).
 
 >>> import tempfile, os
 >>> from edgeq import Message, QueueManager
@@ -18,7 +16,6 @@ device sessions, passed in as ``bounds`` (shown where that process has them).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,16 +78,14 @@ class ConsoleView:
     expired: list[int] = field(default_factory=list)  # expired per minute, oldest first
 
 
-def read_console(path: str | Path, *, now_ms: int,
-                 bounds: Mapping[str, tuple[int, int]] | None = None) -> ConsoleView:
-    """Read the console's page from the store at ``path`` (read-only) as of ``now_ms``;
-    ``bounds`` are the device clock-offset bounds this process measured."""
+def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
+    """Read the console's page from the store at ``path`` (read-only) as of ``now_ms``."""
     conn = connect(path, read_only=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         return ConsoleView(
             now_ms=now_ms,
-            devices=_devices(conn, bounds or {}, tables),
+            devices=_devices(conn, tables),
             queues=_queues(conn, now_ms),
             expiries=conn.execute(
                 "SELECT at_ms, queue, uid, check_point, device FROM journal WHERE kind = 'expired' "
@@ -119,19 +114,25 @@ def _refusals(conn: sqlite3.Connection, tables: set[str]) -> list[tuple[int, str
     return [(at, queue, who, count, reason, bool(mine)) for at, queue, who, count, reason, mine in rows]
 
 
-def _devices(conn: sqlite3.Connection, bounds: Mapping[str, tuple[int, int]], tables: set[str]) -> list[DeviceRow]:
+def _devices(conn: sqlite3.Connection, tables: set[str]) -> list[DeviceRow]:
     # One query per table, grouped by device: a page costs the same for 5 devices or 500.
-    pushes = dict(conn.execute(
-        "SELECT device, count(*) FROM journal WHERE kind = 'accepted' AND device IS NOT NULL GROUP BY device"))
+    # The bounds: the hello's offset (devices) and the latest accepted put's (its journal row).
+    pushes = {device: (n, offset) for device, n, _, offset in conn.execute(
+        "SELECT device, count(*), max(id), clock_offset_ms FROM journal WHERE kind = 'accepted' "
+        "AND device IS NOT NULL GROUP BY device")}
     refusals = dict(conn.execute("SELECT device, sum(count) FROM device_refusals GROUP BY device")
                     if "device_refusals" in tables else ())
     held = _by_device(conn, f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
                             "GROUP BY origin")
     rows = conn.execute("SELECT name, last_seen_ms, clock_offset_ms, revoked_ms, public_key IS NOT NULL "
                         "FROM devices ORDER BY name").fetchall()
-    return [DeviceRow(name, seen, offset, bounds.get(name), pushes.get(name, 0), refusals.get(name, 0),
-                      held.get(name, 0), revoked, bool(registered))
-            for name, seen, offset, revoked, registered in rows]
+    out = []
+    for name, seen, offset, revoked, registered in rows:
+        count, put_offset = pushes.get(name, (0, None))
+        known = [x for x in (offset, put_offset) if x is not None]
+        out.append(DeviceRow(name, seen, offset, (min(known), max(known)) if known else None, count,
+                             refusals.get(name, 0), held.get(name, 0), revoked, bool(registered)))
+    return out
 
 
 def _by_device(conn: sqlite3.Connection, sql: str) -> dict[str, int]:

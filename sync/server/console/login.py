@@ -1,16 +1,17 @@
 """What a console sign-in may cost the server: password checks one at a time, and a client
 address that keeps guessing made to wait, longer after each wrong password.
 
-A scrypt check takes ~16 MiB and tens of ms, and the console runs in the sync server's
-process: unbounded, a flood of wrong logins (no credentials needed) grows its memory by
-16 MiB a check at once and slows devices' requests. :class:`LoginGuard` runs at most
+A scrypt check takes ~16 MiB and tens of ms: unbounded, a flood of wrong logins (no
+credentials needed) grows the console process's memory by 16 MiB a check at once and
+takes CPU from devices' requests (the console runs apart from them, in a process of its own
+at a lower priority: ``edgeq serve --console``). :class:`LoginGuard` runs at most
 :data:`LOGIN_CHECKS` at a time, in a thread of lower priority, and refuses an address at
 once (429, no check, no sleep) while its delay runs: :data:`FIRST_DELAY_MS` after its
 first wrong password, doubling to at most :data:`MAX_DELAY_MS`; and every address while
 wrong passwords from all of them come faster than :data:`GLOBAL_PER_S` a second after a
 burst of :data:`GLOBAL_BURST` (a flood from many addresses). The table of addresses
 is bounded (:data:`MAX_ADDRESSES`, the longest untouched forgotten first) and lives in the
-process (each ``--workers`` process keeps its own).
+console's process.
 
 >>> guard = LoginGuard(clock=lambda: 0)
 >>> guard.failed("10.0.0.9"), guard.failed("10.0.0.9"), guard.wait_ms("10.0.0.9"), guard.wait_ms("10.0.0.8")
@@ -36,7 +37,7 @@ __all__ = [
     "MAX_DELAY_MS", "LoginGuard",
 ]
 
-#: Password checks (scrypt, ~16 MiB each) run at once in one server process.
+#: Password checks (scrypt, ~16 MiB each) run at once in the console's process.
 LOGIN_CHECKS: Final = 1
 #: How long an address waits after its first wrong password; doubled after each further one.
 FIRST_DELAY_MS: Final = 1_000
@@ -48,8 +49,9 @@ GLOBAL_BURST: Final = 20
 GLOBAL_PER_S: Final = 2
 #: Addresses whose wrong passwords are remembered (~100 bytes each).
 MAX_ADDRESSES: Final = 10_000
-#: How much nicer than the server's other threads the password checks' thread runs (Linux:
-#: per thread), so that devices' requests are served first while a flood of logins is checked.
+#: How much nicer than the console's other threads the password checks' thread runs (Linux:
+#: per thread; the console's process is itself nicer than the devices' workers), so that pages
+#: are served first while a flood of logins is checked.
 CHECK_NICENESS: Final = 10
 
 

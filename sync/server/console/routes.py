@@ -1,6 +1,7 @@
 """The operator console: a read-only web page over the home server's store, under ``/console``.
 
-Off unless ``create_app(..., console=True)`` (``edgeq serve --console``). Every page but
+:func:`console_app` is its own app: ``edgeq serve --console`` runs it in a process and on a
+port of its own, so a flood of sign-ins costs devices' requests nothing. Every page but
 the login form needs a session: a cookie (signed with the secret in the store, HttpOnly,
 SameSite=Strict, Secure over TLS) given for the operator's password
 (:mod:`edgeq.sync.server.console.auth`; set with ``edgeq server set-console-password``), checked
@@ -23,9 +24,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from markupsafe import Markup
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
@@ -33,9 +35,8 @@ from edgeq.sync.pipeline.report.charts import line_chart, time_marks
 from edgeq.sync.server.console.auth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
 from edgeq.sync.server.console.data import BUCKET_MS, read_console
 from edgeq.sync.server.console.login import LoginGuard
-from edgeq.sync.server.sessions import DeviceSessions
 
-__all__ = ["COOKIE", "console_routes", "security_headers"]
+__all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
 
 COOKIE = "edgeq_console"
 #: how often the page reloads itself (seconds)
@@ -104,9 +105,18 @@ def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, 
                              html_id=html_id))
 
 
-def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: DeviceSessions) -> list[BaseRoute]:
-    """The routes of ``/console`` over the store at ``path``: ``clock`` is the server's (ms),
-    ``sessions`` its device sessions (for the clock bounds this process measured)."""
+def console_app(path: str | Path, *, clock: Callable[[], int]) -> Starlette:
+    """The console's own app over the store at ``path``: its routes and ``/healthz``."""
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[*console_routes(path, clock=clock), Route("/healthz", healthz, methods=["GET"])])
+    app.router.redirect_slashes = False
+    return app
+
+
+def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRoute]:
+    """The routes of ``/console`` over the store at ``path``; ``clock`` is the server's (ms)."""
     templates = _templates()
     guard = LoginGuard(clock=clock)
 
@@ -120,21 +130,12 @@ def console_routes(path: str | Path, *, clock: Callable[[], int], sessions: Devi
             return None
         return cred, token
 
-    def bounds() -> dict[str, tuple[int, int]]:
-        out = {}
-        for s in sessions.all():
-            seen = [x for x in (s.device_offset_ms, None if s.clock_offset_ms is None else -s.clock_offset_ms)
-                    if x is not None]
-            if seen:
-                out[s.name] = (min(seen), max(seen))
-        return out
-
     async def page(request: Request) -> Response:
         """``GET /console``: the fleet, queues, recent events and charts (or the login form)."""
         session = await signed_in(request)
         if session is None:
             return RedirectResponse("/console/login", status_code=303)
-        view = await run_in_threadpool(read_console, path, now_ms=clock(), bounds=bounds())
+        view = await run_in_threadpool(read_console, path, now_ms=clock())
         return templates.TemplateResponse(request, "console.html", {
             "view": view, "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
             "throughput": _per_minute(view.throughput, view.now_ms, series="accepted",

@@ -5,6 +5,7 @@ process), and devices pushing through both lose nothing and duplicate nothing.""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import cbor2
@@ -17,13 +18,15 @@ from edgeq.sync import protocol as p
 from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.agent.signer import DeviceSigner
 from edgeq.sync.keys import public_bytes
-from edgeq.sync.server.workers import worker_argv
+from edgeq.sync.server.workers import console_argv, worker_argv
 from tests.sync.conftest import edgeq_serve, free_port
 from tests.sync.server.test_auth import CBOR, signed
 
 DEVICES = ("DEV1", "DEV2", "DEV3", "DEV4")
 #: new connections tried before concluding the kernel gives every one to the same worker
 TRIES = 200
+#: Linux's shortest delayed ACK (TCP_DELACK_MIN): what an answer held by Nagle's algorithm waits
+DELAYED_ACK_S = 0.040
 
 
 def _home(tmp_path: Path, keys: dict[str, Ed25519PrivateKey]) -> Path:
@@ -118,5 +121,31 @@ def test_devices_push_through_both_workers_exactly_once(tmp_path: Path) -> None:
 
 
 def test_each_worker_gets_the_command_without_workers() -> None:
-    assert worker_argv(["serve", "--workers=3", "--console"], 7, 0) == ["serve", "--console", "--worker-fd", "7"]
-    assert worker_argv(["serve", "--workers", "3"], 7, 2)[-2:] == ["--sweep-interval", "0"]
+    assert worker_argv(["serve", "--workers=3", "--port=0"], 7, 0, 8470) == ["serve", "--worker-fd", "7", "--port",
+                                                                            "8470"]
+    assert worker_argv(["serve", "--workers", "3"], 7, 2, 8470)[-2:] == ["--sweep-interval", "0"]
+
+
+def test_with_the_console_each_process_is_told_its_socket_and_the_ports_bound() -> None:
+    argv = ["--db", "h.db", "serve", "--console", "--port", "0", "--console-port", "0", "--workers", "2"]
+    assert worker_argv(argv, 7, 0, 40001, 40002) == ["--db", "h.db", "serve", "--console", "--worker-fd", "7",
+                                                     "--port", "40001", "--console-port", "40002"]
+    assert console_argv(argv, 8, 40002) == ["--db", "h.db", "serve", "--console", "--console-fd", "8",
+                                            "--console-port", "40002"]
+
+
+def test_a_worker_answers_without_waiting_on_delayed_acks(tmp_path: Path) -> None:
+    """uvicorn took the inherited socket for a Unix one (``fd=``), so asyncio left Nagle's
+    algorithm on: each answer's body waited for the client's delayed ACK, 40 ms at least on
+    Linux, every request. A worker's socket is a TCP one now: answers go at once."""
+    home, port = tmp_path / "home.db", free_port()
+    QueueManager(home, name="HOME").close()
+    url = f"http://127.0.0.1:{port}"
+    with edgeq_serve(home, port, "--workers", "2", "--no-auth"), httpx.Client(timeout=10) as http:
+        took = []
+        for _ in range(20):  # one kept-alive connection: one worker
+            body = p.encode_body({"type": "hello", "qmgr": "DEV1", "now_ms": system_clock()})
+            started = time.perf_counter()
+            assert http.post(url + p.PATH_HELLO, content=body, headers=CBOR).status_code == 200
+            took.append(time.perf_counter() - started)
+    assert min(took) < DELAYED_ACK_S, f"every hello took a delayed ACK or more: {sorted(took)}"

@@ -91,11 +91,11 @@ def _sign_in(driver: webdriver.Chrome, url: str, password: str) -> None:
 
 
 def test_an_operator_watches_the_fleet_sync_in_chromium(browser: webdriver.Chrome, tmp_path: Path) -> None:
-    home, port = _home(tmp_path), free_port()
-    url = f"http://127.0.0.1:{port}"
-    with edgeq_serve(home, port, "--console"):
+    home, port, console_port = _home(tmp_path), free_port(), free_port()
+    url, console = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{console_port}"
+    with edgeq_serve(home, port, "--console", "--console-port", str(console_port)):
         _push(tmp_path, "DEV1", url, 5)
-        _sign_in(browser, url, PASSWORD)
+        _sign_in(browser, console, PASSWORD)
         assert browser.current_url.endswith("/console")
         devices = _cells(browser, "devices", "device")
         assert list(devices) == ["DEV1"]
@@ -118,10 +118,10 @@ def test_an_operator_watches_the_fleet_sync_in_chromium(browser: webdriver.Chrom
 
         _click_and_wait(browser, browser.find_element(By.ID, "sign-out"))
         assert browser.current_url.endswith("/console/login")
-        browser.get(url + "/console")
+        browser.get(console + "/console")
         assert browser.current_url.endswith("/console/login")  # signed out: refused again
         # Last: a wrong password makes this address wait before its next try (issue 29).
-        _sign_in(browser, url, "not-the-password")
+        _sign_in(browser, console, "not-the-password")
         assert "Wrong password" in browser.find_element(By.ID, "error").text
         assert not browser.find_elements(By.ID, "devices")
 
@@ -131,10 +131,9 @@ def test_the_pages_style_applies_under_the_consoles_content_security_policy(
 ) -> None:
     """The console's CSP allows no inline style but its own, by hash (issue 29): in a real
     browser the style still applies (a blocked one leaves a table header transparent)."""
-    home, port = _home(tmp_path), free_port()
-    url = f"http://127.0.0.1:{port}"
-    with edgeq_serve(home, port, "--console"):
-        _sign_in(browser, url, PASSWORD)
+    home, port, console_port = _home(tmp_path), free_port(), free_port()
+    with edgeq_serve(home, port, "--console", "--console-port", str(console_port)):
+        _sign_in(browser, f"http://127.0.0.1:{console_port}", PASSWORD)
         assert browser.current_url.endswith("/console")
         header = browser.find_element(By.CSS_SELECTOR, "#queues th")
         assert header.value_of_css_property("background-color") == "rgba(243, 243, 243, 1)"

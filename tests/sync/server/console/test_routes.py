@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,25 +15,28 @@ from click.testing import CliRunner
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.cli import cli
+from edgeq.cli.sync import CONSOLE_NICENESS
+from edgeq.clock import system_clock
+from edgeq.sync import protocol as p
 from edgeq.sync.server.app import create_app
 from edgeq.sync.server.console.auth import SESSION_MS, load_credential, set_password
-from tests.sync.conftest import LiveServer
+from tests.sync.conftest import LiveServer, edgeq_serve_console, free_port
 
 PASSWORD = "operator-pass-1"
 
 
 @pytest.fixture
-def console(home_qm: QueueManager, make_server: Callable[..., LiveServer]) -> LiveServer:
+def console(home_qm: QueueManager, make_console: Callable[..., LiveServer]) -> LiveServer:
     set_password(home_qm.path, PASSWORD)
-    return make_server(home_qm, console=True)
+    return make_console(home_qm)
 
 
 def _client(server: LiveServer) -> httpx.Client:
     return httpx.Client(base_url=server.url, timeout=10, follow_redirects=False)
 
 
-def _sign_in(client: httpx.Client, password: str = PASSWORD) -> httpx.Response:
-    return client.post("/console/login", data={"password": password})
+def _sign_in(client: httpx.Client, url: str = "", password: str = PASSWORD) -> httpx.Response:
+    return client.post(url + "/console/login", data={"password": password})
 
 
 def test_the_console_is_off_unless_asked_for(server: LiveServer, http: httpx.Client) -> None:
@@ -45,7 +51,7 @@ def test_without_a_session_only_the_sign_in_form_is_served(console: LiveServer) 
         assert client.get("/console").status_code == 303
         form = client.get("/console/login")
         assert form.status_code == 200 and 'type="password"' in form.text and "ORDERS" not in form.text
-        wrong = _sign_in(client, "not-the-password")
+        wrong = _sign_in(client, password="not-the-password")
         assert wrong.status_code == 403 and "Wrong password" in wrong.text and "set-cookie" not in wrong.headers
 
 
@@ -84,10 +90,10 @@ def test_signing_out_needs_the_sessions_csrf_token(console: LiveServer) -> None:
         assert client.get("/console").status_code == 303
 
 
-def test_sessions_live_in_the_store_shared_by_every_worker(console: LiveServer, home_qm: QueueManager,
-                                                          make_server: Callable[..., LiveServer]) -> None:
-    # a second app over the same store stands for another `edgeq serve --workers` process
-    other = make_server(home_qm, console=True)
+def test_sessions_live_in_the_store_shared_by_every_process(console: LiveServer, home_qm: QueueManager,
+                                                           make_console: Callable[..., LiveServer]) -> None:
+    # a second console over the same store stands for the console process after a restart
+    other = make_console(home_qm)
     with _client(console) as client:
         _sign_in(client)
         cookie = client.cookies["edgeq_console"]
@@ -152,3 +158,72 @@ def test_serve_refuses_the_console_without_a_password(tmp_path: Path) -> None:
 def test_create_app_without_console_needs_no_jinja(home_qm: QueueManager) -> None:
     paths = {getattr(r, "path", "") for r in create_app(home_qm).routes}
     assert not any(p.startswith("/console") for p in paths)
+
+
+def test_the_device_app_says_where_the_console_is(home_qm: QueueManager, make_server: Callable[..., LiveServer],
+                                                  http: httpx.Client) -> None:
+    set_password(home_qm.path, PASSWORD)
+    devices = make_server(home_qm, console_url="http://127.0.0.1:9/console")
+    for method, path in (("GET", "/console"), ("POST", "/console/login")):
+        answer = http.request(method, devices.url + path, data={"password": PASSWORD})
+        assert answer.status_code == 404 and "http://127.0.0.1:9/console" in answer.text
+        assert "set-cookie" not in answer.headers
+
+
+# -- `edgeq serve --console`: the console in a process and on a port of its own ---------------------------
+
+
+def _home(tmp_path: Path) -> Path:
+    home = tmp_path / "home.db"
+    with QueueManager(home, name="HOME") as qm:
+        qm.define_queue("ORDERS")
+    set_password(home, PASSWORD)
+    return home
+
+
+def _hello(http: httpx.Client, url: str) -> httpx.Response:
+    body = p.encode_body({"type": "hello", "qmgr": "DEV1", "now_ms": system_clock()})
+    return http.post(url + p.PATH_HELLO, content=body, headers={"content-type": p.CONTENT_TYPE})
+
+
+def test_serve_console_answers_the_console_on_its_port_and_devices_on_theirs(tmp_path: Path) -> None:
+    with edgeq_serve_console(_home(tmp_path)) as served, httpx.Client(timeout=10) as http:
+        assert _hello(http, served.url).status_code == 200
+        assert _sign_in(http, served.console_url, PASSWORD).status_code == 303
+        assert 'data-queue="ORDERS"' in http.get(served.console_url + "/console").text
+        elsewhere = http.get(served.url + "/console")  # the device port serves no console
+        assert elsewhere.status_code == 404 and f"{served.console_url}/console" in elsewhere.text
+        assert http.post(served.url + "/console/login", data={"password": PASSWORD}).status_code == 404
+        assert _hello(http, served.console_url).status_code == 404  # nor the console's port devices
+        assert http.get(served.console_url + "/healthz").text == "ok"
+    (serving,) = [json.loads(x) for x in served.lines if '"event": "serve"' in x]
+    assert serving["console"] == f"{served.console_url}/console"
+    assert f"on 127.0.0.1:{served.url.rsplit(':', 1)[1]}; the console on {served.console_url}/console" \
+        in serving["msg"]
+    assert served.console_pid != served.worker_pid != served.proc.pid
+
+
+def test_the_console_process_runs_at_a_lower_priority(tmp_path: Path) -> None:
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with edgeq_serve_console(_home(tmp_path)) as served:
+        assert os.getpriority(os.PRIO_PROCESS, served.worker_pid) == mine
+        assert os.getpriority(os.PRIO_PROCESS, served.console_pid) == min(19, mine + CONSOLE_NICENESS)
+
+
+def test_killing_the_console_process_stops_the_whole_server(tmp_path: Path) -> None:
+    with edgeq_serve_console(_home(tmp_path)) as served:
+        os.kill(served.console_pid, signal.SIGKILL)
+        assert served.proc.wait(30) == 1  # the supervisor stopped the device worker too, and said so
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(served.url + "/healthz", timeout=5)
+    said = [json.loads(x) for x in served.lines if '"event": "child-exited"' in x]
+    assert [(e["pid"], e["exit"]) for e in said] == [(served.console_pid, -signal.SIGKILL)]
+    assert f"the console (pid {served.console_pid}) exited (killed by SIGKILL): stopping the server" \
+        == said[0]["msg"]
+
+
+def test_serve_refuses_the_device_port_as_the_consoles(tmp_path: Path) -> None:
+    port = str(free_port())
+    done = CliRunner().invoke(cli, ["serve", "--db", str(_home(tmp_path)), "--console", "--port", port,
+                                    "--console-port", port])
+    assert done.exit_code == 2 and "the console needs a port of its own" in done.output
