@@ -21,8 +21,8 @@ from edgeq.cli.pipeline import pipeline as pipeline_group
 from edgeq.cli.queue import purge
 from edgeq.cli.queue import queue as queue_group
 from edgeq.cli.rules import rules as rules_group
+from edgeq.cli.serve import serve as serve_command
 from edgeq.cli.server import server as server_group
-from edgeq.cli.sync import serve
 from edgeq.cli.sync import sync as sync_command
 
 __all__ = ["cli", "main"]
@@ -62,7 +62,7 @@ cli.add_command(purge)
 cli.add_command(rules_group)
 cli.add_command(keys_group)
 cli.add_command(server_group)
-cli.add_command(serve)  # edgeq serve / edgeq sync: network stacks are imported when they run
+cli.add_command(serve_command)  # edgeq serve / edgeq sync: network stacks are imported when they run
 cli.add_command(sync_command)
 cli.add_command(export)  # edgeq export / edgeq pipeline run: pyarrow and pyspark too
 cli.add_command(pipeline_group)

@@ -27,6 +27,7 @@ __all__ = [
     "group_options",
     "log_level_option",
     "name_option",
+    "need",
     "open_store",
     "output_options",
     "require_queue",
@@ -219,3 +220,13 @@ def require_queue(qm: QueueManager, queue: str) -> None:
             f"no queue {queue!r} on queue manager {qm.name} ({known}): "
             f"define it with `edgeq queue define {queue}`"
         )
+
+
+def need(module: str, extra: str) -> None:
+    """Fail with the extra to install when ``module`` (an optional stack) is missing."""
+    try:
+        __import__(module)
+    except ImportError as exc:
+        raise click.ClickException(
+            f"this command needs {module}: install the {extra!r} extra, e.g. pip install 'edgeq[{extra}]'"
+        ) from exc

@@ -11,7 +11,7 @@
 ``devices`` is the registry of devices allowed to sync (signed requests); ``held``
 shows and undoes the puts devices left unconfirmed; ``refusals`` what the server
 refused of the devices' messages. The home server itself runs
-with ``edgeq serve`` (:mod:`edgeq.cli.sync`), which may keep running meanwhile.
+with ``edgeq serve`` (:mod:`edgeq.cli.serve`), which may keep running meanwhile.
 """
 
 from __future__ import annotations

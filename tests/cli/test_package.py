@@ -15,7 +15,8 @@ from edgeq import QueueManager, __version__
 from edgeq.cli import cli, main
 
 EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark")
-MODULES = ("admin", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules", "server", "sync")
+MODULES = ("admin", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules", "serve", "server",
+           "sync")
 
 
 def test_every_command_is_registered_once() -> None:
@@ -89,7 +90,7 @@ BAD_VALUES = [
 def test_every_bad_value_is_a_usage_error_that_changes_nothing(tmp_path: Path, args: list[str], option: str) -> None:
     """A value a command cannot use exits 2 with click's usage message naming the option,
     before the store is opened (let alone created or changed). The commands of
-    edgeq.cli.queue, edgeq.cli.sync (but serve's hold and quota) and edgeq.cli.demo
+    edgeq.cli.queue, edgeq.cli.sync, edgeq.cli.serve (but its hold and quota) and edgeq.cli.demo
     are their owners' to check."""
     base = tmp_path
     db = base / "dev.db"

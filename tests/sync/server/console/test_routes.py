@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.cli import cli
-from edgeq.cli.sync import CONSOLE_NICENESS
+from edgeq.cli.serve import CONSOLE_NICENESS
 from edgeq.clock import system_clock
 from edgeq.sync import protocol as p
 from edgeq.sync.server.app import create_app
