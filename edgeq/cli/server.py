@@ -1,17 +1,5 @@
-"""``edgeq server``: administer a home server's store.
-
-    edgeq server devices add DEV1 --public-key dev1.pub --queues ORDERS --db home.db
-    edgeq server devices list --db home.db
-    edgeq server devices revoke DEV1 --db home.db
-    edgeq server held list --db home.db
-    edgeq server held clear --device DEV1 --older-than 30m --db home.db
-    edgeq server refusals list --device DEV1 --db home.db
-    edgeq server set-console-password --db home.db
-
-``devices`` is the registry of devices allowed to sync (signed requests); ``held``
-shows and undoes the puts devices left unconfirmed; ``refusals`` what the server
-refused of the devices' messages. The home server itself runs
-with ``edgeq serve`` (:mod:`edgeq.cli.serve`), which may keep running meanwhile.
+"""``edgeq server``: administer a home server's store: the devices allowed to sync (``devices``), the
+puts they left unconfirmed (``held``), what it refused of theirs (``refusals``), the console's password.
 """
 
 from __future__ import annotations

@@ -8,19 +8,8 @@
 ['/healthz', '/metrics', '/v1/confirm', '/v1/expiries', '/v1/hello', '/v1/pull', '/v1/pull/confirm', '/v1/put']
 >>> qm.close()
 
-Run it with ``edgeq serve --db home.db --name HOME`` (uvicorn), or mount
-``create_app(qm)`` in any ASGI server. Every endpoint under ``/v1`` takes and
-returns ``application/cbor`` (see ``docs/protocol.md``); the request body is
-size-checked before it is decoded, authenticated (where requests must be signed)
-before it is decoded, decoded in a worker thread within bounds
-(:mod:`edgeq.encoding.cbor`) and validated before anything is stored, and each stage
-is one transaction, so a bad or failed request stores nothing. SQLite work runs in
-Starlette's thread pool.
-
-The app is a facade over three parts it builds once: the
-:class:`~edgeq.sync.server.home.HomeService` (the protocol's logic and the device
-sessions), its routes (:mod:`edgeq.sync.server.routes`) and, around each protocol
-route, the HTTP concerns as middleware (:mod:`edgeq.sync.server.middleware`).
+Run it with ``edgeq serve`` or mount it in any ASGI server (docs/protocol.md). The app is a facade
+over the :class:`~edgeq.sync.server.home.HomeService`, its routes and their middleware.
 """
 
 from __future__ import annotations
@@ -58,23 +47,11 @@ def create_app(
     decode_limits: DecodeLimits | None = None,
     console_url: str | None = None,
 ) -> Starlette:
-    """The ASGI app serving ``qm`` as a home server.
+    """The ASGI app serving ``qm`` as a home server (``app.state.service``, ``app.state.gate``).
 
-    ``clock`` should be the queue manager's clock (tests inject a ManualClock
-    into both). ``max_body_bytes`` bounds a request body (413 beyond it, before
-    decoding); ``max_batch`` bounds messages or uids per request (422).
-    ``authenticate`` is asked about every ``/v1`` request before it is served
-    (:class:`~edgeq.sync.server.auth.SignatureAuthenticator`) when ``auth``
-    (:data:`~edgeq.sync.server.auth.AuthMode`) says: ``required`` (the default with an
-    ``authenticate``), ``off`` (without), or ``auto``, as soon as ``qm`` has a
-    registered device (:class:`~edgeq.sync.server.auth.AuthGate`, ``app.state.gate``).
-    ``decode_limits`` bound what decoding a body may cost (default: what a batch of
-    ``max_batch`` needs, :func:`~edgeq.sync.protocol.body_limits`); ``metrics`` counts;
-    ``holds`` bounds unconfirmed puts (:class:`~edgeq.sync.server.holds.HoldPolicy`, whose
-    timer is :class:`~edgeq.sync.server.holds.HoldKeeper`).
-    The operator console is an app of its own (:func:`edgeq.sync.server.console.routes.console_app`, its
-    own process under ``edgeq serve --console``); ``console_url`` (where it is) makes
-    ``/console`` here a 404 saying so. The service is ``app.state.service``.
+    ``clock``: the queue manager's; ``authenticate`` asks about every ``/v1`` request when ``auth``
+    says (``required``, ``off``, ``auto``: once a device is registered); ``console_url`` makes
+    ``/console`` a 404 saying where the console's own app is. docs/protocol.md has the rest.
     """
     service = HomeService(
         qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics(), holds=holds

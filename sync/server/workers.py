@@ -1,30 +1,8 @@
 """``edgeq serve --workers N`` and ``--console``: server processes on one store, each listening
 socket bound once by a supervisor and inherited by the processes that serve it.
 
-The supervisor (the ``edgeq serve`` the operator started) binds the device address once and
-starts N copies of the same command, each told the socket's file descriptor
-(``--worker-fd``, inherited): every worker accepts connections on it (the kernel hands
-each connection to one of them), opens the store itself and runs its own app, so a
-worker shares nothing with another but the store and its nonce file. With ``--console``
-it binds the console's address too and starts one more process told that socket
-(``--console-fd``): the console's app alone, at a lower CPU priority, so a flood of
-console logins shares nothing with devices' requests but the store. The supervisor
-passes SIGTERM/SIGINT on, and when one process exits it stops the others: the server is
-up whole or not at all.
-
-What lives in one worker's memory, and why that is safe:
-
-* device sessions (clock offset since the hello, settled marks): a request landing on
-  a worker that has not heard the device's hello is answered ``hello-required``, and
-  the agent says hello to it and repeats the request; a settled mark is idempotent.
-* the auth gate's one-second memory of "no device registered", and the held-quota
-  refusal memory: both only delay what the store says by at most a second.
-* metrics: each worker counts its own requests (``/metrics`` shows the worker that
-  answered).
-
-Nonces (``SqliteNonces``), device records, held puts and the console's credential and
-sessions are in the store or the nonce file, so a request replayed to another worker
-is refused as on the first.
+Each process opens the store itself; one exiting stops the others, so the server is up whole or
+not at all. What a worker keeps in memory, and why that is safe: docs/scaling.md.
 """
 
 from __future__ import annotations

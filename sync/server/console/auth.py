@@ -1,26 +1,15 @@
-"""The operator console's credential and sessions, kept in the server's own store.
-
-The password is stored as a salted scrypt hash under ``console.password`` in
-``edgeq_meta`` (key/value: no migration), beside ``console.secret``, the key that
-signs session cookies. Both live in the store, not in process memory, so every
-``edgeq serve --workers N`` process accepts the same sessions, and setting a new
-password (a new secret) logs every session out. Signing out revokes the one session:
-its id is kept under ``console.revoked.<id>`` until the session would have ended, so a
-copy of its cookie is refused by every process (:func:`revoke_session`).
+"""The operator console's credential and sessions, in the server's store so every process shares
+them (docs/console.md, "Sign-in").
 
 >>> import tempfile, os
 >>> from edgeq import QueueManager
 >>> path = os.path.join(tempfile.mkdtemp(), "home.db")
 >>> QueueManager(path, name="HOME").close()
->>> load_credential(path) is None
-True
 >>> set_password(path, "correct horse")
 >>> cred = load_credential(path)
->>> cred.verify("correct horse"), cred.verify("wrong")
-(True, False)
 >>> token = cred.new_session(now_ms=1_000)
->>> cred.session_valid(token, now_ms=2_000), cred.session_valid(token + "x", now_ms=2_000)
-(True, False)
+>>> cred.verify("wrong"), cred.session_valid(token, now_ms=2_000)
+(False, True)
 >>> revoke_session(path, token, now_ms=2_000); load_credential(path, token).session_valid(token, now_ms=2_000)
 False
 """

@@ -1,23 +1,9 @@
-"""What a console sign-in may cost the server: password checks one at a time, and a client
-address that keeps guessing made to wait, longer after each wrong password.
-
-A scrypt check takes ~16 MiB and tens of ms: unbounded, a flood of wrong logins (no
-credentials needed) grows the console process's memory by 16 MiB a check at once and
-takes CPU from devices' requests (the console runs apart from them, in a process of its own
-at a lower priority: ``edgeq serve --console``). :class:`LoginGuard` runs at most
-:data:`LOGIN_CHECKS` at a time, in a thread of lower priority, and refuses an address at
-once (429, no check, no sleep) while its delay runs: :data:`FIRST_DELAY_MS` after its
-first wrong password, doubling to at most :data:`MAX_DELAY_MS`; and every address while
-wrong passwords from all of them come faster than :data:`GLOBAL_PER_S` a second after a
-burst of :data:`GLOBAL_BURST` (a flood from many addresses). The table of addresses
-is bounded (:data:`MAX_ADDRESSES`, the longest untouched forgotten first) and lives in the
-console's process.
+"""What a console sign-in may cost: password checks one at a time, an address that keeps guessing
+made to wait, and all addresses together held to a budget (docs/console.md, "Wrong passwords").
 
 >>> guard = LoginGuard(clock=lambda: 0)
 >>> guard.failed("10.0.0.9"), guard.failed("10.0.0.9"), guard.wait_ms("10.0.0.9"), guard.wait_ms("10.0.0.8")
 (1000, 2000, 2000, 0)
->>> guard.succeeded("10.0.0.9"); guard.wait_ms("10.0.0.9")
-0
 """
 
 from __future__ import annotations
