@@ -14,7 +14,7 @@ from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
-_LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error", "apscheduler")
+_LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error")
 
 
 @pytest.fixture(autouse=True)

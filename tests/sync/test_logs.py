@@ -44,8 +44,8 @@ def test_a_message_with_escapes_is_logged_plain() -> None:
 
 def test_setup_sends_edgeq_and_uvicorn_logs_as_json_lines() -> None:
     stream = io.StringIO()
-    saved = {name: (lg.handlers[:], lg.propagate, lg.level) for name in ("edgeq", "uvicorn", "uvicorn.error",
-             "apscheduler") for lg in [logging.getLogger(name)]}
+    saved = {name: (lg.handlers[:], lg.propagate, lg.level) for name in ("edgeq", "uvicorn", "uvicorn.error")
+             for lg in [logging.getLogger(name)]}
     try:
         setup_json_logging("INFO", stream)
         logging.getLogger("uvicorn.error").info("Started [%d]", 7, extra={"color_message": "Started [\x1b[36m%d\x1b[0m]"})
