@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeq.store.connection import connect
+from edgeq.store.opening import connect
 from edgeq.sync.server.admin.records import recent
 from edgeq.types import MessageState
 
