@@ -34,11 +34,12 @@ from edgeq.queues.checkpoints import ExpiryPolicy
 from edgeq.queues.deadletter import Resent
 from edgeq.results import ConfirmResult, PutResult, QuarantineEntry
 from edgeq.sealer import Sealer
-from edgeq.store.connection import ConnectionFactory, check_foreign
+from edgeq.store.connection import ConnectionFactory
 from edgeq.store.damage import damaged
 from edgeq.store.devices import DeviceRecord, DeviceRegistry
 from edgeq.store.journal import JournalEntry, JournalSide
 from edgeq.store.meta import create_store, journal_setting, name_needed, open_identity
+from edgeq.store.opening import check_foreign
 from edgeq.store.rules import FailureRow, RuleTx
 from edgeq.store.schema import SCHEMA_VERSION
 from edgeq.types import (

@@ -26,8 +26,9 @@ from edgeq.check.scan import MessageScan, SqliteCheck, still_damaged, verdict_sq
 from edgeq.errors import StoreError
 from edgeq.events.dispatch import Pending
 from edgeq.events.sink import EventSink
-from edgeq.store.connection import ConnectionFactory, check_foreign
+from edgeq.store.connection import ConnectionFactory
 from edgeq.store.damage import damaged
+from edgeq.store.opening import check_foreign
 from edgeq.store.records import MessageRow, QueueRow
 from edgeq.store.schema import SCHEMA_VERSION
 from edgeq.store.tx import Tx

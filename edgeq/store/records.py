@@ -1,9 +1,4 @@
-"""The rows of the store as Python values: a message row, a new message, a queue row,
-and the checksum arithmetic on them (``edgeq.store.integrity`` says what the checksum covers).
-
-Kept apart from ``edgeq.store.tx`` (the SQL verbs) so that code that only reads rows
-need not know the SQL.
-"""
+"""The store's rows as Python values, and their checksums: code that reads rows need not know SQL."""
 
 from __future__ import annotations
 
@@ -42,12 +37,8 @@ class MessageRow(NamedTuple):
 
 
 def stored_size(row: MessageRow | NewMessage) -> int:
-    """The bytes a message takes against ``max_bytes`` budgets: data plus fields, as stored.
-
-    A damaged row read back may hold a value of another type (a flipped byte can change a
-    column's type): it counts as 0 so the row can still be quarantined (``edgeq check``
-    corrects the counter).
-    """
+    """The bytes a message takes against ``max_bytes`` budgets: data plus fields, as stored. A value
+    of another type (damage) counts 0, so the row can still be quarantined (``edgeq check`` fixes the sum)."""
     data, fields = row.data, row.fields
     return (len(data) if type(data) is bytes else 0) + (len(fields) if type(fields) is bytes else 0)
 
@@ -125,7 +116,7 @@ def is_intact(queue: str, row: MessageRow) -> bool:
             row.expiry_value, row.cap_at, row.deadline, row.correlation_id, row.reply_to, row.report,
             row.key_id, row.fields, row.data,
         )
-    except (TypeError, ValueError, struct.error):  # a value of the wrong type: SQLite's typing let a flip through
+    except (TypeError, ValueError, struct.error):  # a value of the wrong type: a flip SQLite let through
         return False
     return crc == row.crc
 

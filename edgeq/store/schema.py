@@ -10,8 +10,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from edgeq.store.connection import APPLICATION_ID
 from edgeq.store.integrity import CRC_SQL
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.types import MessageState
 
 if TYPE_CHECKING:  # imported where used: sqlite-utils is half of `import edgeq`'s time

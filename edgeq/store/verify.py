@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from edgeq.store.connection import is_damage
 from edgeq.store.damage import index_damaged
+from edgeq.store.opening import is_damage
 from edgeq.store.records import MessageRow, QueueRow, is_intact
 from edgeq.store.tx import Tx
 from edgeq.types import MAX_STAMP

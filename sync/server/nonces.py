@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from edgeq.errors import EdgeqError
 from edgeq.store.commits import SyncBarrier, SyncStats
-from edgeq.store.connection import connect
+from edgeq.store.opening import connect
 
 __all__ = ["MemoryNonces", "NonceStore", "NoncesFull", "SqliteNonces"]
 

@@ -13,9 +13,9 @@ import pytest
 from sqlite_utils import Database
 
 from edgeq import ManualClock, Message, QueueManager
-from edgeq.store.connection import APPLICATION_ID
 from edgeq.store.integrity import register
 from edgeq.store.journal import JournalEntry
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.records import MessageRow, is_intact
 from edgeq.store.schema import MIGRATIONS
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE as DLQ

@@ -22,8 +22,8 @@ from edgeq.consume.consumers import TRACEBACK_EVERY_MS
 from edgeq.encoding.fields import encode_fields
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.queues.backout import redelivery_delay_ms
-from edgeq.store.connection import APPLICATION_ID
 from edgeq.store.integrity import register, row_crc
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import T0, Recorder
 from tests.waits import LONG, until

@@ -23,7 +23,7 @@ from edgeq.encoding.fields import decode_fields
 from edgeq.errors import InvalidArgument, StoreError
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
-from edgeq.store.connection import APPLICATION_ID
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import T0, Recorder
 

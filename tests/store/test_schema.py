@@ -9,8 +9,8 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from edgeq import QueueManager
-from edgeq.store.connection import APPLICATION_ID
 from edgeq.store.integrity import register, row_crc
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import T0
 

@@ -10,7 +10,7 @@ import pytest
 
 from edgeq import Message, QueueManager
 from edgeq.errors import EdgeqError, InvalidArgument, NameMismatch, QueueManagerClosed, StoreError
-from edgeq.store.connection import APPLICATION_ID
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.schema import SCHEMA_VERSION
 
 

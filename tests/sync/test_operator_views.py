@@ -20,8 +20,8 @@ import pytest
 from sqlite_utils import Database
 
 from edgeq import Int32, ManualClock, Message, QueueManager
-from edgeq.store.connection import APPLICATION_ID
 from edgeq.store.integrity import register
+from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.schema import MIGRATIONS
 from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.server.console.auth import set_password

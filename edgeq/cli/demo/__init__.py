@@ -21,7 +21,7 @@ from edgeq.cli.demo.base import (
 from edgeq.cli.demo.expiry import DEMO_QM, RULES, START_MS, run_expiry_act
 from edgeq.cli.options import stored_name
 from edgeq.errors import StoreError
-from edgeq.store.connection import check_foreign
+from edgeq.store.opening import check_foreign
 
 __all__ = [
     "ACT_TWO_MODULES", "DEMO_QM", "DEVICE_QM", "HOME_QM", "RULES", "START_MS", "DemoFailed", "DemoPathInUse",

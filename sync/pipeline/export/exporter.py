@@ -14,8 +14,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeq.store.connection import APPLICATION_ID, connect
 from edgeq.store.journal import JOURNAL_COLUMNS, JournalEntry, JournalTx
+from edgeq.store.opening import APPLICATION_ID, connect
 from edgeq.sync.pipeline.errors import JournalNotFound, MalformedJournal, PipelineError, require
 from edgeq.sync.pipeline.export.layout import (  # the layout the job reads
     COLUMN_TYPES,

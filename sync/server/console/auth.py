@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeq.errors import EdgeqError
-from edgeq.store.connection import connect
+from edgeq.store.opening import connect
 
 __all__ = ["ConsoleCredential", "NoConsolePassword", "load_credential", "revoke_session", "set_password"]
 

@@ -19,7 +19,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeq.store.connection import connect
+from edgeq.store.opening import connect
 from edgeq.sync.server.admin.records import recent
 from edgeq.types import MessageState
 
