@@ -285,3 +285,9 @@ def test_key_ids_are_checked(bad: str) -> None:
     with pytest.raises(InvalidArgument, match="admin key id"):
         check_key_id(bad)
     assert check_key_id("ops-alice@home.1") == "ops-alice@home.1"
+
+
+def test_a_replys_rc_is_mixed_when_some_items_failed_and_success_when_none_did() -> None:
+    assert overall_rc([{"rc": "success"}, {"rc": "failed"}]) == "mixed"
+    assert overall_rc([{"rc": "failed"}, {"rc": "failed"}]) == "failed"
+    assert overall_rc([]) == "success"
