@@ -1,40 +1,4 @@
-"""edgeq for asyncio: :class:`AsyncQueueManager`, the queue manager's verbs as coroutines.
-
->>> import asyncio, tempfile, os
->>> from edgeq import Message
->>> from edgeq.aio import AsyncQueueManager
->>> async def main() -> bytes:
-...     async with AsyncQueueManager(os.path.join(tempfile.mkdtemp(), "d.db"), name="DEV1") as qm:
-...         await qm.define_queue("Q")
-...         await qm.put("Q", Message(b"hello"))
-...         message = await qm.get("Q", wait=5)
-...         return message.data
->>> asyncio.run(main())
-b'hello'
-
-Nothing here blocks the event loop:
-
-- **SQLite work runs in a thread pool** the object owns (``max_workers`` threads,
-  32 by default). Concurrent coroutines' puts, gets and confirms run in parallel
-  threads, so the store's group commit shares one flush among them.
-- **A waiting get holds no thread.** It tries an ordinary get in the pool; if that
-  finds nothing, the coroutine awaits a *doorbell* rung from the store's waker (one
-  thread per store, and only while some coroutine waits) whenever the store changes,
-  here or in another process, then tries again, until its ``wait`` passes.
-
-**Cancellation loses no message.** Every get locks its message(s) under a confirm id
-in the worker thread (an assured get); a coroutine cancelled before the result
-reaches it hands the message back (ready again where it was, no backout counted). A
-plain get (no ``confirm_id``) is confirmed only once the coroutine has the message
-in hand, in the background: the next call on this object waits for that confirm, so
-it sees the message gone. A crash between the two leaves the message locked, not
-lost: ``release_locks`` hands it back (see docs/aio.md). Other writes (put, confirm,
-...) complete in their thread when the awaiting coroutine is cancelled.
-
-One object belongs to one event loop. ``sync`` is the underlying
-:class:`~edgeq.manager.QueueManager` (to share with threads); :meth:`run` runs any
-of its verbs in the pool.
-"""
+"""edgeq for asyncio: :class:`AsyncQueueManager`, the queue manager's verbs as coroutines (docs/aio.md)."""
 
 from __future__ import annotations
 
@@ -86,8 +50,7 @@ def _fresh_confirm_id() -> int:
 
 def _verb(verb: Callable[Concatenate[QueueManager, P], R]) -> Callable[
         Concatenate[AsyncQueueManager, P], Coroutine[Any, Any, R]]:
-    """A :class:`QueueManager` verb as a coroutine method of :class:`AsyncQueueManager`:
-    the same signature, run in its pool (``_call``)."""
+    """A :class:`QueueManager` verb as a coroutine method, with its signature, run in the pool."""
 
     async def run(self: AsyncQueueManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await self._call(verb, *args, **kwargs)
@@ -99,18 +62,11 @@ def _verb(verb: Callable[Concatenate[QueueManager, P], R]) -> Callable[
 
 
 class AsyncQueueManager:
-    """A :class:`~edgeq.manager.QueueManager` for asyncio: the same verbs, as coroutines.
+    """A :class:`~edgeq.manager.QueueManager` for asyncio, on one event loop; SQLite work runs in a pool."""
 
-    ``path``, ``name`` and ``options`` are those of ``QueueManager`` (``durability``,
-    ``clock``, ``keys``, ...). The store is opened in a worker thread by the first
-    call (or ``async with``), so a bad path or name raises there. ``max_workers``
-    bounds the threads doing SQLite work; more concurrent calls queue for them.
-
-    See the module docstring for what never blocks the event loop and what a
-    cancellation does; docs/aio.md for the whole story.
-    """
-
-    def __init__(self, path: str | Path, name: str | None = None, *, max_workers: int = 32, **options: Any) -> None:
+    def __init__(
+        self, path: str | Path, name: str | None = None, *, max_workers: int = 32, **options: Any
+    ) -> None:
         check_positive(max_workers, "max_workers")
         self._open_args = (path, name, options)
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="edgeq-aio")
@@ -136,13 +92,11 @@ class AsyncQueueManager:
         return self._qm
 
     async def open(self) -> Self:
-        """Open the store now (in a worker thread), if no call has yet; return ``self``."""
         await self._ready()
         return self
 
     async def close(self) -> None:
-        """Wait for the calls in progress, close the queue manager and the pool. A get
-        waiting for a message raises :class:`QueueManagerClosed`. Safe to call twice."""
+        """Wait for the calls in progress, then close; waiting gets raise :class:`QueueManagerClosed`."""
         if self._closing:
             return
         self._closing = True
@@ -172,10 +126,7 @@ class AsyncQueueManager:
         return f"AsyncQueueManager({str(self._open_args[0])!r}, {state})"
 
     async def run(self, work: Callable[[QueueManager], T]) -> T:
-        """Run ``work(queue_manager)`` in the pool: any verb without a coroutine here.
-
-        >>> # report = await qm.run(lambda sync: sync.check())
-        """
+        """Run ``work(queue_manager)`` in the pool: any verb without a coroutine here."""
         return await self._call(work)
 
     # -- the pool ------------------------------------------------------------------------------
@@ -219,8 +170,7 @@ class AsyncQueueManager:
     async def _call(
         self, work: Callable[Concatenate[QueueManager, P], T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """``work(queue_manager, *args, **kwargs)`` in the pool, once the plain gets before it
-        are confirmed."""
+        """``work(queue_manager, ...)`` in the pool, once the plain gets before it are confirmed."""
         async with self._counted() as qm:
             await self._confirmed()
             return await asyncio.wrap_future(self._spawn(work, qm, *args, **kwargs))
@@ -235,8 +185,7 @@ class AsyncQueueManager:
     async def _take(
         self, queue: str, count: int, wait: Wait, confirm_id: int | None, filter: Filter | None
     ) -> list[Message]:
-        """Up to ``count`` messages, waiting up to ``wait``; locked under ``confirm_id``,
-        or (None) taken for good once in hand."""
+        """Up to ``count`` messages, waiting up to ``wait``; locked under ``confirm_id`` or taken in hand."""
         seconds = check_wait(wait)
         async with self._counted() as qm:
             await self._confirmed()
@@ -252,8 +201,7 @@ class AsyncQueueManager:
     async def _wait_for(
         self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None, seconds: float
     ) -> list[Message]:
-        """Attempts, one after each change of the store (or when a message waiting out its
-        redelivery delay is due), until one finds something or ``seconds`` pass."""
+        """An attempt after each change of the store (or a due redelivery) until one finds something."""
         loop = asyncio.get_running_loop()
         deadline = None if math.isinf(seconds) else loop.time() + seconds
         bell = self._doorbell(qm, loop)
@@ -264,7 +212,8 @@ class AsyncQueueManager:
                 got = await self._lock(qm, queue, count, hold, filter)
                 if got:
                     return got
-                later = await asyncio.wrap_future(self._spawn(qm._gets.due_in, queue))  # edgeq.consume.waiting
+                # when a message waiting out its redelivery delay is due (edgeq.consume.waiting)
+                later = await asyncio.wrap_future(self._spawn(qm._gets.due_in, queue))
                 due = None if later is None else loop.time() + later
                 wake = due if deadline is None else deadline if due is None else min(due, deadline)
                 if not await bell.after(seen, wake) and wake == deadline:
@@ -277,9 +226,10 @@ class AsyncQueueManager:
             self._bell = Doorbell(qm._waker, loop)  # the facade's waker: edgeq.consume.waiting
         return self._bell
 
-    async def _lock(self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None) -> list[Message]:
-        """One attempt, in the pool; if the coroutine is cancelled meanwhile, what the
-        attempt locked is handed back when it completes."""
+    async def _lock(
+        self, qm: QueueManager, queue: str, count: int, hold: int, filter: Filter | None
+    ) -> list[Message]:
+        """One attempt in the pool; if the coroutine is cancelled meanwhile, what it locked is handed back."""
         job = self._spawn(qm.get_many, queue, count, confirm_id=hold, filter=filter)
         try:
             return await asyncio.wrap_future(job)
@@ -288,19 +238,16 @@ class AsyncQueueManager:
             raise
 
     def _confirm_later(self, qm: QueueManager, queue: str, got: Sequence[Message]) -> None:
-        """A plain get's messages are in the coroutine's hands: confirm them (in the pool)."""
-        done = asyncio.wrap_future(self._spawn(_confirm, qm, queue, [m.uid for m in got if m.uid is not None]))
+        """A plain get's messages are in the coroutine's hands: confirm them in the pool."""
+        done = asyncio.wrap_future(
+            self._spawn(_confirm, qm, queue, [m.uid for m in got if m.uid is not None]))
         self._confirming.add(done)
         done.add_done_callback(self._confirming.discard)
 
     async def get(
         self, queue: str, *, wait: Wait = None, confirm_id: int | None = None, filter: Filter | None = None,
     ) -> Message | None:
-        """The next message (see ``QueueManager.get``), waiting up to ``wait`` seconds (or
-        a timedelta; ``math.inf``: until one comes) for one to arrive; None if none did.
-
-        Cancelling the awaiting task loses nothing: a message taken meanwhile is handed
-        back (ready again, no backout counted)."""
+        """The next message, waiting up to ``wait``; None if none came. Cancelling it loses nothing."""
         got = await self._take(queue, 1, wait, confirm_id, filter)
         return got[0] if got else None
 
@@ -308,22 +255,12 @@ class AsyncQueueManager:
         self, queue: str, count: int, *, wait: Wait = None, confirm_id: int | None = None,
         filter: Filter | None = None,
     ) -> list[Message]:
-        """Up to ``count`` messages in one transaction (see :meth:`get`); with ``wait``,
-        as soon as at least one is there."""
         return await self._take(queue, count, wait, confirm_id, filter)
 
     def consume(
         self, queue: str, *, wait: Wait = None, confirm: bool = True, filter: Filter | None = None
     ) -> AsyncConsumer:
-        """The messages of ``queue`` for ``async for``, as ``QueueManager.consume``: each
-        is got assured and confirmed when the next is asked for (the body finished);
-        ``wait`` (None: for ever) ends the loop when nothing came for that long.
-
-        Use it as ``async with qm.consume(q) as messages: async for m in messages:``: an
-        exception leaving the block undoes the message in hand (one more backout, so a
-        backout threshold applies) and ``break`` confirms it; a bare ``async for`` left
-        early undoes it.
-        """
+        """The messages of ``queue`` for ``async for``, as ``QueueManager.consume`` (docs/aio.md)."""
         check_name(queue, "queue name")
         seconds = check_wait(wait)
         if not isinstance(confirm, bool):
@@ -365,7 +302,9 @@ class AsyncQueueManager:
 class AsyncConsumer:
     """The messages of one queue for ``async for``: see :meth:`AsyncQueueManager.consume`."""
 
-    def __init__(self, owner: AsyncQueueManager, queue: str, wait: float, confirm: bool, filter: Filter | None) -> None:
+    def __init__(
+        self, owner: AsyncQueueManager, queue: str, wait: float, confirm: bool, filter: Filter | None
+    ) -> None:
         self._owner = owner
         self.queue = queue
         self._wait = wait
@@ -427,8 +366,7 @@ class AsyncConsumer:
 
 
 def _hand_back(qm: QueueManager, job: Future[list[Message]], queue: str, hold: int) -> None:
-    """The attempt ``job`` was for a coroutine cancelled meanwhile: once it completes,
-    make what it locked ready again, without counting a backout (never delivered)."""
+    """Once ``job`` completes, make what it locked for a cancelled coroutine ready again (no backout)."""
     if job.cancelled() or job.exception() is not None:
         return  # it never ran, or took nothing
     got = job.result()
@@ -459,8 +397,7 @@ def _confirm(qm: QueueManager, queue: str, uids: list[MessageUID]) -> None:
 
 
 def _settle(qm: QueueManager, queue: str, held: tuple[int, Message], done: bool) -> None:
-    """Confirm (``done``) or undo a consumer's message; if it expired or its lock was
-    released meanwhile, there is nothing left to settle."""
+    """Confirm (``done``) or undo a consumer's message, unless it expired or was released meanwhile."""
     confirm_id, message = held
     try:
         if done and message.uid is not None:
@@ -468,7 +405,8 @@ def _settle(qm: QueueManager, queue: str, held: tuple[int, Message], done: bool)
         else:
             qm.undo(queue, confirm_id)
     except MessageExpired:
-        log.warning("message %s of %s expired while it was processed; it has been discarded", message.uid, queue)
+        log.warning("message %s of %s expired while it was processed; it has been discarded",
+                    message.uid, queue)
     except MessageNotFound as exc:  # ConfirmIdNotFound too
         log.warning("message %s of %s could not be settled: %s", message.uid, queue, exc)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from edgeq import QueueManager
+from edgeq import QueueManager, args
 from edgeq.encoding.cbor import DecodeLimits
 from edgeq.errors import InvalidArgument, InvalidType
 from edgeq.store.connection import ConnectionFactory
@@ -84,3 +84,21 @@ def test_each_check_refuses_in_one_wording(
     with pytest.raises(error) as refused:
         call(qm, tmp_path)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(("check", "value", "expected"), [
+    (lambda v: args.check_confirm_id(v), 7, 7),
+    (lambda v: args.check_positive(v, "count"), 500, 500),
+    (lambda v: args.check_non_negative(v, "after_id"), 0, 0),
+    (lambda v: args.check_int(v, "clock_offset_ms"), -250, -250),
+    (lambda v: args.check_seconds(v, "interval_s"), 5, 5.0),
+    (lambda v: str(args.check_uid(v)), "DEV1.42", "DEV1.42"),
+    (lambda v: args.check_stamp(v, "below"), 5, 5),
+    (lambda v: args.check_limit(v, "max_store_bytes"), 64 * 1024 * 1024, 67108864),
+    (lambda v: args.check_limit(v, "max_store_bytes"), None, None),
+])
+def test_a_good_value_passes_as_its_type(
+    check: Callable[[object], object], value: object, expected: object
+) -> None:
+    got = check(value)
+    assert (got, type(got)) == (expected, type(expected))
