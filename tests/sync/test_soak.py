@@ -99,6 +99,7 @@ def test_soak_small(tmp_path: Path, device: str, signed: bool) -> None:
 @pytest.mark.slow
 def test_soak_10k_messages_50_faults(tmp_path: Path) -> None:
     """10,000 messages, 50 random faults (device and server kills at random points,
-    lost and duplicated requests), bounded to a few minutes on two cores."""
-    result = soak(tmp_path, messages=10_000, faults=50, batch_size=200, seed=_seed(1763683200), budget_s=220)
+    lost and duplicated requests). About 3 minutes on two quiet cores; the budget only
+    guards against a livelock (run beside other tests, as under xdist, it takes longer)."""
+    result = soak(tmp_path, messages=10_000, faults=50, batch_size=200, seed=_seed(1763683200), budget_s=600)
     assert result["server_starts"] >= 2  # the server was killed and restarted along the way
