@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from edgeq import ManualClock, QueueManager
 from edgeq.crypto import StoreKeys
@@ -14,8 +16,6 @@ from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
-#: Fixture scopes whose value a test shares with others (built once per xdist worker that needs it).
-_SHARED_SCOPES = ("module", "class", "package", "session")
 _LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error", "apscheduler")
 
 
@@ -32,25 +32,19 @@ def _logging_left_as_found() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``make test`` runs pytest-xdist with ``--dist loadgroup``: a test goes to whichever worker
-    is free, except that the pipeline's tests share one worker (one Spark JVM and one
-    ``home_journal`` for the run), and so do a module's tests that share a fixture of its own."""
-    for item in items:
-        group = xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+class _Scopes(LoadScopeScheduling):
+    """xdist's ``--dist loadscope`` (a module's tests on one worker: its fixtures built once), with
+    every pipeline test in one unit: one Spark JVM and one ``home_journal`` for the run."""
+
+    def _split_scope(self, nodeid: str) -> str:  # the hook xdist's own schedulers override
+        return "tests/pipeline" if nodeid.startswith("tests/pipeline/") else super()._split_scope(nodeid)
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    path = item.path.relative_to(Path(__file__).parent.parent).as_posix()
-    if path.startswith("tests/pipeline/"):
-        return "spark"
-    info = getattr(item, "_fixtureinfo", None)  # doctests have none
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    if any(d.scope in _SHARED_SCOPES and d.baseid.startswith(path) for ds in defs for d in ds):
-        return path
-    return None
+@pytest.hookimpl(tryfirst=True)  # before xdist's own
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """``make test``'s ``-n auto --dist loadscope``. (Not ``loadgroup`` with ``xdist_group`` marks:
+    on pytest 9.2 its groups are silently ignored, pytest-xdist issue #1386.)"""
+    return _Scopes(config, log) if config.getvalue("dist") == "loadscope" else None
 
 
 class Recorder(QueueRule):
