@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadScopeScheduling
 
 from edgeq import ManualClock, QueueManager
 from edgeq.crypto import StoreKeys
@@ -32,19 +31,15 @@ def _logging_left_as_found() -> Iterator[None]:
         logger.setLevel(level)
 
 
-class _Scopes(LoadScopeScheduling):
-    """xdist's ``--dist loadscope`` (a module's tests on one worker: its fixtures built once), with
-    every pipeline test in one unit: one Spark JVM and one ``home_journal`` for the run."""
-
-    def _split_scope(self, nodeid: str) -> str:  # the hook xdist's own schedulers override
-        return "tests/pipeline" if nodeid.startswith("tests/pipeline/") else super()._split_scope(nodeid)
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
-    """``make test``'s ``-n auto --dist loadscope``. (Not ``loadgroup`` with ``xdist_group`` marks:
-    on pytest 9.2 its groups are silently ignored, pytest-xdist issue #1386.)"""
-    return _Scopes(config, log) if config.getvalue("dist") == "loadscope" else None
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test``'s ``--dist loadscope``, the pipeline's tests as one unit (tests/xdist_scopes.py;
+    imported here, so that the scripts and helpers that import this module need no xdist)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from tests.xdist_scopes import PipelineAsOneScope
+
+    return PipelineAsOneScope(config, log)
 
 
 class Recorder(QueueRule):
