@@ -49,8 +49,11 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; }
 
+# One pytest worker a core (pytest-xdist); `make test TEST_WORKERS=0` runs the suite in one process.
+TEST_WORKERS ?= auto
+
 test: $(TEST_STAMP) browser lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The benchmarks run in their own environment: edgeq plus the peers it is
 # compared with (persist-queue, litequeue, paho-mqtt), so .venv stays the device install.

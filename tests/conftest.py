@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,17 @@ def _logging_left_as_found() -> Iterator[None]:
         logger = logging.getLogger(name)
         logger.handlers[:], logger.propagate, logger.disabled = handlers, propagate, disabled
         logger.setLevel(level)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test``'s ``--dist loadscope``, the pipeline's tests as one unit (tests/xdist_scopes.py;
+    imported here, so that the scripts and helpers that import this module need no xdist)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from tests.xdist_scopes import PipelineAsOneScope
+
+    return PipelineAsOneScope(config, log)
 
 
 class Recorder(QueueRule):
