@@ -14,7 +14,8 @@ from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z, in epoch ms
-_LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error", "apscheduler")
+_LOGGERS = ("edgeq", "edgeq.sync", "edgeq.sync.agent", "edgeq.sync.server", "uvicorn", "uvicorn.error",
+            "apscheduler")
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,8 @@ class Recorder(QueueRule):
     def calls(self) -> list[tuple[str, object, object]]:
         """(kind, message or queue, where or reason) of every event, in order."""
         return [
-            (e.kind, e.message if e.message is not None else e.queue, e.where or e.reason) for e in self.events
+            (e.kind, e.message if e.message is not None else e.queue, e.where or e.reason)
+            for e in self.events
         ]
 
     def expired(self) -> list[tuple[bytes, object]]:

@@ -53,7 +53,8 @@ def _bare_import(python: Path, env: dict[str, str], archive: Path) -> subprocess
             "import edgeq.sync.pipeline.job.runner, edgeq.sync.pipeline.report.summary\n"
             "print(sorted(m for m in sys.modules if m.startswith('edgeq')))\n"
             "print([m for m in ('cbor2', 'pyarrow', 'cryptography') if importlib.util.find_spec(m)])\n")
-    return subprocess.run([str(python), "-c", code], env={**env, "PYTHONPATH": f"{archive}:{env['PYTHONPATH']}"},
+    return subprocess.run([str(python), "-c", code],
+                          env={**env, "PYTHONPATH": f"{archive}:{env['PYTHONPATH']}"},
                           capture_output=True, text=True, timeout=120, cwd=archive.parent)
 
 
@@ -76,8 +77,9 @@ def test_the_bundle_loads_with_nothing_but_pyspark(bare: tuple[Path, dict[str, s
                 zf.write(path, f"{package}/{path.relative_to(root / folder)}")
     failed = _bare_import(python, env, whole)
     assert failed.returncode != 0
-    assert re.search(r"ModuleNotFoundError: No module named '(cbor2|cryptography|click|sqlite_utils|apscheduler)'",
-                     failed.stderr), failed.stderr
+    assert re.search(
+        r"ModuleNotFoundError: No module named '(cbor2|cryptography|click|sqlite_utils|apscheduler)'",
+        failed.stderr), failed.stderr
 
 
 class Cluster:
@@ -168,4 +170,5 @@ def test_spark_submit_on_a_standalone_cluster_writes_what_a_local_run_writes(
     for name in REPORTS:
         assert _table(tmp_path / "cluster", name) == _table(tmp_path / "local", name), name
     meta = json.loads((tmp_path / "cluster" / "_edgeq_reports.json").read_text())
-    assert meta["totals"] == json.loads(json.dumps(local.totals)) and meta["journal_rows"] == local.journal_rows
+    assert (meta["totals"] == json.loads(json.dumps(local.totals))
+            and meta["journal_rows"] == local.journal_rows)
