@@ -211,7 +211,7 @@ def format_sync_status(state: SyncStatus) -> str:
     agent: not running (no daemon has run on this store)
     ORDERS: HOME has no queue ORDERS: ...
     DLQ: 1 message(s) could not be delivered: see edgeq dlq browse, then edgeq dlq resend once the cause is fixed
-    """
+    """  # noqa: E501
     from edgeq.cli.format import approx_duration
     from edgeq.cli.views import format_table
 
