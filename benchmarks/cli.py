@@ -65,15 +65,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="backlog sizes, e.g. 1k,40k,100k,1M (the largest also sizes depth and memory)")
     p.add_argument("--libs", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
                    help=f"libraries to measure (default all): {', '.join(ALL_LIBS)}")
-    p.add_argument("--ops", type=int, help="operations per timed loop (puts, get+confirms; thread cases: in all)")
+    p.add_argument("--ops", type=int,
+                   help="operations per timed loop (puts, get+confirms; thread cases: in all)")
     p.add_argument("--threads", type=parse_sizes,
                    help="thread counts of the thread-scaling cases, e.g. 1,8 (default 1,2,4,8,16; smoke 1,4)")
     p.add_argument("--expiry", type=parse_sizes, help="expired messages to discard, e.g. 1M")
     p.add_argument("--budget", type=float, help="seconds a timed loop may run before stopping early")
     p.add_argument("--rounds", type=int, help="rounds per case, median reported (default 3; smoke 1)")
     p.add_argument("--sync-messages", type=parse_sizes,
-                   help="messages the sync case pushes (edgeq) and publishes (MQTT), e.g. 20k (default 20k; smoke 500)")
-    p.add_argument("--fleet-workers", type=parse_sizes, help="fleet case: edgeq serve --workers values, e.g. 1,2")
+                   help="messages the sync case pushes (edgeq) and publishes (MQTT), e.g. 20k (default 20k; "
+                        "smoke 500)")
+    p.add_argument("--fleet-workers", type=parse_sizes,
+                   help="fleet case: edgeq serve --workers values, e.g. 1,2")
     p.add_argument("--no-install", action="store_true",
                    help="never apt-get install mosquitto (the sync case's MQTT baseline) when it is missing")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report (default %(default)s)")

@@ -53,11 +53,13 @@ def make_pki(where: Path) -> Pki:
         now = dt.datetime.now(dt.UTC)
         builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+                   .not_valid_before(now - dt.timedelta(minutes=5))
+                   .not_valid_after(now + dt.timedelta(days=1))
                    .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True))
         if not ca:
             builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
         return builder.sign(issuer_key, hashes.SHA256())
 
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -152,7 +154,9 @@ class HomeServer:
     def __enter__(self) -> HomeServer:
         return self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if kind is None:
             self.stop()
         else:  # already failing: stop, without hiding the first error

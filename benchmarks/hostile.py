@@ -181,7 +181,9 @@ def _probed(kind: str, url: str, count: int, during: Callable[[], Any]) -> tuple
     return latencies, result
 
 
-def _under(pid: int, kind: str, url: str, attack: Callable[[], list[int]], console: int = 0) -> dict[str, Any]:
+def _under(
+    pid: int, kind: str, url: str, attack: Callable[[], list[int]], console: int = 0
+) -> dict[str, Any]:
     """Probe latencies idle, then while ``attack`` runs (the prober in its own process, both
     times); the server's CPU and memory (and the ``console`` process's, if one)."""
     idle, _ = _probed(kind, url, PROBES_IDLE, lambda: None)
@@ -194,7 +196,8 @@ def _under(pid: int, kind: str, url: str, attack: Callable[[], list[int]], conso
     for prefix, proc in (("server_", pid), ("console_", console)):
         if proc:
             rss, cpu = before[proc]
-            out |= {prefix + "cpu_s": round(_cpu_s(proc) - cpu, 2), prefix + "rss_before_mib": round(rss / 1024, 1),
+            out |= {prefix + "cpu_s": round(_cpu_s(proc) - cpu, 2),
+                    prefix + "rss_before_mib": round(rss / 1024, 1),
                     prefix + "peak_over_before_mib": round((_kib(proc, "VmHWM") - rss) / 1024, 1)}
     return out
 
@@ -254,7 +257,8 @@ def flood(where: Path, rounds: int = 1) -> dict[str, Any]:
             def client(n: int) -> list[int]:
                 transport = httpx.HTTPTransport(local_address=f"127.0.{1 + n // 200}.{1 + n % 200}")
                 with httpx.Client(timeout=120, transport=transport) as http:
-                    return [http.post(console_url + "/console/login", data={"password": f"guess-{n}-{i}"}).status_code
+                    return [http.post(console_url + "/console/login",
+                                      data={"password": f"guess-{n}-{i}"}).status_code
                             for i in range(LOGINS // LOGIN_CLIENTS)]
             with ThreadPoolExecutor(LOGIN_CLIENTS, initializer=_attacker) as pool:
                 return [s for r in range(rounds) for got in pool.map(client, range(r * LOGIN_CLIENTS,

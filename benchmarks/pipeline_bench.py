@@ -67,7 +67,8 @@ class _Chunk:
             size: int | None, created: int | None, arrived: int | None, confirmed: int | None,
             offset: int | None, device: str | None) -> None:
         index = len(self.cols["id"])
-        values = (self.next_id, kind, side, at, queue, uid, origin, cp, size, created, arrived, confirmed, offset, device)
+        values = (self.next_id, kind, side, at, queue, uid, origin, cp, size, created, arrived, confirmed,
+                  offset, device)
         for name, value in zip(JOURNAL_COLUMNS, values, strict=True):
             self.cols[name].append(value)
         self.by_day.setdefault(at // 86_400_000, []).append(index)
@@ -107,19 +108,19 @@ def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: i
             size = rng.randint(20, 2_000)
             roll = rng.random()
             if roll < 0.03:  # expired on the device before it was sent
-                add("expired", "device", created_server + 60_000, queue, uid, names[d], rng.choice(CHECK_POINTS),
-                    size, created, None, None, offsets[d], names[d])
+                add("expired", "device", created_server + 60_000, queue, uid, names[d],
+                    rng.choice(CHECK_POINTS), size, created, None, None, offsets[d], names[d])
                 continue
             arrived = created_server + int(rng.lognormvariate(5, 1.5))
             if roll < 0.035:  # stage one reached the server, then both sides expired it
-                add("expired", "server", arrived + 30_000, queue, uid, names[d], "sweep", size, created, arrived,
-                    None, None, None)
+                add("expired", "server", arrived + 30_000, queue, uid, names[d], "sweep", size, created,
+                    arrived, None, None, None)
                 add("expired", "device", arrived + 31_000, queue, uid, names[d], "sweep", size, created, None,
                     None, offsets[d], names[d])
                 continue
             confirmed = arrived + rng.randint(1, 400)
-            add("accepted", "server", confirmed, queue, uid, names[d], None, size, created, arrived, confirmed,
-                offsets[d], names[d])
+            add("accepted", "server", confirmed, queue, uid, names[d], None, size, created, arrived,
+                confirmed, offsets[d], names[d])
             if roll < 0.80:
                 add("delivered", "server", confirmed + int(rng.expovariate(1 / 20_000)), queue, uid, names[d],
                     None, size, created, arrived, None, None, None)
@@ -132,7 +133,8 @@ def generate(out: Path, rows: int, *, devices: int = 200, seed: int = 1, days: i
         for day, indexes in chunk.by_day.items():
             folder = out / f"date={time.strftime('%Y-%m-%d', time.gmtime(day * 86_400))}"
             folder.mkdir(parents=True, exist_ok=True)
-            table = pa.Table.from_pydict({c: [cols[c][i] for i in indexes] for c in JOURNAL_COLUMNS}, schema=schema)
+            table = pa.Table.from_pydict({c: [cols[c][i] for i in indexes] for c in JOURNAL_COLUMNS},
+                                         schema=schema)
             pq.write_table(table, folder / part_name(first_id, last_id), compression="zstd")
         written += len(cols["id"])
     (out / MANIFEST).write_text(json.dumps({"format": 1, "server": "BENCH", "watermark": next_id - 1,
@@ -218,7 +220,9 @@ def _paths(root: Path, size: int, grow: float) -> tuple[int, Path, Path, Path]:
     return extra, root / f"journal-{size}-{extra}", root / f"held-{size}-{extra}", root / f"reports-{size}"
 
 
-def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any, phase: str = "full") -> dict[str, Any]:
+def run_size(
+    spark: Any, root: Path, size: int, *, grow: float, say: Any, phase: str = "full"
+) -> dict[str, Any]:
     """Generate (once) a journal of ``size`` rows plus ``grow`` of it as a last batch, then
     time one ``phase``: ``full``, a full run over the first ``size`` rows (the last batch held
     back); ``incremental``, a run over the whole journal into the same output, which reads
@@ -231,7 +235,8 @@ def run_size(spark: Any, root: Path, size: int, *, grow: float, say: Any, phase:
         inc = run_pipeline(spark, journal, out, progress=say)
         if inc.audit_scope["mode"] != "incremental":
             raise SystemExit(f"the run after the full one was not incremental: {inc.audit_scope['reason']}")
-        return {"grown_rows": int(inc.audit_scope["new_rows"]), "incremental_seconds": round(inc.total_seconds, 1),
+        return {"grown_rows": int(inc.audit_scope["new_rows"]),
+                "incremental_seconds": round(inc.total_seconds, 1),
                 "incremental_steps": {k: round(v, 1) for k, v in inc.seconds.items()},
                 "incremental_load": round(load, 2)}
     if not journal.exists():
@@ -260,12 +265,14 @@ def _one_size(args: argparse.Namespace, size: int, say: Any) -> dict[str, Any]:
     conf = {"spark.driver.memory": args.driver_memory} if args.master.startswith("local") else {}
     conf["spark.ui.showConsoleProgress"] = "false"
     rows = {"auto": size, "quick": 0, "default": None}[args.jvm]  # what jvm_conf is told
-    if args.jvm == "auto" and args.phase == "incremental":  # the rows it reads, as edgeq pipeline run counts them
+    # the rows it reads, as edgeq pipeline run counts them
+    if args.jvm == "auto" and args.phase == "incremental":
         from edgeq.sync.pipeline.job.runner import check_journal, rows_to_read
 
         _, journal, _, out = _paths(args.dir, size, args.grow)
         rows = rows_to_read([check_journal(str(journal))], str(out))
-    events = Path(tempfile.mkdtemp(prefix="edgeq-bench-events-")) if args.tasks and args.phase != "floor" else None
+    events = (Path(tempfile.mkdtemp(prefix="edgeq-bench-events-"))
+              if args.tasks and args.phase != "floor" else None)
     try:
         return _timed(args, size, say, conf, rows, events, t0)
     finally:
@@ -344,32 +351,39 @@ def _measure(args: argparse.Namespace, root: Path, size: int) -> dict[str, Any] 
         inc["incremental_jvm"] = inc.pop("jvm", None)  # chosen by the rows it reads: maybe not the full run's
         row |= inc | {"incremental_ratio": round(inc["incremental_seconds"] / row["seconds"], 3)}
         print(f"{row['grown_rows']:>12,} new   {row['incremental_seconds']:8.1f} s  "
-              f"{row['incremental_ratio']:>12.1%} of the full run  (incremental, load {row['incremental_load']:.2f})"
+              f"{row['incremental_ratio']:>12.1%} of the full run  (incremental, load "
+              f"{row['incremental_load']:.2f})"
               + _tasks(row, "incremental_"), flush=True)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.pipeline_bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default="1M,10M", help="comma-separated sizes, e.g. 5k,1M,10M (default 1M,10M)")
+    parser.add_argument("--rows", default="1M,10M",
+                        help="comma-separated sizes, e.g. 5k,1M,10M (default 1M,10M)")
     parser.add_argument("--grow", type=float, default=0.01,
-                        help="then an incremental run over a journal grown by this fraction (default 0.01; 0: none)")
+                        help="then an incremental run over a journal grown by this fraction (default 0.01; "
+                             "0: none)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    parser.add_argument("--dir", type=Path, default=None, help="where to generate (default: a temporary directory)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where to generate (default: a temporary directory)")
     parser.add_argument("--generate-only", action="store_true", help="only write the synthetic journal")
-    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory for local masters (default 4g)")
+    parser.add_argument("--driver-memory", default="4g",
+                        help="spark.driver.memory for local masters (default 4g)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines, only the results")
     parser.add_argument("--jvm", choices=("auto", "quick", "default"), default="auto",
-                        help="the JVM's compiler: as edgeq pipeline run chooses it by the journal's size (auto), "
-                             "or C1 only (quick), or the JVM's default, whatever the size")
-    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # one size, in a child process
+                        help="the JVM's compiler: as edgeq pipeline run chooses it by the journal's size "
+                             "(auto), or C1 only (quick), or the JVM's default, whatever the size")
+    # one size, in a child process
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--floor", action="store_true",
-                        help="also time Spark's own cost in a fresh JVM: start-up, then 12 small distinct queries "
-                             "over the first size's journal (what bounds a run over a small journal)")
+                        help="also time Spark's own cost in a fresh JVM: start-up, then 12 small distinct "
+                             "queries over the first size's journal (what bounds a run over a small journal)")
     parser.add_argument("--tasks", action="store_true",
-                        help="also sum the executors' task time of each run (Spark's event log): divided by the "
-                             "cores, the least wall time the run's work could take")
-    parser.add_argument("--phase", choices=("full", "incremental", "floor"), default="full", help=argparse.SUPPRESS)
+                        help="also sum the executors' task time of each run (Spark's event log): divided by "
+                             "the cores, the least wall time the run's work could take")
+    parser.add_argument("--phase", choices=("full", "incremental", "floor"), default="full",
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     def say(text: str) -> None:
@@ -398,10 +412,11 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 results.append({"spark_floor": floor})
                 rest = sorted(floor["seconds"][1:])
-                print(f"Spark alone (a fresh JVM, {floor['jvm']}): started in {floor['spark_start_s']:.1f} s; "
-                      f"a first small query over the {size:,}-row journal {floor['seconds'][0]:.1f} s, "
-                      f"{len(rest)} more distinct ones {rest[len(rest) // 2]:.2f} s each (median), "
-                      f"{sum(floor['seconds']):.1f} s in all", flush=True)
+                print(
+                    f"Spark alone (a fresh JVM, {floor['jvm']}): started in {floor['spark_start_s']:.1f} s; "
+                    f"a first small query over the {size:,}-row journal {floor['seconds'][0]:.1f} s, "
+                    f"{len(rest)} more distinct ones {rest[len(rest) // 2]:.2f} s each (median), "
+                    f"{sum(floor['seconds']):.1f} s in all", flush=True)
     finally:
         if args.dir is None and not args.generate_only:
             shutil.rmtree(root, ignore_errors=True)

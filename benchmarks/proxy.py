@@ -40,7 +40,9 @@ class Traffic:
         return self.up + self.down
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, traffic: Traffic, up: bool) -> None:
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, traffic: Traffic, up: bool
+) -> None:
     try:
         while chunk := await reader.read(_CHUNK):
             if up:
@@ -68,7 +70,8 @@ async def _serve(target_port: int) -> None:
         except OSError:
             client_w.close()
             return
-        await asyncio.gather(_pump(client_r, server_w, traffic, True), _pump(server_r, client_w, traffic, False))
+        await asyncio.gather(_pump(client_r, server_w, traffic, True),
+                             _pump(server_r, client_w, traffic, False))
         server_w.close()
         client_w.close()
 
@@ -138,5 +141,7 @@ class CountingProxy:
     def __enter__(self) -> CountingProxy:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

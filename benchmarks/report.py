@@ -42,7 +42,8 @@ def _threads(m: dict[str, float]) -> str:
 def _coroutines(m: dict[str, float]) -> str:
     """An asyncio row: its ratio to the 1-coroutine rate first, then the pool and the flushes."""
     text = f"**{m['vs_1_coroutine']:.2f}x the 1-coroutine rate**; " if "vs_1_coroutine" in m else ""
-    text += _lat(m) + f"; {m.get('workers', 0):.0f} worker thread(s); fsync p50 {m.get('fsync_p50_us', 0):,.0f} µs"
+    text += _lat(m) + (f"; {m.get('workers', 0):.0f} worker thread(s); "
+                       f"fsync p50 {m.get('fsync_p50_us', 0):,.0f} µs")
     if m.get("flushes"):
         text += f"; {m.get('commits_per_flush', 0):.1f} durable commits per WAL flush"
     return text
@@ -59,8 +60,9 @@ def _rule_cost(m: dict[str, float]) -> str:
 
 def _wakeup(m: dict[str, float]) -> str:
     """A wake-up row: put returned → get returned, median first (the headline)."""
-    text = (f"p50 {m.get('p50_ms', 0):.2f} ms, p90 {m.get('p90_ms', 0):.2f} ms, p99 {m.get('p99_ms', 0):.2f} ms, "
-            f"max {m.get('max_ms', 0):.2f} ms, n={m.get('wakeups', 0):.0f}")
+    text = (
+        f"p50 {m.get('p50_ms', 0):.2f} ms, p90 {m.get('p90_ms', 0):.2f} ms, p99 {m.get('p99_ms', 0):.2f} ms, "
+        f"max {m.get('max_ms', 0):.2f} ms, n={m.get('wakeups', 0):.0f}")
     return text + (f"; **{m['timeouts']:.0f} never woken**" if m.get("timeouts") else "")
 
 
@@ -68,11 +70,12 @@ def _sync(m: dict[str, float]) -> str:
     """The sync row's detail: exactly-once counts, then how each side was driven."""
     once = f"**{m.get('duplicates', 0):.0f} dup, {m.get('losses', 0):.0f} lost**"
     if "delivered_msgs_per_s" in m:  # MQTT
-        return (f"{once} at the subscriber; first publish → last PUBCOMP, {m.get('inflight', 0):.0f} in flight; "
-                f"to last delivery {m.get('delivered_msgs_per_s', 0):,.0f} msg/s; "
-                + ("broker snapshot (fsync) after every change, taken after the ack"
-                   if m.get("autosave_every_change") else
-                   "broker snapshot every 30 min: acked messages are in memory only until then"))
+        return (
+            f"{once} at the subscriber; first publish → last PUBCOMP, {m.get('inflight', 0):.0f} in flight; "
+            f"to last delivery {m.get('delivered_msgs_per_s', 0):,.0f} msg/s; "
+            + ("broker snapshot (fsync) after every change, taken after the ack"
+               if m.get("autosave_every_change") else
+               "broker snapshot every 30 min: acked messages are in memory only until then"))
     return (f"{once} on the server, {m.get('device_left', 0):.0f} left on the device; push_once, "
             f"{m.get('batches', 0):.0f} batches of {m.get('batch_size', 0):.0f}; server --durability full")
 
@@ -90,15 +93,17 @@ def _wire(m: dict[str, float]) -> str:
     if "vs_mqtt" in m:
         text += f"; **{m['vs_mqtt']:.2f}x MQTT QoS 2's bytes**"
     if m.get("requests"):
-        text += (f"; {m['requests']:.0f} requests, {(m['bytes_up'] + m['bytes_down']) / m['requests']:,.0f} B each"
-                 f"; readings of {m.get('payload_bytes', 0):.0f} B")
+        text += (
+            f"; {m['requests']:.0f} requests, {(m['bytes_up'] + m['bytes_down']) / m['requests']:,.0f} B each"
+            f"; readings of {m.get('payload_bytes', 0):.0f} B")
     return text
 
 
 def _fleet(m: dict[str, float]) -> str:
     """A fleet row: request latency, errors, exactly once by uid, CPU."""
     return (f"per request ({m.get('batch_size', 0):.0f} msgs) p50 {m.get('p50_ms', 0):,.1f} ms, "
-            f"p99 {m.get('p99_ms', 0):,.1f} ms, n={m.get('requests', 0):,.0f}; {m.get('errors', 0):.0f} errors; "
+            f"p99 {m.get('p99_ms', 0):,.1f} ms, n={m.get('requests', 0):,.0f}; "
+            f"{m.get('errors', 0):.0f} errors; "
             f"**{m.get('lost', 0):.0f} lost, {m.get('duplicated', 0):.0f} duplicated** (by uid); CPU: server "
             f"{m.get('server_cpu_s', 0):.1f} s, devices {m.get('client_cpu_s', 0):.1f} s")
 
@@ -124,7 +129,8 @@ HEADLINES: dict[str, Headline] = {
     "expiry": Headline("seconds", "s", False, lambda m: f"{m.get('discarded', 0):,.0f} discarded"),
     "check": Headline("msgs_per_s", "msg/s", True, lambda m: (
         f"{m.get('seconds', 0):.2f} s"
-        + (f"; PRAGMA integrity_check alone {m['sqlite_check_s']:.2f} s; `edgeq check` command {m['cli_s']:.2f} s"
+        + (f"; PRAGMA integrity_check alone {m['sqlite_check_s']:.2f} s; `edgeq check` command "
+           f"{m['cli_s']:.2f} s"
            if "cli_s" in m else ""))),
     "memory": Headline("peak_rss_mb", "MB", False,
                        lambda m: f"{m.get('baseline_rss_mb', 0):.1f} MB before opening the queue"),
@@ -220,7 +226,8 @@ def _durability_table(results: list[Result]) -> list[str]:
     for r in results:
         pragmas = r.info.get("pragmas")
         if pragmas and r.lib not in seen:
-            seen[r.lib] = (r.info.get("version", ""), pragmas.get("journal_mode", ""), pragmas.get("synchronous", ""))
+            seen[r.lib] = (r.info.get("version", ""), pragmas.get("journal_mode", ""),
+                           pragmas.get("synchronous", ""))
     lines = [_row(["library", "version", "journal_mode", "synchronous"]), _row(["---", "---", "---", "---"])]
     for lib, (version, journal, sync) in seen.items():
         lines.append(_row([lib_label(lib, ""), version, journal, sync]))

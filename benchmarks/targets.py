@@ -54,20 +54,25 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     tb = s.target_backlog
     e = _metric(results, "get_confirm", "edgeq", "ops_per_s", tb)
     p = _metric(results, "get_confirm", "pq-ack", "ops_per_s", tb)
-    out.append(_ratio(f"get+confirm @ {human(tb)} vs persist-queue", "≥ 20x SQLiteAckQueue get+ack", e, p, 20, "ops/s"))
+    out.append(_ratio(f"get+confirm @ {human(tb)} vs persist-queue", "≥ 20x SQLiteAckQueue get+ack", e, p, 20,
+                      "ops/s"))
     lo = _metric(results, "get_confirm", "edgeq", "ops_per_s", s.small)
     hi = _metric(results, "get_confirm", "edgeq", "ops_per_s", s.large)
     out.append(_judge(
-        f"get+confirm flat {human(s.small)} → {human(s.large)}", f"{human(s.large)} within 20% of {human(s.small)}",
-        None if not lo or hi is None or s.small == s.large else hi >= 0.8 * lo,
+        f"get+confirm flat {human(s.small)} → {human(s.large)}",
+        f"{human(s.large)} within 20% of {human(s.small)}", None
+        if not lo or hi is None or s.small == s.large else hi >= 0.8 * lo,
         f"{hi / lo:.2f}x ({hi:,.0f} vs {lo:,.0f} ops/s)" if lo and hi else "",
     ))
     e = _metric(results, "put_single", "edgeq", "ops_per_s")
-    pqs = [v for v in (_metric(results, "put_single", lib, "ops_per_s") for lib in ("pq-ack", "pq-queue")) if v]
+    pqs = [v for v in (_metric(results, "put_single", lib, "ops_per_s") for lib in ("pq-ack", "pq-queue"))
+           if v]
     pq = max(pqs) if pqs else None
-    out.append(_ratio("single durable put vs persist-queue", "≥ 1.5x the faster persist-queue class", e, pq, 1.5, "msg/s"))
+    out.append(_ratio("single durable put vs persist-queue", "≥ 1.5x the faster persist-queue class", e, pq,
+                      1.5, "msg/s"))
     raw = _metric(results, "put_single", "raw-sqlite", "ops_per_s")
-    out.append(_ratio("single durable put vs raw sqlite3", "within 2x of 1 row/txn (≥ 0.5x)", e, raw, 0.5, "msg/s"))
+    out.append(_ratio("single durable put vs raw sqlite3", "within 2x of 1 row/txn (≥ 0.5x)", e, raw, 0.5,
+                      "msg/s"))
     e = _metric(results, "put_batch", "edgeq", "msgs_per_s")
     raw = _metric(results, "put_batch", "raw-sqlite", "msgs_per_s")
     out.append(_ratio("batch put vs raw sqlite3", "≥ 0.5x one transaction", e, raw, 0.5, "msg/s"))
@@ -132,8 +137,9 @@ def _fleet_targets(results: list[Result], s: Settings) -> list[Target]:
     last = rates.get(top)
     lost = [_metric(results, "fleet", "edgeq", key, top) for key in ("lost", "duplicated")]
     out.append(_judge(
-        f"{top} devices at once vs the best fleet size", "≥ 80% of the best msg/s at any size; 0 lost, 0 duplicated",
-        None if best is None or last is None or None in lost else last >= 0.8 * best and not any(lost),
+        f"{top} devices at once vs the best fleet size",
+        "≥ 80% of the best msg/s at any size; 0 lost, 0 duplicated", None
+        if best is None or last is None or None in lost else last >= 0.8 * best and not any(lost),
         f"{last / best:.0%} ({last:,.0f} vs best {best:,.0f} msg/s)" if best and last else "",
     ))
     return out
@@ -193,8 +199,8 @@ def _aio_target(results: list[Result]) -> Target:
     """asyncio: 100 coroutines each putting at least 4x the single-coroutine rate."""
     one = _metric(results, "aio_puts", "edgeq", "ops_per_s", 1)
     hundred = _metric(results, "aio_puts", "edgeq", "ops_per_s", 100)
-    return _ratio("asyncio puts, 100 coroutines vs 1 (edgeq)", "≥ 4x the single-coroutine rate", hundred, one, 4,
-                  "msg/s")
+    return _ratio("asyncio puts, 100 coroutines vs 1 (edgeq)", "≥ 4x the single-coroutine rate",
+                  hundred, one, 4, "msg/s")
 
 
 def _sync_targets(results: list[Result], s: Settings) -> list[Target]:
@@ -209,7 +215,9 @@ def _sync_targets(results: list[Result], s: Settings) -> list[Target]:
             "sync throughput (edgeq, exactly once)",
             f"≥ 10,000 msg/s over loopback, batches of {s.sync_batch}, server at full durability",
             None if e is None else e >= 10_000 and bool(once),
-            f"{e:,.0f} msg/s, {dup:.0f} duplicates, {lost:.0f} lost" if e is not None and once is not None else "",
+            f"{e:,.0f} msg/s, {dup:.0f} duplicates, {lost:.0f} lost"
+            if e is not None and once is not None else "",
         ),
-        _ratio("sync vs MQTT QoS 2 (mosquitto)", "≥ 2x paho-mqtt QoS 2 → mosquitto (to last PUBCOMP)", e, m, 2, "msg/s"),
+        _ratio("sync vs MQTT QoS 2 (mosquitto)", "≥ 2x paho-mqtt QoS 2 → mosquitto (to last PUBCOMP)", e, m,
+               2, "msg/s"),
     ]

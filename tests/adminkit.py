@@ -21,7 +21,8 @@ def signed(
     """A request for ``qm`` (made now by its clock), signed with ``key`` (None: unsigned)."""
     request = AdminRequest.create(
         action, target, params, device=device or qm.name, reply_qmgr="HOME", key_id=key_id,
-        created_ms=qm.now_ms() if created_ms is None else created_ms, expires_ms=expires_ms, reply_queue=reply_queue,
+        created_ms=qm.now_ms() if created_ms is None else created_ms, expires_ms=expires_ms,
+        reply_queue=reply_queue,
     )
     return request if key is None else request.sign(key)
 

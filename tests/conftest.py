@@ -58,7 +58,8 @@ class Recorder(QueueRule):
     def calls(self) -> list[tuple[str, object, object]]:
         """(kind, message or queue, where or reason) of every event, in order."""
         return [
-            (e.kind, e.message if e.message is not None else e.queue, e.where or e.reason) for e in self.events
+            (e.kind, e.message if e.message is not None else e.queue, e.where or e.reason)
+            for e in self.events
         ]
 
     def expired(self) -> list[tuple[bytes, object]]:

@@ -61,7 +61,8 @@ async def waiting(qm: AsyncQueueManager) -> None:
 
 def test_the_verbs_round_trip(db_path: Path) -> None:
     async def body(qm: AsyncQueueManager) -> None:
-        await qm.define_queue("Q", ordering="fifo", max_depth=100, redelivery_delay_ms=0)  # undone: back at once
+        # undone: back at once
+        await qm.define_queue("Q", ordering="fifo", max_depth=100, redelivery_delay_ms=0)
         assert await qm.queue_names() == ["Q"]
         uid = await qm.put("Q", Message(b"a", fields={"k": "v"}))
         await qm.put_many("Q", [Message(b"b"), Message(b"c")])

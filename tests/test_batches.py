@@ -73,8 +73,10 @@ def test_a_pull_costs_the_same_queries_for_10_or_500_messages(home: QueueManager
         got: list[Message] = []
         take = selects(home, lambda: got.extend(home.get_many("DEV1.INBOX", n, confirm_id=9)))
         store = selects(device, lambda: device.confirm_put_each(
-            "INBOX", [r.uid for r in device.put_each("INBOX", [m.replace(resend=True) for m in got], confirm_id=3)]))
-        done = selects(home, lambda: home.confirm_get_each("DEV1.INBOX", [m.uid for m in got if m.uid is not None]))
+            "INBOX",
+            [r.uid for r in device.put_each("INBOX", [m.replace(resend=True) for m in got], confirm_id=3)]))
+        done = selects(home,
+                       lambda: home.confirm_get_each("DEV1.INBOX", [m.uid for m in got if m.uid is not None]))
         return take, store, done
 
     pull(3)

@@ -216,7 +216,8 @@ def test_thread_cases_cover_every_thread_count_with_its_ratio(report: dict[str, 
             assert m["durable_commits"] >= m["flushes"] > 0  # group commit: never more flushes than commits
             assert m.get("duplicates", 0) == 0
     names = [t["name"] for t in report["targets"]]
-    assert "durable single puts, 8 threads vs 1 (edgeq)" in names and "get+confirm, 8 threads vs 1 (edgeq)" in names
+    assert ("durable single puts, 8 threads vs 1 (edgeq)" in names
+            and "get+confirm, 8 threads vs 1 (edgeq)" in names)
 
 
 def test_aio_case_puts_from_1_and_100_coroutines(report: dict[str, Any]) -> None:
@@ -248,7 +249,8 @@ def test_signed_tls_sync_is_measured_beside_plain(report: dict[str, Any]) -> Non
     for lib, signed, tls in (("edgeq", False, False), ("edgeq-signed-tls", True, True)):
         (row,) = _ok(report, "sync_secure", lib)
         assert (row["info"]["signed"], row["info"]["tls"]) == (signed, tls)
-        assert row["info"]["server"].count("--auth") == signed and ("--tls-cert" in row["info"]["server"]) == tls
+        assert (row["info"]["server"].count("--auth") == signed
+                and ("--tls-cert" in row["info"]["server"]) == tls)
         m = row["metrics"]
         assert m["messages"] == m["server_depth"] == n and m["duplicates"] == m["losses"] == 0
     (target,) = [t for t in report["targets"] if t["name"].startswith("signed + TLS sync")]
@@ -272,7 +274,8 @@ def test_wire_bytes_count_both_directions_for_every_codec_and_batch(report: dict
     (mqtt,) = [r for r in report["results"] if r["case"] == "wire_bytes" and r["lib"] == "mqtt"]
     assert mqtt["status"] in ("ok", "not available"), mqtt
     if mqtt["status"] == "ok":
-        assert mqtt["metrics"]["bytes_per_msg"] > plain[batches[0]]["payload_bytes"]  # each PUBLISH carries one
+        # each PUBLISH carries one
+        assert mqtt["metrics"]["bytes_per_msg"] > plain[batches[0]]["payload_bytes"]
         assert all("vs_mqtt" in r["metrics"] for r in _ok(report, "wire_bytes", "edgeq-zstd"))
 
 
@@ -283,5 +286,6 @@ def test_fleet_delivers_every_uid_exactly_once_at_every_size(report: dict[str, A
     for n, m in rows.items():
         assert m["messages"] == n * s["fleet_messages"]
         assert m["lost"] == m["duplicated"] == m["errors"] == m["left_on_devices"] == 0, n
-        assert m["requests"] == n * 2 * -(-s["fleet_messages"] // s["fleet_batch"])  # a put and a confirm per batch
+        # a put and a confirm per batch
+        assert m["requests"] == n * 2 * -(-s["fleet_messages"] // s["fleet_batch"])
         assert 0 < m["p50_ms"] <= m["p99_ms"] and m["msgs_per_s"] > 0

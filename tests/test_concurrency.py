@@ -100,7 +100,8 @@ def test_threads_concurrent_putters_get_unique_increasing_uids(qm: QueueManager)
         for i in range(per_thread_count):
             uids.append(qm.put("Q", Message(f"t{index}:{i}".encode())))
         stamps = [u.stamp for u in uids]
-        assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps), "one thread's stamps must increase"
+        assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps), (
+            "one thread's stamps must increase")
         return [str(u) for u in uids]
 
     per_thread = _run_threads(THREADS, produce)
@@ -278,7 +279,8 @@ def test_two_processes_hammering_never_see_store_busy(tmp_path: Path, assured: b
     reports = _run_all(children)
     put = [line[2] for lines in reports for line in lines if line[0] == "put"]
     got_index = 3 if assured else 2
-    got = [line[got_index] for lines in reports for line in lines if line[0] == ("locked" if assured else "got")]
+    got = [line[got_index] for lines in reports for line in lines
+           if line[0] == ("locked" if assured else "got")]
     assert len(put) == 2 * count and len(set(put)) == len(put)
     assert len(set(got)) == len(got), "a message was delivered twice"
     with QueueManager(path) as qm:

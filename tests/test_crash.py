@@ -72,8 +72,10 @@ def _inspect(path: Path) -> Store:
 def _fill(path: Path, count: int) -> set[str]:
     rng = random.Random(count)
     with QueueManager(path, name="DEV1") as qm:
-        qm.define_queue("Q", redelivery_delay_ms=0)  # an undone get comes back at once: crashes are tested here
-        qm.put_many("Q", [Message(make_payload("m", i, rng), priority=rng.randint(0, 9)) for i in range(count)])
+        # an undone get comes back at once: crashes are tested here
+        qm.define_queue("Q", redelivery_delay_ms=0)
+        qm.put_many("Q",
+                    [Message(make_payload("m", i, rng), priority=rng.randint(0, 9)) for i in range(count)])
     return {f"m:{i}" for i in range(count)}
 
 

@@ -75,7 +75,8 @@ def test_activated_discards_expired_in_every_state(
     rule = Recorder()
     qm2.add_rule("Q", rule)  # attaching does not activate: first use below does
     assert [m.data for m in qm2.browse("Q")] == [b"alive"]
-    assert sorted(rule.expired()) == [(b"get-locked", "activate"), (b"put-locked", "activate"), (b"ready", "activate")]
+    assert (sorted(rule.expired())
+            == [(b"get-locked", "activate"), (b"put-locked", "activate"), (b"ready", "activate")])
     assert ("activated", "Q", None) in rule.calls
     assert qm2.depth("Q") == 1
 
@@ -178,7 +179,9 @@ def test_fifo_get_discards_up_to_first_unexpired_only(
     assert rule.expired()[-1] == (b"e3-behind", "get")
 
 
-def test_priority_get_discards_only_expired_ahead(qm: QueueManager, clock: ManualClock, rule: Recorder) -> None:
+def test_priority_get_discards_only_expired_ahead(
+    qm: QueueManager, clock: ManualClock, rule: Recorder
+) -> None:
     qm.define_queue("Q")  # priority ordering
     qm.add_rule("Q", rule)
     qm.put("Q", msg(b"p9-exp", 10, priority=9))
@@ -327,7 +330,8 @@ def test_cap_and_queue_expiry_lowest_wins(qm: QueueManager, clock: ManualClock) 
 def test_freezegun_controls_expiry(tmp_path: object) -> None:
     from pathlib import Path
 
-    with freeze_time("2026-01-01 00:00:00") as frozen, QueueManager(Path(str(tmp_path)) / "f.db", name="DEV1") as qm:
+    with freeze_time("2026-01-01 00:00:00") as frozen, QueueManager(Path(str(tmp_path)) / "f.db",
+                                                                    name="DEV1") as qm:
         qm.define_queue("Q")
         qm.put("Q", Message(b"x").expire_after(timedelta(minutes=1)))
         frozen.tick(timedelta(seconds=59))

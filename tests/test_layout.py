@@ -72,7 +72,8 @@ def test_only_the_facades_users_import_it() -> None:
     edges = graph()
     users = {n for n, deps in edges.items() if "edgeq.manager" in deps}
     # its users: the command line, the sync layer, and the asyncio API (edgeq.aio wraps it)
-    below = {n for n in users if not n.startswith(("edgeq.sync", "edgeq.cli")) and n not in ("edgeq", "edgeq.aio")}
+    below = {n for n in users
+             if not n.startswith(("edgeq.sync", "edgeq.cli")) and n not in ("edgeq", "edgeq.aio")}
     assert below == set(), "the core's parts and the rules must not import the facade"
 
 
@@ -132,7 +133,8 @@ def test_folders_and_modules_stay_small() -> None:
         lines = len(path.read_text(encoding="utf-8").splitlines())
         if lines > MAX_MODULE_LINES:
             long.append(f"{path.relative_to(ROOT)}: {lines} lines")
-    crowded = [f"{f.relative_to(ROOT)}: {n} modules" for f, n in folders.items() if n > MAX_MODULES_PER_FOLDER]
+    crowded = [f"{f.relative_to(ROOT)}: {n} modules" for f, n in folders.items()
+               if n > MAX_MODULES_PER_FOLDER]
     assert (sorted(crowded), sorted(long)) == ([], [])
 
 

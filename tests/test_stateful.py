@@ -147,8 +147,8 @@ class QueueMachine(RuleBasedStateMachine):
         redelivery=st.tuples(st.integers(0, 20), st.integers(0, 40)),
     )
     def open_store(
-        self, expiry_ms: int | None, cap_ms: int | None, fifo: bool, max_depth: int | None, max_bytes: int | None,
-        on_full: OnFull, redelivery: tuple[int, int],
+        self, expiry_ms: int | None, cap_ms: int | None, fifo: bool, max_depth: int | None,
+        max_bytes: int | None, on_full: OnFull, redelivery: tuple[int, int],
     ) -> None:
         self.expiry_ms, self.cap_ms, self.fifo = expiry_ms, cap_ms, fifo
         self.max_depth, self.max_bytes, self.on_full = max_depth, max_bytes, on_full
@@ -252,7 +252,8 @@ class QueueMachine(RuleBasedStateMachine):
             deadline = now + self.cap_ms if deadline is None else min(deadline, now + self.cap_ms)
 
         try:
-            uid = self.live.put("Q", Message(data, priority=priority, expiry=own_expiry), confirm_id=confirm_id)
+            uid = self.live.put("Q", Message(data, priority=priority, expiry=own_expiry),
+                                confirm_id=confirm_id)
             raised: type[Exception] | None = None
         except (QueueFull, MessageTooLarge) as exc:
             raised = type(exc)
@@ -462,7 +463,8 @@ class QueueMachine(RuleBasedStateMachine):
             return
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            rows = conn.execute("SELECT origin, stamp, state, backout_count, not_before FROM messages").fetchall()
+            rows = conn.execute(
+                "SELECT origin, stamp, state, backout_count, not_before FROM messages").fetchall()
             (depth, held) = conn.execute("SELECT depth, bytes FROM queues WHERE name = 'Q'").fetchone()
             (size,) = conn.execute(
                 "SELECT ifnull(sum(length(data) + ifnull(length(fields), 0)), 0) FROM messages").fetchone()

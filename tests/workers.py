@@ -129,7 +129,8 @@ class Child:
     def expect(self, word: str, timeout: float = 60.0) -> None:
         line = self.readline(timeout)
         if line != word:
-            raise AssertionError(f"worker {self.pid}: expected {word!r}, got {line!r}; stderr:\n{self.stderr}")
+            raise AssertionError(
+                f"worker {self.pid}: expected {word!r}, got {line!r}; stderr:\n{self.stderr}")
 
     def send(self, text: str) -> None:
         assert self.proc.stdin is not None

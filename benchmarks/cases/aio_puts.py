@@ -100,7 +100,8 @@ def run(ctx: Context) -> list[Result]:
                 continue
             rounds[row].append(_measure(ctx, row, number))
     out = [median_round(results) for results in rounds.values()]
-    one = next((r.metrics["ops_per_s"] for r in out if r.lib == "edgeq" and r.size == 1 and r.status == "ok"), None)
+    one = next((r.metrics["ops_per_s"] for r in out if r.lib == "edgeq" and r.size == 1 and r.status == "ok"),
+               None)
     for r in out:
         if one and r.status == "ok":
             r.metrics["vs_1_coroutine"] = r.metrics["ops_per_s"] / one
@@ -111,7 +112,8 @@ def _measure(ctx: Context, row: tuple[str, int, int], number: int) -> Result:
     lib, coroutines, workers = row
     s = ctx.settings
     where = ctx.scratch(f"aio-puts-{lib}-{coroutines}")
-    ctx.log(f"  aio_puts {lib} @ {coroutines} coroutines" + (f" (round {number + 1})" if s.rounds > 1 else ""))
+    ctx.log(f"  aio_puts {lib} @ {coroutines} coroutines"
+            + (f" (round {number + 1})" if s.rounds > 1 else ""))
     spec = {"dir": str(where), "coroutines": coroutines, "workers": workers, "ops": s.thread_ops,
             "payload_bytes": s.payload_bytes, "budget_s": s.budget_s}
     try:

@@ -80,7 +80,8 @@ def _timed_transport(latencies: list[float], errors: list[int]) -> Any:
                 errors.append(1)
                 raise
             latencies.append(time.perf_counter() - started)
-            if response.status_code >= 400 and response.status_code != 428:  # 428: a hello is due, not an error
+            # 428: a hello is due, not an error
+            if response.status_code >= 400 and response.status_code != 428:
                 errors.append(response.status_code)
             return response
 
@@ -218,7 +219,8 @@ def _server_cpu(server: HomeServer) -> float | None:
         return None
     pids = [server.proc.pid]
     with contextlib.suppress(OSError):  # no /proc: the supervisor's own figure
-        pids += [int(c) for c in Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()]
+        pids += [int(c) for c in
+                 Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()]
     seconds = [cpu_seconds(pid) for pid in pids]
     return None if any(x is None for x in seconds) else sum(x for x in seconds if x is not None)
 
@@ -245,7 +247,8 @@ def _round(ctx: Context, n: int, workers: int = 1) -> Result:
             cpu = _server_cpu(server)
             reports = _drive(ctx, server, where, names)
             after = _server_cpu(server)
-        check = ctx.child("fleet_verify", {"server_db": str(server_db), "where": str(where), "devices": names})
+        check = ctx.child("fleet_verify",
+                          {"server_db": str(server_db), "where": str(where), "devices": names})
     finally:
         ctx.discard(where)
     latencies = [x * 1000 for r in reports for x in r["info"]["latencies"]]
@@ -268,8 +271,9 @@ def _round(ctx: Context, n: int, workers: int = 1) -> Result:
     failed = [f for r in reports for f in r["info"]["failed"]]
     note = "; ".join(failed[:2])
     if metrics["lost"] or metrics["duplicated"] or metrics["left_on_devices"] or check["metrics"]["foreign"]:
-        raise ChildError(f"not exactly once: {metrics['lost']:.0f} lost, {metrics['duplicated']:.0f} duplicated, "
-                         f"{metrics['left_on_devices']:.0f} left on the devices ({note})")
+        raise ChildError(
+            f"not exactly once: {metrics['lost']:.0f} lost, {metrics['duplicated']:.0f} duplicated, "
+            f"{metrics['left_on_devices']:.0f} left on the devices ({note})")
     return Result("fleet", _lib(workers), "ok", n, metrics=metrics, note=note,
                   info={"server": " ".join(["edgeq", *server.command[3:]]), "processes": len(reports)})
 

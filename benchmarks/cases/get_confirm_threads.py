@@ -48,7 +48,8 @@ def run(ctx: Context) -> list[Result]:
 
     def prepare(lib: str, threads: int) -> tuple[str, dict[str, Any], Any]:
         where = ctx.fresh(lib, s.small + s.thread_ops)
-        spec = {"lib": lib, "dir": str(where), "threads": threads, "ops": s.thread_ops, "budget_s": s.budget_s}
+        spec = {"lib": lib, "dir": str(where), "threads": threads, "ops": s.thread_ops,
+                "budget_s": s.budget_s}
         return "get_confirm_threads", spec, where
 
     return run_thread_counts(ctx, "get_confirm_threads", LIBS, prepare)

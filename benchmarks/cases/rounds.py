@@ -15,7 +15,8 @@ from benchmarks.runner import ChildError, Context
 __all__ = ["FAILURES", "interleaved"]
 
 #: What a failed measurement raises: its row becomes an "error" result, the run goes on.
-FAILURES = (ChildError, OSError, RuntimeError, ValueError, KeyError, json.JSONDecodeError, subprocess.TimeoutExpired)
+FAILURES = (ChildError, OSError, RuntimeError, ValueError, KeyError, json.JSONDecodeError,
+            subprocess.TimeoutExpired)
 
 K = TypeVar("K")
 

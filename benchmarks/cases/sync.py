@@ -77,7 +77,8 @@ def child_setup(spec: dict[str, Any]) -> dict[str, Any]:
     with QueueManager(Path(spec["device_db"]), name=DEVICE_NAME) as device:
         device.define_remote_queue(QUEUE, target_qmgr=SERVER_NAME)
         for start in range(0, n, 10_000):
-            device.put_many(QUEUE, [Message(make_payload(i, size)) for i in range(start, min(n, start + 10_000))])
+            device.put_many(QUEUE,
+                            [Message(make_payload(i, size)) for i in range(start, min(n, start + 10_000))])
         depth = device.depth(QUEUE)
     if depth != n:
         raise RuntimeError(f"filled {n} messages but the device's queue holds {depth}")
@@ -261,7 +262,8 @@ def _mqtt_round(ctx: Context, binary: str, lib: str) -> Result:
             saved_while_running = broker.db_file.exists()
         # mosquitto writes a last snapshot when it stops: no file means persistence did nothing.
         if not broker.db_file.exists() or (autosave == "changes" and not saved_while_running):
-            raise ChildError(f"mosquitto wrote no persistence snapshot in {where}: persistence is not working")
+            raise ChildError(
+                f"mosquitto wrote no persistence snapshot in {where}: persistence is not working")
         snapshot = broker.db_file.stat().st_size
     finally:
         if sub is not None and sub.poll() is None:

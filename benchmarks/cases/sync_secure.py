@@ -52,14 +52,16 @@ def _round(ctx: Context, lib: str, pki: Pki) -> Result:
     where = ctx.scratch(f"secure-{lib}")
     server_db, device_db, n = where / "home.db", where / "device.db", s.sync_messages
     try:
-        ctx.child("sync_secure_setup", {"server_db": str(server_db), "device_db": str(device_db), "messages": n,
-                                        "payload_bytes": s.payload_bytes, "signed": signed, "where": str(where)})
+        ctx.child("sync_secure_setup",
+                  {"server_db": str(server_db), "device_db": str(device_db), "messages": n,
+                   "payload_bytes": s.payload_bytes, "signed": signed, "where": str(where)})
         with HomeServer(ctx, server_db, auth=signed, pki=pki if tls else None) as server:
             ctx.log(f"  sync_secure {lib}: push_once of {n:,} messages, batches of {s.sync_batch}")
             cpu = server.cpu()
             got = ctx.child("sync_push", {
                 "device_db": str(device_db), "url": server.url, "messages": n, "batch_size": s.sync_batch,
-                "key": str(key_file(where, DEVICE_NAME)) if signed else None, "ca": str(pki.ca) if tls else None})
+                "key": str(key_file(where, DEVICE_NAME)) if signed else None, "ca": str(pki.ca)
+                if tls else None})
             after = server.cpu()
         check = ctx.child("sync_verify", {"server_db": str(server_db), "messages": n})["metrics"]
     finally:
@@ -84,6 +86,7 @@ def run(ctx: Context) -> list[Result]:
     libs = ["edgeq", "edgeq-signed-tls"] if ctx.settings.smoke else list(VARIANTS)
     try:
         return interleaved(ctx, "sync_secure", libs, lambda lib: _round(ctx, lib, pki),
-                           lambda lib, why: Result("sync_secure", lib, "error", ctx.settings.sync_messages, note=why))
+                           lambda lib, why: Result("sync_secure", lib, "error", ctx.settings.sync_messages,
+                                                   note=why))
     finally:
         ctx.discard(pki_dir)

@@ -65,7 +65,8 @@ class _LiteQueuePerThread(LiteQueueAdapter):
 
 
 #: Libraries whose threads each open their own adapter (their objects are not shared).
-_PER_THREAD: dict[str, type[QueueAdapter]] = {"litequeue": _LiteQueuePerThread, "raw-sqlite": RawSqliteAdapter}
+_PER_THREAD: dict[str, type[QueueAdapter]] = {"litequeue": _LiteQueuePerThread,
+                                              "raw-sqlite": RawSqliteAdapter}
 
 
 class Pool:
@@ -180,7 +181,9 @@ def run_threads(
     return out
 
 
-def measure(spec: dict[str, Any], op: Callable[[QueueAdapter, int, int], None]) -> tuple[Pool, dict[str, float]]:
+def measure(
+    spec: dict[str, Any], op: Callable[[QueueAdapter, int, int], None]
+) -> tuple[Pool, dict[str, float]]:
     """Open the pool, probe the disk's flush latency, and run the threads (child side)."""
     threads, ops = int(spec["threads"]), int(spec["ops"])
     pool = Pool(spec)
@@ -207,7 +210,8 @@ def _flushes(pool: Pool) -> tuple[int, int] | None:
 
 
 def run_thread_counts(
-    ctx: Context, case: str, libs: Sequence[str], prepare: Callable[[str, int], tuple[str, dict[str, Any], Path]]
+    ctx: Context, case: str, libs: Sequence[str],
+    prepare: Callable[[str, int], tuple[str, dict[str, Any], Path]]
 ) -> list[Result]:
     """Every library at every thread count (``Result.size`` is the thread count), each in
     a fresh child, rounds interleaved; then each row's rate against its own 1-thread rate."""
@@ -228,7 +232,8 @@ def _swap(
 def add_scaling(results: list[Result]) -> None:
     """Set ``vs_1_thread``: each row's ops/s over the same library's 1-thread ops/s.
 
-    >>> rows = [Result("c", "x", "ok", 1, {"ops_per_s": 100.0}), Result("c", "x", "ok", 8, {"ops_per_s": 450.0})]
+    >>> rows = [Result("c", "x", "ok", 1, {"ops_per_s": 100.0}),
+    ...         Result("c", "x", "ok", 8, {"ops_per_s": 450.0})]
     >>> add_scaling(rows); rows[1].metrics["vs_1_thread"]
     4.5
     """

@@ -115,7 +115,8 @@ def child_verify(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _per_message(traffic: Traffic, n: int) -> dict[str, float]:
-    return {"bytes_per_msg": traffic.total / n, "up_per_msg": traffic.up / n, "down_per_msg": traffic.down / n,
+    return {"bytes_per_msg": traffic.total / n, "up_per_msg": traffic.up / n,
+            "down_per_msg": traffic.down / n,
             "bytes_up": float(traffic.up), "bytes_down": float(traffic.down),
             "connections": float(traffic.connections)}
 
@@ -145,7 +146,8 @@ def _edgeq_rows(ctx: Context, libs: list[str]) -> list[Result]:
                     out.append(Result("wire_bytes", lib, "error", batch, note=str(exc)))
                     continue
                 metrics = {**got["metrics"], **_per_message(proxy.count(), n), "batch": float(batch)}
-                metrics["requests"] = 1 + 2 * metrics["batches"]  # the hello, then a put and a confirm per batch
+                # the hello, then a put and a confirm per batch
+                metrics["requests"] = 1 + 2 * metrics["batches"]
                 out.append(Result("wire_bytes", lib, "ok", batch, metrics=metrics,
                                   info={"codec": CODECS[lib] or "none", "signed": True}))
         check = ctx.child("wire_verify", {"server_db": str(server_db), "devices": counts})
@@ -190,7 +192,8 @@ def run(ctx: Context) -> list[Result]:
         else:
             try:
                 mqtt = _mqtt_row(ctx, binary)
-            except (ChildError, OSError, RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+            except (ChildError, OSError, RuntimeError, subprocess.TimeoutExpired,
+                    json.JSONDecodeError) as exc:
                 ctx.log(f"    error: {exc}")
                 out.append(Result("wire_bytes", "mqtt", "error", None, note=str(exc)))
     if "edgeq" in ctx.libs:

@@ -140,7 +140,9 @@ def free_port() -> int:
         return port
 
 
-def wait_for_port(proc: subprocess.Popen[Any], port: int, deadline_s: float, what: str, log_file: Path) -> None:
+def wait_for_port(
+    proc: subprocess.Popen[Any], port: int, deadline_s: float, what: str, log_file: Path
+) -> None:
     """Return once ``127.0.0.1:port`` accepts connections; raise if ``proc`` exits or the deadline passes.
 
     Between attempts it waits on the process itself (``proc.wait`` with a short
@@ -270,7 +272,9 @@ class Broker:
     def __enter__(self) -> Broker:
         return self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 

@@ -40,15 +40,18 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
     try:
         socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
-        raise click.BadParameter(f"{host!r} is not an address or host name this machine can listen on ({exc})",
-                                 ctx, param) from exc
+        raise click.BadParameter(
+            f"{host!r} is not an address or host name this machine can listen on ({exc})",
+            ctx, param) from exc
     return host
 
 @click.command("serve")
 @db_option("The server's store (default: the group's --db).")
 @name_option("The server's queue manager name (needed to create the store), e.g. HOME.")
-@click.option("--host", default="127.0.0.1", show_default=True, callback=_listen_address, help="Address to listen on.")
-@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True, callback=_listen_address,
+              help="Address to listen on.")
+@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on.")
 @click.option("--max-body-bytes", default=16 * 1024 * 1024, show_default=True, type=click.IntRange(1024),
               help="Largest request body accepted (413 beyond it).")
 @click.option("--max-batch", default=5000, show_default=True, type=click.IntRange(1),
@@ -63,11 +66,13 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
               help="Keep the journal of accepted, expired and delivered messages (for `edgeq export`).")
 @click.option("--auth/--no-auth", default=None,
               help="Require signed requests from registered devices (default: on once any device is "
-                   "registered with `edgeq server devices add`). --no-auth serves anyone: tests and trusted LANs only.")
+                   "registered with `edgeq server devices add`). --no-auth serves anyone: tests and trusted "
+                   "LANs only.")
 @click.option("--auth-skew", default=300.0, show_default=True, type=click.FloatRange(1),
               help="Seconds a request's timestamp may differ from the server clock (also the replay window).")
 @click.option("--nonce-db", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where recent request nonces are kept, so replays fail across restarts (default: DB.nonces).")
+              help="Where recent request nonces are kept, so replays fail across restarts (default: "
+                   "DB.nonces).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Serve HTTPS with this certificate (PEM, with its chain).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -77,7 +82,8 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
                    "works): 30m, 2h...; 0 or none keeps them for ever.")
 @click.option("--held-quota-messages", type=LIMIT, default="100000", show_default=True,
               help="Most unconfirmed messages one device may hold here, all queues together; a put beyond "
-                   "it is refused (429 over-quota: the device retries later). At least 2 x --max-batch; none: no limit.")
+                   "it is refused (429 over-quota: the device retries later). At least 2 x --max-batch; "
+                   "none: no limit.")
 @click.option("--held-quota-bytes", type=BYTES_LIMIT, default="256MiB", show_default=True,
               help="Most bytes (data plus fields) of unconfirmed messages one device may hold here "
                    "(64MiB, 1GB...). At least 2 x --max-body-bytes; none: no limit.")
@@ -85,8 +91,8 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
               help="Server processes sharing the store and the listening socket (see docs/scaling.md).")
 @click.option("--worker-fd", type=int, hidden=True)  # set by --workers for each worker: the inherited socket
 @click.option("--console", is_flag=True,
-              help="Serve the operator console, /console, from a process and a port of its own (needs TLS off "
-                   "loopback, and a password: edgeq server set-console-password).")
+              help="Serve the operator console, /console, from a process and a port of its own (needs "
+                   "TLS off loopback, and a password: edgeq server set-console-password).")
 @click.option("--console-port", type=click.IntRange(0, 65535),
               help="The console's port (default: --port + 1, e.g. 8471; 0: any free port).")
 @click.option("--console-host", callback=_listen_address,
@@ -148,11 +154,13 @@ def serve(
             _check_listen(console_host, console_port)
     # A healthy agent holds up to two batches at once (one put while the last is confirmed).
     if held_quota_messages.value is not None and held_quota_messages.value < 2 * max_batch:
-        raise click.BadParameter(f"{held_quota_messages.value} is less than 2 x --max-batch ({2 * max_batch}): "
-                                 "a device pushing full batches would be refused", param_hint="'--held-quota-messages'")
+        raise click.BadParameter(
+            f"{held_quota_messages.value} is less than 2 x --max-batch ({2 * max_batch}): "
+            "a device pushing full batches would be refused", param_hint="'--held-quota-messages'")
     if held_quota_bytes.value is not None and held_quota_bytes.value < 2 * max_body_bytes:
-        raise click.BadParameter(f"{held_quota_bytes.value} is less than 2 x --max-body-bytes ({2 * max_body_bytes}): "
-                                 "a device pushing full requests would be refused", param_hint="'--held-quota-bytes'")
+        raise click.BadParameter(
+            f"{held_quota_bytes.value} is less than 2 x --max-body-bytes ({2 * max_body_bytes}): "
+            "a device pushing full requests would be refused", param_hint="'--held-quota-bytes'")
     holds = HoldPolicy(hold.value, held_quota_messages.value, held_quota_bytes.value)
     store = check_store(ctx, SERVICE, db=db, name=name)
     setup_json_logging(log_level.upper())
@@ -164,13 +172,15 @@ def serve(
     if console:
         _check_console_password(qm.path)
     if console_fd is not None:
-        _serve_console(qm, console_host, console_port, console_fd, console_url or "", log_level, tls_cert, tls_key)
+        _serve_console(qm, console_host, console_port, console_fd, console_url or "", log_level, tls_cert,
+                       tls_key)
         return
     if (workers > 1 or console) and worker_fd is None:
         from edgeq.sync.server.workers import run_workers
 
         qm.close()  # created (if new) once, here: each process opens it itself
-        ctx.exit(run_workers(sys.argv[1:], host, port, workers, (console_host, console_port) if console else None))
+        ctx.exit(run_workers(sys.argv[1:], host, port, workers, (console_host, console_port)
+                             if console else None))
     nonces = None
     keeper = None if holds.hold_ms is None else HoldKeeper(qm, holds)
     try:
@@ -189,12 +199,14 @@ def serve(
             if mode == "required" and not any(d.registered for d in qm.devices()):
                 log.warning("authentication is on but no device is registered: every request will be refused",
                             extra={"event": "no-devices"})
-        required = mode == "required" or (mode == "auto" and any(d.public_key is not None for d in qm.devices()))
+        required = mode == "required" or (mode == "auto" and any(d.public_key is not None
+                                                                 for d in qm.devices()))
         if not required:
             log.warning(
-                "AUTHENTICATION IS OFF: anyone who can reach %s:%d can push and pull as any device. %s", host, port,
-                "It turns on by itself once a device is registered (edgeq server devices add); serve with --auth "
-                "to refuse everyone until then." if mode == "auto" else
+                "AUTHENTICATION IS OFF: anyone who can reach %s:%d can push and pull as any device. %s", host,
+                port,
+                "It turns on by itself once a device is registered (edgeq server devices add); serve with "
+                "--auth " "to refuse everyone until then." if mode == "auto" else
                 "--no-auth: use only for tests and trusted networks.",
                 extra={"event": "insecure", "auth": "open"})
         if tls_cert is None and not _loopback(host):
@@ -207,7 +219,8 @@ def serve(
         if keeper is not None:
             keeper.start()
         log.info(
-            "serving %s on %s:%d%s", qm.name, host, port, f"; the console on {console_url}" if console_url else "",
+            "serving %s on %s:%d%s", qm.name, host, port, f"; the console on {console_url}"
+            if console_url else "",
             extra={"event": "serve", "qmgr": qm.name, "db": str(store.path), "host": host, "port": port,
                    "console": console_url,
                    "pid": __import__("os").getpid(), "auth": "required" if required else "open",
@@ -257,8 +270,9 @@ def _run_uvicorn(app: ASGIApp, host: str, port: int, fd: int | None, log_level: 
                 self._log_started_message(sockets)
 
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
-                            log_level=log_level.lower(), ssl_certfile=None if tls_cert is None else str(tls_cert),
-                            ssl_keyfile=None if tls_key is None else str(tls_key))
+                            log_level=log_level.lower(), ssl_certfile=None
+                            if tls_cert is None else str(tls_cert), ssl_keyfile=None
+                            if tls_key is None else str(tls_key))
     Server(config).run(sockets=None if fd is None else [socket.socket(fileno=fd)])
 
 
@@ -288,7 +302,8 @@ def _check_listen(host: str, port: int) -> None:
                    errno.EACCES: "permission denied (ports below 1024 need privileges): give another --port",
                    errno.EADDRNOTAVAIL: "no interface of this machine has that address: give another --host"}
             raise click.ClickException(
-                f"cannot listen on {host}:{port}: {why.get(exc.errno or 0, exc.strerror or str(exc))}") from None
+                f"cannot listen on {host}:{port}: "
+                f"{why.get(exc.errno or 0, exc.strerror or str(exc))}") from None
 
 
 def _check_tls(cert: Path, key: Path) -> None:
@@ -300,12 +315,14 @@ def _check_tls(cert: Path, key: Path) -> None:
         try:
             return path.read_bytes()
         except OSError as exc:
-            raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint=option) from None
+            raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}",
+                                     param_hint=option) from None
 
     cert_pem, key_pem = read(cert, "'--tls-cert'"), read(key, "'--tls-key'")
     if b"PRIVATE KEY-----" in cert_pem:
-        raise click.BadParameter(f"{cert} holds a private key, not a certificate: are --tls-cert and --tls-key "
-                                 "swapped?", param_hint="'--tls-cert'")
+        raise click.BadParameter(
+            f"{cert} holds a private key, not a certificate: are --tls-cert and --tls-key "
+            "swapped?", param_hint="'--tls-cert'")
     if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
         raise click.BadParameter(f"{cert} is not a PEM certificate", param_hint="'--tls-cert'")
     if b"PRIVATE KEY-----" not in key_pem:
@@ -321,8 +338,9 @@ def _check_console(host: str, tls: bool) -> None:
     """The console's password and session cookie must not cross a network in clear."""
     need("jinja2", "server")
     if not tls and not _loopback(host):
-        raise click.UsageError(f"--console on {host} needs TLS (--tls-cert/--tls-key): the operator's password "
-                               "and session would cross the network in clear; or listen on 127.0.0.1")
+        raise click.UsageError(
+            f"--console on {host} needs TLS (--tls-cert/--tls-key): the operator's password "
+            "and session would cross the network in clear; or listen on 127.0.0.1")
 
 
 def _check_console_password(path: Path) -> None:

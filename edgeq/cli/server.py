@@ -64,7 +64,8 @@ def _public_key(ctx: click.Context, param: click.Parameter, value: Path) -> tupl
 @click.option("--public-key", "public_key", required=True, callback=_public_key,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The device's public key file (dev1.pub, written by `edgeq keys new --out dev1.key`).")
-@click.option("--queues", type=QUEUE_NAMES, help="Comma-separated queues the device may push to (default: any).")
+@click.option("--queues", type=QUEUE_NAMES,
+              help="Comma-separated queues the device may push to (default: any).")
 @click.option("--force", is_flag=True, help="Register the key even if another device already has it.")
 @click.option("--create", "--yes", "create", is_flag=True,
               help="Create the server's store if it does not exist, without asking (give --name too).")
@@ -104,8 +105,8 @@ def _open_or_create(ctx: click.Context, db: Path | None, create: bool, name: str
     if not create:
         if not click.confirm(f"{path} does not exist. Create a new home server store there?", err=True):
             raise click.ClickException(
-                f"{path} does not exist, and nothing was created: give the server's store (edgeq serve --db), "
-                "or create it with --create --name HOME"
+                f"{path} does not exist, and nothing was created: give the server's store "
+                "(edgeq serve --db), or create it with --create --name HOME"
             )
         if name is None:
             name = click.prompt("The server's queue manager name", default="HOME", type=QM_NAME, err=True)
@@ -122,8 +123,9 @@ def _check_key_unshared(known: list[DeviceRecord], name: str, raw: bytes, path: 
                       for d in others)
     if not force:
         raise click.ClickException(
-            f"the key in {path} is already registered to {named}: one key pair per device, so a signature says "
-            f"which device sent it; make {name} its own with `edgeq keys new`, or give --force to share it"
+            f"the key in {path} is already registered to {named}: one key pair per device, so a "
+            f"signature says which device sent it; make {name} its own with `edgeq keys new`, "
+            "or give --force to share it"
         )
     click.echo(f"Warning: the key in {path} is also registered to {named}; requests signed with it may come "
                "from any of them.", err=True)
@@ -203,7 +205,8 @@ def held() -> None:
     """
 
 
-_device_option = click.option("--device", type=DEVICE_NAME, help="Only this device's (default: every device's).")
+_device_option = click.option("--device", type=DEVICE_NAME,
+                              help="Only this device's (default: every device's).")
 
 
 @held.command("list")
@@ -237,7 +240,9 @@ def held_list(ctx: click.Context, device: str | None, older_than: int | None, db
 @_server_db
 @output_options
 @click.pass_context
-def held_clear(ctx: click.Context, device: str | None, older_than: int, db: Path | None, as_json: bool) -> None:
+def held_clear(
+    ctx: click.Context, device: str | None, older_than: int, db: Path | None, as_json: bool
+) -> None:
     """Undo unconfirmed puts now, as the server's hold would: as if they never arrived
     (rules see them deleted); each device's resend is stored afresh.
 

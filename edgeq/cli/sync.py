@@ -39,30 +39,35 @@ __all__ = ["format_sync_status", "status", "sync"]
 
 @click.group("sync", cls=EdgeqGroup, invoke_without_command=True)
 @db_option("The device's store (default: the group's --db).")
-@name_option("The device's queue manager name (checked against the store's; `edgeq queue define` makes a store).")
+@name_option(
+    "The device's queue manager name (checked against the store's; `edgeq queue define` makes a store).")
 @click.option("--server", "server_url", envvar="EDGEQ_SERVER", show_envvar=True,
               help="The home server's URL, e.g. http://home:8470 (required to run the agent).")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.01),
               help="Seconds between sync cycles in daemon mode.")
 @click.option("--once", is_flag=True,
-              help="Push and pull until done, print a JSON summary, and exit: 0 if everything moved, 1 if not.")
+              help="Push and pull until done, print a JSON summary, and exit: 0 if everything moved, 1 if "
+                   "not.")
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1))
 @click.option("--pull/--no-pull", default=True, show_default=True, help="Also fill home-server queues.")
-@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1), help="HTTP timeout, seconds.")
-@click.option("--progress/--no-progress", default=None, help="Show backlog progress on stderr (default: if a terminal).")
+@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1),
+              help="HTTP timeout, seconds.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show backlog progress on stderr (default: if a terminal).")
 @click.option("--report-expiries/--no-report-expiries", default=True, show_default=True,
               help="Journal this device's expiries (stored with the store) and report them to the server.")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), envvar="EDGEQ_KEY",
               show_envvar=True, help="Sign every request with this device key (from `edgeq keys new`).")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="EDGEQ_CA_FILE",
-              show_envvar=True, help="Verify an https:// server against this CA certificate (PEM) instead of the system store.")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              envvar="EDGEQ_CA_FILE", show_envvar=True,
+              help="Verify an https:// server against this CA certificate (PEM) instead of the system store.")
 @click.option("--allow-insecure-http", is_flag=True,
               help="Allow plain http:// to a server that is not on loopback (trusted networks only).")
 @log_level_option
 @click.pass_context
 def sync(
-    ctx: click.Context, db: Path | None, name: str | None, server_url: str | None, interval: float, once: bool,
-    batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool,
+    ctx: click.Context, db: Path | None, name: str | None, server_url: str | None, interval: float,
+    once: bool, batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool,
     key_file: Path | None, ca_file: Path | None, allow_insecure_http: bool, log_level: str,
 ) -> None:
     """Run the device's sync agent: push remote queues to the home server, pull home-server queues.
@@ -87,7 +92,8 @@ def sync(
         return  # `edgeq sync status`: the agent's options are not needed
     if server_url is None:
         raise click.UsageError("Missing option '--server' (env var: 'EDGEQ_SERVER'): the home server's URL, "
-                               "e.g. --server http://home:8470 (or `edgeq sync status` to see how the queues sync)", ctx)
+                               "e.g. --server http://home:8470 (or `edgeq sync status` to see how the queues "
+                               "sync)", ctx)
     need("httpx", "sync")
     from edgeq.sync.agent.agent import SyncAgent
     from edgeq.sync.logs import setup_json_logging
@@ -157,7 +163,8 @@ def sync(
 @db_option("The device's store (default: the --db given before `status`).")
 @output_options
 @click.option("--prometheus", is_flag=True,
-              help="Print the figures as Prometheus metrics (text format), e.g. for node_exporter's textfile collector.")
+              help="Print the figures as Prometheus metrics (text format), e.g. for node_exporter's textfile "
+                   "collector.")
 @click.pass_context
 def status(ctx: click.Context, db: Path | None, as_json: bool, prometheus: bool) -> None:
     """Show how each remote and home-server queue syncs: backlog, oldest message's age,
@@ -204,7 +211,7 @@ def format_sync_status(state: SyncStatus) -> str:
     agent: not running (no daemon has run on this store)
     ORDERS: HOME has no queue ORDERS: ...
     DLQ: 1 message(s) could not be delivered: see edgeq dlq browse, then edgeq dlq resend once the cause is fixed
-    """
+    """  # noqa: E501
     from edgeq.cli.format import approx_duration
     from edgeq.cli.views import format_table
 
@@ -215,10 +222,10 @@ def format_sync_status(state: SyncStatus) -> str:
 
     rows = [
         (q.queue, q.direction, "-" if q.backlog is None else str(q.backlog),
-         "-" if q.oldest_age_ms is None else approx_duration(q.oldest_age_ms), ago(q.last_success_ms, "never"),
-         "-" if q.last_error_code is None else f"{q.last_error_code} ({ago(q.last_error_ms)})",
-         str(q.refused), str(q.dead_lettered),
-         "-" if q.next_retry_ms is None else ("now" if q.next_retry_ms <= now else
+         "-" if q.oldest_age_ms is None else approx_duration(q.oldest_age_ms),
+         ago(q.last_success_ms, "never"), "-"
+         if q.last_error_code is None else f"{q.last_error_code} ({ago(q.last_error_ms)})", str(q.refused),
+         str(q.dead_lettered), "-" if q.next_retry_ms is None else ("now" if q.next_retry_ms <= now else
                                              f"in {approx_duration(q.next_retry_ms - now)}"),
          q.target)
         for q in state.queues
@@ -228,7 +235,8 @@ def format_sync_status(state: SyncStatus) -> str:
     lines = [format_table(header, rows) if rows else "No remote or home-server queues."]
     lines.append(_agent_line(state, ago))
     if state.stopped:
-        retry = "" if state.next_retry_ms is None else f"; next try in {approx_duration(max(0, state.next_retry_ms - now))}"
+        retry = ("" if state.next_retry_ms is None
+                 else f"; next try in {approx_duration(max(0, state.next_retry_ms - now))}")
         lines.append(f"agent: {state.error_code}: {state.error}{retry}")
     lines += [f"{q.queue}: {q.last_error}" for q in state.queues if q.failing and q.last_error]
     if state.dead_letter_depth:

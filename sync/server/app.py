@@ -5,7 +5,8 @@
 >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
 >>> app = create_app(qm)
 >>> sorted(r.path for r in app.routes)  # doctest: +NORMALIZE_WHITESPACE
-['/healthz', '/metrics', '/v1/confirm', '/v1/expiries', '/v1/hello', '/v1/pull', '/v1/pull/confirm', '/v1/put']
+['/healthz', '/metrics', '/v1/confirm', '/v1/expiries', '/v1/hello', '/v1/pull', '/v1/pull/confirm',
+ '/v1/put']
 >>> qm.close()
 
 Run it with ``edgeq serve`` or mount it in any ASGI server (docs/protocol.md). The app is a facade
@@ -54,7 +55,8 @@ def create_app(
     ``/console`` a 404 saying where the console's own app is. docs/protocol.md has the rest.
     """
     service = HomeService(
-        qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics(), holds=holds
+        qm, limits=ServerLimits(max_body_bytes, max_batch), clock=clock, metrics=metrics or Metrics(),
+        holds=holds
     )
     gate = AuthGate(authenticate, mode=auth or ("off" if authenticate is None else "required"), qm=qm)
     routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits or body_limits(max_batch)))
@@ -66,7 +68,8 @@ def create_app(
         async def console_elsewhere(request: Request) -> Response:
             return elsewhere
 
-        extra = [Route(path, console_elsewhere, methods=["GET", "POST"]) for path in ("/console", "/console/{rest:path}")]
+        extra = [Route(path, console_elsewhere, methods=["GET", "POST"])
+                 for path in ("/console", "/console/{rest:path}")]
     app = Starlette(routes=routes.routes + extra, exception_handlers={HTTPException: http_error})
     app.router.redirect_slashes = False  # "/v1/put/" is no endpoint: 404, not a redirect to re-sign
     app.state.service = service

@@ -49,7 +49,9 @@ def _without(argv: Sequence[str], options: Sequence[str]) -> list[str]:
     return out
 
 
-def worker_argv(argv: Sequence[str], fd: int, index: int, port: int, console_port: int | None = None) -> list[str]:
+def worker_argv(
+    argv: Sequence[str], fd: int, index: int, port: int, console_port: int | None = None
+) -> list[str]:
     """The command line of worker ``index``: ``argv`` (edgeq's arguments) without
     ``--workers``, told the socket's ``fd`` and the ports bound (``--port 0`` made one);
     only the first worker sweeps expiries.
@@ -80,7 +82,8 @@ def run_workers(argv: Sequence[str], host: str, port: int, n: int,
     sockets = [bind(host, port)] + ([bind(*console)] if console is not None else [])
     ports = [int(s.getsockname()[1]) for s in sockets]
     fds = [s.fileno() for s in sockets]
-    children = [(worker_argv(argv, fds[0], i, ports[0], ports[1] if console else None), fds[0]) for i in range(n)]
+    children = [(worker_argv(argv, fds[0], i, ports[0], ports[1] if console else None), fds[0])
+                for i in range(n)]
     if console is not None:
         children.append((console_argv(argv, fds[1], ports[1]), fds[1]))
     procs: dict[int, tuple[subprocess.Popen[bytes], str]] = {}

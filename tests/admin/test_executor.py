@@ -96,7 +96,8 @@ def test_define_queue_of_each_kind_with_the_local_apis_attribute_names(dev: Queu
     home = run(dev, "define-queue", "H", {"kind": "home", "server": "HOME", "expiry_ms": 5_000})
     assert home.rc == "success", home.message
     attrs = {n: dev.queue_attributes(n) for n in ("L", "R", "H")}
-    assert (attrs["L"].expiry_ms, attrs["L"].ordering, attrs["L"].on_full) == (60_000, "fifo", "discard-oldest")
+    assert ((attrs["L"].expiry_ms, attrs["L"].ordering, attrs["L"].on_full)
+            == (60_000, "fifo", "discard-oldest"))
     assert (attrs["R"].kind, attrs["R"].target_qmgr, attrs["R"].target_queue, attrs["R"].refusal_limit) == (
         "remote", "HOME", "IN", 3)
     assert (attrs["H"].kind, attrs["H"].server, attrs["H"].expiry_ms) == ("home", "HOME", 5_000)
@@ -133,11 +134,13 @@ def test_define_queue_that_exists_fails(dev: QueueManager) -> None:
 def test_alter_queue_changes_attributes_and_refuses_bad_ones(dev: QueueManager) -> None:
     dev.define_queue("Q")
     reply = run(dev, "alter-queue", "Q", {"max_depth": 7, "expiry_ms": 1_000})
-    assert reply.rc == "success" and as_python(only(reply)["attributes"])["max_depth"] == 7  # type: ignore[index]
+    assert (reply.rc == "success"
+            and as_python(only(reply)["attributes"])["max_depth"] == 7)  # type: ignore[index]
     assert dev.queue_attributes("Q").expiry_ms == 1_000
     assert "needs at least one attribute" in run(dev, "alter-queue", "Q").message
     assert "unknown parameter(s) target_qmgr" in run(dev, "alter-queue", "Q", {"target_qmgr": "X"}).message
-    assert "refusal_limit applies to remote queues only" in run(dev, "alter-queue", "Q", {"refusal_limit": 2}).message
+    assert ("refusal_limit applies to remote queues only"
+            in run(dev, "alter-queue", "Q", {"refusal_limit": 2}).message)
     assert dev.queue_attributes("Q").max_depth == 7
 
 
@@ -169,7 +172,8 @@ def test_inquire_rules_lists_bindings_and_failures_and_retry_rules_retries(
     reply = run(dev, "inquire-rules")
     assert [r["object"] for r in reply.results] == ["Q"]  # queues with bindings or failures only
     (result,) = reply.results
-    assert [b["name"] for b in result["bindings"]] == ["tests.rulekit:Failing", "counters"]  # type: ignore[attr-defined]
+    assert ([b["name"] for b in result["bindings"]]
+            == ["tests.rulekit:Failing", "counters"])  # type: ignore[attr-defined]
     (failure,) = result["failures"]  # type: ignore[misc]
     assert failure["rule"] == "tests.rulekit:Failing" and "failing on purpose" in failure["last_error"]
     assert [r["object"] for r in run(dev, "inquire-rules", "PLAIN").results] == ["PLAIN"]
@@ -180,7 +184,9 @@ def test_inquire_rules_lists_bindings_and_failures_and_retry_rules_retries(
     assert "unknown parameter(s) queue" in run(dev, "retry-rules", None, {"queue": "Q"}).message
 
 
-def test_inquire_sync_reports_what_the_store_holds_unsent_and_refused(dev: QueueManager, clock: ManualClock) -> None:
+def test_inquire_sync_reports_what_the_store_holds_unsent_and_refused(
+    dev: QueueManager, clock: ManualClock
+) -> None:
     dev.define_remote_queue("ORDERS", target_qmgr="HOME", refusal_limit=4)
     dev.define_home_server_queue("INBOX", server="HOME")
     dev.put("ORDERS", Message(b"a"))
@@ -191,7 +197,8 @@ def test_inquire_sync_reports_what_the_store_holds_unsent_and_refused(dev: Queue
     agent, *queues = reply.results
     assert agent["object"] is None and as_python(agent["agent"]) == {"server": "HOME", "stopped": False}
     by_name = {q["object"]: q for q in queues}
-    assert (by_name["ORDERS"]["backlog"], by_name["ORDERS"]["oldest_age_ms"], by_name["ORDERS"]["refusal_limit"]) == (
+    assert (by_name["ORDERS"]["backlog"], by_name["ORDERS"]["oldest_age_ms"],
+            by_name["ORDERS"]["refusal_limit"]) == (
         1, 3_000, 4)
     assert (by_name["INBOX"]["kind"], by_name["INBOX"]["peer"]) == ("home", "HOME")
 
@@ -395,7 +402,9 @@ def test_a_tampered_request_is_refused(dev: QueueManager, caplog: pytest.LogCapt
     refused(dev, tampered.to_bytes(), caplog, "the signature does not verify")
 
 
-def test_a_request_signed_by_an_untrusted_key_is_refused(dev: QueueManager, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_request_signed_by_an_untrusted_key_is_refused(
+    dev: QueueManager, caplog: pytest.LogCaptureFixture
+) -> None:
     stranger = Ed25519PrivateKey.generate()
     refused(dev, signed(dev, "define-queue", "Q", key=stranger, key_id="stranger").to_bytes(), caplog,
             "key 'stranger' is not trusted")
@@ -403,7 +412,9 @@ def test_a_request_signed_by_an_untrusted_key_is_refused(dev: QueueManager, capl
     refused(dev, signed(dev, "define-queue", "Q", key=stranger).to_bytes(), caplog, "does not verify")
 
 
-def test_an_action_the_key_may_not_run_is_refused(dev: QueueManager, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_action_the_key_may_not_run_is_refused(
+    dev: QueueManager, caplog: pytest.LogCaptureFixture
+) -> None:
     refused(dev, signed(dev, "define-queue", "Q", key=VIEWER, key_id="viewer").to_bytes(), caplog,
             "key 'viewer' may not run define-queue")
     assert run(dev, "inquire-all", key=VIEWER, key_id="viewer").rc == "success"
@@ -415,7 +426,9 @@ def test_a_request_for_another_device_is_refused(dev: QueueManager, caplog: pyte
 
 
 @pytest.mark.parametrize("data", [b"", b"garbage", b"\xa1\x61v\x02"])
-def test_a_malformed_request_is_refused(dev: QueueManager, caplog: pytest.LogCaptureFixture, data: bytes) -> None:
+def test_a_malformed_request_is_refused(
+    dev: QueueManager, caplog: pytest.LogCaptureFixture, data: bytes
+) -> None:
     reply = refused(dev, data, caplog, "refused: ")
     assert reply.request_id == ""
 
@@ -440,7 +453,8 @@ def test_a_forged_copy_cannot_stand_in_for_the_genuine_request(dev: QueueManager
 
 
 def test_a_reply_too_large_to_send_says_the_action_ran(dev: QueueManager, tmp_path: Path) -> None:
-    dev.define_queue("Q", rules=[("tests.rulekit:FileRecorder", {"path": str(tmp_path / ("x" * 200)) + "y" * 5000})])
+    dev.define_queue("Q", rules=[("tests.rulekit:FileRecorder",
+                                  {"path": str(tmp_path / ("x" * 200)) + "y" * 5000})])
     reply = run(dev, "inquire-rules", "Q")
     assert reply.rc == "failed" and "the action ran, but its reply cannot be sent" in reply.message
 
@@ -485,7 +499,8 @@ def test_process_admin_runs_each_request_and_puts_its_reply_on_the_reply_queue(
     assert [r.rc for r in answered] == ["success", "success", "failed"]
     assert dev.depth(ADMIN_QUEUE) == 0
     waiting = dev.browse(ADMIN_REPLY_QUEUE)
-    assert [m.correlation_id for m in waiting] == [bytes.fromhex(r.request_id) for r in (define, inquire, forged)]
+    assert ([m.correlation_id for m in waiting]
+            == [bytes.fromhex(r.request_id) for r in (define, inquire, forged)])
     assert [AdminReply.from_bytes(m.data) for m in waiting] == answered
     assert dev.depth("APP") == 0  # an unauthenticated request's reply never goes where it says
     assert dev.process_admin() == []
@@ -587,6 +602,7 @@ def test_damaged_admin_rows_read_as_a_damaged_store(dev: QueueManager) -> None:
     with pytest.raises(StoreError, match="the store is damaged: admin key 'viewer'"):
         dev.admin_keys()
     with dev._db.write() as conn:
-        conn.execute("UPDATE admin_replies SET reply = ?", (cbor2.dumps({"reply": b"junk", "stamp": 1, "final": True}),))
+        conn.execute("UPDATE admin_replies SET reply = ?",
+                     (cbor2.dumps({"reply": b"junk", "stamp": 1, "final": True}),))
     with pytest.raises(StoreError, match="does not decode"):
         dev.admin_history()

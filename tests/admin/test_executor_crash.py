@@ -41,8 +41,8 @@ def set_up(path: Path, count: int) -> list[str]:
 
 
 def worker(path: Path, point: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, WORKER, str(path), point], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    return subprocess.run([sys.executable, WORKER, str(path), point], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
 
 
 @pytest.mark.parametrize("point", ["before-action", "after-action", "after-send"])
@@ -102,7 +102,8 @@ def test_killed_at_random_points_many_times_no_request_runs_twice_or_replies_twi
         assert sorted(got) == sorted(ids)
         for i, rid in enumerate(ids):
             reply = got[rid]
-            assert reply.rc == "success" or reply.message == INTERRUPTED, reply.message  # never "already defined"
+            # never "already defined"
+            assert reply.rc == "success" or reply.message == INTERRUPTED, reply.message
             if reply.rc == "success":
                 assert f"Q{i}" in qm.queue_names()
         remembered = {r.request_id: r for r in qm.admin_history(limit=1000)}

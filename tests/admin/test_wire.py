@@ -59,7 +59,8 @@ def test_a_signed_request_survives_the_wire_and_verifies_with_its_key_only() -> 
     request = make().sign(KEY)
     again = AdminRequest.from_bytes(request.to_bytes())
     assert again == request
-    assert as_python(again.params) == {"kind": "local", "expiry_ms": 60_000, "rules": [["dead-letter", {"queue": "DLQ"}]]}
+    assert (as_python(again.params)
+            == {"kind": "local", "expiry_ms": 60_000, "rules": [["dead-letter", {"queue": "DLQ"}]]})
     assert again.verify(KEY.public_key())
     assert again.verify(raw_public_key(KEY.public_key()))
     assert not again.verify(Ed25519PrivateKey.generate().public_key())
@@ -75,9 +76,9 @@ def test_the_signed_bytes_are_canonical_whatever_order_params_were_given_in() ->
 
 @pytest.mark.parametrize("change", [
     {"request_id": "ffffffffffffffffffffffffffffffff"}, {"action": "delete-queue"}, {"target": "OTHER"},
-    {"target": None}, {"params": {"kind": "local", "expiry_ms": 1}}, {"device": "DEV2"}, {"reply_qmgr": "EVIL"},
-    {"reply_queue": "APP.QUEUE"}, {"created_ms": T0 + 1}, {"expires_ms": None}, {"expires_ms": T0 + 60_001},
-    {"key_id": "other"},
+    {"target": None}, {"params": {"kind": "local", "expiry_ms": 1}}, {"device": "DEV2"},
+    {"reply_qmgr": "EVIL"}, {"reply_queue": "APP.QUEUE"}, {"created_ms": T0 + 1}, {"expires_ms": None},
+    {"expires_ms": T0 + 60_001}, {"key_id": "other"},
 ])
 def test_changing_any_signed_field_breaks_the_signature(change: dict[str, Any]) -> None:
     signed = make().sign(KEY)
@@ -105,7 +106,8 @@ def test_create_makes_a_fresh_id_and_the_default_reply_queue() -> None:
     one = AdminRequest.create("inquire-all", device="DEV1", reply_qmgr="HOME", created_ms=T0, key_id="ops")
     two = AdminRequest.create("inquire-all", device="DEV1", reply_qmgr="HOME", created_ms=T0, key_id="ops")
     assert one.request_id != two.request_id and len(one.request_id) == 32
-    assert (one.reply_queue, one.target, dict(one.params), one.expires_ms) == (ADMIN_REPLY_QUEUE, None, {}, None)
+    assert ((one.reply_queue, one.target, dict(one.params), one.expires_ms)
+            == (ADMIN_REPLY_QUEUE, None, {}, None))
 
 
 def test_params_are_frozen() -> None:
@@ -211,7 +213,8 @@ def test_building_a_bad_request_is_the_callers_mistake() -> None:
 
 def test_a_reply_round_trips_with_its_items() -> None:
     reply = AdminReply("0123456789abcdef", "DEV1", "mixed", (
-        {"object": "A", "rc": "success", "reason": None, "depth": 3, "ratio": 0.5, "attributes": {"kind": "local"}},
+        {"object": "A", "rc": "success", "reason": None, "depth": 3, "ratio": 0.5,
+         "attributes": {"kind": "local"}},
         {"object": "B", "rc": "failed", "reason": "no queue 'B'"},
     ), "inquire-all: 1 of 2 failed", T0)
     again = AdminReply.from_bytes(reply.to_bytes())
@@ -230,7 +233,8 @@ def test_a_reply_round_trips_with_its_items() -> None:
     ({"executed_ms": None}, "executed_ms"),
 ])
 def test_a_bad_reply_is_refused(change: dict[str, Any], match: str) -> None:
-    fields: dict[str, Any] = {"request_id": "", "device": "DEV1", "rc": "success", "results": (), "message": "",
+    fields: dict[str, Any] = {"request_id": "", "device": "DEV1", "rc": "success", "results": (),
+                              "message": "",
                               "executed_ms": T0}
     with pytest.raises(EdgeqError, match=match):
         AdminReply(**{**fields, **change})
@@ -260,7 +264,8 @@ def test_request_and_reply_messages_carry_the_id_and_the_expiry() -> None:
     assert request_message(make(expires_ms=None)).expiry is None
     reply = AdminReply(request.request_id, "DEV1", "success", (), "ok", T0)
     sent = reply_message(reply, MessageUID("DEV1:abc", 42))
-    assert (sent.correlation_id, sent.uid, sent.created_ms) == (message.correlation_id, MessageUID("DEV1:abc", 42), T0)
+    assert ((sent.correlation_id, sent.uid, sent.created_ms)
+            == (message.correlation_id, MessageUID("DEV1:abc", 42), T0))
     assert AdminReply.from_bytes(sent.data) == reply
     assert reply_message(AdminReply("", "DEV1", "failed", (), "x", T0)).correlation_id is None
 
@@ -269,7 +274,8 @@ def test_public_keys_are_taken_raw_as_pem_or_as_objects_and_nothing_else() -> No
     public = KEY.public_key()
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    assert raw_public_key(pem) == raw_public_key(pem.decode()) == raw_public_key(public) == raw_public_key(raw) == raw
+    assert (raw_public_key(pem) == raw_public_key(pem.decode()) == raw_public_key(public)
+            == raw_public_key(raw) == raw)
     other = X25519PrivateKey.generate().public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     with pytest.raises(InvalidArgument, match="not an Ed25519 public key"):

@@ -101,7 +101,9 @@ def test_a_sound_store_is_clean(store: Path, clock: ManualClock) -> None:
         assert qm.depth("ORDERS") == 30
 
 
-def test_the_messages_are_read_in_one_streaming_select_whatever_their_number(tmp_path: Path, clock: ManualClock) -> None:
+def test_the_messages_are_read_in_one_streaming_select_whatever_their_number(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     seen: dict[int, list[str]] = {}
     for count in (10, 500):
         with QueueManager(tmp_path / f"{count}.db", name="DEV1", clock=clock) as qm:
@@ -181,7 +183,9 @@ def test_a_row_changed_behind_edgeqs_back_is_found_and_quarantined(
     assert len(told) == (0 if "UTF-8" in what else 1)  # no rule is told of a message without a readable uid
 
 
-def test_a_damaged_order_key_is_given_back_not_quarantined(store: Path, opened: tuple[QueueManager, Recorder]) -> None:
+def test_a_damaged_order_key_is_given_back_not_quarantined(
+    store: Path, opened: tuple[QueueManager, Recorder]
+) -> None:
     qm, recorder = opened
     conn = damage.raw(store)
     (msg_id,) = conn.execute("SELECT id FROM messages WHERE data = ?", (LINES[6],)).fetchone()
@@ -190,9 +194,11 @@ def test_a_damaged_order_key_is_given_back_not_quarantined(store: Path, opened: 
     assert qm.browse("LOG", limit=1)[0].data == LINES[6]  # the damage reorders the queue
 
     found = qm.check()
-    assert [(m.queue, m.fix, m.what) for m in found.messages] == [("LOG", "rerank", "its order key (rank 5) should be 0")]
+    assert ([(m.queue, m.fix, m.what) for m in found.messages]
+            == [("LOG", "rerank", "its order key (rank 5) should be 0")])
     report = qm.check(repair=True)
-    assert report.repairs is not None and len(report.repairs.reranked) == 1 and report.repairs.quarantined == ()
+    assert (report.repairs is not None and len(report.repairs.reranked) == 1
+            and report.repairs.quarantined == ())
     assert qm.check().clean and qm.quarantined() == [] and recorder.events == []
     assert drain(qm, "LOG") == LINES
 
@@ -235,7 +241,8 @@ def test_counters_that_drifted_are_recounted_and_nothing_else_changes(
 def test_every_message_of_a_queue_failing_blames_the_queue_not_the_messages(
     store: Path, clock: ManualClock
 ) -> None:
-    damage.execute(store, "UPDATE queues SET name = 'ORDERZ' WHERE name = 'ORDERS'")  # a flipped bit in its name
+    # a flipped bit in its name
+    damage.execute(store, "UPDATE queues SET name = 'ORDERZ' WHERE name = 'ORDERS'")
     with QueueManager(store, clock=clock) as qm:
         found = qm.check()
         assert len(found.messages) == 30 and {m.fix for m in found.messages} == {"leave"}
@@ -323,11 +330,13 @@ def test_a_rule_binding_that_cannot_be_decoded_is_set_aside_so_the_store_opens(
 
 def test_a_rule_event_that_cannot_be_decoded_is_set_aside(store: Path, clock: ManualClock) -> None:
     damage.execute(
-        store, "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES ('ORDERS', 'removed', 'got', 1, ?)",
-        b"\xff\x00 not cbor",
+        store,
+        "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES ('ORDERS', 'removed', 'got', "
+        "1, ?)", b"\xff\x00 not cbor",
     )
     found = check(store)
-    assert [(r.table, r.what) for r in found.records] == [("rule_events", "its copy of the message cannot be decoded")]
+    assert ([(r.table, r.what) for r in found.records]
+            == [("rule_events", "its copy of the message cannot be decoded")])
     assert unblock(store, clock).repairs is not None
     with QueueManager(store, clock=clock) as qm:
         assert qm.check().clean
@@ -335,11 +344,14 @@ def test_a_rule_event_that_cannot_be_decoded_is_set_aside(store: Path, clock: Ma
 
 def test_a_damaged_journal_row_is_quarantined(store: Path, clock: ManualClock) -> None:
     damage.execute(
-        store, "INSERT INTO journal (kind, side, at_ms, queue, uid, origin) VALUES ('expired', 'sever', 5, 'ORDERS', 'u', 'o')"
+        store,
+        "INSERT INTO journal (kind, side, at_ms, queue, uid, origin) VALUES ('expired', 'sever', 5, "
+        "'ORDERS', 'u', 'o')"
     )
     with QueueManager(store, clock=clock) as qm:
         found = qm.check()
-        assert [(r.table, r.what) for r in found.records] == [("journal", "its side is neither server nor device")]
+        assert ([(r.table, r.what) for r in found.records]
+                == [("journal", "its side is neither server nor device")])
         report = qm.check(repair=True)
         assert report.repairs is not None and report.repairs.quarantined == (
             "journal row 1 (queue ORDERS): its side is neither server nor device",
@@ -361,7 +373,8 @@ def test_a_damaged_incarnation_is_drawn_again_and_a_lost_clock_reset(store: Path
         assert qm.origin != before and qm.check().clean
         uid = qm.put("ORDERS", Message(b"after the repair"))
         conn = damage.raw(store)
-        (highest,) = conn.execute("SELECT max(stamp) FROM messages WHERE data != ?", (b"after the repair",)).fetchone()
+        (highest,) = conn.execute("SELECT max(stamp) FROM messages WHERE data != ?",
+                                  (b"after the repair",)).fetchone()
         conn.close()
         assert uid.stamp > highest
 
@@ -397,7 +410,9 @@ def test_an_edgeq_store_whose_schema_version_was_lost_is_damaged_not_foreign(sto
     assert report is not None and "no schema version" in report.unreadable[0]
 
 
-def test_a_journal_of_dead_lettered_and_discarded_messages_is_not_damage(db_path: Path, clock: ManualClock) -> None:
+def test_a_journal_of_dead_lettered_and_discarded_messages_is_not_damage(
+    db_path: Path, clock: ManualClock
+) -> None:
     """Since the dead-letter queue a journal holds these kinds too: they are records, not damage."""
     with QueueManager(db_path, name="DEV1", clock=clock) as qm:
         qm.define_remote_queue("METRICS", target_qmgr="HOME", refusal_limit=1)

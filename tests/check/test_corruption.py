@@ -140,7 +140,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     path, key_file = base / "pristine.db", base / "store.key"
     keys = StoreKeys.generate()
     keys.save(key_file)
-    script = f"from tests.check.test_corruption import build_store; build_store({str(path)!r}, {str(key_file)!r})"
+    script = (f"from tests.check.test_corruption import build_store; build_store({str(path)!r}, "
+              f"{str(key_file)!r})")
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
@@ -295,7 +296,8 @@ def read_everything(qm: QueueManager, store: Store, trial: Trial) -> None:
         trial.call("confirm_put_each", qm.confirm_put_each, queue, put_locked)
         even = trial.call("get(filter)", qm.get, queue, filter={"kind": "even"})
         trial.check("get(filter)", store, queue, [even] if even is not None else [], taken=True)
-        trial.check("get_many", store, queue, trial.call("get_many", qm.get_many, queue, 1_000) or [], taken=True)
+        trial.check("get_many", store, queue, trial.call("get_many", qm.get_many, queue, 1_000) or [],
+                    taken=True)
         trial.call("depth after", qm.depth, queue)
     outbound = trial.call("next_for_transmission", qm.exchange.next_for_transmission, REMOTE, 1_000) or []
     unconfirmed = frozenset(uid for (q, uid), how in store.how.items() if q == REMOTE and how == "put-locked")
@@ -318,7 +320,8 @@ def check_rule_copies(events: Sequence[RuleEvent], store: Store, trial: Trial) -
             continue
         want = store.expected.get((event.queue, str(message.uid)))
         if want is None or not same(message, want):
-            trial.forbidden.append(f"rule {event.kind}/{event.reason or event.where}: changed copy {message!r}")
+            trial.forbidden.append(
+                f"rule {event.kind}/{event.reason or event.where}: changed copy {message!r}")
 
 
 def run_trial(store: Store, copy: Path, rng: random.Random, flips: Flips) -> None:
@@ -328,7 +331,8 @@ def run_trial(store: Store, copy: Path, rng: random.Random, flips: Flips) -> Non
     trial = Trial()
     with witnessed() as capture:
         # durability "normal": what is tested is reading, and the trials stay quick
-        qm = trial.call("open", QueueManager, copy, clock=ManualClock(T1), keys=store.keys, durability="normal")
+        qm = trial.call("open", QueueManager, copy, clock=ManualClock(T1), keys=store.keys,
+                        durability="normal")
         if qm is None:
             flips.refused_open += not trial.forbidden
         else:

@@ -86,7 +86,8 @@ def admin_requests(home: Path) -> int:
 def test_admin_expires_zero_is_refused_as_put_expire_after_zero_is(home: Path, value: str) -> None:
     key = str(home.with_name("operator.key"))
     put_err = refused(edgeq("--db", str(home), "put", "Q", "x", "--expire-after", value), 2, "--expire-after")
-    admin_err = refused(edgeq("admin", "--db", str(home), "--key", key, "DEV1", "queue", "list", "--expires", value),
+    admin_err = refused(edgeq("admin", "--db", str(home), "--key", key, "DEV1", "queue", "list", "--expires",
+                              value),
                         2, "--expires")
     assert "out of range" in put_err and "out of range" in admin_err, (put_err, admin_err)
     assert admin_requests(home) == 0
@@ -128,8 +129,10 @@ def test_a_public_key_given_as_the_device_key_is_named_so(dev: Path, tmp_path: P
     (tmp_path / "dev1").mkdir()
     assert edgeq("keys", "new", "--out", str(tmp_path / "dev1" / "device.key")).returncode == 0
     public = tmp_path / "dev1" / "device.pub"
-    err = refused(edgeq("sync", "--db", str(dev), "--server", "http://127.0.0.1:9", "--once", "--key", str(public)),
-                  2, f"{public} is a public key", f"give the private key file, e.g. {tmp_path / 'dev1' / 'device.key'}")
+    err = refused(edgeq("sync", "--db", str(dev), "--server", "http://127.0.0.1:9", "--once", "--key",
+                        str(public)),
+                  2, f"{public} is a public key",
+                  f"give the private key file, e.g. {tmp_path / 'dev1' / 'device.key'}")
     assert "chmod" not in err, err
 
 

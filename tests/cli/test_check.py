@@ -31,7 +31,8 @@ def store(db_path: Path, clock: ManualClock) -> Path:
 def flip_payload(path: Path, index: int) -> str:
     """Flip a bit in the middle of ORDERS' message ``index`` in the file; return its uid."""
     conn = damage.raw(path)
-    origin, stamp = conn.execute("SELECT origin, stamp FROM messages WHERE data = ?", (PAYLOADS[index],)).fetchone()
+    origin, stamp = conn.execute("SELECT origin, stamp FROM messages WHERE data = ?",
+                                 (PAYLOADS[index],)).fetchone()
     conn.close()
     damage.flip(path, PAYLOADS[index], at=20, mask=0x08)
     return f"{origin}.{stamp}"
@@ -55,7 +56,9 @@ def test_damage_is_reported_with_exit_1_and_nothing_is_written(store: Path) -> N
     assert store.read_bytes() == before
 
 
-def test_repair_quarantines_tells_the_rules_and_a_second_check_is_sound(store: Path, clock: ManualClock) -> None:
+def test_repair_quarantines_tells_the_rules_and_a_second_check_is_sound(
+    store: Path, clock: ManualClock
+) -> None:
     uid = flip_payload(store, 9)
     result = run("check", "--db", str(store), "--repair")
     assert result.exit_code == 1, result.output  # damage was found, even though it is repaired
@@ -80,7 +83,8 @@ def test_json_lists_findings_repairs_and_the_check_after(store: Path) -> None:
 
 def test_a_damaged_index_is_rebuilt(store: Path) -> None:
     conn = damage.raw(store)
-    origin, stamp = conn.execute("SELECT origin, stamp FROM messages WHERE data = ?", (PAYLOADS[20],)).fetchone()
+    origin, stamp = conn.execute("SELECT origin, stamp FROM messages WHERE data = ?",
+                                 (PAYLOADS[20],)).fetchone()
     conn.close()
     damage.flip(store, origin.encode() + stamp.to_bytes(8, "big"), at=3, mask=0x01, within="messages_uid")
     result = run("check", "--db", str(store))

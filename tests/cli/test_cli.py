@@ -42,7 +42,9 @@ def db(tmp_path: Path) -> Path:
 def run(db: Path) -> Run:
     """Invoke the CLI with ``--db`` set to the test's store (and no EDGEQ_* from outside)."""
 
-    def _run(*args: str, input: bytes | str | None = None, db_opt: bool = True, env: dict[str, str] | None = None) -> Result:
+    def _run(
+        *args: str, input: bytes | str | None = None, db_opt: bool = True, env: dict[str, str] | None = None
+    ) -> Result:
         argv = (["--db", str(db)] if db_opt else []) + list(args)
         full_env: dict[str, str | None] = {"EDGEQ_DB": None, "EDGEQ_NAME": None, **(env or {})}
         return CliRunner().invoke(cli, argv, input=input, env=full_env, catch_exceptions=False)
@@ -166,8 +168,8 @@ def test_db_that_is_a_directory(run: Run, tmp_path: Path) -> None:
 
 def test_queue_define_with_every_attribute(run: Run, db: Path) -> None:
     ok(run("--name", "DEV1", "queue", "define", "ALERTS", "--expiry-ms", "30s", "--cap-expiry-ms", "5m",
-           "--max-depth", "100", "--max-message-bytes", "4096", "--default-priority", "7", "--ordering", "fifo",
-           "--depth-threshold", "50"))
+           "--max-depth", "100", "--max-message-bytes", "4096", "--default-priority", "7", "--ordering",
+           "fifo", "--depth-threshold", "50"))
     with QueueManager(db) as qm:
         a = qm.queue_attributes("ALERTS")
     assert (a.expiry_ms, a.cap_expiry_ms, a.max_depth, a.max_message_bytes) == (30_000, 300_000, 100, 4096)
@@ -263,7 +265,8 @@ def test_queue_show(store: Run) -> None:
 def test_queue_delete(store: Run, db: Path) -> None:
     ok(store("put", "ORDERS", "x"))
     fail(store("queue", "delete", "ORDERS"), 1, "still holds 1 unexpired message(s)", "--purge")
-    assert ok(store("queue", "delete", "ORDERS", "--purge")) == "Deleted queue ORDERS (purged 1 message(s)).\n"
+    assert (ok(store("queue", "delete", "ORDERS", "--purge"))
+            == "Deleted queue ORDERS (purged 1 message(s)).\n")
     ok(store("queue", "define", "EMPTY"))
     assert json.loads(ok(store("queue", "delete", "EMPTY", "--json"))) == {
         "queue": "EMPTY", "deleted": True, "purged": 0,
@@ -325,7 +328,8 @@ def test_put_every_option(store: Run, db: Path) -> None:
 
 
 def test_put_text_correlation_id_and_absolute_expiry(store: Run, db: Path) -> None:
-    ok(store("put", "ORDERS", "x", "--correlation-id", "order-17", "--expire-at", "2099-01-01T01:00:00+01:00"))
+    ok(store("put", "ORDERS", "x", "--correlation-id", "order-17", "--expire-at",
+             "2099-01-01T01:00:00+01:00"))
     m = browse_one(db)
     assert m.correlation_id == b"order-17"
     assert m.expiry == Int64(FUTURE_MS) and isinstance(m.expiry, Int64)
@@ -400,7 +404,8 @@ def test_get_takes_in_priority_order(store: Run) -> None:
 
 
 def test_get_human_output(store: Run) -> None:
-    uid = ok(store("put", "ORDERS", "hello", "--priority", "7", "--expire-after", "1h", "--field", "n:int32=5",
+    uid = ok(store("put", "ORDERS", "hello", "--priority", "7", "--expire-after", "1h", "--field",
+                   "n:int32=5",
                    "--field", "note=two words", "--correlation-id", "hex:abcd", "--reply-to", "R")).strip()
     lines = ok(store("get", "ORDERS")).splitlines()
     assert lines[0].startswith(f"{uid}  priority 7  created ")
@@ -431,7 +436,8 @@ def test_get_raw_writes_only_the_data(store: Run) -> None:
 
 
 def test_get_json(store: Run) -> None:
-    ok(store("put", "ORDERS", "text", "--field", "n:int64=7", "--field", "r:bytes=0a0b", "--field", "x:float=inf",
+    ok(store("put", "ORDERS", "text", "--field", "n:int64=7", "--field", "r:bytes=0a0b", "--field",
+             "x:float=inf",
              "--field", "on:bool=no", "--expire-at", FUTURE_ISO))
     ok(store("put", "ORDERS", input=b"\xff\xfe"))
     first, second = json.loads(ok(store("get", "ORDERS", "--count", "2", "--json")))
@@ -451,7 +457,8 @@ def test_get_json(store: Run) -> None:
 def test_get_with_a_field_filter(store: Run) -> None:
     ok(store("put", "ORDERS", "a", "--field", "site=north"))
     ok(store("put", "ORDERS", "b", "--field", "site=south", "--field", "n:int32=5"))
-    assert "data     UTF-8 text, 1 byte: b" in ok(store("get", "ORDERS", "--field", "site=south", "--field", "n:int32=5"))
+    assert ("data     UTF-8 text, 1 byte: b"
+            in ok(store("get", "ORDERS", "--field", "site=south", "--field", "n:int32=5")))
     assert ok(store("get", "ORDERS", "--field", "site=south")) == "No message available on ORDERS.\n"
     assert ok(store("depth", "ORDERS")) == "1\n"
 
@@ -476,8 +483,10 @@ def test_browse_does_not_take(store: Run) -> None:
     assert out.index("1 byte: b") < out.index("1 byte: a")
     assert ok(store("depth", "ORDERS")) == "2\n"
     assert [m["data_text"] for m in json.loads(ok(store("browse", "ORDERS", "--json")))] == ["b", "a"]
-    assert [m["data_text"] for m in json.loads(ok(store("browse", "ORDERS", "--json", "--limit", "1")))] == ["b"]
-    assert [m["data_text"] for m in json.loads(ok(store("--json", "browse", "ORDERS", "--field", "k=v")))] == ["a"]
+    assert ([m["data_text"] for m in json.loads(ok(store("browse", "ORDERS", "--json", "--limit", "1")))]
+            == ["b"])
+    assert ([m["data_text"] for m in json.loads(ok(store("--json", "browse", "ORDERS", "--field", "k=v")))]
+            == ["a"])
     assert ok(store("browse", "ORDERS", "--field", "k=w")) == "No messages to browse on ORDERS.\n"
     fail(store("browse", "NOPE"), 1, "no queue 'NOPE'")
 
@@ -524,7 +533,8 @@ def test_console_script_round_trip(tmp_path: Path) -> None:
     env["EDGEQ_DB"] = str(tmp_path / "dev.db")
 
     def edgeq(*args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([*command, *args], input=data, capture_output=True, env=env, timeout=60, check=False)
+        return subprocess.run([*command, *args], input=data, capture_output=True, env=env, timeout=60,
+                              check=False)
 
     assert edgeq("--name", "DEV1", "queue", "define", "Q").returncode == 0
     put = edgeq("put", "Q", "-", "--field", "n:int32=1", data=b"\x00payload\xff")
@@ -555,7 +565,8 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
-@pytest.mark.parametrize("ms", [0, 1, 999, 1000, 1001, 60_000, 90_500, 3_600_000, 86_400_000 * 3 + 7, 2**31 - 1])
+@pytest.mark.parametrize("ms",
+                         [0, 1, 999, 1000, 1001, 60_000, 90_500, 3_600_000, 86_400_000 * 3 + 7, 2**31 - 1])
 def test_format_duration_round_trips(ms: int) -> None:
     assert parse_duration(format_duration(ms).replace(" ", "")) == ms
 

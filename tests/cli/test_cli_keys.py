@@ -18,7 +18,8 @@ from edgeq.sync.keys import KeyFileError, fingerprint, load_private_key, load_pu
 
 
 def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"EDGEQ_DB": None, "EDGEQ_NAME": None}, catch_exceptions=False)
+    return CliRunner().invoke(cli, list(args), env={"EDGEQ_DB": None, "EDGEQ_NAME": None},
+                              catch_exceptions=False)
 
 
 @pytest.fixture
@@ -91,7 +92,8 @@ def test_devices_add_list_revoke(tmp_path: Path, home: Path) -> None:
         assert record.public_key == load_public_key(pub) and record.queues == ("ORDERS", "TELEMETRY")
 
     listed = run("--db", str(home), "server", "devices", "list")
-    assert "DEV1" in listed.output and "registered" in listed.output and fingerprint(load_public_key(pub)) in listed.output
+    assert ("DEV1" in listed.output and "registered" in listed.output
+            and fingerprint(load_public_key(pub)) in listed.output)
     revoked = run("server", "devices", "revoke", "DEV1", "--db", str(home))
     assert revoked.exit_code == 0
     (entry,) = json.loads(run("server", "devices", "list", "--db", str(home), "--json").output)
@@ -132,7 +134,8 @@ def test_store_key_commands_make_and_rotate_keys(tmp_path: Path) -> None:
     with QueueManager(db, name="DEV1", keys=key) as qm:
         qm.define_queue("PAY", encryption="aes-256-gcm")
         qm.put_many("PAY", [Message(b"%d" % i) for i in range(7)])
-    rotated = runner.invoke(cli, ["keys", "rotate", "--db", str(db), "--key-file", str(key), "--new-key", "--batch", "3"])
+    rotated = runner.invoke(cli, ["keys", "rotate", "--db", str(db), "--key-file", str(key), "--new-key",
+                                  "--batch", "3"])
     assert rotated.exit_code == 0, rotated.output
     assert "Added key k2" in rotated.stdout and "Re-sealed 7 message(s) under key k2" in rotated.stdout
     assert StoreKeys.load(key).current == "k2"
@@ -156,6 +159,7 @@ def test_a_bad_key_file_or_queue_name_is_a_usage_error(tmp_path: Path, home: Pat
     rotated = CliRunner().invoke(cli, ["keys", "rotate", "--db", str(home), "--key-file", str(junk)])
     assert rotated.exit_code == 2 and "is not an edgeq store key file" in rotated.output
     run("keys", "new-store-key", "--out", str(tmp_path / "store.key"))
-    queue = CliRunner().invoke(cli, ["keys", "rotate", "--db", str(home), "--key-file", str(tmp_path / "store.key"),
+    queue = CliRunner().invoke(cli, ["keys", "rotate", "--db", str(home), "--key-file",
+                                     str(tmp_path / "store.key"),
                                      "--queue", "no spaces"])
     assert queue.exit_code == 2 and "queue name 'no spaces' is not valid" in queue.output

@@ -121,14 +121,16 @@ def test_parse_rule_spec_errors(text: str, needle: str) -> None:
 
 def test_define_binds_rules_in_order_and_persists_them(store: Run, db: Path) -> None:
     out = ok(store("queue", "define", "ORDERS", "--depth-threshold", "50",
-                   "--rule", "counters", "--rule", 'dead-letter:{"queue":"DLQ"}', "--rule", FAILING + ':{"switch": "x"}'))
+                   "--rule", "counters", "--rule", 'dead-letter:{"queue":"DLQ"}', "--rule",
+                   FAILING + ':{"switch": "x"}'))
     assert out == (
         "Defined queue ORDERS on DEV1, with rules (run in this order):\n"
         "  1. counters\n"
         '  2. dead-letter:{"queue": "DLQ"}\n'
         '  3. tests.rulekit:Failing:{"switch": "x"}\n'
     )
-    assert bindings(db, "ORDERS") == [("counters", {}), ("dead-letter", {"queue": "DLQ"}), (FAILING, {"switch": "x"})]
+    assert (bindings(db, "ORDERS")
+            == [("counters", {}), ("dead-letter", {"queue": "DLQ"}), (FAILING, {"switch": "x"})])
     with QueueManager(db) as qm:
         assert qm.queue_attributes("ORDERS").depth_threshold == 50
 
@@ -194,7 +196,8 @@ def test_alter_replaces_and_clears_bindings(store: Run, db: Path) -> None:
 
 def test_alter_json_shows_the_new_bindings(store: Run) -> None:
     ok(store("queue", "define", "Q"))
-    data = json.loads(ok(store("--json", "queue", "alter", "Q", "--rule", "counters", "--depth-threshold", "3")))
+    data = json.loads(ok(store("--json", "queue", "alter", "Q", "--rule", "counters", "--depth-threshold",
+                               "3")))
     assert data["depth_threshold"] == 3
     assert data["rules"] == [{"name": "counters", "config": {}, "persisted": True, "error": None}]
 
@@ -253,7 +256,8 @@ def test_show_marks_a_binding_whose_plugin_fails_to_load(
     out = ok(result)
     assert "rules              1. counters\n" in out
     assert ("                   2. edgeq_cli_fragile:Fragile  BROKEN: RuleLoadError: rule "
-            "'edgeq_cli_fragile:Fragile' could not be loaded: ImportError: the fragile plugin is broken") in out
+            "'edgeq_cli_fragile:Fragile' could not be loaded: "
+            "ImportError: the fragile plugin is broken") in out
     # the failed load is one warning line on stderr, never a traceback
     assert "Warning: rule 'edgeq_cli_fragile:Fragile' bound to queue Q could not be loaded" in result.stderr
     assert "Traceback" not in result.stderr
@@ -334,10 +338,13 @@ def test_rules_list_shows_other_packages_and_broken_plugins(
         "[edgeq.rules]\nzz-broken = edgeq_cli_no_such_module:Rule\nzz-failing = tests.rulekit:Failing\n"
     )
     monkeypatch.syspath_prepend(str(site))
-    rows = {line.split()[0]: line.split(None, 2) for line in ok(run("rules", "list", db_opt=False)).splitlines()}
-    assert rows["zz-failing"] == ["zz-failing", "edgeq-cli-plugin", "Raises on every expiry while switch (a file) exists."]
+    rows = {line.split()[0]: line.split(None, 2)
+            for line in ok(run("rules", "list", db_opt=False)).splitlines()}
+    assert (rows["zz-failing"]
+            == ["zz-failing", "edgeq-cli-plugin", "Raises on every expiry while switch (a file) exists."])
     assert rows["zz-broken"][:2] == ["zz-broken", "edgeq-cli-plugin"]
-    assert rows["zz-broken"][2].startswith("BROKEN: ModuleNotFoundError: No module named 'edgeq_cli_no_such_module'")
+    assert rows["zz-broken"][2].startswith(
+        "BROKEN: ModuleNotFoundError: No module named 'edgeq_cli_no_such_module'")
     data = {r["name"]: r for r in json.loads(ok(run("rules", "list", "--json", db_opt=False)))}
     assert data["zz-broken"]["target"] == "edgeq_cli_no_such_module:Rule"
 
@@ -357,7 +364,8 @@ def test_rules_failures_parked(run: Run, db: Path, tmp_path: Path) -> None:
     lines = ok(run("rules", "failures")).splitlines()
     assert lines[0].split() == ["EVENT", "QUEUE", "RULE", "ATTEMPTS", "STATE", "NEXT-RETRY", "LAST-ERROR"]
     assert lines[1].split(None, 6) == [
-        str(event_id), "Q", FAILING, "1", "parked", "-", f"RuntimeError: failing on purpose for event {event_id}",
+        str(event_id), "Q", FAILING, "1", "parked", "-",
+        f"RuntimeError: failing on purpose for event {event_id}",
     ]
     assert ok(run("rules", "failures", "--parked")).splitlines() == lines
     assert ok(run("rules", "failures", "--waiting")) == "No rule failures waiting for a retry.\n"
@@ -365,7 +373,8 @@ def test_rules_failures_parked(run: Run, db: Path, tmp_path: Path) -> None:
     assert data == {
         "event_id": event_id, "queue": "Q", "rule": FAILING, "binding": data["binding"], "attempts": 1,
         "parked": True, "last_error": f"RuntimeError: failing on purpose for event {event_id}",
-        "last_attempt_ms": PAST, "last_attempt": "2020-09-13T12:26:40Z", "next_retry_ms": None, "next_retry": None,
+        "last_attempt_ms": PAST, "last_attempt": "2020-09-13T12:26:40Z", "next_retry_ms": None,
+        "next_retry": None,
     }
 
 
@@ -392,9 +401,12 @@ def test_rules_failures_errors(run: Run) -> None:
 def test_rules_retry_parked_after_the_rule_is_fixed(run: Run, db: Path, tmp_path: Path) -> None:
     switch, _ = failing_store(db, tmp_path, now=PAST, limit=1)
     result = run("rules", "retry")  # parked deliveries wait for --parked
-    assert ok(result) == "Retried: 0 deliveries succeeded.\nStill failing: 0 waiting, 1 parked (see `edgeq rules failures`).\n"
+    assert (ok(result)
+            == "Retried: 0 deliveries succeeded.\nStill failing: 0 waiting, 1 parked (see `edgeq rules "
+               "failures`).\n")
     switch.unlink()  # "fix" the rule
-    assert ok(run("rules", "retry", "--parked")) == "Retried: 1 delivery succeeded.\nNo rule failures are left.\n"
+    assert (ok(run("rules", "retry", "--parked"))
+            == "Retried: 1 delivery succeeded.\nNo rule failures are left.\n")
     assert ok(run("rules", "failures")) == "No rule failures.\n"
 
 
@@ -420,7 +432,8 @@ def test_rules_retry_retries_waiting_ones_now(run: Run, db: Path, tmp_path: Path
     due = CliRunner().invoke(cli, ["--db", str(tmp_path / "due.db"), "rules", "retry"])
     assert due.exit_code == 0, due.output
     assert due.stdout.endswith("No rule failures are left.\n")
-    assert ok(CliRunner().invoke(cli, ["--db", str(tmp_path / "due.db"), "rules", "failures"])) == "No rule failures.\n"
+    assert (ok(CliRunner().invoke(cli, ["--db", str(tmp_path / "due.db"), "rules", "failures"]))
+            == "No rule failures.\n")
 
 
 def test_rules_retry_errors(run: Run, db: Path, tmp_path: Path) -> None:
@@ -441,7 +454,8 @@ def test_queue_define_encrypted_and_show(tmp_path: Path, monkeypatch: pytest.Mon
     db = tmp_path / "enc.db"
     monkeypatch.setenv("EDGEQ_STORE_KEY_FILE", str(key))
     runner = CliRunner()
-    result = runner.invoke(cli, ["--db", str(db), "--name", "DEV1", "queue", "define", "PAY", "--encryption", "aes-256-gcm"])
+    result = runner.invoke(cli, ["--db", str(db), "--name", "DEV1", "queue", "define", "PAY", "--encryption",
+                                 "aes-256-gcm"])
     assert result.exit_code == 0, result.output
     shown = runner.invoke(cli, ["--db", str(db), "queue", "show", "PAY"])
     assert shown.exit_code == 0 and "aes-256-gcm" in shown.stdout

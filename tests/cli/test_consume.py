@@ -114,7 +114,8 @@ def test_each_message_goes_to_the_command_with_its_metadata(db: Path, run: Run, 
     assert data_file.read_bytes() == b"payload one"
     env = dict(line.split("=", 1) for line in data_file.with_suffix(".env").read_text().splitlines())
     assert (env["EDGEQ_QUEUE"], env["EDGEQ_UID"], env["EDGEQ_PRIORITY"]) == ("Q", data_file.stem, "7")
-    assert (env["EDGEQ_CORRELATION_ID"], env["EDGEQ_REPLY_TO"], env["EDGEQ_BACKOUT_COUNT"]) == ("0102", "R", "0")
+    assert ((env["EDGEQ_CORRELATION_ID"], env["EDGEQ_REPLY_TO"], env["EDGEQ_BACKOUT_COUNT"])
+            == ("0102", "R", "0"))
     assert json.loads(env["EDGEQ_FIELDS"]) == {"k": {"type": "str", "value": "v"}}
     assert 0 < int(env["EDGEQ_REMAINING_EXPIRY_MS"]) <= 3_600_000 and int(env["EDGEQ_CREATED_MS"]) > 0
     assert held(db) == []
@@ -157,7 +158,9 @@ def test_wait_values() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_the_command_and_undoes_the_message_in_hand(db: Path, tmp_path: Path, signum: int) -> None:
+def test_a_signal_stops_the_command_and_undoes_the_message_in_hand(
+    db: Path, tmp_path: Path, signum: int
+) -> None:
     put(db, Message(b"in hand"), Message(b"next"))
     started = tmp_path / "started"
     proc = edgeq(db, "consume", "Q", "--exec", f'touch "{started}"; exec sleep 60')

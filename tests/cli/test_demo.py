@@ -445,7 +445,9 @@ def test_cli_demo_refuses_to_replace_a_user_store(tmp_path: Path) -> None:
     assert user.read_bytes() == before
 
 
-def test_cli_demo_default_path_is_a_new_temporary_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_demo_default_path_is_a_new_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = CliRunner().invoke(cli, ["demo"])
     assert result.exit_code == 0, result.output
@@ -460,8 +462,8 @@ def test_make_demo_installs_what_act_two_needs_in_one_command(tmp_path: Path) ->
     """`make demo` on a fresh machine: the venv, edgeq with the server and sync extras, the demo."""
     make = shutil.which("make")
     assert make is not None, "make is needed to run `make demo` (README: Two commands)"
-    plan = subprocess.run([make, "--no-print-directory", "-n", "demo", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    plan = subprocess.run([make, "--no-print-directory", "-n", "demo", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
     assert "pip install --quiet -e '.[server,sync]'" in plan
     assert plan.rstrip().endswith(f"{tmp_path / 'venv'}/bin/edgeq demo")
 

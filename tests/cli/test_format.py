@@ -85,7 +85,9 @@ def test_limits_take_none_for_no_limit() -> None:
     (DEVICE_NAME, "DEV 1", "device name 'DEV 1' is not valid"),
     (QUEUE_NAMES, "A,B C", "queue name 'B C' is not valid"),
 ])
-def test_a_bad_value_is_a_usage_error_naming_the_option(param_type: click.ParamType, value: str, needle: str) -> None:
+def test_a_bad_value_is_a_usage_error_naming_the_option(
+    param_type: click.ParamType, value: str, needle: str
+) -> None:
     code, stderr = convert(param_type, value)
     assert code == 2
     assert "Invalid value for '--value'" in stderr and needle in stderr
@@ -94,7 +96,8 @@ def test_a_bad_value_is_a_usage_error_naming_the_option(param_type: click.ParamT
 def test_sizes_holds_and_names_are_read() -> None:
     assert convert(BYTES_LIMIT, "1500", "64KiB", "1.5MB", "256mib", "1 GB", "none") == (0, [
         Limit(1500), Limit(65_536), Limit(1_500_000), Limit(268_435_456), Limit(10**9), Limit(None)])
-    assert convert(HOLD, "1h", "90s", "0", "none", "never") == (0, [Limit(3_600_000), Limit(90_000)] + [Limit(None)] * 3)
+    assert (convert(HOLD, "1h", "90s", "0", "none", "never")
+            == (0, [Limit(3_600_000), Limit(90_000)] + [Limit(None)] * 3))
     assert convert(QUEUE_NAME, "DEV1.INBOX") == (0, ["DEV1.INBOX"])
     assert convert(DEVICE_NAME, "DEV-1_a") == (0, ["DEV-1_a"])
     assert convert(QUEUE_NAMES, " A , B,,", "") == (0, [["A", "B"], []])

@@ -35,13 +35,16 @@ def pub(tmp_path: Path) -> Path:
     return tmp_path / "ops.pub"
 
 
-def test_a_trusted_key_is_listed_and_its_requests_run_until_it_is_untrusted(device: Path, tmp_path: Path) -> None:
+def test_a_trusted_key_is_listed_and_its_requests_run_until_it_is_untrusted(
+    device: Path, tmp_path: Path
+) -> None:
     operator_pub = tmp_path / "operator.pub"
     operator_pub.write_bytes(OPERATOR.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     trusted = run("keys", "trust-admin", "--db", str(device), "ops", str(operator_pub))
     assert trusted.exit_code == 0, trusted.output
-    assert trusted.output.startswith("Trusted admin key ops (SHA256:") and "for every action." in trusted.output
+    assert (trusted.output.startswith("Trusted admin key ops (SHA256:")
+            and "for every action." in trusted.output)
     listed = run("keys", "admin-list", "--db", str(device))
     assert listed.output.splitlines()[0].split() == ["KEY", "FINGERPRINT", "ACTIONS", "ADDED"]
     assert listed.output.splitlines()[1].split()[::2] == ["ops", "*"]
@@ -60,7 +63,8 @@ def test_actions_are_restricted_by_list_or_to_inquiries(device: Path, pub: Path)
                   "define-queue, alter-queue", "--json")
     assert chosen.exit_code == 0, chosen.output
     assert json.loads(chosen.output)["actions"] == ["define-queue", "alter-queue"]
-    listed = {k["key_id"]: k for k in json.loads(run("keys", "admin-list", "--db", str(device), "--json").output)}
+    listed = {k["key_id"]: k
+              for k in json.loads(run("keys", "admin-list", "--db", str(device), "--json").output)}
     assert listed["noc"]["actions"] == list(INQUIRE_ACTIONS)
     assert listed["deploy"]["fingerprint"] == listed["noc"]["fingerprint"]
     assert set(listed["noc"]) == {"key_id", "fingerprint", "actions", "added_ms", "added"}

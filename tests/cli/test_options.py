@@ -146,7 +146,9 @@ def test_another_name_is_refused_before_anything_is_written(
         assert qm.journal_mode is None  # journal="server" was never written to the store
 
 
-def test_a_name_that_is_no_queue_manager_name_is_a_usage_error(run: Callable[..., Result], tmp_path: Path) -> None:
+def test_a_name_that_is_no_queue_manager_name_is_a_usage_error(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
     db = str(tmp_path / "new.db")
     for result in (
         run("--db", db, "--name", "DEV 1", "open", "create"),  # the group's --name
@@ -190,7 +192,8 @@ def test_queue_manager_options_are_passed_on(run: Callable[..., Result], dev: Pa
 
 
 @pytest.mark.parametrize(("use", "advice"), [
-    ("existing", "create a store by defining its first queue, e.g. edgeq --db '{db}' --name DEV1 queue define ORDERS"),
+    ("existing",
+     "create a store by defining its first queue, e.g. edgeq --db '{db}' --name DEV1 queue define ORDERS"),
     ("admin", "give an existing store (e.g. the one of edgeq serve --db)"),
 ])
 def test_a_missing_store_is_not_created_where_the_command_needs_one(
@@ -204,7 +207,8 @@ def test_a_missing_store_is_not_created_where_the_command_needs_one(
 
 
 @pytest.mark.parametrize(("use", "advice"), [
-    ("create", "name its queue manager with --name (or EDGEQ_NAME), e.g. edgeq --db {db} --name DEV1 queue define ..."),
+    ("create",
+     "name its queue manager with --name (or EDGEQ_NAME), e.g. edgeq --db {db} --name DEV1 queue define ..."),
     ("service", "name its queue manager with --name"),
 ])
 def test_a_new_store_needs_a_name(run: Callable[..., Result], tmp_path: Path, use: str, advice: str) -> None:
@@ -220,7 +224,9 @@ def test_a_new_store_needs_its_directory(run: Callable[..., Result], tmp_path: P
     assert line == f"Error: cannot create {db}: directory {db.parent} does not exist"
 
 
-def test_create_makes_the_store_and_says_so_service_silently(run: Callable[..., Result], tmp_path: Path) -> None:
+def test_create_makes_the_store_and_says_so_service_silently(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
     made = run("--db", str(tmp_path / "a.db"), "--name", "DEV1", "open", "create")
     assert made.exit_code == 0 and made.stdout == "DEV1 json=False\n"
     assert made.stderr == f"Created store {tmp_path / 'a.db'} for queue manager DEV1.\n"
@@ -264,4 +270,5 @@ def test_stored_name_reads_without_writing(dev: Path, tmp_path: Path) -> None:
     (tmp_path / "text.db").write_text("not a database")
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
-    assert [stored_name(p) for p in (tmp_path / "text.db", other, tmp_path / "absent.db")] == [None, None, None]
+    assert ([stored_name(p) for p in (tmp_path / "text.db", other, tmp_path / "absent.db")]
+            == [None, None, None])

@@ -15,14 +15,15 @@ from edgeq import QueueManager, __version__
 from edgeq.cli import cli, main
 
 EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark")
-MODULES = ("admin", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules", "serve", "server",
+MODULES = ("admin", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules",
+           "serve", "server",
            "sync")
 
 
 def test_every_command_is_registered_once() -> None:
     assert sorted(cli.commands) == [
-        "admin", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys", "pipeline", "purge", "put", "queue",
-        "rules", "serve", "server", "sweep", "sync",
+        "admin", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys", "pipeline",
+        "purge", "put", "queue", "rules", "serve", "server", "sweep", "sync",
     ]
 
 
@@ -54,11 +55,14 @@ def test_help_imports_no_optional_stack(args: list[str]) -> None:
 
 @pytest.mark.parametrize("module", ["edgeq", "edgeq.cli"])
 def test_python_dash_m_runs_the_command_line(module: str) -> None:
-    done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True,
+                          check=False)
     assert (done.returncode, done.stdout) == (0, f"edgeq, version {__version__}\n")
 
 
-def test_main_is_the_console_script(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_is_the_console_script(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sys, "argv", ["anything", "--version"])
     with pytest.raises(SystemExit) as exit_:
         main()
@@ -87,7 +91,9 @@ BAD_VALUES = [
 
 
 @pytest.mark.parametrize(("args", "option"), BAD_VALUES, ids=[" ".join(a[:3]) for a, _ in BAD_VALUES])
-def test_every_bad_value_is_a_usage_error_that_changes_nothing(tmp_path: Path, args: list[str], option: str) -> None:
+def test_every_bad_value_is_a_usage_error_that_changes_nothing(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
     """A value a command cannot use exits 2 with click's usage message naming the option,
     before the store is opened (let alone created or changed). The commands of
     edgeq.cli.queue, edgeq.cli.sync, edgeq.cli.serve (but its hold and quota) and edgeq.cli.demo

@@ -42,13 +42,15 @@ def attrs(db: Path, name: str) -> dict[str, object]:
 
 def test_define_a_remote_queue_with_everything_the_api_takes(run: Run, db: Path) -> None:
     out = ok(run("queue", "define", "OUT", "--remote", "--target-qmgr", "HOME", "--target-queue", "ORDERS",
-                 "--mode", "sync", "--refusal-limit", "5", "--max-bytes", "1MiB", "--on-full", "discard-oldest",
-                 "--expiry-ms", "1h", "--max-depth", "100", "--default-priority", "6", "--depth-threshold", "50"))
+                 "--mode", "sync", "--refusal-limit", "5", "--max-bytes", "1MiB", "--on-full",
+                 "discard-oldest", "--expiry-ms", "1h", "--max-depth", "100", "--default-priority", "6",
+                 "--depth-threshold", "50"))
     assert out == "Defined remote queue OUT on DEV1, transmitted to HOME/ORDERS (sync).\n"
     a = attrs(db, "OUT")
     assert (a["kind"], a["target_qmgr"], a["target_queue"], a["mode"]) == ("remote", "HOME", "ORDERS", "sync")
     assert (a["refusal_limit"], a["max_bytes"], a["on_full"]) == (5, 1_048_576, "discard-oldest")
-    assert (a["expiry_ms"], a["max_depth"], a["default_priority"], a["depth_threshold"]) == (3_600_000, 100, 6, 50)
+    assert ((a["expiry_ms"], a["max_depth"], a["default_priority"], a["depth_threshold"])
+            == (3_600_000, 100, 6, 50))
 
 
 def test_a_remote_queue_defaults_to_async_and_its_own_name(run: Run, db: Path) -> None:
@@ -59,9 +61,11 @@ def test_a_remote_queue_defaults_to_async_and_its_own_name(run: Run, db: Path) -
 
 
 def test_define_a_home_server_queue(run: Run, db: Path) -> None:
-    out = ok(run("queue", "define", "INBOX", "--home-server", "HOME", "--max-bytes", "64KiB", "--rule", "counters"))
-    assert out == "Defined home-server queue INBOX on DEV1, filled from HOME, with rules (run in this order):\n" \
-                  "  1. counters\n"
+    out = ok(run("queue", "define", "INBOX", "--home-server", "HOME", "--max-bytes", "64KiB", "--rule",
+                 "counters"))
+    assert out == ("Defined home-server queue INBOX on DEV1, filled from HOME, "
+                   "with rules (run in this order):\n"
+                   "  1. counters\n")
     a = attrs(db, "INBOX")
     assert (a["kind"], a["server"], a["max_bytes"]) == ("home", "HOME", 65_536)
 
@@ -82,7 +86,9 @@ def test_define_a_home_server_queue(run: Run, db: Path) -> None:
         (["--on-full", "drop"], "'drop' is not one of"),
     ],
 )
-def test_bad_kind_and_budget_options_are_usage_errors(run: Run, db: Path, args: list[str], needle: str) -> None:
+def test_bad_kind_and_budget_options_are_usage_errors(
+    run: Run, db: Path, args: list[str], needle: str
+) -> None:
     result = run("queue", "define", "Q", *args)
     assert result.exit_code == 2 and needle in result.stderr, result.stderr
     assert "Traceback" not in result.output
@@ -94,7 +100,8 @@ def test_bad_kind_and_budget_options_are_usage_errors(run: Run, db: Path, args: 
 
 
 def test_budget_options_define_alter_and_show(run: Run, db: Path) -> None:
-    ok(run("queue", "define", "RING", "--max-bytes", "2KiB", "--max-depth", "3", "--on-full", "discard-oldest",
+    ok(run("queue", "define", "RING", "--max-bytes", "2KiB", "--max-depth", "3", "--on-full",
+           "discard-oldest",
            "--rule", "counters"))
     for n in range(5):
         ok(run("put", "RING", f"m{n}"))
@@ -131,7 +138,8 @@ def test_refusal_limit_is_altered_on_remote_queues_only(run: Run, db: Path) -> N
         "Altered queue OUT: refusal_limit default.\n")
     assert attrs(db, "OUT")["refusal_limit"] is None
     ok(run("queue", "define", "LOCAL"))
-    fail(run("queue", "alter", "LOCAL", "--refusal-limit", "3"), 1, "refusal_limit applies to remote queues only")
+    fail(run("queue", "alter", "LOCAL", "--refusal-limit", "3"), 1,
+         "refusal_limit applies to remote queues only")
 
 
 def test_list_shows_every_kind(run: Run, db: Path) -> None:
@@ -159,7 +167,8 @@ def test_backout_options_define_alter_show_and_stop(run: Run, db: Path) -> None:
     assert "backout            to BOQ at 3 undone gets" in ok(run("queue", "show", "JOBS"))
     data = json.loads(ok(run("queue", "show", "JOBS", "--json")))
     assert (data["backout_threshold"], data["backout_queue"]) == (3, "BOQ")
-    assert ok(run("queue", "alter", "JOBS", "--backout-queue", "BOQ2")) == "Altered queue JOBS: backout_queue BOQ2.\n"
+    assert (ok(run("queue", "alter", "JOBS", "--backout-queue", "BOQ2"))
+            == "Altered queue JOBS: backout_queue BOQ2.\n")
     assert ok(run("queue", "alter", "JOBS", "--no-backout")) == (
         "Altered queue JOBS: backout_threshold none, backout_queue none.\n")
     assert "backout" not in ok(run("queue", "show", "JOBS"))
@@ -204,7 +213,8 @@ def test_backout_errors_from_the_queue_manager(run: Run) -> None:
     fail(run("queue", "define", "Q", "--backout-threshold", "2", "--backout-queue", "NOPE"), 1,
          "backout queue 'NOPE' is not defined")
     ok(run("queue", "define", "Q", "--backout-threshold", "2", "--backout-queue", "BOQ"))
-    fail(run("queue", "alter", "Q", "--backout-threshold", "none"), 1, "backout_queue needs a backout_threshold")
+    fail(run("queue", "alter", "Q", "--backout-threshold", "none"), 1,
+         "backout_queue needs a backout_threshold")
     fail(run("queue", "delete", "BOQ"), 1, "backout queue of 'Q'")
     result = run("queue", "alter", "Q", "--no-backout", "--backout-threshold", "4")
     assert result.exit_code == 2 and "not both" in result.stderr
@@ -218,8 +228,10 @@ def test_compression_is_defined_altered_and_shown(run: Run, db: Path) -> None:
     ok(run("queue", "define", "INBOX", "--home-server", "HOME", "--compression", "zlib"))
     assert "compression        zstd" in ok(run("queue", "show", "OUT"))
     assert json.loads(ok(run("queue", "show", "INBOX", "--json")))["compression"] == "zlib"
-    assert ok(run("queue", "alter", "OUT", "--compression", "zlib")) == "Altered queue OUT: compression zlib.\n"
-    assert ok(run("queue", "alter", "INBOX", "--compression", "none")) == "Altered queue INBOX: compression none.\n"
+    assert (ok(run("queue", "alter", "OUT", "--compression", "zlib"))
+            == "Altered queue OUT: compression zlib.\n")
+    assert (ok(run("queue", "alter", "INBOX", "--compression", "none"))
+            == "Altered queue INBOX: compression none.\n")
     assert (attrs(db, "OUT")["compression"], attrs(db, "INBOX")["compression"]) == ("zlib", None)
     assert "compression" not in ok(run("queue", "show", "INBOX"))
 
@@ -228,7 +240,8 @@ def test_compression_is_defined_altered_and_shown(run: Run, db: Path) -> None:
     ("args", "needle"),
     [
         (["--compression", "zstd"], "only for remote and home-server queues"),
-        (["--remote", "--target-qmgr", "HOME", "--compression", "gzip"], "'gzip' is not one of 'zstd', 'zlib', 'none'"),
+        (["--remote", "--target-qmgr", "HOME", "--compression", "gzip"],
+         "'gzip' is not one of 'zstd', 'zlib', 'none'"),
     ],
 )
 def test_bad_compression_options_are_usage_errors(run: Run, db: Path, args: list[str], needle: str) -> None:
@@ -238,7 +251,9 @@ def test_bad_compression_options_are_usage_errors(run: Run, db: Path, args: list
         assert qm.queue_names() == []
 
 
-def test_zstd_without_its_package_says_how_to_install(run: Run, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_zstd_without_its_package_says_how_to_install(
+    run: Run, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "zstandard", None)
@@ -252,4 +267,5 @@ def test_zstd_without_its_package_says_how_to_install(run: Run, db: Path, monkey
 
 def test_compression_on_a_local_queue_is_refused_by_alter(run: Run) -> None:
     ok(run("queue", "define", "LOCAL"))
-    fail(run("queue", "alter", "LOCAL", "--compression", "zlib"), 1, "compression applies to remote and home-server")
+    fail(run("queue", "alter", "LOCAL", "--compression", "zlib"), 1,
+         "compression applies to remote and home-server")

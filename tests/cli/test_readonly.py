@@ -42,7 +42,8 @@ def folder() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-PAST = 1_600_000_000_000  # 2020-09-13, the clock the store is written by: its "stale" message has expired since
+# 2020-09-13, the clock the store is written by: its "stale" message has expired since
+PAST = 1_600_000_000_000
 
 
 def make_store(path: Path) -> Path:

@@ -43,13 +43,16 @@ def keys(tmp_path: Path) -> dict[str, Path]:
 
 
 def add(home: Path, name: str, key: Path, *more: str, input: str | None = None) -> Result:
-    return run("server", "devices", "add", name, "--public-key", str(key), "--db", str(home), *more, input=input)
+    return run("server", "devices", "add", name, "--public-key", str(key), "--db", str(home), *more,
+               input=input)
 
 
 # -- devices -----------------------------------------------------------------------------
 
 
-def test_a_key_registered_to_another_device_is_refused_without_force(home: Path, keys: dict[str, Path]) -> None:
+def test_a_key_registered_to_another_device_is_refused_without_force(
+    home: Path, keys: dict[str, Path]
+) -> None:
     assert add(home, "DEV1", keys["dev1"]).exit_code == 0
     shared = add(home, "DEV2", keys["dev1"])
     assert shared.exit_code == 1
@@ -58,9 +61,11 @@ def test_a_key_registered_to_another_device_is_refused_without_force(home: Path,
         assert qm.device("DEV2") is None
     assert add(home, "DEV1", keys["dev1"]).exit_code == 0  # re-adding the same device is no sharing
     forced = add(home, "DEV2", keys["dev1"], "--force")
-    assert forced.exit_code == 0 and "Warning: the key in" in forced.stderr and "also registered to DEV1" in forced.stderr
+    assert (forced.exit_code == 0 and "Warning: the key in" in forced.stderr
+            and "also registered to DEV1" in forced.stderr)
     with QueueManager(home) as qm:
-        assert qm.device("DEV2") is not None and qm.device("DEV2").public_key == qm.device("DEV1").public_key  # type: ignore[union-attr]
+        assert (qm.device("DEV2") is not None
+                and qm.device("DEV2").public_key == qm.device("DEV1").public_key)  # type: ignore[union-attr]
 
 
 def test_a_revoked_devices_key_is_refused_too_and_the_refusal_dates_the_revocation(
@@ -92,7 +97,8 @@ def test_revocations_print_iso_dates_never_epoch_ms(home: Path, keys: dict[str, 
 def test_a_missing_store_is_created_when_the_operator_says_yes(tmp_path: Path, keys: dict[str, Path]) -> None:
     new = tmp_path / "new.db"
     declined = add(new, "DEV1", keys["dev1"], input="n\n")
-    assert declined.exit_code == 1 and "does not exist. Create a new home server store there?" in declined.stderr
+    assert (declined.exit_code == 1
+            and "does not exist. Create a new home server store there?" in declined.stderr)
     assert "Error: " + f"{new} does not exist, and nothing was created" in declined.stderr
     assert add(new, "DEV1", keys["dev1"], input="").exit_code == 1  # no answer (a script): no
     assert not new.exists()
@@ -124,8 +130,10 @@ def test_other_admin_commands_still_need_an_existing_store(tmp_path: Path) -> No
     (["devices", "add", "DEV.1", "--public-key", "{dev1}"], "has a '.'"),
     (["devices", "add", "no spaces", "--public-key", "{dev1}"], "device name 'no spaces' is not valid"),
     (["devices", "add", "DEV1", "--public-key", "{junk}"], "is not a PEM public key"),
-    (["devices", "add", "DEV1", "--public-key", "{dev1}", "--queues", "A,b c"], "queue name 'b c' is not valid"),
-    (["devices", "add", "DEV1", "--public-key", "{dev1}", "--name", "H!"], "queue manager name 'H!' is not valid"),
+    (["devices", "add", "DEV1", "--public-key", "{dev1}", "--queues", "A,b c"],
+     "queue name 'b c' is not valid"),
+    (["devices", "add", "DEV1", "--public-key", "{dev1}", "--name", "H!"],
+     "queue manager name 'H!' is not valid"),
     (["devices", "revoke", "DEV.1"], "has a '.'"),
     (["held", "list", "--device", "D 1"], "device name 'D 1' is not valid"),
     (["held", "list", "--older-than", "a while"], "is not a duration"),
@@ -183,7 +191,8 @@ def test_held_clear_undoes_by_device_and_age_and_the_list_empties(home: Path, he
                            "a device's resend is stored afresh.\n"
     mine = json.loads(run("server", "held", "clear", "--device", "DEV2", "--json", "--db", str(home)).stdout)
     assert mine == {"undone": 2, "device": "DEV2", "older_than_ms": 0}
-    assert run("server", "held", "clear", "--db", str(home)).stdout.startswith("Undid 1 unconfirmed put(s) of every")
+    assert run("server", "held", "clear", "--db", str(home)).stdout.startswith(
+        "Undid 1 unconfirmed put(s) of every")
     assert run("server", "held", "list", "--db", str(home)).stdout == "No unconfirmed puts are held.\n"
     with QueueManager(home) as qm:
         assert qm.depth("ORDERS") == qm.depth("TELEMETRY") == 0

@@ -35,7 +35,8 @@ T0 = 1_763_715_600_000  # 2025-11-21T09:00:00Z
 def qm(tmp_path: Path) -> Iterator[QueueManager]:
     manager = QueueManager(tmp_path / "dev.db", name="DEV1", clock=ManualClock(T0))
     manager.define_queue("DLQ")
-    manager.define_queue("ORDERS", expiry_ms=90_000, max_depth=10, rules=[("dead-letter", {"queue": "DLQ"}), "counters"])
+    manager.define_queue("ORDERS", expiry_ms=90_000, max_depth=10,
+                         rules=[("dead-letter", {"queue": "DLQ"}), "counters"])
     yield manager
     manager.close()
 
@@ -93,15 +94,18 @@ def test_a_queue_with_its_bindings_in_order(qm: QueueManager) -> None:
     attrs, bindings = qm.queue_attributes("ORDERS"), qm.queue_bindings("ORDERS")
     usage = QueueUsage("ORDERS", 3, 2_500, 10, None, "reject")
     text = format_queue(attrs, usage, bindings).splitlines()
-    assert text[:5] == ["queue              ORDERS", "depth              3", "bytes              2500 (2.4 KiB)",
+    assert text[:5] == ["queue              ORDERS", "depth              3",
+                        "bytes              2500 (2.4 KiB)",
                         "expiry_ms          90000 (1m 30s)", "cap_expiry_ms      none"]
     assert text[5:8] == ["max_depth          10", "max_bytes          none", "on_full            reject"]
-    assert text[-2:] == ['rules              1. dead-letter:{"queue": "DLQ"}', "                   2. counters"]
+    assert (text[-2:]
+            == ['rules              1. dead-letter:{"queue": "DLQ"}', "                   2. counters"])
     out = queue_json(attrs, usage, bindings)
     assert (out["name"], out["depth"], out["bytes"], out["max_depth"]) == ("ORDERS", 3, 2_500, 10)
     assert (out["max_bytes"], out["on_full"], out["refusal_limit"]) == (None, "reject", None)
     assert out["rules"] == [binding_json(b) for b in bindings]
-    assert out["rules"][0] == {"name": "dead-letter", "config": {"queue": "DLQ"}, "persisted": True, "error": None}
+    assert (out["rules"][0]
+            == {"name": "dead-letter", "config": {"queue": "DLQ"}, "persisted": True, "error": None})
     assert "rules" not in queue_json(attrs, usage)
     assert format_bindings([]) == "none"
 
@@ -143,7 +147,8 @@ def test_failures_waiting_and_parked() -> None:
     parked = FailureRow(7, "b1", "my_pkg:Alarm", "FLAKY", 5, "boom", T0, T0 + 9_000, parked=True)
     assert format_failures([waiting, parked]).splitlines() == [
         "EVENT  QUEUE  RULE          ATTEMPTS  STATE    NEXT-RETRY                LAST-ERROR",
-        "3      FLAKY  my_pkg:Alarm  1         waiting  2025-11-21T09:00:01.120Z  ConnectionError: pager unreachable",
+        "3      FLAKY  my_pkg:Alarm  1         waiting  2025-11-21T09:00:01.120Z  ConnectionError: pager "
+        "unreachable",
         "7      FLAKY  my_pkg:Alarm  5         parked   -                         boom",
     ]
     assert failure_json(waiting)["next_retry"] == "2025-11-21T09:00:01.120Z"
@@ -153,4 +158,5 @@ def test_failures_waiting_and_parked() -> None:
 
 
 def test_counters_sorted_by_name() -> None:
-    assert format_stats({"got": 2, "added": 10, "expired.get": 1}) == "added        10\nexpired.get  1\ngot          2"
+    assert (format_stats({"got": 2, "added": 10, "expired.get": 1})
+            == "added        10\nexpired.get  1\ngot          2")

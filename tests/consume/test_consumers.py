@@ -183,7 +183,9 @@ def test_closing_the_queue_manager_under_a_loop_body_raises_at_the_next_message(
     ({"confirm": 1}, InvalidType),
     ({"filter": ["to"]}, InvalidType),
 ])
-def test_consume_checks_its_arguments_at_once(qm: QueueManager, kwargs: dict[str, object], error: type) -> None:
+def test_consume_checks_its_arguments_at_once(
+    qm: QueueManager, kwargs: dict[str, object], error: type
+) -> None:
     with pytest.raises(error):
         qm.consume("Q", **kwargs)  # type: ignore[arg-type]
 

@@ -416,7 +416,9 @@ def test_until_stops_when_asked_and_poked(db_path: Path) -> None:
         assert getter.returned_at - poked_at < PROMPT
 
 
-def test_a_failed_watcher_leaves_waiting_gets_polling(db_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_watcher_leaves_waiting_gets_polling(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # A watcher whose connection fails says so, and waiters fall back to trying every
     # POLL_MAX_S: slower, but a put by another connection is still found. (The waker
     # here watches through a factory that is closed, so its watcher fails at once.)

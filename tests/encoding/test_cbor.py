@@ -20,8 +20,10 @@ def refused(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> str:
 
 
 def test_what_the_protocol_sends_decodes_as_cbor2_would() -> None:
-    body = {"v": 1, "type": "put", "n": -(2**64), "big": 2**64 - 1, "f": 1.5, "h": float("inf"), "b": b"\x00\xff",
-            "t": "zürich ✓", "none": None, "yes": True, "nested": [{"u": "DEV1.5", "f": {"n": ["i", 5]}}], "e": []}
+    body = {"v": 1, "type": "put", "n": -(2**64), "big": 2**64 - 1, "f": 1.5, "h": float("inf"),
+            "b": b"\x00\xff",
+            "t": "zürich ✓", "none": None, "yes": True, "nested": [{"u": "DEV1.5", "f": {"n": ["i", 5]}}],
+            "e": []}
     raw = cbor2.dumps(body)
     assert loads(raw) == body == cbor2.loads(raw)
 

@@ -145,14 +145,16 @@ def test_remote_and_home_server_queues_keep_their_compression(tmp_path: Path) ->
 def test_compression_is_refused_on_a_local_queue(tmp_path: Path) -> None:
     with QueueManager(tmp_path / "d.db", name="DEV1") as qm:
         qm.define_queue("LOCAL")
-        with pytest.raises(InvalidArgument, match="compression applies to remote and home-server queues only"):
+        with pytest.raises(InvalidArgument,
+                           match="compression applies to remote and home-server queues only"):
             qm.alter_queue("LOCAL", compression="zlib")
         assert qm.queue_attributes("LOCAL").compression is None
 
 
 def test_zstd_on_a_queue_without_its_package_says_how_to_install(tmp_path: Path, no_zstandard: None) -> None:
     with QueueManager(tmp_path / "d.db", name="DEV1") as qm:
-        with pytest.raises(InvalidArgument, match=r"needs the zstandard package.*pip install 'edgeq\[zstd\]'"):
+        with pytest.raises(InvalidArgument,
+                           match=r"needs the zstandard package.*pip install 'edgeq\[zstd\]'"):
             qm.define_remote_queue("OUT", target_qmgr="HOME", compression="zstd")
         assert qm.queue_names() == []
         qm.define_remote_queue("OUT", target_qmgr="HOME", compression="zlib")
@@ -168,5 +170,6 @@ def test_a_stored_codec_no_edgeq_writes_reads_as_damage(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE queues SET compression = 'zlob' WHERE name = 'OUT'")
     conn.close()
-    with QueueManager(path) as qm, pytest.raises(StoreError, match=r"the store is damaged.*compression 'zlob'"):
+    with QueueManager(path) as qm, pytest.raises(StoreError,
+                                                 match=r"the store is damaged.*compression 'zlob'"):
         qm.queue_attributes("OUT")

@@ -37,7 +37,8 @@ def test_bindings_persist_and_are_reattached_on_reopen(
     log = tmp_path / "events.jsonl"
     qm = open_qm()
     qm.define_queue("DLQ")
-    qm.define_queue("Q", rules=[("tests.rulekit:FileRecorder", {"path": str(log)}), ("dead-letter", {"queue": "DLQ"})])
+    qm.define_queue("Q", rules=[("tests.rulekit:FileRecorder", {"path": str(log)}),
+                                ("dead-letter", {"queue": "DLQ"})])
     assert [(b.name, b.persisted) for b in qm.queue_bindings("Q")] == [
         ("tests.rulekit:FileRecorder", True), ("dead-letter", True)
     ]

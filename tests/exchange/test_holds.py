@@ -20,7 +20,8 @@ _stamps = count(1_000)
 
 def sent(origin: str, n: int, data: bytes = b"12345", **options: object) -> list[Message]:
     """``n`` messages as a home server receives them: with their sender's uids."""
-    return [Message(data, uid=MessageUID(origin, next(_stamps)), created_ms=T0, **options)  # type: ignore[arg-type]
+    return [Message(data, uid=MessageUID(origin, next(_stamps)), created_ms=T0,
+                    **options)  # type: ignore[arg-type]
             for _ in range(n)]
 
 
@@ -49,7 +50,8 @@ def test_usage_counts_every_incarnation_of_a_sender_and_no_other_sender(
     clock.advance(1_000)
     held_put(home, "TELEMETRY", sent("DEV1:bbbb", 2) + sent("DEV1", 1))  # a new store, and a legacy origin
     # Names that merely start with DEV1 are other senders (they sort inside the index range).
-    held_put(home, "ORDERS", sent("DEV10:aaaa", 4) + sent("DEV1-X:aaaa", 1) + sent("DEV1.A", 1) + sent("DEV", 1))
+    held_put(home, "ORDERS",
+             sent("DEV10:aaaa", 4) + sent("DEV1-X:aaaa", 1) + sent("DEV1.A", 1) + sent("DEV", 1))
     assert home.exchange.held_usage("DEV1") == HeldUsage(6, 6 * size(5), T0)
     assert home.exchange.held_usage("DEV10") == HeldUsage(4, 4 * size(5), T0 + 1_000)
     assert home.exchange.held_usage("DEV1-X").messages == home.exchange.held_usage("DEV1.A").messages == 1
@@ -65,13 +67,16 @@ def test_confirmed_and_plain_puts_are_not_held(home: QueueManager) -> None:
     assert home.exchange.held_usage("DEV1").messages == 1
 
 
-def test_usage_among_uids_is_what_a_queue_holds_of_them(home: QueueManager, size: Callable[[int], int]) -> None:
+def test_usage_among_uids_is_what_a_queue_holds_of_them(
+    home: QueueManager, size: Callable[[int], int]
+) -> None:
     batch = sent("DEV1:aaaa", 5, b"x" * 10)
     held_put(home, "ORDERS", batch[:3])
     held_put(home, "TELEMETRY", batch[3:])
     uids = [m.uid for m in batch if m.uid is not None]
     assert home.exchange.held_usage("DEV1", queue="ORDERS", uids=uids) == HeldUsage(3, 3 * size(10))
-    assert home.exchange.held_usage("DEV1", queue="TELEMETRY", uids=[str(u) for u in uids]) == HeldUsage(2, 2 * size(10))
+    assert (home.exchange.held_usage("DEV1", queue="TELEMETRY", uids=[str(u) for u in uids])
+            == HeldUsage(2, 2 * size(10)))
     assert home.exchange.held_usage("DEV1", queue="ORDERS", uids=[]) == HeldUsage(0, 0)
     with pytest.raises(QueueNotFound):
         home.exchange.held_usage("DEV1", queue="NOPE", uids=uids)
@@ -122,19 +127,25 @@ def test_undo_removes_old_holds_as_deleted_and_a_resend_is_stored_afresh(
     rules.events.clear()
     assert home.exchange.undo_held_puts("DEV1", older_than_ms=30_000) == 3
     assert rules.removed() == [(b"12345", "deleted")] * 3
-    assert (home.exchange.held_usage("DEV1").messages, home.exchange.held_usage("DEV2").messages, home.depth("ORDERS")) == (1, 1, 2)
+    assert ((home.exchange.held_usage("DEV1").messages, home.exchange.held_usage("DEV2").messages,
+             home.depth("ORDERS"))
+            == (1, 1, 2))
     # Never confirmed, so never remembered: the resend is stored, then confirmed, once.
     again = [m.replace(resend=True) for m in old]
     assert [r.status for r in home.put_each("ORDERS", again, confirm_id=9)] == ["stored"] * 3
-    assert [r.status for r in home.confirm_put_each("ORDERS", [m.uid for m in old if m.uid])] == ["confirmed"] * 3
+    assert ([r.status for r in home.confirm_put_each("ORDERS", [m.uid for m in old if m.uid])]
+            == ["confirmed"] * 3)
     assert home.exchange.undo_held_puts() == 2  # every sender, any age
     assert [m.uid for m in home.browse("ORDERS")] == [m.uid for m in old]
 
 
-def test_a_hold_that_expired_meanwhile_is_discarded_as_expired(home: QueueManager, clock: ManualClock) -> None:
+def test_a_hold_that_expired_meanwhile_is_discarded_as_expired(
+    home: QueueManager, clock: ManualClock
+) -> None:
     rules = Recorder()
     home.add_rule("ORDERS", rules)
-    held_put(home, "ORDERS", sent("DEV1:aaaa", 1, b"short", expiry=Int32(1_000)) + sent("DEV1:aaaa", 1, b"long"))
+    held_put(home, "ORDERS",
+             sent("DEV1:aaaa", 1, b"short", expiry=Int32(1_000)) + sent("DEV1:aaaa", 1, b"long"))
     clock.advance(5_000)
     assert home.exchange.undo_held_puts("DEV1") == 2
     assert (rules.expired(), rules.removed()) == ([(b"short", "sweep")], [(b"long", "deleted")])

@@ -83,7 +83,8 @@ def test_confirm_put_each_statuses(qm: QueueManager, clock: ManualClock, rule: R
 def test_remote_queue_stores_and_transmits(qm: QueueManager, clock: ManualClock, rule: Recorder) -> None:
     qm.define_remote_queue("ORDERS", target_qmgr="HOME", target_queue="IN")
     attrs = qm.queue_attributes("ORDERS")
-    assert (attrs.kind, attrs.target_qmgr, attrs.target_queue, attrs.mode) == ("remote", "HOME", "IN", "async")
+    assert ((attrs.kind, attrs.target_qmgr, attrs.target_queue, attrs.mode)
+            == ("remote", "HOME", "IN", "async"))
     assert [q.name for q in qm.remote_queues()] == ["ORDERS"]
     qm.add_rule("ORDERS", rule)
     qm.put("ORDERS", Message(b"gone", expiry=Int32(5)))
@@ -158,7 +159,8 @@ def test_a_version_1_store_is_migrated_with_its_messages(tmp_path: Path) -> None
     conn.execute("PRAGMA user_version = 1")
     conn.execute("INSERT INTO edgeq_meta VALUES ('name', 'OLD')")
     conn.execute(
-        "INSERT INTO queues (name, default_priority, ordering, created_ms, depth) VALUES ('Q', 4, 'priority', 1, 1)"
+        "INSERT INTO queues (name, default_priority, ordering, created_ms, depth) VALUES ('Q', 4, "
+        "'priority', 1, 1)"
     )
     conn.execute(
         "INSERT INTO messages (queue_id, origin, stamp, state, rank, seq, priority, created_ms, arrived_ms,"

@@ -27,10 +27,13 @@ def qm(open_qm: Callable[..., QueueManager]) -> QueueManager:
 
 def refusal_rows(qm: QueueManager) -> list[tuple[str, int, int, str]]:
     with sqlite3.connect(qm.path) as conn:
-        return conn.execute("SELECT origin, stamp, count, last_reason FROM refusals ORDER BY stamp").fetchall()
+        return conn.execute(
+            "SELECT origin, stamp, count, last_reason FROM refusals ORDER BY stamp").fetchall()
 
 
-def test_refusals_are_counted_per_message_and_the_last_reason_kept(qm: QueueManager, clock: ManualClock) -> None:
+def test_refusals_are_counted_per_message_and_the_last_reason_kept(
+    qm: QueueManager, clock: ManualClock
+) -> None:
     a, b = qm.put_many("ORDERS", [Message(b"a"), Message(b"b")])
     first = qm.exchange.refused("ORDERS", [(a, "queue full"), (b, "queue full")])
     clock.advance(1000)
@@ -38,9 +41,11 @@ def test_refusals_are_counted_per_message_and_the_last_reason_kept(qm: QueueMana
 
     assert [(r.uid, r.count, r.dead_lettered) for r in first] == [(a, 1, False), (b, 1, False)]
     assert [(r.uid, r.count, r.dead_lettered) for r in second] == [(a, 2, False)]
-    assert refusal_rows(qm) == [(a.origin, a.stamp, 2, "no-queue: gone"), (b.origin, b.stamp, 1, "queue full")]
+    assert (refusal_rows(qm)
+            == [(a.origin, a.stamp, 2, "no-queue: gone"), (b.origin, b.stamp, 1, "queue full")])
     (row,) = qm.sync_overview().queues
-    assert (row.name, row.kind, row.depth, row.refused_messages, row.refusals) == ("ORDERS", "remote", 2, 2, 3)
+    assert ((row.name, row.kind, row.depth, row.refused_messages, row.refusals)
+            == ("ORDERS", "remote", 2, 2, 3))
     assert (row.last_refusal, row.last_refusal_ms) == ("no-queue: gone", T0 + 1000)
     assert row.oldest_arrived_ms == T0 and row.refusal_limit == DEFAULT_REFUSAL_LIMIT
 
@@ -120,13 +125,16 @@ def test_a_queue_with_refused_messages_can_still_be_deleted_once_empty(qm: Queue
     assert qm.queue_names() == []
 
 
-def test_sync_state_survives_the_process_and_only_for_queues_that_sync(tmp_path: Path, clock: ManualClock) -> None:
+def test_sync_state_survives_the_process_and_only_for_queues_that_sync(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     path = tmp_path / "d.db"
     with QueueManager(path, name="DEV1", clock=clock) as qm:
         qm.define_remote_queue("ORDERS", target_qmgr="HOME")
         qm.define_home_server_queue("INBOX", server="HOME")
         qm.define_remote_queue("OLD", target_qmgr="HOME")
-        qm.exchange.record_sync_state({"": {"server": "HOME"}, "ORDERS": {"last_success_ms": 5}, "OLD": {"failures": 1}})
+        qm.exchange.record_sync_state({"": {"server": "HOME"}, "ORDERS": {"last_success_ms": 5},
+                                       "OLD": {"failures": 1}})
         qm.delete_queue("OLD")
         qm.exchange.record_sync_state({"INBOX": {"last_error_code": "no-queue"}, "NOPE": {"failures": 2}})
     with QueueManager(path) as qm:

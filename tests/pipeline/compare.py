@@ -15,7 +15,8 @@ from edgeq.sync.pipeline.report.results import ORDER_BY
 def same(got: Any, want: Any) -> bool:
     """Equal, floats within rounding."""
     if isinstance(want, float) or isinstance(got, float):
-        return got is not None and want is not None and math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-9)
+        return (got is not None and want is not None
+                and math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-9))
     return bool(got == want)
 
 

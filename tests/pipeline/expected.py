@@ -43,7 +43,8 @@ def latency_values(entries: list[JournalEntry]) -> dict[tuple[str, str], list[tu
     for e in entries:
         if e.kind == "accepted" and e.created_ms is not None and e.confirmed_ms is not None:
             offset = e.clock_offset_ms or 0
-            out[(e.device or e.origin, e.queue)].append((e.confirmed_ms - (e.created_ms - offset), e.clock_offset_ms is None))
+            out[(e.device or e.origin, e.queue)].append((e.confirmed_ms - (e.created_ms - offset),
+                                                         e.clock_offset_ms is None))
     return out
 
 
@@ -57,8 +58,9 @@ def latency(entries: list[JournalEntry]) -> list[Row]:
     for (device, queue), pairs in sorted(latency_values(entries).items()):
         values = [v for v, _ in pairs]
         rows.append({
-            "device": device, "queue": queue, "messages": len(values), "uncorrected": sum(u for _, u in pairs),
-            "min_ms": min(values), "mean_ms": sum(values) / len(values), "p50_ms": percentile(values, 0.5),
+            "device": device, "queue": queue, "messages": len(values),
+            "uncorrected": sum(u for _, u in pairs), "min_ms": min(values),
+            "mean_ms": sum(values) / len(values), "p50_ms": percentile(values, 0.5),
             "p95_ms": percentile(values, 0.95), "p99_ms": percentile(values, 0.99), "max_ms": max(values),
         })
     return rows
@@ -85,7 +87,8 @@ class Story:
     rows: list[JournalEntry] = field(default_factory=list)
 
     def of(self, kind: str, side: str | None = None) -> list[JournalEntry]:
-        return sorted((e for e in self.rows if e.kind == kind and (side is None or e.side == side)), key=lambda e: e.id)
+        return sorted((e for e in self.rows if e.kind == kind and (side is None or e.side == side)),
+                      key=lambda e: e.id)
 
     @property
     def accepted(self) -> int:
@@ -180,7 +183,8 @@ def audit(entries: list[JournalEntry]) -> tuple[list[Row], list[Row], list[Row]]
             "first_stamp": min(accepted, default=None), "last_stamp": max(accepted, default=None),
             "duplicates": sum(s.accepted > 1 for s in mine),
             "expired_unaccepted": sum(not s.accepted and bool(s.of("expired")) for s in mine),
-            "expired_on_device_after_accept": sum(bool(s.accepted) and bool(s.of("expired", "device")) for s in mine),
+            "expired_on_device_after_accept": sum(bool(s.accepted) and bool(s.of("expired", "device"))
+                                                  for s in mine),
             "delivered_then_device_expired": sum(s.category == "delivered_then_device_expired" for s in mine),
             "gaps": sum(judged(s, start) == "gap" for s in mine),
             "unauditable": sum(judged(s, start) == "unauditable" for s in mine),
@@ -192,8 +196,10 @@ def audit(entries: list[JournalEntry]) -> tuple[list[Row], list[Row], list[Row]]
         if len(group) > 1:
             duplicates.append({"uid": s.uid, "origin": s.origin, "times": len(group),
                                "queues": sorted({group[0].queue, group[-1].queue}),
-                               "first_ms": min(e.at_ms for e in group), "last_ms": max(e.at_ms for e in group)})
-    gaps = [{"origin": s.origin, "uid": s.uid, "stamp": stamp(s.uid), "kinds": sorted({e.kind for e in s.rows}),
+                               "first_ms": min(e.at_ms for e in group),
+                               "last_ms": max(e.at_ms for e in group)})
+    gaps = [{"origin": s.origin, "uid": s.uid, "stamp": stamp(s.uid),
+             "kinds": sorted({e.kind for e in s.rows}),
              "first_seen_ms": min(e.at_ms for e in s.rows)}
             for s in sorted(by_uid.values(), key=lambda s: (s.origin, stamp(s.uid)))
             if s.origin in devices and judged(s, start) == "gap"]
@@ -204,8 +210,9 @@ def throughput_hourly(entries: list[JournalEntry]) -> list[Row]:
     acc: dict[tuple[int, str], Row] = {}
     for e in entries:
         hour = e.at_ms // HOUR * HOUR
-        row = acc.setdefault((hour, e.queue), {"hour_ms": hour, "queue": e.queue, "accepted": 0, "delivered": 0,
-                                               "expired_entries": 0, "accepted_bytes": 0})
+        row = acc.setdefault((hour, e.queue),
+                             {"hour_ms": hour, "queue": e.queue, "accepted": 0, "delivered": 0,
+                              "expired_entries": 0, "accepted_bytes": 0})
         if e.kind == "accepted":
             row["accepted"] += 1
             row["accepted_bytes"] += e.size or 0
@@ -239,7 +246,8 @@ def e2e_latency(entries: list[JournalEntry]) -> list[Row]:
             groups[key]["delivered_raw"].append(delivered - created)
     rows = []
     for key in sorted(groups):
-        row: Row = {"device": key[0], "queue": key[1], **{k: counts[key][k] for k in ("messages", "delivered", "uncorrected")}}
+        row: Row = {"device": key[0], "queue": key[1],
+                    **{k: counts[key][k] for k in ("messages", "delivered", "uncorrected")}}
         for metric in ("confirm", "confirm_raw", "delivered", "delivered_raw"):
             values = groups[key][metric]
             for p in (50, 90, 99):
@@ -275,13 +283,13 @@ def device_health(entries: list[JournalEntry]) -> list[Row]:
         mine = [s for s in by_uid.values() if s.origin in devices and name_of(s.origin) == name]
         reported = {e.uid for e in sent if e.kind == "expired" and e.side == "device"}
         rows.append({
-            "device": name, "origins": sorted({s.origin for s in mine} | {o for o in devices if name_of(o) == name}),
+            "device": name,
+            "origins": sorted({s.origin for s in mine} | {o for o in devices if name_of(o) == name}),
             "first_seen_ms": min((e.at_ms for e in sent), default=None),
-            "last_seen_ms": max((e.at_ms for e in sent), default=None),
-            "accepted": len(accepted), "uncorrected": sum(e.clock_offset_ms is None for e in accepted),
+            "last_seen_ms": max((e.at_ms for e in sent), default=None), "accepted": len(accepted),
+            "uncorrected": sum(e.clock_offset_ms is None for e in accepted),
             "offset_min_ms": min(measured, default=None), "offset_max_ms": max(measured, default=None),
-            "offset_last_ms": measured[-1] if measured else None,
-            "device_expired": len(reported),
+            "offset_last_ms": measured[-1] if measured else None, "device_expired": len(reported),
             "delivered_then_device_expired": sum(s.category == "delivered_then_device_expired" for s in mine),
             "held_expired": sum(not s.accepted and bool(s.of("expired", "server")) for s in mine),
             "duplicates": sum(s.accepted > 1 for s in mine),

@@ -51,7 +51,9 @@ class Truth:
 
 
 class Device:
-    def __init__(self, root: Path, name: str, offset_ms: int, clock: ManualClock, *, reports_offset: bool = True):
+    def __init__(
+        self, root: Path, name: str, offset_ms: int, clock: ManualClock, *, reports_offset: bool = True
+    ):
         self.name, self.offset_ms, self.clock = name, offset_ms, clock
         self.reports_offset = reports_offset
         self.qm = QueueManager(root / f"{name}.db", name=name, journal="device", durability="normal",
@@ -123,7 +125,8 @@ class Scenario:
                     self.truth.duplicates.add(uid)
                 self._accepted.append((dev.name, queue, uid))
                 self.truth.accepted.add(uid)
-                self.truth.latencies.append((dev.name, queue, self.clock() - self.truth.created_server_ms[uid]))
+                self.truth.latencies.append((dev.name, queue,
+                                             self.clock() - self.truth.created_server_ms[uid]))
             elif c.status == "expired":
                 self.truth.expired.setdefault(str(c.uid), set()).add("server")
         if not lose_reply:
@@ -157,15 +160,16 @@ class Scenario:
         for round_no in range(rounds):
             for dev in self.devices:
                 dev.create(self.truth, "ORDERS", rng.randint(3, 8))
-                dev.create(self.truth, "TELEMETRY", rng.randint(2, 6), expiry_ms=rng.choice([60_000, 300_000, 900_000]))
+                dev.create(self.truth, "TELEMETRY", rng.randint(2, 6),
+                           expiry_ms=rng.choice([60_000, 300_000, 900_000]))
                 if round_no % 5 == 1:  # short-lived readings that expire on the device before any sync
                     dev.create(self.truth, "TELEMETRY", 2, expiry_ms=200)
                 self.clock.advance(rng.randint(100, 900))
             for dev in self.devices:
                 lose = round_no % 7 == 3 and dev.name == "DEV2"
                 for queue in ("ORDERS", "TELEMETRY"):
-                    self.push(dev, queue, 50, transit_ms=rng.randint(5, 2_500), confirm_ms=rng.randint(1, 400),
-                              lose_reply=lose)
+                    self.push(dev, queue, 50, transit_ms=rng.randint(5, 2_500),
+                              confirm_ms=rng.randint(1, 400), lose_reply=lose)
                 if lose:  # the confirm reply was lost: the next sync resends, the server says duplicate
                     self.clock.advance(rng.randint(1_000, 5_000))
                     for queue in ("ORDERS", "TELEMETRY"):
@@ -242,7 +246,8 @@ class Scenario:
         self.clock.advance(60_000)
         dev.qm.sweep_expired("ORDERS")
         self.report_expiries(dev)
-        (self.truth.delivered_then_device_expired if deliver else self.truth.accepted_then_device_expired).update(uids)
+        (self.truth.delivered_then_device_expired
+         if deliver else self.truth.accepted_then_device_expired).update(uids)
 
     def _refused_to_the_dead_letter_queue(self) -> None:
         """The server has no METRICS: each of three messages is refused up to its limit and moves

@@ -20,7 +20,9 @@ T0 = 1_763_683_200_000
 HALF_HOUR = 1_800_000
 
 
-def test_last_seen_is_the_devices_last_request_not_its_last_journal_row(spark: SparkSession, tmp_path: Path) -> None:
+def test_last_seen_is_the_devices_last_request_not_its_last_journal_row(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     clock = ManualClock(T0)
     home = QueueManager(tmp_path / "home.db", name="HOME", clock=clock, journal="server")
     home.define_queue("ORDERS")

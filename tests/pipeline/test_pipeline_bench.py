@@ -17,7 +17,9 @@ from pyspark.sql import SparkSession
 from benchmarks.pipeline_bench import FLOOR_KEYS, generate, spark_floor
 
 
-def test_the_floor_times_each_distinct_query_and_each_wrote_its_groups(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_floor_times_each_distinct_query_and_each_wrote_its_groups(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     journal = tmp_path / "journal"
     generate(journal, 600, devices=5, days=1)
     table = pq.read_table(journal).to_pylist()
@@ -37,7 +39,8 @@ def test_tasks_sums_the_executors_work_of_each_run_from_its_event_log(tmp_path: 
     scratch = tmp_path / "tmp"  # the child's temporary directories (its event log's)
     scratch.mkdir()
     child = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pipeline_bench", "--rows", "600", "--grow", "0", "--tasks", "--quiet",
+        [sys.executable, "-m", "benchmarks.pipeline_bench", "--rows", "600", "--grow", "0", "--tasks",
+         "--quiet",
          "--dir", str(tmp_path), "--driver-memory", "1g"],
         capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=600,
         env={**os.environ, "TMPDIR": str(scratch)})
@@ -46,5 +49,6 @@ def test_tasks_sums_the_executors_work_of_each_run_from_its_event_log(tmp_path: 
     row = json.loads("\n".join(lines[lines.index("{"):]))["results"][0]
     assert row["rows"] == written and row["cores"] >= 1
     assert row["task_cpu_s"] > 0 and 0 < row["task_s"] <= row["seconds"] * row["cores"] + 0.1
-    assert f"tasks {row['task_s']:.1f} s (CPU {row['task_cpu_s']:.1f} s) on {row['cores']} cores" in child.stdout
+    assert (f"tasks {row['task_s']:.1f} s (CPU {row['task_cpu_s']:.1f} s) on {row['cores']} cores"
+            in child.stdout)
     assert not list(scratch.glob("edgeq-bench-events-*"))  # the log is removed

@@ -33,7 +33,8 @@ def stored_rows(path: Path, queue: str) -> list[MessageRow]:
     conn = sqlite3.connect(path)
     try:
         rows = conn.execute(
-            f"SELECT {cols} FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = ?) ORDER BY id",
+            f"SELECT {cols} FROM messages "
+            "WHERE queue_id = (SELECT id FROM queues WHERE name = ?) ORDER BY id",
             (queue,),
         ).fetchall()
     finally:
@@ -74,7 +75,9 @@ def test_a_poison_message_moves_at_the_threshold_and_is_never_redelivered(boq: Q
     assert (qm.depth("Q"), qm.depth("BOQ")) == (0, 1)
 
 
-def test_the_moved_message_keeps_uid_fields_correlation_id_and_deadline(boq: QueueManager, clock: ManualClock) -> None:
+def test_the_moved_message_keeps_uid_fields_correlation_id_and_deadline(
+    boq: QueueManager, clock: ManualClock
+) -> None:
     qm = boq
     sent = Message(
         b"\x00payload\xff", fields={"site": "north", "n": Int32(5), "raw": b"\x01\x02"}, priority=7,
@@ -188,7 +191,9 @@ def test_a_message_without_expiry_stays_without_one_on_the_backout_queue(qm: Que
     assert moved.remaining_expiry_ms is None
 
 
-def test_a_full_backout_queue_keeps_the_message_where_it_is(qm: QueueManager, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_full_backout_queue_keeps_the_message_where_it_is(
+    qm: QueueManager, caplog: pytest.LogCaptureFixture
+) -> None:
     qm.define_queue("BOQ", max_depth=1)
     qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     qm.put("BOQ", Message(b"occupant"))
@@ -216,7 +221,9 @@ def test_a_backout_queue_that_discards_to_make_room_makes_room(qm: QueueManager)
     assert qm.queue_usage("BOQ").overflowed == 1
 
 
-def test_a_uid_already_on_the_backout_queue_is_not_moved_twice(qm: QueueManager, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_uid_already_on_the_backout_queue_is_not_moved_twice(
+    qm: QueueManager, caplog: pytest.LogCaptureFixture
+) -> None:
     qm.define_queue("BOQ")
     qm.define_queue("Q", redelivery_delay_ms=0, backout_threshold=1, backout_queue="BOQ")
     uid = qm.put("Q", Message(b"poison"))
@@ -272,8 +279,10 @@ def test_attributes_are_defined_altered_and_shown(qm: QueueManager) -> None:
     [
         ({"backout_threshold": 3}, InvalidArgument, "backout_threshold needs a backout_queue"),
         ({"backout_queue": "BOQ"}, InvalidArgument, "backout_queue needs a backout_threshold"),
-        ({"backout_threshold": 0, "backout_queue": "BOQ"}, InvalidArgument, "backout_threshold must be a positive"),
-        ({"backout_threshold": True, "backout_queue": "BOQ"}, InvalidType, "backout_threshold must be a positive"),
+        ({"backout_threshold": 0, "backout_queue": "BOQ"}, InvalidArgument,
+         "backout_threshold must be a positive"),
+        ({"backout_threshold": True, "backout_queue": "BOQ"}, InvalidType,
+         "backout_threshold must be a positive"),
         ({"backout_threshold": 2, "backout_queue": "bad name!"}, InvalidArgument, "backout queue name"),
         ({"backout_threshold": 2, "backout_queue": 7}, InvalidType, "backout queue name"),
         ({"backout_threshold": 2, "backout_queue": "NOPE"}, QueueNotFound, "backout queue 'NOPE'"),

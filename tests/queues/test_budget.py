@@ -42,7 +42,8 @@ def real_usage(path: Path) -> dict[str, tuple[int, int, int, int]]:
     """Per queue: (depth and bytes as kept, count and bytes as summed from the rows)."""
     with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
         rows = conn.execute(
-            "SELECT q.name, q.depth, q.bytes, count(m.id), ifnull(sum(length(m.data) + ifnull(length(m.fields), 0)), 0) "
+            "SELECT q.name, q.depth, q.bytes, count(m.id), "
+            "ifnull(sum(length(m.data) + ifnull(length(m.fields), 0)), 0) "
             "FROM queues q LEFT JOIN messages m ON m.queue_id = q.id GROUP BY q.id"
         ).fetchall()
     return {name: (depth, held, count, size) for name, depth, held, count, size in rows}
@@ -50,7 +51,8 @@ def real_usage(path: Path) -> dict[str, tuple[int, int, int, int]]:
 
 def assert_in_step(path: Path) -> None:
     for name, (depth, held, count, size) in real_usage(path).items():
-        assert (depth, held) == (count, size), f"queue {name}: kept depth/bytes {depth}/{held}, rows {count}/{size}"
+        assert (depth, held) == (count, size), (
+            f"queue {name}: kept depth/bytes {depth}/{held}, rows {count}/{size}")
 
 
 def removed(rule: Recorder, reason: str = "overflow") -> list[bytes]:
@@ -103,7 +105,8 @@ def test_bad_budget_attributes_are_refused(
 
 
 def test_refusal_limit_is_for_remote_queues(qm: QueueManager) -> None:
-    qm.define_remote_queue("ORDERS", target_qmgr="HOME", refusal_limit=3, max_bytes=500, on_full="discard-oldest")
+    qm.define_remote_queue("ORDERS", target_qmgr="HOME", refusal_limit=3, max_bytes=500,
+                           on_full="discard-oldest")
     attrs = qm.queue_attributes("ORDERS")
     assert (attrs.refusal_limit, attrs.max_bytes, attrs.on_full) == (3, 500, "discard-oldest")
     assert qm.alter_queue("ORDERS", refusal_limit=None).refusal_limit is None
@@ -524,7 +527,9 @@ print("done", flush=True)
 
 
 @pytest.mark.parametrize("on_full", ["discard-oldest", "discard-lowest-priority"])
-def test_concurrent_putters_never_exceed_the_budget_and_every_discard_is_seen(tmp_path: Path, on_full: str) -> None:
+def test_concurrent_putters_never_exceed_the_budget_and_every_discard_is_seen(
+    tmp_path: Path, on_full: str
+) -> None:
     path = tmp_path / "d.db"
     max_bytes, store_bytes, per_putter = 2_000, 10_000_000, 150
     setup = QueueManager(path, name="DEV1")

@@ -20,7 +20,8 @@ def test_define_show_list_alter(qm: QueueManager) -> None:
     qm.define_queue("A")
     assert qm.queue_names() == ["A", "B"]
     attrs = qm.queue_attributes("B")
-    assert (attrs.expiry_ms, attrs.max_depth, attrs.default_priority, attrs.ordering) == (5_000, 10, 2, "fifo")
+    assert ((attrs.expiry_ms, attrs.max_depth, attrs.default_priority, attrs.ordering)
+            == (5_000, 10, 2, "fifo"))
     assert attrs.as_dict()["name"] == "B"
     new = qm.alter_queue("B", max_depth=None, ordering="priority")
     assert new.max_depth is None and new.ordering == "priority" and new.expiry_ms == 5_000
@@ -49,7 +50,9 @@ def test_define_twice_and_unknown_queue(qm: QueueManager) -> None:
         ({"ordering": "lifo"}, InvalidArgument, "'priority' or 'fifo'"),
     ],
 )
-def test_bad_attributes_are_refused(qm: QueueManager, kwargs: dict[str, object], error: type, text: str) -> None:
+def test_bad_attributes_are_refused(
+    qm: QueueManager, kwargs: dict[str, object], error: type, text: str
+) -> None:
     with pytest.raises(error, match=text):
         qm.define_queue("Q", **kwargs)  # type: ignore[arg-type]
     assert qm.queue_names() == []

@@ -1,6 +1,6 @@
-"""The redelivery delay (edgeq.queues.backout, edgeq.consume.waiting, edgeq.consume.consumers): a message whose
-assured get failed is got again only after a delay that doubles with its backouts (1 s up
-to 5 minutes by default), kept in the store with the message, never past its expiry,
+"""The redelivery delay (edgeq.queues.backout, edgeq.consume.waiting, edgeq.consume.consumers):
+a message whose assured get failed is got again only after a delay that doubles with its
+backouts (1 s up to 5 minutes by default), kept in the store with the message, never past its expiry,
 while the messages behind it flow. Time is the test's ManualClock (moving it wakes
 waiting gets); waits for another thread are bounded conditions, never sleeps."""
 
@@ -305,10 +305,12 @@ def test_a_v9_store_migrates_its_messages_keep_their_checksums_and_check_accepts
     for n in range(3):
         fields, data = encode_fields({"n": Int32(n)}), b"old-%d" % n
         stamp = T0 * 1000 + n
-        crc = row_crc("Q", "DEV1:abc", stamp, 4, T0, T0, 0, None, None, None, None, None, None, None, fields, data)
+        crc = row_crc("Q", "DEV1:abc", stamp, 4, T0, T0, 0, None, None, None, None, None, None, None, fields,
+                      data)
         conn.execute(
-            "INSERT INTO messages (queue_id, origin, stamp, state, rank, seq, priority, created_ms, arrived_ms, "
-            "expiry_kind, backout_count, fields, data, crc) VALUES (1, 'DEV1:abc', ?, 0, 0, ?, 4, ?, ?, 0, 0, ?, ?, ?)",
+            "INSERT INTO messages (queue_id, origin, stamp, state, rank, seq, priority, created_ms, "
+            "arrived_ms, expiry_kind, backout_count, fields, data, crc) "
+            "VALUES (1, 'DEV1:abc', ?, 0, 0, ?, 4, ?, ?, 0, 0, ?, ?, ?)",
             (stamp, stamp, T0, T0, fields, data, crc),
         )
         conn.execute("UPDATE queues SET bytes = bytes + ? WHERE name = 'Q'", (len(fields) + len(data),))

@@ -23,7 +23,8 @@ def test_dead_letter_copies_expired_with_annotations(qm: QueueManager, clock: Ma
     assert dead is not None and dead.uid == uid and dead.data == b"late" and dead.priority == 6
     assert dead.expiry is None and dead.remaining_expiry_ms is None  # expiry cleared
     assert dead.fields["k"] == "v"
-    assert (dead.fields["dlq.queue"], dead.fields["dlq.reason"], dead.fields["dlq.where"]) == ("Q", "expired", "get")
+    assert ((dead.fields["dlq.queue"], dead.fields["dlq.reason"], dead.fields["dlq.where"])
+            == ("Q", "expired", "get"))
     assert dead.fields["dlq.original_expiry"] == Int32(100)
     assert dead.fields["dlq.at_ms"] == Int64(T0 + 150)
     assert qm.queue_stats("Q") == {"dead_lettered": 1}
@@ -31,7 +32,8 @@ def test_dead_letter_copies_expired_with_annotations(qm: QueueManager, clock: Ma
 
 def test_dead_letter_other_reasons_and_keep_expiry(qm: QueueManager, clock: ManualClock) -> None:
     qm.define_queue("DLQ")
-    qm.define_queue("Q", rules=[("dead-letter", {"queue": "DLQ", "reasons": ["purged"], "keep_expiry": True})])
+    qm.define_queue("Q",
+                    rules=[("dead-letter", {"queue": "DLQ", "reasons": ["purged"], "keep_expiry": True})])
     qm.put("Q", Message(b"a", expiry=Int32(10_000)))
     qm.put("Q", Message(b"b"))
     clock.advance(4_000)
@@ -73,7 +75,8 @@ def test_expiry_report_options(
 ) -> None:
     qm.define_queue("REPLIES")
     qm.define_queue("Q", rules=["expiry-report"])
-    uid = qm.put("Q", Message(b"x" * 300, reply_to="REPLIES", expiry_report=option, expiry=Int32(50)))  # type: ignore[arg-type]
+    uid = qm.put("Q", Message(b"x" * 300, reply_to="REPLIES", expiry_report=option,
+                              expiry=Int32(50)))  # type: ignore[arg-type]
     clock.advance(50)
     assert qm.depth("Q") == 0
     report = qm.get("REPLIES")
@@ -101,7 +104,9 @@ def test_expiry_report_is_made_at_discard_not_eligibility(qm: QueueManager, cloc
 # -- log ---------------------------------------------------------------------------------------
 
 
-def test_log_rule_writes_structured_records(qm: QueueManager, clock: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
+def test_log_rule_writes_structured_records(
+    qm: QueueManager, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
     qm.define_queue("Q", rules=[("log", {"events": ["expired", "added"], "level": "warning"})])
     with caplog.at_level(logging.INFO, logger="edgeq.rules.log"):
         uid = qm.put("Q", Message(b"abc", expiry=Int32(5)))

@@ -23,7 +23,8 @@ class DeadLetter(QueueRule):
     def on_expired(self, event: RuleEvent) -> None:
         assert event.message is not None and event.where is not None
         message = event.message
-        self.qm.put(self.target, message.replace(expiry=None, resend=True, fields={**message.fields, "where": event.where}))
+        self.qm.put(self.target, message.replace(expiry=None, resend=True,
+                                                 fields={**message.fields, "where": event.where}))
 
 
 class Exploding(QueueRule):

@@ -72,7 +72,8 @@ def test_plugin_from_its_own_package_fires_on_every_event(tmp_path: Path) -> Non
     assert done.stdout.startswith("edgeq-audit-rule | Appends every queue event")
     events = [json.loads(line) for line in log.read_text().splitlines()]
     kinds = {e["kind"] for e in events}
-    assert kinds == {"activated", "added", "removed", "expired", "duplicate", "threshold", "closed", "queue_deleted"}
+    assert kinds == {"activated", "added", "removed", "expired", "duplicate", "threshold", "closed",
+                     "queue_deleted"}
     wheres = {e["where"] for e in events if e["kind"] == "expired"}
     assert wheres == {"add", "get", "browse", "activate", "delete", "depth", "sweep"}
     reasons = {e["reason"] for e in events if e["kind"] == "removed"}
@@ -82,6 +83,7 @@ def test_plugin_from_its_own_package_fires_on_every_event(tmp_path: Path) -> Non
 
 
 def test_plugin_is_not_loaded_at_import_time(tmp_path: Path) -> None:
-    code = "import sys, edgeq, edgeq.rules; print(any('registry' in m or 'dead_letter' in m for m in sys.modules))"
+    code = ("import sys, edgeq, edgeq.rules; print(any('registry' in m or 'dead_letter' in m for m in "
+            "sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -50,7 +50,8 @@ class Writer(threading.Thread):
     def __init__(self, factory: ConnectionFactory, who: str, body: Body | None = None, *,
                  durable: bool = True, hold: bool = False, look: bool = True) -> None:
         super().__init__(name=who)
-        self.factory, self.who, self.body, self.durable, self.hold = factory, who, body or insert(who), durable, hold
+        self.factory, self.who, self.body, self.durable, self.hold = (
+            factory, who, body or insert(who), durable, hold)
         self.look = look
         self.inside = threading.Event()
         self.go = threading.Event()
@@ -86,11 +87,14 @@ def line_up(factory: ConnectionFactory, first: Writer, rest: list[Writer]) -> No
     assert first.inside.wait(TIMEOUT)
     for number, writer in enumerate(rest, 1):
         writer.start()
-        until(lambda n=number: factory.combine_stats().queued == n, f"{writer.who} to wait for its turn")  # type: ignore[misc]
+        until(lambda n=number: factory.combine_stats().queued == n,
+              f"{writer.who} to wait for its turn")  # type: ignore[misc]
     first.go.set()
 
 
-def run_lined_up(factory: ConnectionFactory, first: Writer, rest: list[Writer]) -> dict[str, BaseException | None]:
+def run_lined_up(
+    factory: ConnectionFactory, first: Writer, rest: list[Writer]
+) -> dict[str, BaseException | None]:
     line_up(factory, first, rest)
     return {w.who: w.finish() for w in (first, *rest)}
 
@@ -140,7 +144,9 @@ def test_a_lone_writer_commits_at_once_in_a_transaction_of_its_own(
     assert factory.sync_stats().syncs - flushes == 3
 
 
-def test_a_lone_writer_that_fails_rolls_back_its_transaction(factory: ConnectionFactory, traced: list[str]) -> None:
+def test_a_lone_writer_that_fails_rolls_back_its_transaction(
+    factory: ConnectionFactory, traced: list[str]
+) -> None:
     with pytest.raises(ZeroDivisionError), factory.write() as conn:
         conn.execute("INSERT INTO t (who) VALUES ('lost')")
         raise ZeroDivisionError
@@ -174,13 +180,16 @@ def test_writes_lined_up_behind_one_share_its_transaction_its_commit_and_its_flu
     after = factory.combine_stats()
     assert (after.transactions - before.transactions, after.writes - before.writes) == (1, 6)
     flushed = factory.sync_stats()
-    assert (flushed.commits - synced.commits, flushed.syncs - synced.syncs) == (6, 1)  # six callers, one flush
+    # six callers, one flush
+    assert (flushed.commits - synced.commits, flushed.syncs - synced.syncs) == (6, 1)
     everyone = {f"w{i}" for i in range(6)}
     for writer in (first, *rest):
         assert writer.seen_on_return == everyone  # none returned before the one COMMIT
 
 
-def test_a_failing_write_fails_alone_and_its_neighbours_commit(factory: ConnectionFactory, traced: list[str]) -> None:
+def test_a_failing_write_fails_alone_and_its_neighbours_commit(
+    factory: ConnectionFactory, traced: list[str]
+) -> None:
     def raises(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO t (who) VALUES ('raises')")
         raise ValueError("refused by the caller")
@@ -208,13 +217,16 @@ def test_a_transaction_sqlite_rolls_back_fails_every_write_of_its_group_and_the_
     assert_lost_whole(factory, outcomes, ("a", "b"))
 
 
-def assert_lost_whole(factory: ConnectionFactory, outcomes: dict[str, BaseException | None], lost: tuple[str, ...]) -> None:
+def assert_lost_whole(
+    factory: ConnectionFactory, outcomes: dict[str, BaseException | None], lost: tuple[str, ...]
+) -> None:
     """``lost`` (the writes before 'abort' in its transaction) failed with it; 'd' and 'e',
     after it, went on in a new transaction; nothing of the lost one was committed."""
     for who in lost:
         error = outcomes[who]
         assert isinstance(error, StoreError), who
-        assert "rolled back the whole write transaction" in str(error) and "refused by a trigger" in str(error)
+        assert ("rolled back the whole write transaction" in str(error)
+                and "refused by a trigger" in str(error))
     own = outcomes["abort"]
     assert isinstance(own, StoreError) and "refused by a trigger" in str(own)
     assert (outcomes["d"], outcomes["e"]) == (None, None)  # a new transaction after the lost one
@@ -226,7 +238,8 @@ def test_a_failed_commit_fails_every_write_of_its_group(factory: ConnectionFacto
     it stands for a COMMIT that fails)."""
     with factory.write() as conn:
         conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-        conn.execute("CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)")
+        conn.execute(
+            "CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)")
 
     def orphan(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO child VALUES (99)")
@@ -376,7 +389,8 @@ def test_puts_lined_up_share_a_transaction_and_a_message_too_large_fails_alone(t
             thread = threading.Thread(target=run)
             thread.start()
             putters.append(thread)
-            until(lambda n=number: db.combine_stats().queued == n, "the puts to wait for their turn")  # type: ignore[misc]
+            until(lambda n=number: db.combine_stats().queued == n,
+                  "the puts to wait for their turn")  # type: ignore[misc]
         holder.go.set()
         assert holder.finish() is None
         for thread in putters:

@@ -164,7 +164,8 @@ def test_a_commit_made_during_a_flush_waits_for_the_next_flush(db: Path) -> None
     log = disk.log
     assert log.index("returned A") > log.index("end 1")
     for who in ("B", "C"):
-        assert log.index(f"committed {who}") < log.index("start 2") < log.index("end 2") < log.index(f"returned {who}")
+        assert (log.index(f"committed {who}") < log.index("start 2") < log.index("end 2")
+                < log.index(f"returned {who}"))
     assert barrier.stats() == SyncStats(commits=3, syncs=2)  # B and C shared the second flush
     barrier.close()
 

@@ -177,8 +177,8 @@ def putter(qm: QueueManager, data: bytes) -> Callable[[], None]:
 
 
 def behind_one_flush(
-    qm: QueueManager, monkeypatch: pytest.MonkeyPatch, first: Callable[[], None], rest: list[Callable[[], None]],
-    lined_up: Callable[[SyncStats], bool],
+    qm: QueueManager, monkeypatch: pytest.MonkeyPatch, first: Callable[[], None],
+    rest: list[Callable[[], None]], lined_up: Callable[[SyncStats], bool],
 ) -> tuple[int, int]:
     """Run ``first`` until its flush begins and hold that flush (a slow disk) while
     ``rest`` run in threads of their own, until ``lined_up`` says they are waiting

@@ -33,8 +33,8 @@ class Runner(threading.Thread):
     """One ``run()`` in a thread of its own: notes the result, what it raised, and
     which thread ran its body."""
 
-    def __init__(self, factory: ConnectionFactory, who: str, body: Callable[[sqlite3.Connection], object] | None = None,
-                 *, durable: bool = True) -> None:
+    def __init__(self, factory: ConnectionFactory, who: str,
+                 body: Callable[[sqlite3.Connection], object] | None = None, *, durable: bool = True) -> None:
         super().__init__(name=who)
         self.factory, self.who, self.durable = factory, who, durable
         self.body = body or insert(who)
@@ -66,7 +66,8 @@ def queue_behind_a_holder(factory: ConnectionFactory, runners: list[Runner]) -> 
     assert holder.inside.wait(TIMEOUT)
     for number, runner in enumerate(runners, 1):
         runner.start()
-        until(lambda n=number: factory.combine_stats().queued == n, f"{runner.who} to queue")  # type: ignore[misc]
+        until(lambda n=number: factory.combine_stats().queued == n,
+              f"{runner.who} to queue")  # type: ignore[misc]
     return holder
 
 
@@ -99,7 +100,8 @@ def test_a_lone_run_commits_at_once_in_a_transaction_of_its_own_and_returns_the_
 ) -> None:
     flushes = factory.sync_stats().syncs
     for who in ("a", "b"):
-        assert factory.run(lambda conn, who=who: conn.execute("INSERT INTO t (who) VALUES (?)", (who,)).lastrowid) \
+        assert factory.run(
+            lambda conn, who=who: conn.execute("INSERT INTO t (who) VALUES (?)", (who,)).lastrowid) \
             == {"a": 1, "b": 2}[who]
         assert who in visible(Path(factory.path))  # committed before run() returned
     assert transactions(traced) == ["BEGIN IMMEDIATE", "COMMIT"] * 2
@@ -185,7 +187,8 @@ def test_a_transaction_sqlite_rolls_back_fails_every_kept_write_and_the_rest_go_
 
 def test_a_non_durable_run_among_durable_ones_commits_with_them(factory: ConnectionFactory) -> None:
     synced = factory.sync_stats()
-    runners = [Runner(factory, "a"), Runner(factory, "lock", insert("lock"), durable=False), Runner(factory, "c")]
+    runners = [Runner(factory, "a"), Runner(factory, "lock", insert("lock"), durable=False),
+               Runner(factory, "c")]
     assert run_queued(factory, runners) == {"holder": None, "a": None, "lock": None, "c": None}
     after = factory.sync_stats()
     assert (after.commits - synced.commits, after.syncs - synced.syncs) == (2, 1)  # two waited, one flush
@@ -216,7 +219,9 @@ def test_runs_queued_when_the_factory_closes_fail_with_closed(tmp_path: Path) ->
         factory.run(insert("late"))
 
 
-def test_an_interrupted_caller_leaves_the_queue_and_the_others_are_written(factory: ConnectionFactory) -> None:
+def test_an_interrupted_caller_leaves_the_queue_and_the_others_are_written(
+    factory: ConnectionFactory
+) -> None:
     """Ctrl-C reaching a caller (the main thread) that waits behind a lead: its body never
     runs, and the lead still passes on (nobody waits for the interrupted thread)."""
     first = Runner(factory, "first")
@@ -311,7 +316,8 @@ def test_concurrent_puts_and_assured_gets_are_each_delivered_once(tmp_path: Path
                     errors.append(exc)
             return threading.Thread(target=run)
 
-        threads = [guarded(produce, p) for p in range(producers)] + [guarded(consume, c) for c in range(consumers)]
+        threads = ([guarded(produce, p) for p in range(producers)]
+                   + [guarded(consume, c) for c in range(consumers)])
         for thread in threads:
             thread.start()
         for thread in threads:

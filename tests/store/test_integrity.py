@@ -145,7 +145,9 @@ def test_a_damaged_deadline_never_discards_a_live_message_as_expired(
     assert got is not None and got.data == b"next"
 
 
-def test_a_damaged_deadline_never_delivers_an_expired_message(made: QueueManager, db: Path, clock: ManualClock) -> None:
+def test_a_damaged_deadline_never_delivers_an_expired_message(
+    made: QueueManager, db: Path, clock: ManualClock
+) -> None:
     gone = made.put("Q", Message(b"expired", expiry=Int32(10)))
     clock.advance(20)
     raw(db, "UPDATE messages SET deadline = ? WHERE stamp = ?", T0 + 10**9, gone.stamp)
@@ -154,7 +156,9 @@ def test_a_damaged_deadline_never_delivers_an_expired_message(made: QueueManager
     assert made.get("Q") is None
 
 
-def test_browse_checks_what_its_expiry_check_point_discards(made: QueueManager, db: Path, clock: ManualClock) -> None:
+def test_browse_checks_what_its_expiry_check_point_discards(
+    made: QueueManager, db: Path, clock: ManualClock
+) -> None:
     made.put("Q", Message(b"old", expiry=Int32(10)))
     live = made.put("Q", Message(b"live"))
     clock.advance(20)  # "old" expired: browse discards it, and must not take "live" with it
@@ -171,7 +175,8 @@ def test_confirming_or_deleting_a_damaged_row_quarantines_it(
     made.alter_queue("Q", rules=["tests.store.test_integrity:Copies"])
     made.put_many("Q", [Message(b"one"), Message(b"two")])
     first, second = made.get_many("Q", 2, confirm_id=7)
-    raw(db, "UPDATE messages SET data = ? WHERE stamp = ?", b"0ne", first.uid.stamp)  # type: ignore[union-attr]
+    raw(db, "UPDATE messages SET data = ? WHERE stamp = ?", b"0ne",
+        first.uid.stamp)  # type: ignore[union-attr]
     caplog.set_level(logging.INFO, COPIES)
     with pytest.raises(IntegrityError, match=str(first.uid)):
         if verb == "confirm_get_each":
@@ -181,7 +186,8 @@ def test_confirming_or_deleting_a_damaged_row_quarantines_it(
     assert [e.uid for e in made.quarantined()] == [str(first.uid)]
     assert [(e.reason, e.message and e.message.data) for e in copies(caplog)] == [("quarantined", b"")]
     if verb == "confirm_get_each":  # only the damaged row was touched: confirming again does the rest
-        assert [r.status for r in made.confirm_get_each("Q", [second.uid, first.uid])] == [  # type: ignore[list-item]
+        assert [r.status
+                for r in made.confirm_get_each("Q", [second.uid, first.uid])] == [  # type: ignore[list-item]
             "confirmed", "unknown"
         ]
 
@@ -194,7 +200,8 @@ def test_a_put_confirm_never_discards_or_publishes_a_damaged_row_and_the_resend_
     answers ``unknown``, so the sender keeps its copy and puts it again."""
     rule = Recorder()
     made.add_rule("Q", rule)
-    first, second = MessageUID.parse(f"DEV2:abcdefghij.{T0 * 1000}"), MessageUID.parse(f"DEV2:abcdefghij.{T0 * 1000 + 1}")
+    first, second = (MessageUID.parse(f"DEV2:abcdefghij.{T0 * 1000}"),
+                     MessageUID.parse(f"DEV2:abcdefghij.{T0 * 1000 + 1}"))
     sent = Message(b"payload", uid=first, created_ms=T0, expiry=Int32(3_600_000))
     damaged, fine = made.put_each("Q", [sent, Message(b"fine", uid=second, created_ms=T0)], confirm_id=5)
     raw(db, "UPDATE messages SET deadline = ? WHERE stamp = ?", T0 - 1, damaged.uid.stamp)  # looks expired
@@ -210,7 +217,9 @@ def test_a_put_confirm_never_discards_or_publishes_a_damaged_row_and_the_resend_
     assert sorted(m.data for m in made.browse("Q")) == [b"fine", b"payload"]
 
 
-def test_undo_quarantines_a_damaged_locked_row_and_undoes_the_rest_next_time(made: QueueManager, db: Path) -> None:
+def test_undo_quarantines_a_damaged_locked_row_and_undoes_the_rest_next_time(
+    made: QueueManager, db: Path
+) -> None:
     rule = Recorder()
     made.add_rule("Q", rule)
     locked = made.put("Q", Message(b"unconfirmed"), confirm_id=9)
@@ -239,7 +248,9 @@ def test_rules_never_get_a_damaged_copy_from_a_bulk_discard(
 # -- a damaged index is not a damaged row --------------------------------------------------
 
 
-def test_a_row_an_index_misplaced_is_never_quarantined(made: QueueManager, db: Path, clock: ManualClock) -> None:
+def test_a_row_an_index_misplaced_is_never_quarantined(
+    made: QueueManager, db: Path, clock: ManualClock
+) -> None:
     mine = made.put("Q", Message(b"mine"))
     theirs = made.put("OTHER", Message(b"theirs"))
     made.close()
@@ -261,7 +272,8 @@ def test_a_queue_name_index_leading_to_another_queue_is_an_index_error(
     ((other,), (pad,)) = raw(db, "SELECT id FROM queues WHERE name IN ('OTHER', 'PAD') ORDER BY name")
     repoint(db, "idx_queues_name", int(other), int(pad))  # type: ignore[call-overload]
     with reopen(db, clock) as qm:
-        for call in (lambda: qm.get("OTHER"), lambda: qm.put("OTHER", Message(b"x")), lambda: qm.depth("OTHER")):
+        for call in (lambda: qm.get("OTHER"), lambda: qm.put("OTHER", Message(b"x")),
+                     lambda: qm.depth("OTHER")):
             with pytest.raises(StoreError, match="name index"):
                 call()
         assert qm.queue_names() == ["OTHER", "PAD", "Q"]
@@ -306,7 +318,9 @@ def test_a_deadline_index_never_discards_a_live_message(db: Path, clock: ManualC
     assert raw(db, "SELECT data FROM messages WHERE stamp = ?", live.stamp) == [(b"live",)]
 
 
-def test_a_get_or_browse_never_returns_one_row_twice(made: QueueManager, db: Path, clock: ManualClock) -> None:
+def test_a_get_or_browse_never_returns_one_row_twice(
+    made: QueueManager, db: Path, clock: ManualClock
+) -> None:
     a, b, _ = made.put_many("Q", [Message(b"a"), Message(b"b"), Message(b"c")])
     made.close()
     repoint(db, "messages_ready", row_id(db, b), row_id(db, a))  # b's entry now leads to a
@@ -345,7 +359,8 @@ def test_an_out_of_range_queue_row_is_a_damaged_store(
     made.close()
     raw(db, f"UPDATE queues SET {column} = ? WHERE name = 'Q'", value)
     with reopen(db, clock) as qm:
-        for call in (lambda: qm.put("Q", Message(b"y")), lambda: qm.get("Q"), lambda: qm.queue_attributes("Q")):
+        for call in (lambda: qm.put("Q", Message(b"y")), lambda: qm.get("Q"),
+                     lambda: qm.queue_attributes("Q")):
             with pytest.raises(StoreError, match="the store is damaged") as caught:
                 call()
             assert not isinstance(caught.value, (InvalidArgument, TypeError))
@@ -404,7 +419,8 @@ def test_a_damaged_rule_binding_is_a_damaged_store(made: QueueManager, db: Path,
     made.alter_queue("Q", rules=[("log", {"events": ["removed"]})])
     made.close()
     raw(db, "UPDATE rule_bindings SET config = '{\"events\": [\"rem'")
-    with pytest.raises(StoreError, match=r"the store is damaged: the config of rule binding .*'log' on queue 'Q'"):
+    with pytest.raises(StoreError,
+                       match=r"the store is damaged: the config of rule binding .*'log' on queue 'Q'"):
         reopen(db, clock)
 
 
@@ -434,14 +450,16 @@ def test_a_damaged_rule_event_reaches_its_rules_as_quarantined(
     made.put_many("Q", [Message(b"one"), Message(b"two"), Message(b"three")])
     one, two, _ = made.get_many("Q", 3)  # recorded and delivered; `made` is not closed before the
     ids = [r[0] for r in raw(db, "SELECT id FROM rule_events ORDER BY id")]  # reopen: still undelivered
-    blob = bytearray(raw(db, "SELECT message FROM rule_events WHERE id = ?", ids[1])[0][0])  # type: ignore[arg-type]
+    blob = bytearray(raw(db, "SELECT message FROM rule_events WHERE id = ?",
+                         ids[1])[0][0])  # type: ignore[arg-type]
     blob[-8] ^= 0x20  # b"two" -> b"tWo", the checksum after it unchanged
     raw(db, "UPDATE rule_events SET message = ? WHERE id = ?", bytes(blob), ids[1])
     raw(db, "UPDATE rule_events SET message = x'8a' WHERE id = ?", ids[2])  # does not even decode
     caplog.clear()
     with reopen(db, clock):
         seen = [(e.reason, e.message and (str(e.message.uid), e.message.data)) for e in copies(caplog)]
-    assert seen == [("got", (str(one.uid), b"one")), ("quarantined", (str(two.uid), b"")), ("quarantined", None)]
+    assert (seen
+            == [("got", (str(one.uid), b"one")), ("quarantined", (str(two.uid), b"")), ("quarantined", None)])
 
 
 def test_undelivered_rule_events_of_an_older_store_keep_their_copies(tmp_path: Path, clock: ManualClock,
@@ -463,8 +481,9 @@ def test_undelivered_rule_events_of_an_older_store_keep_their_copies(tmp_path: P
                  "(1, 0, 'tests.store.test_integrity:Copies', '{}')")
     v7_row = [5, "DEV1:abc", 1763683200000005, 0, None, 4, T0, T0, 0, None, None, None, 0, None, None, None,
               None, b"kept", None]
-    conn.execute("INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES ('Q', 'removed', 'got', ?, ?)",
-                 (T0, cbor2.dumps(v7_row)))
+    conn.execute(
+        "INSERT INTO rule_events (queue, kind, detail, at_ms, message) VALUES ('Q', 'removed', 'got', ?, ?)",
+        (T0, cbor2.dumps(v7_row)))
     conn.close()
     caplog.set_level(logging.INFO, COPIES)
     with reopen(db, clock):
@@ -473,7 +492,9 @@ def test_undelivered_rule_events_of_an_older_store_keep_their_copies(tmp_path: P
     assert raw(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
-def test_the_constructor_never_raises_a_raw_python_error(made: QueueManager, db: Path, clock: ManualClock) -> None:
+def test_the_constructor_never_raises_a_raw_python_error(
+    made: QueueManager, db: Path, clock: ManualClock
+) -> None:
     made.close()
     raw(db, "UPDATE edgeq_meta SET value = x'ff' WHERE key = 'name'")  # a blob where text belongs
     with pytest.raises(StoreError, match="the store is damaged"):

@@ -30,10 +30,12 @@ def test_server_journal_records_accepted_expired_and_delivered(
     assert (accepted.kind, accepted.side, accepted.uid, accepted.origin, accepted.device) == (
         "accepted", "server", str(uid), "DEV1", "DEV1"
     )
-    assert (accepted.size, accepted.created_ms, accepted.arrived_ms, accepted.confirmed_ms) == (5, T0 - 500, T0, T0 + 20)
+    assert ((accepted.size, accepted.created_ms, accepted.arrived_ms, accepted.confirmed_ms)
+            == (5, T0 - 500, T0, T0 + 20))
     assert accepted.clock_offset_ms == -30
     assert (delivered.kind, delivered.uid, delivered.at_ms) == ("delivered", str(uid), T0 + 20)
-    assert (expired.kind, expired.side, expired.check_point, expired.origin) == ("expired", "server", "sweep", qm.origin)
+    assert ((expired.kind, expired.side, expired.check_point, expired.origin)
+            == ("expired", "server", "sweep", qm.origin))
     assert [e.id for e in qm.journal_since(accepted.id)] == [delivered.id, expired.id]
 
 
@@ -68,7 +70,8 @@ def test_remote_expiries_each_answer_every_entry(open_qm: Callable[..., QueueMan
     qm = open_qm(name="HOME", journal="server")
 
     def reported(uid: str, queue: str = "ORDERS", kind: str = "expired") -> JournalEntry:
-        return JournalEntry(0, kind, "device", T0 + 1_000, queue, uid, uid.rpartition(".")[0], check_point="get")
+        return JournalEntry(0, kind, "device", T0 + 1_000, queue, uid, uid.rpartition(".")[0],
+                            check_point="get")
 
     entries = [
         reported("DEV1.5"),                     # its own
@@ -147,7 +150,9 @@ def test_journal_arguments_are_validated(open_qm: Callable[..., QueueManager]) -
         qm.journal_since(-1)
 
 
-def test_bulk_expiry_is_journaled_without_rules(open_qm: Callable[..., QueueManager], clock: ManualClock) -> None:
+def test_bulk_expiry_is_journaled_without_rules(
+    open_qm: Callable[..., QueueManager], clock: ManualClock
+) -> None:
     qm = open_qm(name="HOME", journal="server")
     qm.define_queue("Q")
     qm.put_many("Q", [Message(b"%d" % i, expiry=Int32(1)) for i in range(1_200)])
@@ -187,7 +192,8 @@ def test_device_registry(open_qm: Callable[..., QueueManager]) -> None:
     qm.register_device("DEV1", key, queues=["ORDERS", "TELEMETRY"])
     qm.exchange.record_device("DEV1", clock_offset_ms=5)  # contact keeps the registration
     dev = qm.device("DEV1")
-    assert dev is not None and dev.public_key == key and dev.queues == ("ORDERS", "TELEMETRY") and dev.registered
+    assert (dev is not None and dev.public_key == key and dev.queues == ("ORDERS", "TELEMETRY")
+            and dev.registered)
     qm.revoke_device("DEV1")
     dev = qm.device("DEV1")
     assert dev is not None and dev.revoked_ms == T0 and not dev.registered

@@ -24,13 +24,16 @@ def test_a_v8_store_gains_the_v9_columns_and_tables(tmp_path: Path) -> None:
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("PRAGMA user_version = 8")
     conn.execute("INSERT INTO edgeq_meta (key, value) VALUES ('name', 'DEV1'), ('incarnation', 'abc')")
-    conn.execute("INSERT INTO queues (name, default_priority, ordering, created_ms, depth, bytes, kind, target_qmgr, "
-                 "target_queue, mode) VALUES ('OUT', 4, 'priority', 1, 1, 4, 'remote', 'HOME', 'OUT', 'async')")
+    conn.execute(
+        "INSERT INTO queues (name, default_priority, ordering, created_ms, depth, bytes, kind, target_qmgr, "
+        "target_queue, mode) VALUES ('OUT', 4, 'priority', 1, 1, 4, 'remote', 'HOME', 'OUT', 'async')")
     stamp = T0 * 1000
-    crc = row_crc("OUT", "DEV1:abc", stamp, 4, T0, T0, 0, None, None, None, None, None, None, None, None, b"kept")
-    conn.execute("INSERT INTO messages (queue_id, origin, stamp, state, rank, seq, priority, created_ms, arrived_ms, "
-                 "expiry_kind, backout_count, data, crc) VALUES (1, 'DEV1:abc', ?, 0, 4, ?, 4, ?, ?, 0, 0, ?, ?)",
-                 (stamp, stamp, T0, T0, b"kept", crc))
+    crc = row_crc("OUT", "DEV1:abc", stamp, 4, T0, T0, 0, None, None, None, None, None, None, None, None,
+                  b"kept")
+    conn.execute(
+        "INSERT INTO messages (queue_id, origin, stamp, state, rank, seq, priority, created_ms, arrived_ms, "
+        "expiry_kind, backout_count, data, crc) VALUES (1, 'DEV1:abc', ?, 0, 4, ?, 4, ?, ?, 0, 0, ?, ?)",
+        (stamp, stamp, T0, T0, b"kept", crc))
     conn.execute("UPDATE edgeq_clock SET stamp = ?", (stamp,))
     conn.close()
     with QueueManager(path) as qm:

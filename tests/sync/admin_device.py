@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     qm = QueueManager(args.db, journal="device", clock=clock)
     # Requests are signed on the machine's clock (the server checks their skew); the agent
     # and the store keep the device's.
-    agent = SyncAgent(qm, args.server, clock=clock, timeout=30, auth=DeviceSigner(qm.name, load_private_key(Path(args.key))))
+    agent = SyncAgent(qm, args.server, clock=clock, timeout=30,
+                      auth=DeviceSigner(qm.name, load_private_key(Path(args.key))))
     try:
         print("ready")
         for line in sys.stdin:
@@ -62,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             if command == "sync":
                 pushed, pulled = agent.sync_once()
                 print(json.dumps({
-                    "pushed": {"transmitted": pushed.transmitted, "error": pushed.error, "stopped": pushed.stopped},
-                    "pulled": None if pulled is None else {"received": pulled.received, "error": pulled.error},
+                    "pushed": {"transmitted": pushed.transmitted, "error": pushed.error,
+                               "stopped": pushed.stopped},
+                    "pulled": (None if pulled is None
+                               else {"received": pulled.received, "error": pulled.error}),
                 }))
             elif command == "advance":
                 clock.offset_ms += int(arg)

@@ -106,8 +106,8 @@ class LiveServer:
         self.faults = AnswerFaults(self.app)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.faults, host="127.0.0.1", port=self.port, log_config=None, lifespan="off",
-                                access_log=False)
+        config = uvicorn.Config(self.faults, host="127.0.0.1", port=self.port, log_config=None,
+                                lifespan="off", access_log=False)
         self._ready = threading.Event()
         self.server = _Server(config, self._ready)
         self._thread = threading.Thread(target=self._run, name="uvicorn-test", daemon=True)
@@ -178,7 +178,9 @@ def make_server(server_clock: ManualClock) -> Iterator[Callable[..., LiveServer]
 
 
 @pytest.fixture
-def make_console(server_clock: ManualClock, make_server: Callable[..., LiveServer]) -> Callable[..., LiveServer]:
+def make_console(
+    server_clock: ManualClock, make_server: Callable[..., LiveServer]
+) -> Callable[..., LiveServer]:
     """The operator console's own app over a store, served as ``edgeq serve --console``'s
     console process serves it (on its own port), on the server's clock."""
     def _make(qm: QueueManager) -> LiveServer:
@@ -295,7 +297,8 @@ def make_link(
         target = to if to is not None else request.getfixturevalue("server")
         client = httpx.Client(transport=network, timeout=10)
         clients.append(client)
-        return ServerLink(qm or device_qm, Transport(target.url, client=client, auth=auth), clock=device_clock,
+        return ServerLink(qm or device_qm, Transport(target.url, client=client, auth=auth),
+                          clock=device_clock,
                           monotonic=monotonic or monotonic_of(device_clock), batch_size=batch_size)
 
     yield _make

@@ -209,7 +209,8 @@ class ServerProcess:
             if run is not None:
                 code = run.finish(signal.SIGTERM)
                 # uvicorn shuts down, then re-raises the signal it caught: -SIGTERM is a clean end.
-                clean = code in (0, -signal.SIGTERM) and any("Finished server process" in x for x in run.lines)
+                clean = code in (0, -signal.SIGTERM) and any("Finished server process" in x
+                                                             for x in run.lines)
                 assert clean, f"edgeq serve exited {code} on SIGTERM:\n" + "\n".join(run.lines[-20:])
 
     def close(self) -> None:
@@ -346,7 +347,8 @@ class FaultProxy:
             self._counts[path] += 1
             self.paths[path] += 1
             fault = self._fault
-            if fault is not None and not fault.fired and fault.path == path and self._counts[path] == fault.nth:
+            if (fault is not None and not fault.fired and fault.path == path
+                    and self._counts[path] == fault.nth):
                 fault.fired = True
                 return fault
             return None
@@ -360,7 +362,8 @@ class FaultProxy:
         """Wait until no request is in flight through the proxy."""
         with self._lock:
             if not self._lock.wait_for(lambda: self._active == 0, IDLE_S):
-                raise AssertionError(f"the proxy still has {self._active} request(s) in flight after {IDLE_S}s")
+                raise AssertionError(
+                    f"the proxy still has {self._active} request(s) in flight after {IDLE_S}s")
 
     # -- actions -------------------------------------------------------------------------
 
@@ -468,7 +471,8 @@ class _Worker:
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._err: list[str] = []
-        self._pumps = [threading.Thread(target=self._out, daemon=True), threading.Thread(target=self._errs, daemon=True)]
+        self._pumps = [threading.Thread(target=self._out, daemon=True),
+                       threading.Thread(target=self._errs, daemon=True)]
         for pump in self._pumps:
             pump.start()
 
@@ -492,7 +496,8 @@ class _Worker:
         try:
             return self._lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"device worker printed nothing for {timeout}s:\n{self.stderr[-3000:]}") from None
+            raise AssertionError(
+                f"device worker printed nothing for {timeout}s:\n{self.stderr[-3000:]}") from None
 
     def send(self, command: str) -> bool:
         """Send a command; False if the worker is gone."""
@@ -541,7 +546,9 @@ class Ledger:
 class Rig:
     """A home server process, a fault proxy, a device store, and device runs through the proxy."""
 
-    def __init__(self, tmp_path: Path, *, batch_size: int = 100, context: str = "", signed: bool = False) -> None:
+    def __init__(
+        self, tmp_path: Path, *, batch_size: int = 100, context: str = "", signed: bool = False
+    ) -> None:
         self.home_db = tmp_path / "home.db"
         self.device_db = tmp_path / "device.db"
         self.batch_size = batch_size
@@ -669,7 +676,8 @@ class Rig:
             with self.proxy._lock:
                 self.proxy.device = self.worker.proc
             line = self.worker.readline(timeout)
-            assert line == "ready", f"{self.context}: device worker said {line!r}:\n{self.worker.stderr[-3000:]}"
+            assert line == "ready", (
+                f"{self.context}: device worker said {line!r}:\n{self.worker.stderr[-3000:]}")
         worker = self.worker
         self.proxy.arm(fault)
         line = worker.readline(timeout) if worker.send("push") else None
@@ -684,7 +692,8 @@ class Rig:
         fired = fault if fault is not None and fault.fired else None
         if line is None:
             outcome = Outcome(worker.proc.returncode, None, worker.stderr, fired)
-            assert outcome.killed, f"{self.context}: the device worker died: {outcome}\n{worker.stderr[-3000:]}"
+            assert outcome.killed, (
+                f"{self.context}: the device worker died: {outcome}\n{worker.stderr[-3000:]}")
         else:
             summary = json.loads(line)
             outcome = Outcome(1 if summary["pushed"]["error"] else 0, summary, "", fired)
@@ -705,7 +714,8 @@ class Rig:
         for _ in range(runs):
             outcome = self.run()
             done.append(outcome)
-            assert outcome.code == 0, f"{self.context}: a fault-free run failed: {outcome}\n{outcome.stderr[-3000:]}"
+            assert outcome.code == 0, (
+                f"{self.context}: a fault-free run failed: {outcome}\n{outcome.stderr[-3000:]}")
             if outcome.pushed["sent"] == 0 and outcome.pushed["requeued"] == 0:
                 return done
         raise AssertionError(f"{self.context}: still sending after {runs} fault-free runs: "
@@ -801,7 +811,8 @@ class Rig:
         # What is left on the server: only locked copies of messages that expired on
         # the device before it could put them again (the server's sweep discards them).
         strays = [(uid, state) for uid, state, deadline in left
-                  if state != MessageState.PUT_LOCKED or deadline is None or uid in accepted or uid not in expired_device]
+                  if state != MessageState.PUT_LOCKED or deadline is None or uid in accepted
+                  or uid not in expired_device]
         assert not strays, f"{ctx}: rows left on the server after draining: {strays[:10]}"
         return {
             "sent": len(sent), "accepted": len(accepted), "delivered": len(delivered),

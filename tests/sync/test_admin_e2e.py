@@ -91,14 +91,16 @@ class Fleet:
     def sync_once(self, name: str) -> dict[str, object]:
         """``edgeq sync --once`` of device ``name``: its JSON summary (it exits 0: all moved)."""
         db, key = self.devices[name]
-        done = subprocess.run([*EDGEQ, "sync", "--db", str(db), "--server", self.url, "--once", "--key", str(key)],
+        done = subprocess.run([*EDGEQ, "sync", "--db", str(db), "--server", self.url, "--once", "--key",
+                               str(key)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         summary: dict[str, object] = json.loads(done.stdout)
         return summary
 
     def client(self, **options: object) -> AdminClient:
-        return AdminClient(self.home_db, operator_key=self.operator_key, poll_s=0.05, **options)  # type: ignore[arg-type]
+        return AdminClient(self.home_db, operator_key=self.operator_key, poll_s=0.05,
+                           **options)  # type: ignore[arg-type]
 
     def store(self, name: str, **options: object) -> QueueManager:
         """The device's store, opened beside its running agent (SQLite allows it)."""
@@ -122,7 +124,8 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
             db = tmp_path / f"{name}.db"
             with QueueManager(db, name=name):
                 pass
-            trusted = CliRunner().invoke(cli, ["keys", "trust-admin", "--db", str(db), key_id, str(pair.public_path)])
+            trusted = CliRunner().invoke(cli, ["keys", "trust-admin", "--db", str(db), key_id,
+                                               str(pair.public_path)])
             assert trusted.exit_code == 0, trusted.output
             devices[name] = (db, device_key.private_path)
     # Port 0: the server binds a free port itself and says which (no race with other tests
@@ -139,14 +142,16 @@ def test_the_operator_defines_inquires_and_deletes_queues_on_a_running_device(fl
         dev1.sync()  # its first cycle defines the admin queues (it trusts an operator key)
         with fleet.client() as client:
             # -- define a queue, and inquire it -----------------------------------------------
-            define = client.request("DEV1", "define-queue", "ALERTS", {"expiry_ms": MINUTE, "ordering": "fifo"})
+            define = client.request("DEV1", "define-queue", "ALERTS",
+                                    {"expiry_ms": MINUTE, "ordering": "fifo"})
             inquire = client.request("DEV1", "inquire-queue", "ALERTS")
             dev1.sync()
             defined, shown = define.wait(WAIT_S), inquire.wait(WAIT_S)
             assert defined is not None and defined.rc == "success", defined
             assert shown is not None and shown.rc == "success", shown
             attributes = shown.results[0]["attributes"]
-            assert (attributes["expiry_ms"], attributes["ordering"], shown.results[0]["depth"]) == (  # type: ignore[index]
+            assert (attributes["expiry_ms"], attributes["ordering"],
+                    shown.results[0]["depth"]) == (  # type: ignore[index]
                 MINUTE, "fifo", 0)
 
             # -- a depth inquiry purges expired messages first; the rules fire at "depth" ----------
@@ -156,10 +161,12 @@ def test_the_operator_defines_inquires_and_deletes_queues_on_a_running_device(fl
             rules = client.request("DEV1", "define-queue", "READINGS",
                                    {"rules": [["dead-letter", {"queue": "DLQ"}], "counters"]})
             dev1.sync()
-            assert rules.wait(WAIT_S) is not None and rules.status == "replied" and rules.record.rc == "success"
+            assert (rules.wait(WAIT_S) is not None and rules.status == "replied"
+                    and rules.record.rc == "success")
             with fleet.store("DEV1") as dev:
-                dev.put_many("READINGS", [Message(b"r1", expiry=Int32(MINUTE)), Message(b"r2", expiry=Int32(MINUTE)),
-                                          Message(b"kept")])
+                dev.put_many("READINGS",
+                             [Message(b"r1", expiry=Int32(MINUTE)), Message(b"r2", expiry=Int32(MINUTE)),
+                              Message(b"kept")])
             first = client.request("DEV1", "inquire-queue", "READINGS")
             dev1.sync()
             reply = first.wait(WAIT_S)
@@ -176,7 +183,8 @@ def test_the_operator_defines_inquires_and_deletes_queues_on_a_running_device(fl
                 assert dev.queue_stats("READINGS")["expired.depth"] == 2
 
             # -- delete: refused while live messages remain, done when only expired ones do -----
-            old = client.request("DEV1", "define-queue", "OLD", {"rules": [["dead-letter", {"queue": "DLQ"}]]})
+            old = client.request("DEV1", "define-queue", "OLD",
+                                 {"rules": [["dead-letter", {"queue": "DLQ"}]]})
             dev1.sync()
             assert old.wait(WAIT_S) is not None and old.record.rc == "success"
             with fleet.store("DEV1") as dev:
@@ -186,7 +194,8 @@ def test_the_operator_defines_inquires_and_deletes_queues_on_a_running_device(fl
             dev1.sync()
             reply = refused.wait(WAIT_S)
             assert reply is not None and reply.rc == "failed"
-            assert reply.results[0]["depth"] == 2 and "still holds 2 unexpired" in str(reply.results[0]["reason"])
+            assert (reply.results[0]["depth"] == 2
+                    and "still holds 2 unexpired" in str(reply.results[0]["reason"]))
             with fleet.store("DEV1") as dev:
                 got = dev.get("OLD")  # the live message is consumed; the stale one stays
                 assert got is not None and got.data == b"live"
@@ -204,7 +213,8 @@ def test_the_operator_defines_inquires_and_deletes_queues_on_a_running_device(fl
         dev1.close()
     # The device reported its expiries: the server's journal has them at their check points.
     with QueueManager(fleet.home_db) as home:
-        points = sorted(str(e.check_point) for e in home.journal_since(0) if e.kind == "expired" and e.device == "DEV1")
+        points = sorted(str(e.check_point) for e in home.journal_since(0)
+                        if e.kind == "expired" and e.device == "DEV1")
     assert points == ["delete", "depth", "depth"]
 
 
@@ -244,15 +254,15 @@ def test_offline_devices_replays_and_requests_that_must_not_run(fleet: Fleet) ->
         now = system_clock()
 
         def made(target: str, created_ms: int = now, expires_ms: int | None = None) -> AdminRequest:
-            return AdminRequest.create("define-queue", target, device="DEV1", reply_qmgr="HOME", created_ms=created_ms,
-                                       key_id=key.key_id, expires_ms=expires_ms)
+            return AdminRequest.create("define-queue", target, device="DEV1", reply_qmgr="HOME",
+                                       created_ms=created_ms, key_id=key.key_id, expires_ms=expires_ms)
 
         stranger = Ed25519PrivateKey.generate()
         bad = {
             "unsigned": made("EVIL1"),
             "tampered": made("EVIL2").sign(key.private_key).replace_params(max_depth=1),
-            "untrusted": AdminRequest.create("define-queue", "EVIL3", device="DEV1", reply_qmgr="HOME", created_ms=now,
-                                             key_id="stranger").sign(stranger),
+            "untrusted": AdminRequest.create("define-queue", "EVIL3", device="DEV1", reply_qmgr="HOME",
+                                             created_ms=now, key_id="stranger").sign(stranger),
             # A signed lifetime of 0 (expires_ms - created_ms): over before it arrived. Carried
             # without a message expiry, so the server hands it over and the device must refuse it.
             "expired": made("EVIL4", created_ms=now, expires_ms=now).sign(key.private_key),
@@ -274,7 +284,8 @@ def test_offline_devices_replays_and_requests_that_must_not_run(fleet: Fleet) ->
 
     # -- a request whose expiry passes on the server is never executed, and said to be
     past = ManualClock(system_clock() - 10 * MINUTE)  # the operator's clock, ten minutes behind the server's
-    with QueueManager(fleet.home_db, clock=past) as home, AdminClient(home, operator_key=fleet.operator_key) as late:
+    with QueueManager(fleet.home_db, clock=past) as home, \
+            AdminClient(home, operator_key=fleet.operator_key) as late:
         expiring = late.request("DEV1", "define-queue", "NEVER", expires_ms=past() + MINUTE)
         fleet.sync_once("DEV1")  # the server finds it expired (by its clock) and never hands it over
         past.advance(2 * MINUTE)
@@ -304,7 +315,8 @@ def test_all_devices_through_the_command_line(fleet: Fleet) -> None:
         assert all(r["reply"]["results"][0]["object"] is None for r in shown)  # the agent's item first
         replies = CliRunner().invoke(cli, ["admin", "--db", str(fleet.home_db), "replies", "--json"])
         assert sorted((r["device"], r["action"]) for r in json.loads(replies.stdout)) == [
-            ("DEV1", "inquire-all"), ("DEV1", "inquire-sync"), ("DEV2", "inquire-all"), ("DEV2", "inquire-sync")]
+            ("DEV1", "inquire-all"), ("DEV1", "inquire-sync"), ("DEV2", "inquire-all"),
+            ("DEV2", "inquire-sync")]
         assert dev1.ask("stop") == "stopped"
     finally:
         dev2.send_signal(signal.SIGTERM)

@@ -119,7 +119,8 @@ def cli_pending_status(home: QueueManager, request_id: str) -> str:
 
 
 def test_a_request_the_server_dropped_unread_never_ran_and_every_view_says_so(
-    home: QueueManager, secure: LiveServer, console: LiveServer, client: AdminClient, server_clock: ManualClock
+    home: QueueManager, secure: LiveServer, console: LiveServer, client: AdminClient,
+    server_clock: ManualClock
 ) -> None:
     handle = client.request("DEV1", "define-queue", "ALERTS", expires_ms=server_clock() + 60_000)
     assert console_state(console, handle.request_id) == "pending" == handle.record.describe(server_clock())

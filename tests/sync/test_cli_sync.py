@@ -168,13 +168,15 @@ def test_sync_status_shows_each_queue_and_exits_1_while_one_fails(
     assert text.returncode == 1 and as_json.returncode == 1, text.stderr + as_json.stderr
     header, *rows = text.stdout.splitlines()
     assert header.split()[:4] == ["QUEUE", "DIRECTION", "BACKLOG", "OLDEST"]
-    by_queue = {row.split()[0]: row for row in rows if row and row.split()[0] in ("ORDERS", "METRICS", "INBOX")}
+    by_queue = {row.split()[0]: row for row in rows
+                if row and row.split()[0] in ("ORDERS", "METRICS", "INBOX")}
     assert set(by_queue) == {"ORDERS", "METRICS", "INBOX"}
     assert "no-queue" in by_queue["METRICS"] and "no-queue" in by_queue["INBOX"]
     assert "edgeq queue define METRICS --db" in text.stdout  # the hint, under the table
     queues = {q["queue"]: q for q in json.loads(as_json.stdout)["queues"]}
     metrics = queues["METRICS"]
-    assert (metrics["direction"], metrics["backlog"], metrics["refused"], metrics["refusals"]) == ("push", 2, 2, 2)
+    assert ((metrics["direction"], metrics["backlog"], metrics["refused"], metrics["refusals"])
+            == ("push", 2, 2, 2))
     assert metrics["last_error_code"] == "no-queue" and metrics["failing"] is True
     assert metrics["oldest_age_ms"] is not None and metrics["oldest_age_ms"] >= 0
     assert metrics["next_retry_ms"] is None or metrics["next_retry_ms"] > 0
@@ -205,7 +207,8 @@ def test_sync_keeps_its_invocations_and_refuses_bad_ones(tmp_path: Path) -> None
     junk.write_text("not a certificate or a key\n")
     for bad, option in (
         (["--server", "ftp://home:8470"], "--server"),  # not http(s)
-        (["--server", "http://127.0.0.1:9", "--key", str(tmp_path / "none.key")], "--key"),  # no such key file
+        # no such key file
+        (["--server", "http://127.0.0.1:9", "--key", str(tmp_path / "none.key")], "--key"),
         (["--server", "http://127.0.0.1:9", "--key", str(junk)], "--key"),
         (["--server", "https://home:8470", "--ca-file", str(junk)], "--ca-file"),
     ):

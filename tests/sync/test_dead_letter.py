@@ -155,5 +155,6 @@ def test_what_the_operator_deletes_is_reported_discarded(
     assert [m.uid for m in device.dlq_browse()] == [kept]
     seen = sorted((e.kind, e.uid, e.check_point) for e in home.journal_since() if e.side == "device")
     assert seen == sorted([("dead-lettered", str(kept), "refused"),
-                           ("dead-lettered", str(dropped), "refused"), ("discarded", str(dropped), "deleted")])
+                           ("dead-lettered", str(dropped), "refused"),
+                           ("discarded", str(dropped), "deleted")])
     assert device.journal_since() == []  # the outbox was trimmed once the server had it

@@ -123,7 +123,8 @@ def test_duplicated_requests_change_nothing(make_rig: RigFactory, action: str, a
         rig.put(3, tag="gone", rng=rng, expiring=1.0, expiry_ms=(-5000, -1000))
         fault = Fault(action, path, nth=2 if path in ("/v1/put", "/v1/confirm") else 1, answer=answer)
         outcome = rig.run(fault)
-        assert fault.fired and outcome.code == 0 and outcome.pushed["transmitted"] == 120, f"{path}: {outcome}"
+        assert (fault.fired and outcome.code == 0
+                and outcome.pushed["transmitted"] == 120), f"{path}: {outcome}"
     counts = rig.verify()
     assert counts["accepted"] == counts["delivered"] == 480 and counts["expired_device"] == 12
 
@@ -145,7 +146,8 @@ def test_server_killed_between_the_stages_keeps_its_locked_copies(make_rig: RigF
 
     assert fault.fired and seen == [(80, 0)], seen  # on disk after the crash: 80 locked, none visible
     assert outcome.code == 0, outcome
-    assert (outcome.pushed["transmitted"], outcome.pushed["requeued"], outcome.pushed["duplicates"]) == (80, 0, 0)
+    assert ((outcome.pushed["transmitted"], outcome.pushed["requeued"], outcome.pushed["duplicates"])
+            == (80, 0, 0))
     assert rig.server.starts == 2 and len(rig.server.events("hello")) == 2  # the new server asked again
     counts = rig.verify()
     assert counts["accepted"] == counts["delivered"] == 80
@@ -196,7 +198,8 @@ def test_a_confirm_the_server_cannot_match_makes_the_device_put_again(make_rig: 
     outcome = rig.run(fault)
 
     assert fault.fired and sum(undone) == 60, undone
-    assert outcome.code == 0 and (outcome.pushed["requeued"], outcome.pushed["transmitted"]) == (60, 0), outcome
+    assert (outcome.code == 0
+            and (outcome.pushed["requeued"], outcome.pushed["transmitted"]) == (60, 0)), outcome
     assert device_depth(rig) == 60 and server_state(rig) == (0, 0)
     again = rig.run()
     assert again.code == 0 and again.pushed["transmitted"] == 60, again
@@ -228,7 +231,8 @@ def test_messages_that_expire_between_the_stages_are_never_delivered(make_rig: R
     outcome = rig.run(fault)
 
     assert fault.fired and outcome.code == 0, outcome
-    assert at_confirm == [(40, 0)], f"the put should arrive within 4 s, long before the deadline: {at_confirm}"
+    assert at_confirm == [(40, 0)], (
+        f"the put should arrive within 4 s, long before the deadline: {at_confirm}")
     assert (outcome.pushed["expired"], outcome.pushed["transmitted"]) == (20, 20), outcome
     with QueueManager(rig.home_db) as qm:
         expired_there = {e.uid for e in qm.journal_since(0) if e.kind == "expired" and e.side == "server"}

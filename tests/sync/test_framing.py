@@ -47,8 +47,10 @@ def telemetry(n: int, seed: int = 7) -> list[Message]:
     out = []
     for i in range(n):
         reading = {"ts": T0 + i * 1000 + rng.randrange(50), "device": f"pump-{rng.randrange(40):03d}",
-                   "seq": i, "temp_c": round(rng.gauss(21, 3), 2), "pressure_kpa": round(rng.gauss(101.3, 0.8), 3),
-                   "vibration_mm_s": round(abs(rng.gauss(2, 1)), 3), "state": rng.choice(["run", "idle", "run"])}
+                   "seq": i, "temp_c": round(rng.gauss(21, 3), 2),
+                   "pressure_kpa": round(rng.gauss(101.3, 0.8), 3),
+                   "vibration_mm_s": round(abs(rng.gauss(2, 1)), 3),
+                   "state": rng.choice(["run", "idle", "run"])}
         out.append(Message(json.dumps(reading).encode(), fields={"site": "north", "n": i}))
     return out
 
@@ -197,7 +199,8 @@ def test_a_queue_without_compression_stays_plain_beside_one_with(
     device_qm.define_remote_queue("AUDIT", target_qmgr="HOME")
     device_qm.put_many("AUDIT", telemetry(50, seed=3))
     assert on_wire(device_qm, server.url).push_once().transmitted == 100
-    queues = {p.decode_body(unframe(q.get(H_ENCODING), b, max_bytes=1 << 24))["queue"]: q for q, b, _, _ in wire.on(PUT)}
+    queues = {p.decode_body(unframe(q.get(H_ENCODING), b, max_bytes=1 << 24))["queue"]: q
+              for q, b, _, _ in wire.on(PUT)}
     assert queues["ORDERS"][H_ENCODING] == "zlib"
     assert H_ENCODING not in queues["AUDIT"] and H_ACCEPT not in queues["AUDIT"]
 
@@ -314,7 +317,8 @@ def test_a_bomb_is_refused_before_it_is_decoded(
     live = make_server(home_qm, max_body_bytes=1 << 20)
     bomb = _bomb(codec, 64 << 20)
     assert len(bomb) < 100_000  # far under the limit as sent: only what it decompresses to is over
-    answer = http.post(live.url + PUT, content=bomb, headers={"content-type": p.CONTENT_TYPE, H_ENCODING: codec})
+    answer = http.post(live.url + PUT, content=bomb,
+                       headers={"content-type": p.CONTENT_TYPE, H_ENCODING: codec})
     assert answer.status_code == 413, answer.text
     error = p.decode_body(answer.content)
     assert error["code"] == "too-large" and "1048576" in error["detail"] and codec in error["detail"]
@@ -328,7 +332,8 @@ def test_an_unknown_codec_is_refused(server: LiveServer, http: httpx.Client) -> 
     answer = http.post(server.url + p.PATH_HELLO, content=body,
                        headers={"content-type": p.CONTENT_TYPE, H_ENCODING: "br"})
     assert answer.status_code == 415
-    assert "'br' is not a codec this end decodes (it takes: zstd, zlib)" in p.decode_body(answer.content)["detail"]
+    assert ("'br' is not a codec this end decodes (it takes: zstd, zlib)"
+            in p.decode_body(answer.content)["detail"])
 
 
 @pytest.mark.parametrize("codec", CODECS)

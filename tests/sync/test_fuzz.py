@@ -50,7 +50,8 @@ def enc(value: Any) -> bytes:
 def raw_map(pairs: list[tuple[bytes, bytes]]) -> bytes:
     """A definite-length CBOR map of already-encoded keys and values (any bytes at all)."""
     n = len(pairs)
-    head = bytes([0xA0 | n]) if n < 24 else b"\xb8" + bytes([n]) if n < 256 else b"\xb9" + n.to_bytes(2, "big")
+    head = (bytes([0xA0 | n]) if n < 24 else b"\xb8" + bytes([n]) if n < 256
+            else b"\xb9" + n.to_bytes(2, "big"))
     return head + b"".join(k + v for k, v in pairs)
 
 
@@ -64,7 +65,8 @@ def valid(path: str) -> dict[str, Any]:
         p.PATH_CONFIRM: {**base, "type": "confirm", "queue": "ORDERS", "uids": [UID]},
         p.PATH_PULL: {**base, "type": "pull", "queue": "INBOX", "max": 5},
         p.PATH_PULL_CONFIRM: {**base, "type": "pull-confirm", "queue": "INBOX", "uids": [UID]},
-        p.PATH_EXPIRIES: {**base, "type": "expiries", "entries": [{"u": UID, "q": "ORDERS", "t": T0, "w": "get"}]},
+        p.PATH_EXPIRIES: {**base, "type": "expiries",
+                          "entries": [{"u": UID, "q": "ORDERS", "t": T0, "w": "get"}]},
     }[path]
 
 
@@ -77,8 +79,9 @@ WRONG: dict[str, list[Any]] = {
     "queue": [None, 0, b"ORDERS", "", "no spaces", "Q" * 49, {"q": 1}, -0.0],
     "messages": [None, {}, "m", 7, b"", [{"d": b"no uid"}], [{"u": UID}], [{"u": UID, "d": "text"}],
                  [{"u": "DEV1." + "9" * 5_000, "d": b""}], [{"u": UID, "d": b"", "x": 2**64 - 1}],
-                 [{"u": UID, "d": b"", "f": {"n": ["i", 2**40]}}], [{"u": UID, "d": b"", "f": {"n": ["f", "x"]}}],
-                 [{"u": UID, "d": b"", "p": 10}], [{"u": UID, "d": b""}, {"u": UID, "d": b""}], [7]],
+                 [{"u": UID, "d": b"", "f": {"n": ["i", 2**40]}}],
+                 [{"u": UID, "d": b"", "f": {"n": ["f", "x"]}}], [{"u": UID, "d": b"", "p": 10}],
+                 [{"u": UID, "d": b""}, {"u": UID, "d": b""}], [7]],
     "uids": [None, {}, "u", [7], [b"DEV1.1"], ["nodot"], ["DEV1." + "1" * 5_000], [None]],
     "max": [None, 0, -1, 2**64 - 1, 1.5, "5", True],
     "entries": [None, {}, "e", 3, b"\x00"],
@@ -105,7 +108,8 @@ class Case:
     media: str = p.CONTENT_TYPE
 
     def __str__(self) -> str:
-        return f"case {self.n} ({self.kind}, {self.signing}, {self.path}, {len(self.body)} bytes): {self.body[:60]!r}"
+        return (f"case {self.n} ({self.kind}, {self.signing}, {self.path}, {len(self.body)} bytes): "
+                f"{self.body[:60]!r}")
 
 
 class Hostile:
@@ -120,7 +124,8 @@ class Hostile:
         choice = r.randrange(9)
         if choice == 0:  # a tag: bignums, rationals, decimals, dates, shared refs, sets, any number
             tag = r.choice([0, 1, 2, 3, 4, 5, 28, 29, 30, 35, 36, 37, 258, 55799, r.randrange(2**64)])
-            inner = r.choice([b"\x01", enc([1, 3]), b"\x5a\x00\x00\x10\x00" + b"\xff" * 4096, enc("2020-01-01")])
+            inner = r.choice([b"\x01", enc([1, 3]), b"\x5a\x00\x00\x10\x00" + b"\xff" * 4096,
+                              enc("2020-01-01")])
             return enc(cbor2.CBORTag(tag, 0))[:-1] + inner
         if choice == 1:  # too deep
             depth = r.randrange(LIMITS.max_depth + 1, 300)
@@ -130,7 +135,8 @@ class Hostile:
         if choice == 3:  # reserved initial bytes and simple-value encodings
             return bytes([r.choice([0x1C, 0x1D, 0x1E, 0x3C, 0x5C, 0x7C, 0x9C, 0xBC, 0xDC, 0xFC, 0xFD, 0xFE])])
         if choice == 4:  # a map keyed by something other than a string
-            return raw_map([(r.choice([enc(1), enc(-1), enc(1.5), enc(None), enc(True), enc([1]), enc({})]), enc(0))])
+            return raw_map([(r.choice([enc(1), enc(-1), enc(1.5), enc(None), enc(True), enc([1]), enc({})]),
+                             enc(0))])
         if choice == 5:  # the same key twice
             return raw_map([(enc("k"), enc(1)), (enc("k"), enc(2))])
         if choice == 6:  # more items than the limit, in a body within the size limit
@@ -156,7 +162,8 @@ class Hostile:
             out = raw + r.randbytes(r.randrange(1, 20))
         elif kind == "hostile-extra":  # a valid body plus a key whose value cannot be decoded
             pairs = [(enc(k), enc(v)) for k, v in body.items()]
-            pairs.insert(r.randrange(len(pairs) + 1), (enc(r.choice(["zz", "pad", "x"])), self._hostile_value()))
+            pairs.insert(r.randrange(len(pairs) + 1),
+                         (enc(r.choice(["zz", "pad", "x"])), self._hostile_value()))
             out = raw_map(pairs)
         elif kind == "hostile-field":  # a required field replaced by something undecodable
             pairs = [(enc(k), self._hostile_value() if k == r.choice(CHECKED[path]) else enc(v))
@@ -212,7 +219,8 @@ def home(tmp_path: Path, server_clock: ManualClock, key: Ed25519PrivateKey) -> I
 
 
 def test_hostile_bodies_get_only_4xx_store_nothing_and_stall_nothing(
-    home: QueueManager, key: Ed25519PrivateKey, server_clock: ManualClock, make_server: Callable[..., LiveServer],
+    home: QueueManager, key: Ed25519PrivateKey, server_clock: ManualClock,
+    make_server: Callable[..., LiveServer],
 ) -> None:
     nonces = MemoryNonces()
     secure = make_server(home, authenticate=SignatureAuthenticator(home, nonces, clock=server_clock),
@@ -250,7 +258,8 @@ def test_hostile_bodies_get_only_4xx_store_nothing_and_stall_nothing(
     with Prober(secure.url, open_.url).running() as prober, ThreadPoolExecutor(CLIENTS) as pool:
         results = [a for batch in pool.map(send, [cases[i::CLIENTS] for i in range(CLIENTS)]) for a in batch]
 
-    bad = [f"{server} {status} {code}: {case}" for case, server, status, code in results if not 400 <= status < 500]
+    bad = [f"{server} {status} {code}: {case}" for case, server, status, code in results
+           if not 400 <= status < 500]
     assert bad == [], "\n".join(bad[:20])
     assert snapshot(home) == before
     assert prober.failures == [] and prober.answers and set(prober.answers) == {200}

@@ -139,7 +139,8 @@ def test_registering_a_device_while_the_server_runs_turns_authentication_on(tmp_
     with edgeq_serve(home, int(url.rsplit(":", 1)[1])) as lines, httpx.Client(timeout=10) as http:
         assert post(http, url, p.PATH_HELLO, hello())[0] == 200  # open: anyone may say hello
         before = http.get(url + "/healthz").json()
-        added = subprocess.run([*EDGEQ, "server", "devices", "add", "DEV1", "--public-key", str(pair.public_path),
+        added = subprocess.run([*EDGEQ, "server", "devices", "add", "DEV1", "--public-key",
+                                str(pair.public_path),
                                 "--db", str(home)], capture_output=True, text=True, timeout=60)
         assert added.returncode == 0, added.stderr
 
@@ -306,6 +307,8 @@ def test_a_client_hanging_up_mid_body_is_counted_as_a_disconnect(tmp_path: Path)
                                 if line.startswith(f'edgeq_sync_requests_total{{endpoint="{p.PATH_PUT}"'))
         assert counted == f'edgeq_sync_requests_total{{endpoint="{p.PATH_PUT}",status="disconnected"}} 1'
     logged = events(lines)
-    assert not [e for e in logged if e["event"] in ("internal-error", "request-error") or e["level"] == "error"]
-    assert [(e["level"], e["path"]) for e in logged if e["event"] == "client-disconnect"] == [("info", p.PATH_PUT)]
+    assert not [e for e in logged
+                if e["event"] in ("internal-error", "request-error") or e["level"] == "error"]
+    assert ([(e["level"], e["path"]) for e in logged if e["event"] == "client-disconnect"]
+            == [("info", p.PATH_PUT)])
     assert stored(home) == (0, 0)

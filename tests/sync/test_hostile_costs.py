@@ -77,7 +77,8 @@ def test_a_body_announcing_a_million_items_is_refused_at_its_header(tmp_path: Pa
     open_port = free_port()
     with edgeq_serve(home, open_port, "--no-auth"), httpx.Client(timeout=60) as http:
         url = f"http://127.0.0.1:{open_port}"
-        answers = [post(http, url, p.PATH_PUT, bomb, zstd), post(http, url, p.PATH_PUT, array_of_empty_arrays()),
+        answers = [post(http, url, p.PATH_PUT, bomb, zstd),
+                   post(http, url, p.PATH_PUT, array_of_empty_arrays()),
                    post(http, url, p.PATH_PUT, spread, zstd), post(http, url, p.PATH_PUT, dense, zstd)]
     with QueueManager(home) as qm:
         qm.register_device("DEV1", pair.public_key)
@@ -362,7 +363,8 @@ def test_devices_are_answered_while_a_login_flood_waits_on_a_stopped_console(tmp
         host, port = served.console_url.removeprefix("http://").split(":")
         os.kill(served.console_pid, signal.SIGSTOP)
         try:
-            flood = [socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S * 3) for _ in range(40)]
+            flood = [socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S * 3)
+                     for _ in range(40)]
             for i, sock in enumerate(flood):  # each request whole in the console's socket, unread
                 form = f"password=guess-{i}".encode()
                 sock.sendall(b"POST /console/login HTTP/1.1\r\nHost: console\r\nConnection: close\r\n"

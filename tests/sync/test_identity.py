@@ -50,7 +50,9 @@ def server_data(home: Path) -> list[bytes]:
         return sorted(m.data for m in qm.browse("ORDERS"))
 
 
-def test_a_recreated_store_with_the_same_boot_clock_loses_nothing(served: tuple[str, Path], tmp_path: Path) -> None:
+def test_a_recreated_store_with_the_same_boot_clock_loses_nothing(
+    served: tuple[str, Path], tmp_path: Path
+) -> None:
     url, home = served
     device = tmp_path / "device.db"
     first = make_device(device, T0, [b"life1-%d" % i for i in range(5)])
@@ -60,12 +62,15 @@ def test_a_recreated_store_with_the_same_boot_clock_loses_nothing(served: tuple[
     second = make_device(device, T0, [b"life2-%d" % i for i in range(5)])
     report = sync_once(device, url)["pushed"]
 
-    assert server_data(home) == sorted([b"life1-%d" % i for i in range(5)] + [b"life2-%d" % i for i in range(5)])
+    assert (server_data(home)
+            == sorted([b"life1-%d" % i for i in range(5)] + [b"life2-%d" % i for i in range(5)]))
     assert report["transmitted"] == 5 and report["duplicates"] == 0 and report["error"] is None
     assert not set(first) & set(second), "a new incarnation reissued an earlier one's uids"
 
 
-def test_a_recreated_store_whose_clock_boots_before_its_previous_life(served: tuple[str, Path], tmp_path: Path) -> None:
+def test_a_recreated_store_whose_clock_boots_before_its_previous_life(
+    served: tuple[str, Path], tmp_path: Path
+) -> None:
     url, home = served
     device = tmp_path / "device.db"
     make_device(device, T0, [b"old-%d" % i for i in range(3)])

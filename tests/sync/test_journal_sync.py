@@ -45,7 +45,8 @@ def test_accepted_entries_carry_device_and_offset_and_device_expiries_are_report
         assert sorted(e.uid for e in accepted) == sorted(str(u) for u in kept)
         assert {(e.device, e.clock_offset_ms) for e in accepted} == {("DEV1", 1_500)}
         (expired,) = [e for e in entries if e.kind == "expired"]
-        assert (expired.uid, expired.side, expired.device, expired.check_point) == (str(doomed), "device", "DEV1", "get")
+        assert ((expired.uid, expired.side, expired.device, expired.check_point)
+                == (str(doomed), "device", "DEV1", "get"))
         assert expired.at_ms == T0 + 100  # the device's T0 + 1,600, rebased to the server clock
         assert device.journal_since() == []  # the outbox was trimmed once the server had it
         (record,) = home.devices()
@@ -176,8 +177,9 @@ def test_expiry_reports_are_answered_entry_by_entry(tmp_path: Path, server_clock
 
 
 def test_a_refused_expiry_is_logged_and_trimmed_and_the_rest_recorded(
-    tmp_path: Path, device_clock: ManualClock, server_clock: ManualClock, make_server: Callable[..., LiveServer],
-    make_agent: Callable[..., SyncAgent], caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, device_clock: ManualClock, server_clock: ManualClock,
+    make_server: Callable[..., LiveServer], make_agent: Callable[..., SyncAgent],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     home = QueueManager(tmp_path / "home.db", name="HOME", clock=server_clock, journal="server")
     device = QueueManager(tmp_path / "dev.db", name="DEV1", clock=device_clock, journal="device")
@@ -196,7 +198,8 @@ def test_a_refused_expiry_is_logged_and_trimmed_and_the_rest_recorded(
             report = agent.push_once()
 
         assert report.ok and report.error is None and report.expiries_reported == 2
-        assert [(e.uid, e.queue) for e in home.journal_since() if e.kind == "expired"] == [(str(own), "ORDERS")]
+        assert ([(e.uid, e.queue) for e in home.journal_since() if e.kind == "expired"]
+                == [(str(own), "ORDERS")])
         assert device.journal_since() == []  # answered, so trimmed: it can never wedge the channel
         (refused,) = [r for r in caplog.records if getattr(r, "event", None) == "expiry-refused"]
         assert getattr(refused, "uid", None) == str(stray) and "foreign" in str(getattr(refused, "why", ""))
@@ -231,8 +234,8 @@ def test_expiries_before_the_first_sync_reach_the_server(tmp_path: Path) -> None
 
 
 def test_renamed_remote_queue_expiries_are_recorded_under_the_target(
-    tmp_path: Path, device_clock: ManualClock, server_clock: ManualClock, make_server: Callable[..., LiveServer],
-    make_agent: Callable[..., SyncAgent],
+    tmp_path: Path, device_clock: ManualClock, server_clock: ManualClock,
+    make_server: Callable[..., LiveServer], make_agent: Callable[..., SyncAgent],
 ) -> None:
     home = QueueManager(tmp_path / "home.db", name="HOME", clock=server_clock, journal="server")
     device = QueueManager(tmp_path / "dev.db", name="DEV1", clock=device_clock, journal="device")

@@ -38,7 +38,8 @@ class DelayProxy:
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="delay-proxy", daemon=True)
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="delay-proxy",
+                                        daemon=True)
 
     @property
     def url(self) -> str:
@@ -177,4 +178,5 @@ def test_latency_never_extends_a_pushed_or_pulled_lifetime(rig: Rig) -> None:
         pulled[str(uid)] = deadline
     report = rig.agent.pull_once()
     assert report.ok and report.received == 40, report
-    check(pulled, {str(m.uid): (m.expiry_deadline_ms or 0) - rig.offset_ms for m in rig.device.browse("INBOX")})
+    check(pulled,
+          {str(m.uid): (m.expiry_deadline_ms or 0) - rig.offset_ms for m in rig.device.browse("INBOX")})

@@ -23,7 +23,8 @@ def strings(value: Any) -> list[str]:
 
 
 def test_uvicorns_coloured_copy_is_dropped_and_escapes_are_stripped() -> None:
-    record = logging.LogRecord("uvicorn.error", logging.INFO, __file__, 1, "Uvicorn running on %s", ("http://x",), None)
+    record = logging.LogRecord("uvicorn.error", logging.INFO, __file__, 1, "Uvicorn running on %s",
+                               ("http://x",), None)
     record.color_message = "Uvicorn running on \x1b[1m%s\x1b[0m"
     record.device = "DEV\x1b[31m1\x1b[0m"  # whatever a field holds
     line = JsonFormatter().format(record)
@@ -34,8 +35,8 @@ def test_uvicorns_coloured_copy_is_dropped_and_escapes_are_stripped() -> None:
 
 
 def test_a_message_with_escapes_is_logged_plain() -> None:
-    record = logging.LogRecord("edgeq.sync.server", logging.WARNING, __file__, 1, "a %s word", ("\x1b[32mgreen\x1b[0m",),
-                               None)
+    record = logging.LogRecord("edgeq.sync.server", logging.WARNING, __file__, 1, "a %s word",
+                               ("\x1b[32mgreen\x1b[0m",), None)
     record.n = [1, "\x1b[0m", {"k\x1b[1m": object()}]
     decoded = json.loads(JsonFormatter().format(record))
     assert decoded["msg"] == "a green word" and decoded["n"][:2] == [1, ""]
@@ -48,7 +49,8 @@ def test_setup_sends_edgeq_and_uvicorn_logs_as_json_lines() -> None:
              for lg in [logging.getLogger(name)]}
     try:
         setup_json_logging("INFO", stream)
-        logging.getLogger("uvicorn.error").info("Started [%d]", 7, extra={"color_message": "Started [\x1b[36m%d\x1b[0m]"})
+        logging.getLogger("uvicorn.error").info("Started [%d]", 7,
+                                                extra={"color_message": "Started [\x1b[36m%d\x1b[0m]"})
     finally:
         for name, (handlers, propagate, level) in saved.items():
             logger = logging.getLogger(name)

@@ -97,7 +97,8 @@ def test_every_request_counts_as_contact_written_at_most_every_ten_seconds(
     device_qm.put("ORDERS", Message(b"late"))
     assert agent.push_once().transmitted == 1
     assert last_seen(home_qm.path, "DEV1") == synced
-    gauge = f'edgeq_sync_device_last_seen_timestamp_seconds{{device="DEV1"}} {(synced + SEEN_WRITE_MS - 1) / 1000}'
+    gauge = (f'edgeq_sync_device_last_seen_timestamp_seconds{{device="DEV1"}} '
+             f'{(synced + SEEN_WRITE_MS - 1) / 1000}')
     assert gauge in scrape(server)  # the process itself knows the request
 
     tick(1, server_clock, device_clock)
@@ -122,7 +123,8 @@ def test_the_server_records_what_it_refused_per_device_queue_and_reason(
 
     listed = edgeq_json(home_qm.path, "server", "refusals", "list")
     by_key = {(r["device"], r["queue"], r["reason"]): r for r in listed}
-    assert set(by_key) == {("DEV1", "METRICS", "no-queue"), ("DEV1", "ORDERS", "queue-full")}  # not per message
+    # not per message
+    assert set(by_key) == {("DEV1", "METRICS", "no-queue"), ("DEV1", "ORDERS", "queue-full")}
     metrics, orders = by_key[("DEV1", "METRICS", "no-queue")], by_key[("DEV1", "ORDERS", "queue-full")]
     assert (metrics["count"], metrics["first_ms"], metrics["last_ms"]) == (4, T0, T0 + 60_000)
     assert "edgeq queue define METRICS" in metrics["last_detail"] and orders["count"] == 2
@@ -137,13 +139,15 @@ def test_the_server_records_what_it_refused_per_device_queue_and_reason(
     assert fleet_cell(page, "DEV1", 5) == "6"
     refusals = page.split('id="refusals"')[1].split("</table>")[0]
     assert "None." not in refusals
-    rows = re.findall(r"<tr><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td><td class=\"n\">(\d+)</td><td>([^<]*)</td>",
-                      refusals)
+    rows = re.findall(
+        r"<tr><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td><td class=\"n\">(\d+)</td><td>([^<]*)</td>",
+        refusals)
     assert {(q, d, int(n)) for q, d, n, _ in rows} == {("METRICS", "DEV1", 4), ("ORDERS", "DEV1", 2)}
 
 
 def test_the_console_shows_clock_offsets_from_the_store_not_from_a_device_session(
-    device_qm: QueueManager, agent: SyncAgent, server: LiveServer, console: LiveServer, device_clock: ManualClock,
+    device_qm: QueueManager, agent: SyncAgent, server: LiveServer, console: LiveServer,
+    device_clock: ManualClock,
 ) -> None:
     """The console runs apart from the device server (its own process): the offset and its
     bounds (the hello's and the latest put's) are read from the store, not a session."""

@@ -105,7 +105,8 @@ def test_refused_then_accepted_once_the_server_defines_the_queue(
     assert [m.data for m in home_qm.browse("METRICS")] == [b"late but delivered"]
     status = status_of(agent, "METRICS")
     assert (status.refused, status.refusals, status.failing) == (0, 0, False)
-    assert status.last_success_ms is not None and status.last_error_code == "no-queue"  # the past error stays shown
+    # the past error stays shown
+    assert status.last_success_ms is not None and status.last_error_code == "no-queue"
 
 
 def test_a_refused_message_is_offered_once_per_push_however_long_the_backlog(

@@ -71,7 +71,9 @@ def consume(home: Path, delivered: list[bytes]) -> None:
         delivered += [m.data for m in qm.get_many("ORDERS", 1_000)]
 
 
-def test_restore_push_put_push_delivers_everything_exactly_once(served: tuple[str, Path], tmp_path: Path) -> None:
+def test_restore_push_put_push_delivers_everything_exactly_once(
+    served: tuple[str, Path], tmp_path: Path
+) -> None:
     url, home = served
     device = tmp_path / "device.db"
     delivered: list[bytes] = []
@@ -97,7 +99,8 @@ def test_restore_push_put_push_delivers_everything_exactly_once(served: tuple[st
     assert sorted(delivered) == expected  # 0 duplicates, 0 lost
     assert (again["transmitted"], again["duplicates"]) == (5, 5)
     assert (last["transmitted"], last["duplicates"], last["error"]) == (4, 0, None)
-    assert {MessageUID.parse(u).origin for u in new_life}.isdisjoint(MessageUID.parse(u).origin for u in old_life)
+    assert {MessageUID.parse(u).origin for u in new_life}.isdisjoint(MessageUID.parse(u).origin
+                                                                     for u in old_life)
     with QueueManager(device) as qm:
         assert qm.depth("ORDERS") == 0
 
@@ -165,7 +168,8 @@ def test_a_backup_taken_at_any_point_of_a_push_restores_to_exactly_once(
         again.push_once()
         take()
         expected = [b"first-%d" % i for i in range(5)] + [b"second-%d" % i for i in range(3)]
-        assert sorted(delivered) == sorted(expected + [b"third-%d" % i for i in range(9)])  # 0 duplicates, 0 lost
+        # 0 duplicates, 0 lost
+        assert sorted(delivered) == sorted(expected + [b"third-%d" % i for i in range(9)])
         assert restored.depth("ORDERS") == 0
         found = restored.exchange.restoration()
         assert found is not None and found.new_origin == restored.origin != found.old_origin
@@ -186,7 +190,8 @@ def test_a_uid_below_the_devices_settled_mark_is_a_resend_never_stored_again(
     foreign = MessageUID("DEV2:abcdefghij", 5)
     home_qm.exchange.settle(foreign.origin, 10)
     put = link.call(p.PATH_PUT, {"type": "put", "now_ms": T0, "queue": "ORDERS",
-                                 "messages": [{"u": str(old), "d": b"again"}, {"u": str(foreign), "d": b"fwd"}]}, "put")
+                                 "messages": [{"u": str(old), "d": b"again"},
+                                              {"u": str(foreign), "d": b"fwd"}]}, "put")
     assert [r["s"] for r in put["results"]] == ["duplicate", "stored"]  # only its own marks bind a device
     confirm = link.call(p.PATH_CONFIRM, {"type": "confirm", "now_ms": T0, "queue": "ORDERS",
                                          "uids": [str(old), str(foreign)]}, "confirm")

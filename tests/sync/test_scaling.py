@@ -74,7 +74,8 @@ class Fleet:
     def _agent(self, qm: QueueManager, clock: ManualClock, server: str, client: httpx.Client | None = None,
                ) -> SyncAgent:
         # the device's monotonic clock runs with real time: the servers' clock
-        return SyncAgent(qm, self.servers[server].url, clock=clock, client=client, monotonic=monotonic_of(self.clock))
+        return SyncAgent(qm, self.servers[server].url, clock=clock, client=client,
+                         monotonic=monotonic_of(self.clock))
 
     def tick(self, ms: int) -> None:
         """Real time passes alike for everyone."""
@@ -91,14 +92,16 @@ class Fleet:
                 self.sent[device] |= {str(u) for u in uids}
                 qm.put("TELEMETRY", Message(b'{"t": -1}', expiry=Int32(50)))  # expires here, reported
                 if index == 0:
-                    alerts = qm.put_many("ALERTS", [Message(b"alert", expiry=Int32(60_000)) for _ in range(ALERTS)])
+                    alerts = qm.put_many("ALERTS",
+                                         [Message(b"alert", expiry=Int32(60_000)) for _ in range(ALERTS)])
                     self.sent[device] |= {str(u) for u in alerts}
         self.tick(100)
         for group in GROUPS.values():
             for index, (device, n) in enumerate(group.items()):
                 report = self.devices[device][2].push_once()
                 alerts = ALERTS if index == 0 else 0
-                assert report.ok and report.transmitted == n + alerts and report.expiries_reported == 1, report
+                assert (report.ok and report.transmitted == n + alerts
+                        and report.expiries_reported == 1), report
         if self.rounds == 0:
             self._move()
         for name, home in self.homes.items():  # the servers' applications: half of what arrived
@@ -174,7 +177,8 @@ def test_two_servers_two_groups_their_exported_journals_add_up(tmp_path: Path) -
         built.round()
         exports = built.export(tmp_path / "journals")  # each server exports its own journal
         sent, moved = built.sent, built.moved
-    per_server = {name: [r for r in journal_rows(path) if r["kind"] == "accepted"] for name, path in exports.items()}
+    per_server = {name: [r for r in journal_rows(path) if r["kind"] == "accepted"]
+                  for name, path in exports.items()}
 
     for server_name, devices in GROUPS.items():
         rows = per_server[server_name]

@@ -50,8 +50,10 @@ def soak(tmp_path: Path, *, messages: int, faults: int, batch_size: int, seed: i
         round_ = 0
         while sum(fired.values()) < faults:
             round_ += 1
-            assert round_ <= faults * 4 + 10, f"{context}: only {sum(fired.values())} faults fired in {round_} rounds"
-            assert time.monotonic() - started < budget_s, f"{context}: over the {budget_s}s budget, faults {fired}"
+            assert round_ <= faults * 4 + 10, (
+                f"{context}: only {sum(fired.values())} faults fired in {round_} rounds")
+            assert time.monotonic() - started < budget_s, (
+                f"{context}: over the {budget_s}s budget, faults {fired}")
             if waves:
                 rig.put(waves.pop(0), tag=f"w{round_}", rng=rng, expiring=0.1, expiry_ms=(-500, 4000))
             if rng.random() < 0.25:

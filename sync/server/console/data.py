@@ -122,8 +122,9 @@ def _devices(conn: sqlite3.Connection, tables: set[str]) -> list[DeviceRow]:
         "AND device IS NOT NULL GROUP BY device")}
     refusals = dict(conn.execute("SELECT device, sum(count) FROM device_refusals GROUP BY device")
                     if "device_refusals" in tables else ())
-    held = _by_device(conn, f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
-                            "GROUP BY origin")
+    held = _by_device(conn,
+                      f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
+                      "GROUP BY origin")
     rows = conn.execute("SELECT name, last_seen_ms, clock_offset_ms, revoked_ms, public_key IS NOT NULL "
                         "FROM devices ORDER BY name").fetchall()
     out = []
@@ -151,13 +152,14 @@ def _queues(conn: sqlite3.Connection, now_ms: int) -> list[QueueRow]:
                                "OR deadline > ? GROUP BY queue_id", (now_ms,)))
     expiries: dict[str, dict[str, int]] = {}
     for queue, point, n in conn.execute(
-            "SELECT queue, ifnull(check_point, '?'), count(*) FROM journal WHERE kind = 'expired' AND at_ms >= ? "
-            "GROUP BY queue, check_point", (now_ms - HOUR_MS,)):
+            "SELECT queue, ifnull(check_point, '?'), count(*) FROM journal "
+            "WHERE kind = 'expired' AND at_ms >= ? GROUP BY queue, check_point", (now_ms - HOUR_MS,)):
         expiries.setdefault(queue, {})[point] = n
-    return [QueueRow(name, kind, depth - expired, size, None if qid not in oldest else max(0, now_ms - oldest[qid]),
-                     expiries.get(name, {}), expired)
+    return [QueueRow(name, kind, depth - expired, size, None
+                     if qid not in oldest else max(0, now_ms - oldest[qid]), expiries.get(name, {}), expired)
             for qid, name, kind, depth, size, expired in conn.execute(
-                "SELECT id, name, kind, depth, bytes, (SELECT count(*) FROM messages m WHERE m.queue_id = q.id "
+                "SELECT id, name, kind, depth, bytes, "
+                "(SELECT count(*) FROM messages m WHERE m.queue_id = q.id "
                 "AND m.deadline IS NOT NULL AND m.deadline <= ?) FROM queues q ORDER BY name", (now_ms,))]
 
 

@@ -164,7 +164,8 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
         form = await _form(request)
         cred = await run_in_threadpool(credential)
         if cred is None:
-            return await login_form(request, "No console password is set: edgeq server set-console-password.", 403)
+            return await login_form(request, "No console password is set: edgeq server set-console-password.",
+                                    403)
         password = form.get("password", "")
         ok = await guard.check(address, lambda: cred.verify(password))
         if ok is None:
@@ -172,7 +173,8 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
         if not ok:
             return await login_form(request, "Wrong password.", 403)
         response = RedirectResponse("/console", status_code=303)
-        response.set_cookie(COOKIE, cred.new_session(now_ms=clock()), max_age=SESSION_MS // 1000, path="/console",
+        response.set_cookie(COOKIE, cred.new_session(now_ms=clock()), max_age=SESSION_MS // 1000,
+                            path="/console",
                             httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 

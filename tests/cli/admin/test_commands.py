@@ -50,7 +50,8 @@ def run(home_db: Path, key_file: Path) -> Run:
 
     def _run(*args: str, key: bool = True) -> Result:
         argv = ["admin", "--db", str(home_db), *(["--key", str(key_file)] if key else []), *args]
-        return CliRunner().invoke(cli, argv, env={"EDGEQ_DB": None, "EDGEQ_ADMIN_KEY": None}, catch_exceptions=False)
+        return CliRunner().invoke(cli, argv, env={"EDGEQ_DB": None, "EDGEQ_ADMIN_KEY": None},
+                                  catch_exceptions=False)
 
     return _run
 
@@ -89,8 +90,10 @@ def test_keygen_writes_a_key_pair_and_prints_its_id(tmp_path: Path) -> None:
     assert f"edgeq keys trust-admin --db DEVICE.db {key_id} {tmp_path / 'ops.pub'}" in text
     assert os.stat(out).st_mode & 0o077 == 0
     fail(CliRunner().invoke(cli, ["admin", "keygen", "--out", str(out)]), 1, "exists")
-    shown = json.loads(ok(CliRunner().invoke(cli, ["admin", "keygen", "--out", str(out), "--force", "--json"])))
-    assert shown["key_id"] == OperatorKey.load(out).key_id != key_id and shown["fingerprint"].startswith("SHA256:")
+    shown = json.loads(ok(CliRunner().invoke(cli,
+                                             ["admin", "keygen", "--out", str(out), "--force", "--json"])))
+    assert (shown["key_id"] == OperatorKey.load(out).key_id != key_id
+            and shown["fingerprint"].startswith("SHA256:"))
 
 
 # -- the requests each command sends -------------------------------------------------------------
@@ -102,7 +105,8 @@ SENT = [
     (["queue", "define", "ALERTS", "--expiry-ms", "60000", "--max-depth", "100", "--ordering", "fifo",
       "--rule", "counters", "--rule", 'dead-letter:{"queue":"DLQ"}'],
      "define-queue", "ALERTS",
-     {"expiry_ms": 60_000, "max_depth": 100, "ordering": "fifo", "rules": ["counters", ["dead-letter", {"queue": "DLQ"}]]}),
+     {"expiry_ms": 60_000, "max_depth": 100, "ordering": "fifo",
+      "rules": ["counters", ["dead-letter", {"queue": "DLQ"}]]}),
     (["queue", "define", "OUT", "--remote", "--target-qmgr", "HOME", "--refusal-limit", "5"],
      "define-queue", "OUT", {"kind": "remote", "target_qmgr": "HOME", "refusal_limit": 5}),
     (["queue", "define", "INBOX", "--home-server", "HOME", "--max-bytes", "1KiB"],
@@ -122,7 +126,8 @@ SENT = [
 ]
 
 
-@pytest.mark.parametrize(("args", "action", "target", "params"), SENT, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(("args", "action", "target", "params"), SENT, ids=lambda v: " ".join(v)
+                         if isinstance(v, list) else None)
 def test_each_command_sends_its_request(
     run: Run, home: QueueManager, args: list[str], action: str, target: str | None, params: dict[str, object]
 ) -> None:
@@ -139,7 +144,8 @@ def test_all_devices_sends_one_request_each_and_expires(run: Run, home: QueueMan
     for record, name in zip(shown, ("DEV1", "DEV2"), strict=True):
         (request,) = queued(home, name)
         assert request.request_id == record["request_id"]
-        assert request.expires_ms == record["expires_ms"] and 0 < request.expires_ms - request.created_ms <= 600_000
+        assert (request.expires_ms == record["expires_ms"]
+                and 0 < request.expires_ms - request.created_ms <= 600_000)
 
 
 # -- replies -------------------------------------------------------------------------------------
@@ -174,7 +180,8 @@ def test_a_depth_and_a_failed_reply(run: Run, home: QueueManager, dev1: QueueMan
     assert result.exit_code == 1  # a failed reply
     reply = json.loads(result.stdout)["reply"]
     assert reply["results"][0]["rc"] == "failed" and reply["results"][0]["depth"] == 2
-    assert ok(run("show", depth, key=False)).startswith(f"DEV1 inquire-queue ORDERS: replied: success (request {depth})")
+    assert ok(run("show", depth, key=False)).startswith(
+        f"DEV1 inquire-queue ORDERS: replied: success (request {depth})")
     shown = json.loads(ok(run("show", depth, "--json", key=False)))  # nested values (the attributes) as JSON
     assert shown["reply"]["results"][0]["attributes"]["name"] == "ORDERS" and shown["status"] == "replied"
 
@@ -238,8 +245,9 @@ def test_errors_exit_1(run: Run, tmp_path: Path, key_file: Path) -> None:
 
 def test_every_admin_command_has_help_with_an_example(run: Run) -> None:
     commands = [["keygen"], ["pending"], ["replies"], ["show"], ["queue", "list"], ["queue", "show"],
-                ["queue", "depth"], ["queue", "define"], ["queue", "alter"], ["queue", "delete"], ["queue", "purge"],
-                ["purge"], ["sweep"], ["rules", "list"], ["rules", "retry"], ["sync-status"]]
+                ["queue", "depth"], ["queue", "define"], ["queue", "alter"], ["queue", "delete"],
+                ["queue", "purge"], ["purge"], ["sweep"], ["rules", "list"], ["rules", "retry"],
+                ["sync-status"]]
     for command in commands:
         out = ok(CliRunner().invoke(cli, ["admin", *command, "--help"]))
         assert "Example" in out and "edgeq admin" in out.split("Example", 1)[1], command

@@ -20,7 +20,9 @@ from tests.conftest import T0
 RID = "ab" * 16
 
 
-def replied(reply: AdminReply, device: str = "DEV1", action: str = "inquire-queue", target: str | None = "Q") -> AdminRecord:
+def replied(
+    reply: AdminReply, device: str = "DEV1", action: str = "inquire-queue", target: str | None = "Q"
+) -> AdminRecord:
     return AdminRecord(RID, device, action, target, T0, None, T0 + 5, reply.rc, reply, b"")
 
 
@@ -31,7 +33,8 @@ def test_values_in_cells() -> None:
 
 
 def test_items_as_a_table_the_usual_columns_first() -> None:
-    items = [{"object": "B", "rc": "success", "reason": None, "zeta": 1, "bytes": 9, "depth": 3, "kind": "local"},
+    items = [{"object": "B", "rc": "success", "reason": None, "zeta": 1, "bytes": 9, "depth": 3,
+              "kind": "local"},
              {"object": "A", "rc": "failed", "reason": "gone"}]
     assert format_items(items).splitlines() == [
         "OBJECT  RC       KIND   DEPTH  BYTES  ZETA  REASON",
@@ -65,7 +68,8 @@ def test_records_listings_and_fan_out() -> None:
     assert format_pending([waiting], T0 + 1).splitlines()[1].split()[-5:] == [
         "expired", "before", "delivery:", "never", "executed"]
     handed = dataclasses.replace(waiting, delivered_ms=T0)  # a pull handed it over: it may have run
-    assert format_pending([handed], T0 + 1).splitlines()[1].endswith("outcome unknown until the device answers")
+    assert format_pending([handed], T0 + 1).splitlines()[1].endswith(
+        "outcome unknown until the device answers")
     assert format_replies([record]).splitlines()[1].split()[:5] == [RID, "DEV1", "inquire-queue", "Q",
                                                                     "2025-11-21T00:00:00.005Z"]
     assert format_pending([], T0) == "No admin request is waiting for a reply."

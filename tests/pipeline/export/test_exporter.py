@@ -81,7 +81,9 @@ def test_since_an_id_or_a_date(home: tuple[QueueManager, ManualClock], tmp_path:
         parse_since("yesterday")
 
 
-def test_bad_inputs_are_refused_with_what_to_do(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+def test_bad_inputs_are_refused_with_what_to_do(
+    home: tuple[QueueManager, ManualClock], tmp_path: Path
+) -> None:
     qm, clock = home
     with pytest.raises(JournalNotFound, match="does not exist"):
         export_journal(tmp_path / "missing.db", tmp_path / "out")
@@ -111,8 +113,10 @@ def test_cli_export_and_its_errors(home: tuple[QueueManager, ManualClock], tmp_p
     missing = runner.invoke(cli, ["export", "--db", str(tmp_path / "nope.db"), "--out", str(tmp_path / "j")])
     assert missing.exit_code == 1
     assert missing.output.strip().count("\n") == 0 and missing.output.startswith("Error: ")
-    no_journal = runner.invoke(cli, ["pipeline", "run", "--journal", str(tmp_path / "none"), "--out", str(tmp_path / "r")])
-    assert no_journal.exit_code == 1 and no_journal.output.startswith("Error: ") and "edgeq export" in no_journal.output
+    no_journal = runner.invoke(cli, ["pipeline", "run", "--journal", str(tmp_path / "none"), "--out",
+                                     str(tmp_path / "r")])
+    assert (no_journal.exit_code == 1 and no_journal.output.startswith("Error: ")
+            and "edgeq export" in no_journal.output)
 
 
 def test_part_files_are_clustered_by_origin_so_a_device_filter_skips_row_groups(
@@ -139,11 +143,15 @@ def test_part_files_are_clustered_by_origin_so_a_device_filter_skips_row_groups(
             groups += 1
             wanted += stats.min <= device <= stats.max
     assert groups > 10 and wanted < groups / 2  # most row groups are skipped for one device
-    table = ds.dataset(out, format="parquet", partitioning="hive").to_table(filter=ds.field("origin") == device)
-    assert sorted(table.column("id").to_pylist()) == [e.id for e in home_journal.entries if e.origin == device]
+    table = ds.dataset(out, format="parquet", partitioning="hive").to_table(
+        filter=ds.field("origin") == device)
+    assert (sorted(table.column("id").to_pylist())
+            == [e.id for e in home_journal.entries if e.origin == device])
 
 
-def test_the_documented_schema_is_the_part_files(home: tuple[QueueManager, ManualClock], tmp_path: Path) -> None:
+def test_the_documented_schema_is_the_part_files(
+    home: tuple[QueueManager, ManualClock], tmp_path: Path
+) -> None:
     import pyarrow.parquet as pq
 
     qm, clock = home
@@ -152,4 +160,5 @@ def test_the_documented_schema_is_the_part_files(home: tuple[QueueManager, Manua
     schema = pq.read_schema(next((tmp_path / "j").glob("date=*/part-*.parquet")))
     documented = documented_schema()["journal"]
     assert [(f.name, str(f.type)) for f in schema] == [(name, kind) for name, kind, _ in documented]
-    assert {f.name for f in schema if not f.nullable} == {name for name, _, null in documented if null == "never"}
+    assert ({f.name for f in schema if not f.nullable}
+            == {name for name, _, null in documented if null == "never"})

@@ -57,7 +57,8 @@ def test_only_exported_entries_older_than_the_bound_are_removed(
     assert 0 < len(want) < 30 and any(i > 30 and at < cutoff for i, at in before.items())
 
     lines: list[str] = []
-    result = prune_journal(qm.path, out, older_than_ms=2 * HOUR, now_ms=now, batch_rows=7, progress=lines.append)
+    result = prune_journal(qm.path, out, older_than_ms=2 * HOUR, now_ms=now, batch_rows=7,
+                           progress=lines.append)
     after = store_rows(qm.path)
     assert set(before) - set(after) == want  # exactly the exported, old entries
     assert want <= set(read_ids(out))  # each of them is in the export

@@ -53,7 +53,8 @@ def _bare_import(python: Path, env: dict[str, str], archive: Path) -> subprocess
             "import edgeq.sync.pipeline.job.runner, edgeq.sync.pipeline.report.summary\n"
             "print(sorted(m for m in sys.modules if m.startswith('edgeq')))\n"
             "print([m for m in ('cbor2', 'pyarrow', 'cryptography') if importlib.util.find_spec(m)])\n")
-    return subprocess.run([str(python), "-c", code], env={**env, "PYTHONPATH": f"{archive}:{env['PYTHONPATH']}"},
+    return subprocess.run([str(python), "-c", code],
+                          env={**env, "PYTHONPATH": f"{archive}:{env['PYTHONPATH']}"},
                           capture_output=True, text=True, timeout=120, cwd=archive.parent)
 
 
@@ -168,4 +169,5 @@ def test_spark_submit_on_a_standalone_cluster_writes_what_a_local_run_writes(
     for name in REPORTS:
         assert _table(tmp_path / "cluster", name) == _table(tmp_path / "local", name), name
     meta = json.loads((tmp_path / "cluster" / "_edgeq_reports.json").read_text())
-    assert meta["totals"] == json.loads(json.dumps(local.totals)) and meta["journal_rows"] == local.journal_rows
+    assert (meta["totals"] == json.loads(json.dumps(local.totals))
+            and meta["journal_rows"] == local.journal_rows)

@@ -64,7 +64,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def as_one(entries: dict[str, list[JournalEntry]]) -> list[JournalEntry]:
     """The servers' journals as one, ordered as docs/pipeline.md says the job orders them: by
     server name, then journal id."""
-    return [replace(e, id=(rank << ID_BITS) + e.id) for rank, name in enumerate(sorted(entries)) for e in entries[name]]
+    return [replace(e, id=(rank << ID_BITS) + e.id) for rank, name in enumerate(sorted(entries))
+            for e in entries[name]]
 
 
 def store_counts(db: Path) -> tuple[Counter[str], set[str], set[str]]:
@@ -76,7 +77,9 @@ def store_counts(db: Path) -> tuple[Counter[str], set[str], set[str]]:
     return kinds, accepted, delivered
 
 
-def test_one_run_over_both_servers_journals_adds_up(spark: SparkSession, built: Built, tmp_path: Path) -> None:
+def test_one_run_over_both_servers_journals_adds_up(
+    spark: SparkSession, built: Built, tmp_path: Path
+) -> None:
     single = {name: run_pipeline(spark, path, tmp_path / name) for name, path in built.journals.items()}
     both = run_pipeline(spark, [built.journals["HOMEA"], built.journals["HOMEB"]], tmp_path / "fleet")
 
@@ -92,7 +95,8 @@ def test_one_run_over_both_servers_journals_adds_up(spark: SparkSession, built: 
     for kind in ("accepted", "delivered", "expired"):
         assert both.totals[f"{kind}_entries"] == sum(r.totals[f"{kind}_entries"] for r in single.values()) \
             == sum(kinds[kind] for kinds, _, _ in stores.values()) > 0
-    for figure in ("journal_rows", "expired", "expired_server_only", "expired_device_only", "gaps", "unauditable"):
+    for figure in ("journal_rows", "expired", "expired_server_only", "expired_device_only", "gaps",
+                   "unauditable"):
         assert both.totals[figure] == sum(r.totals[figure] for r in single.values()), figure
     # Messages (distinct uids) add up too, but for the one both servers accepted: the fleet
     # counts it once, and as a duplicate, which neither server alone can see.
@@ -101,7 +105,8 @@ def test_one_run_over_both_servers_journals_adds_up(spark: SparkSession, built: 
     assert both.totals["accepted"] == len(a_accepted | b_accepted) == len(built.sent) \
         == sum(r.totals["accepted"] for r in single.values()) - 1
     delivered_twice = stores["HOMEA"][2] & stores["HOMEB"][2]
-    assert both.totals["delivered"] == sum(r.totals["delivered"] for r in single.values()) - len(delivered_twice)
+    assert (both.totals["delivered"]
+            == sum(r.totals["delivered"] for r in single.values()) - len(delivered_twice))
     assert [r.totals["duplicates"] for r in single.values()] == [0, 0] and both.totals["duplicates"] == 1
     (dup,) = both.rows["audit_duplicates"]
     assert {dup["uid"]} == built.moved and dup["times"] == 2 and dup["origin"].startswith(f"{MOVER}:")
@@ -183,5 +188,6 @@ def test_cli_runs_over_several_journals_and_refuses_bad_combinations(
         assert refused.exit_code == 2 and message in refused.output, (argv, refused.output)
         assert main([*argv, "--quiet"]) == 2  # python -m edgeq.sync.pipeline.job.runner alike
     assert not (tmp_path / "x").exists()
-    missing = runner.invoke(cli, [*args, "--journal", a, "--journal", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
+    missing = runner.invoke(cli, [*args, "--journal", a, "--journal", str(tmp_path / "nowhere"), "--out",
+                                  str(tmp_path / "x")])
     assert missing.exit_code == 1 and f"{tmp_path / 'nowhere'} does not exist" in missing.output

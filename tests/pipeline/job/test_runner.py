@@ -24,7 +24,9 @@ from tests.pipeline.conftest import HomeJournal
 
 
 @pytest.fixture(scope="module")
-def run(spark: SparkSession, home_journal: HomeJournal, tmp_path_factory: pytest.TempPathFactory) -> PipelineResult:
+def run(
+    spark: SparkSession, home_journal: HomeJournal, tmp_path_factory: pytest.TempPathFactory
+) -> PipelineResult:
     root = tmp_path_factory.mktemp("pipeline")
     export_journal(home_journal.db, root / "journal", batch_rows=200)  # several batches, two dates
     lines: list[str] = []
@@ -50,7 +52,9 @@ def test_the_totals_match_plain_python(run: PipelineResult, home_journal: HomeJo
     assert run.audit_scope["mode"] == "full" and run.audit_scope["unauditable"] == 0
 
 
-def test_latency_is_corrected_by_each_devices_clock_offset(run: PipelineResult, home_journal: HomeJournal) -> None:
+def test_latency_is_corrected_by_each_devices_clock_offset(
+    run: PipelineResult, home_journal: HomeJournal
+) -> None:
     """Ground truth from the test's own clock: server-clock creation to confirm."""
     truth: dict[tuple[str, str], list[int]] = defaultdict(list)
     for device, queue, latency in home_journal.truth.latencies:
@@ -67,7 +71,9 @@ def test_latency_is_corrected_by_each_devices_clock_offset(run: PipelineResult, 
     assert min(min(v) for v in truth.values()) >= 0  # DEV1 is 1.5 s ahead: uncorrected it would not be
 
 
-def test_a_message_expired_on_both_sides_is_counted_once(run: PipelineResult, home_journal: HomeJournal) -> None:
+def test_a_message_expired_on_both_sides_is_counted_once(
+    run: PipelineResult, home_journal: HomeJournal
+) -> None:
     truth = home_journal.truth.expired
     both = sum(1 for sides in truth.values() if sides == {"server", "device"})
     assert both >= 4  # the network failure past expiry, and the push that expired in transit
@@ -89,10 +95,12 @@ def test_a_device_copy_expired_after_acceptance_is_not_an_expired_message(
     truth = home_journal.truth
     device_only = {u for u, sides in truth.expired.items() if sides == {"device"}}
     after_accept = device_only & truth.accepted  # a pulled message is the server's: never accepted
-    assert truth.delivered_then_device_expired <= after_accept and truth.accepted_then_device_expired <= after_accept
+    assert (truth.delivered_then_device_expired <= after_accept
+            and truth.accepted_then_device_expired <= after_accept)
     assert run.totals["delivered_then_device_expired"] >= len(truth.delivered_then_device_expired) == 2
     assert run.totals["accepted_then_device_expired"] >= len(truth.accepted_then_device_expired) == 2
-    assert run.totals["delivered_then_device_expired"] + run.totals["accepted_then_device_expired"] == len(after_accept)
+    assert (run.totals["delivered_then_device_expired"] + run.totals["accepted_then_device_expired"]
+            == len(after_accept))
     assert run.totals["expired_device_only"] == len(device_only - truth.accepted)
     devices = {r["device"]: r for r in run.rows["device_health"]}
     assert devices["DEV2"]["delivered_then_device_expired"] >= 2
@@ -228,8 +236,10 @@ def test_cli_pipeline_run_prints_the_summary_and_writes_the_page(
     from edgeq.cli import cli
 
     runner = CliRunner()
-    assert runner.invoke(cli, ["export", "--db", str(home_journal.db), "--out", str(tmp_path / "j")]).exit_code == 0
-    args = ["pipeline", "run", "--journal", str(tmp_path / "j"), "--out", str(tmp_path / "r"), "--master", "local[2]"]
+    assert runner.invoke(
+        cli, ["export", "--db", str(home_journal.db), "--out", str(tmp_path / "j")]).exit_code == 0
+    args = ["pipeline", "run", "--journal", str(tmp_path / "j"), "--out", str(tmp_path / "r"), "--master",
+            "local[2]"]
     done = runner.invoke(cli, [*args, "--html"])
     assert done.exit_code == 0, done.output
     assert "Exactly-once audit" in done.output and (tmp_path / "r" / "report.html").exists()

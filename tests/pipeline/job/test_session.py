@@ -35,7 +35,8 @@ def _parquet(folder: Path) -> Path:
 def test_an_unreadable_file_is_a_malformed_journal(spark: SparkSession, tmp_path: Path) -> None:
     path = _parquet(tmp_path / "date=2025-11-21")
     path.write_bytes(b"this is not a parquet file at all")
-    with pytest.raises(MalformedJournal, match="cannot be read") as caught, spark_errors("reading the journal"):
+    with pytest.raises(MalformedJournal, match="cannot be read") as caught, \
+            spark_errors("reading the journal"):
         spark.read.schema(spark_schema()).parquet(str(path)).count()
     condition, _ = condition_of(caught.value.__cause__)  # type: ignore[arg-type]
     assert condition is not None and condition.startswith("FAILED_READ_FILE")
@@ -78,7 +79,8 @@ def _run_script(tmp_path: Path, text: str) -> str:
     """Run ``text`` as a Python script in a process (and a JVM) of its own; its stdout."""
     script = tmp_path / "script.py"
     script.write_text(text)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

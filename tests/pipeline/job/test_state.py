@@ -69,7 +69,8 @@ def test_a_state_that_does_not_fit_the_journal_is_rebuilt(spark: SparkSession, t
     part = sorted(journal.glob("date=*/*.parquet"))[0]
     pq.write_table(pq.read_table(part), part, compression="gzip")
     rebuilt = run_pipeline(spark, journal, out)
-    assert rebuilt.audit_scope["mode"] == "full" and "changed since it was read" in rebuilt.audit_scope["reason"]
+    assert (rebuilt.audit_scope["mode"] == "full"
+            and "changed since it was read" in rebuilt.audit_scope["reason"])
     assert_identical(rebuilt, run_pipeline(spark, journal, tmp_path / "full"))
     forced = run_pipeline(spark, journal, out, full=True)
     assert forced.audit_scope["mode"] == "full" and "--full" in forced.audit_scope["reason"]
@@ -91,7 +92,8 @@ def test_several_journals_each_read_from_where_the_state_left_it() -> None:
     grown_a, grown_b = _journal("HOMEA", (1, 10), (11, 20)), _journal("HOMEB", (1, 5), (6, 8), (9, 12))
     plan = plan_run([grown_b, grown_a], _state(a, b), "", 1)  # the order given does not matter
     assert plan.incremental and plan.new_parts == 3
-    assert {k: [(p.first, p.last) for p in v] for k, v in plan.new.items()} == {"HOMEA": [(11, 20)], "HOMEB": [(6, 8), (9, 12)]}
+    assert ({k: [(p.first, p.last) for p in v] for k, v in plan.new.items()}
+            == {"HOMEA": [(11, 20)], "HOMEB": [(6, 8), (9, 12)]})
     # ids are per server: HOMEB's new part starts below HOMEA's last id, and that is fine
     assert plan_run([a, grown_b], _state(a, b), "", 1).incremental
 
@@ -107,11 +109,14 @@ def test_a_journal_added_left_out_changed_or_behind_rebuilds_saying_which() -> N
     assert not any(plan.incremental for plan in reasons.values())
     assert reasons["added"].reason == "journal(s) added since the last run: HOMEC"
     assert reasons["left out"].reason == "journal(s) no longer given: HOMEB"
-    assert reasons["changed"].reason.startswith("HOMEB: date=2025-11-21/part-000000000001-000000000005.parquet changed")
-    assert reasons["behind"].reason.startswith("HOMEB: date=2025-11-21/part-000000000004-000000000009.parquet holds "
-                                               "journal ids the state has passed (up to 5)")
+    assert reasons["changed"].reason.startswith(
+        "HOMEB: date=2025-11-21/part-000000000001-000000000005.parquet changed")
+    assert reasons["behind"].reason.startswith(
+        "HOMEB: date=2025-11-21/part-000000000004-000000000009.parquet holds "
+        "journal ids the state has passed (up to 5)")
     # A full plan reads every part of every journal into a fresh state.
-    assert reasons["added"].new_parts == 3 and set(reasons["added"].state.journals) == {"HOMEA", "HOMEB", "HOMEC"}
+    assert (reasons["added"].new_parts == 3
+            and set(reasons["added"].state.journals) == {"HOMEA", "HOMEB", "HOMEC"})
     # One journal for another: said as before.
     assert plan_run([b], _state(a), "", 1).reason == "the state is of server HOMEA's journal, this is HOMEB's"
 
@@ -126,7 +131,8 @@ def test_the_state_manifest_keeps_each_journal(tmp_path: Path) -> None:
     assert back.part_count == 3 and back.journals["HOMEB"].max_id == 7
     # A state of the earlier format (one journal, no windows) is rebuilt, saying so.
     (tmp_path / STATE_DIR / "state-000002.json").write_text('{"format": 1, "server": "HOME", "parts": {}}')
-    assert load_state(LocalFiles(), str(tmp_path)) == (None, "the state state-000002.json is of another format or damaged")
+    assert (load_state(LocalFiles(), str(tmp_path))
+            == (None, "the state state-000002.json is of another format or damaged"))
 
 
 def test_a_new_state_is_kept_in_day_buckets_and_a_later_run_keeps_the_states_width() -> None:
@@ -144,7 +150,9 @@ def test_a_new_state_is_kept_in_day_buckets_and_a_later_run_keeps_the_states_wid
     assert asked.state.bucket_ms == DEFAULT_BUCKET_MS
 
 
-def test_bad_run_arguments_are_refused_before_spark_does_anything(spark: SparkSession, tmp_path: Path) -> None:
+def test_bad_run_arguments_are_refused_before_spark_does_anything(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     from edgeq.sync.pipeline.errors import PipelineError
 
     for bad in ({"bucket_ms": 0}, {"bucket_ms": 1.5}, {"bucket_ms": True}, {"collect_limit": -1}):
@@ -173,13 +181,16 @@ def test_a_run_is_sized_by_the_rows_it_will_read_before_spark_starts(tmp_path: P
     assert rows_to_read([grown], "hdfs://head/reports") == 5_050_000  # not local: not looked at
 
 
-def test_a_bundle_keeps_each_datasets_columns_and_types_and_leaves_no_view(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_bundle_keeps_each_datasets_columns_and_types_and_leaves_no_view(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     out = str(tmp_path / "out")
     writer, state = StateWriter(spark, LocalFiles(), out, None), State()
     # Two datasets sharing a column, each with columns the other lacks (an array among them),
     # and a column that needs quoting in SQL. (Made in SQL: the test session's
     # executors have no Python, as on a cluster without it.)
-    first = spark.sql("SELECT * FROM VALUES ('a', 1L, array(3L, 1L)), ('b', NULL, array()) AS t(device, n, `odd``name`)")
+    first = spark.sql(
+        "SELECT * FROM VALUES ('a', 1L, array(3L, 1L)), ('b', NULL, array()) AS t(device, n, `odd``name`)")
     second = spark.sql("SELECT * FROM VALUES ('c', 'x''y') AS t(device, label)")
     views_before = {t.name for t in spark.catalog.listTables()}
     writer.write_bundle(state, "rows", {"first": first, "second": second})

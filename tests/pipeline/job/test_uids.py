@@ -51,7 +51,8 @@ def test_a_window_reports_no_false_gap_and_says_what_it_could_not_audit(
     assert result.totals["gaps"] == len(served.gaps) == 1
     assert result.totals["unauditable"] == result.audit_scope["unauditable"] == len(late)
     assert sum(r["unauditable"] for r in result.rows["audit_devices"]) == len(late)
-    assert f"{len(late):,} device message(s)" in result.audit_scope["text"] and "unauditable" in result.audit_scope["text"]
+    assert (f"{len(late):,} device message(s)" in result.audit_scope["text"]
+            and "unauditable" in result.audit_scope["text"])
     assert result.audit_scope["from_id"] == boundary + 1
     window = [e for e in served.entries if e.id > boundary]
     for name in REPORTS:

@@ -25,7 +25,8 @@ from tests.pipeline.reports import documented_schema, sample, throughput
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars")
 
 
 def require_browser(*paths: str) -> None:
@@ -33,7 +34,8 @@ def require_browser(*paths: str) -> None:
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         pytest.fail(f"{', '.join(missing)} not found: the report's browser tests need Debian's chromium and "
-                    "chromium-driver (make browser, or apt-get install chromium chromium-driver)", pytrace=False)
+                    "chromium-driver (make browser, or apt-get install chromium chromium-driver)",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,9 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
 
 
 @pytest.fixture(scope="module")
-def real_run(spark: SparkSession, home_journal: HomeJournal, tmp_path_factory: pytest.TempPathFactory) -> PipelineResult:
+def real_run(
+    spark: SparkSession, home_journal: HomeJournal, tmp_path_factory: pytest.TempPathFactory
+) -> PipelineResult:
     """A real small run: the scenario's home server, exported, through the Spark job."""
     from edgeq.sync.pipeline.job.runner import run_pipeline
 
@@ -68,9 +72,12 @@ def open_page(driver: webdriver.Chrome, result: PipelineResult, path: Path, widt
 #: screen is too narrow, when they may scroll sideways) the boxes holding tables and charts.
 _OVERFLOWING = """
 const out = [];
-const wide = (el, what) => { if (el.scrollWidth > el.clientWidth + 1) out.push([what, el.scrollWidth, el.clientWidth]); };
+const wide = (el, what) => {
+  if (el.scrollWidth > el.clientWidth + 1) out.push([what, el.scrollWidth, el.clientWidth]);
+};
 wide(document.documentElement, 'page');
-document.querySelectorAll('table, .tile').forEach((el, i) => wide(el, el.tagName + '.' + el.className + '#' + i));
+document.querySelectorAll('table, .tile').forEach(
+  (el, i) => wide(el, el.tagName + '.' + el.className + '#' + i));
 if (!arguments[0]) document.querySelectorAll('div.scroll').forEach((el, i) => wide(el, 'scroll box #' + i));
 return out;
 """
@@ -83,9 +90,12 @@ document.querySelectorAll('svg.chart').forEach(svg => {
   const toSvg = svg.getScreenCTM().inverse();
   svg.querySelectorAll('text').forEach(t => {
     const b = t.getBBox(), m = toSvg.multiply(t.getScreenCTM());
-    for (const [x, y] of [[b.x, b.y], [b.x + b.width, b.y], [b.x, b.y + b.height], [b.x + b.width, b.y + b.height]]) {
+    const corners = [[b.x, b.y], [b.x + b.width, b.y],
+                     [b.x, b.y + b.height], [b.x + b.width, b.y + b.height]];
+    for (const [x, y] of corners) {
       const p = new DOMPoint(x, y).matrixTransform(m);
-      if (p.x < vb.x - 0.5 || p.y < vb.y - 0.5 || p.x > vb.x + vb.width + 0.5 || p.y > vb.y + vb.height + 0.5) {
+      if (p.x < vb.x - 0.5 || p.y < vb.y - 0.5 ||
+          p.x > vb.x + vb.width + 0.5 || p.y > vb.y + vb.height + 0.5) {
         out.push([svg.getAttribute('aria-label'), t.textContent, p.x, p.y, vb.width, vb.height]); break;
       }
     }
@@ -164,13 +174,16 @@ def test_the_real_runs_parquet_reports_have_the_documented_schema(real_run: Pipe
 
 @pytest.mark.parametrize("width", [1280, 760, 420])
 @pytest.mark.parametrize("shape", ["one hour", "a busy fleet"])
-def test_the_page_fits_at_any_width(browser: webdriver.Chrome, tmp_path: Path, width: int, shape: str) -> None:
+def test_the_page_fits_at_any_width(
+    browser: webdriver.Chrome, tmp_path: Path, width: int, shape: str
+) -> None:
     """A single hour (once one full-width bar) and a fleet of 40 devices over 3 days."""
     if shape == "one hour":
         result = sample(hours=1, devices=2, duplicates=1)
     else:
         result = sample(hours=3, devices=40, duplicates=30, gaps=12)
-        result.rows["throughput_hourly"] = throughput(72, ("ORDERS", "TELEMETRY", "A-RATHER-LONG-QUEUE-NAME.X"))
+        result.rows["throughput_hourly"] = throughput(
+            72, ("ORDERS", "TELEMETRY", "A-RATHER-LONG-QUEUE-NAME.X"))
     open_page(browser, result, tmp_path / "report.html", width)
     assert tiles(browser)["messages accepted"] == f"{result.totals['accepted']:,}"
     check_layout(browser, narrow=width < 600)

@@ -52,7 +52,8 @@ def test_tiles_and_the_summary_read_the_totals_not_the_collected_rows() -> None:
     assert tiles["2,000,000"] == "journal entries" and tiles["61,000"] == "messages delivered"
     assert str(sum(r["accepted"] for r in result.rows["audit_devices"])) not in tiles
     assert re.search(r"messages accepted +63,211", text)
-    assert "14,788 more row(s) in the Parquet report" in page and "14,788 more row(s) in the Parquet report" in text
+    assert ("14,788 more row(s) in the Parquet report" in page
+            and "14,788 more row(s) in the Parquet report" in text)
 
 
 def test_stamps_and_instants_read_as_utc_times_never_as_big_numbers() -> None:
@@ -60,7 +61,8 @@ def test_stamps_and_instants_read_as_utc_times_never_as_big_numbers() -> None:
     page, text = html_page(result).replace("<wbr>", ""), summary_text(result)  # (<wbr>: a place to wrap)
     for shown in (page, text):
         assert "2026-11-22T20:22:20.077Z" in shown  # first_stamp: the creation time the stamp encodes
-        assert "1,795,378,940,077,000" not in shown and "1795378940077000" not in shown.replace(f".{STAMP}", "")
+        assert ("1,795,378,940,077,000" not in shown
+                and "1795378940077000" not in shown.replace(f".{STAMP}", ""))
         assert "2025-11-21T22:00Z" in shown  # throughput's hour
         assert "2025-11-21T22:01:00.000Z" in shown  # a duplicate's first acceptance
         assert not re.search(r"\b1,76\d,\d{3},\d{3},\d{3}\b", shown)  # no epoch ms anywhere
@@ -133,13 +135,15 @@ def test_axis_labels_stay_inside_the_chart(labels: list[str]) -> None:
         _, _, width, height = (float(v) for v in svg.get("viewBox", "").split())
         for text in svg.iter(f"{SVG}text"):
             x0, y0, x1, y1 = _extent(text)
-            assert x0 >= 0 and x1 <= width and y0 >= 0 and y1 <= height, (text.text, (x0, y0, x1, y1), width, height)
+            assert x0 >= 0 and x1 <= width and y0 >= 0 and y1 <= height, (
+                text.text, (x0, y0, x1, y1), width, height)
 
 
 def test_an_audit_failure_is_shown_in_red_with_the_uids() -> None:
     result = sample(duplicates=2, gaps=1)
     page, text = html_page(result), summary_text(result)
-    alert = re.search(r'<div class="alert" role="alert">(.*?)</table></div>(?:<p[^>]*>[^<]*</p>)?</div>', page, re.S)
+    alert = re.search(r'<div class="alert" role="alert">(.*?)</table></div>(?:<p[^>]*>[^<]*</p>)?</div>',
+                      page, re.S)
     assert alert is not None
     for row in result.rows["audit_duplicates"] + result.rows["audit_gaps"]:
         assert row["uid"] in alert.group(1) and row["uid"] in text
@@ -164,7 +168,8 @@ def test_the_uncorrected_latency_and_each_devices_clock_offset_are_shown() -> No
         assert f'<td class="n">{offset}</td>' in devices and offset in text
     offsets = chart_for(page, "clock offset")
     legend = [t.text for t in offsets.iter(f"{SVG}text") if t.get("class") == "legend"]
-    assert sorted(legend) == ["DEV1", "DEV2", "DEV3", "DEV4"] and len(list(offsets.iter(f"{SVG}polyline"))) == 4
+    assert (sorted(legend) == ["DEV1", "DEV2", "DEV3", "DEV4"]
+            and len(list(offsets.iter(f"{SVG}polyline"))) == 4)
     ticks = [t.text for t in offsets.iter(f"{SVG}text") if t.get("class") == "ytick"]
     assert ticks[0].startswith("-")  # DEV2 is behind: the axis goes below zero
 
@@ -178,8 +183,10 @@ def test_end_to_end_latency_is_shown_beside_creation_to_confirm() -> None:
 
 def test_tables_have_a_fixed_layout_and_wrap_inside_their_column() -> None:
     page = html_page(sample(duplicates=1))
-    assert re.search(r"table\{[^}]*table-layout:fixed", page) and re.search(r"td\{[^}]*overflow-wrap:anywhere", page)
-    assert page.count("<table>") == page.count('<div class="scroll"><table>')  # a wider one scrolls in its box
+    assert (re.search(r"table\{[^}]*table-layout:fixed", page)
+            and re.search(r"td\{[^}]*overflow-wrap:anywhere", page))
+    # a wider one scrolls in its box
+    assert page.count("<table>") == page.count('<div class="scroll"><table>')
 
 
 def test_the_page_works_offline() -> None:
@@ -194,7 +201,8 @@ def test_an_empty_journal_renders(tmp_path: Path) -> None:
     empty = PipelineResult(journal="j", out="o")
     page = write_html(empty, tmp_path / "r" / "report.html").read_text("utf-8")
     assert "No rows." in page and "<svg" not in page
-    assert '<div class="tile "><b>-</b><span>exactly-once audit</span>' in page  # no figures: neither OK nor red
+    # no figures: neither OK nor red
+    assert '<div class="tile "><b>-</b><span>exactly-once audit</span>' in page
     assert "not in this result" in page and "OK" not in page
     assert "journal entries" in summary_text(empty)
 

@@ -46,7 +46,9 @@ def home(tmp_path: Path, server_clock: ManualClock, device_key: Ed25519PrivateKe
 
 
 @pytest.fixture
-def secure(home: QueueManager, server_clock: ManualClock, make_server: Callable[..., LiveServer]) -> Iterator[LiveServer]:
+def secure(
+    home: QueueManager, server_clock: ManualClock, make_server: Callable[..., LiveServer]
+) -> Iterator[LiveServer]:
     nonces = MemoryNonces()
     yield make_server(home, authenticate=SignatureAuthenticator(home, nonces, clock=server_clock))
     nonces.close()
@@ -62,7 +64,8 @@ def client(home: QueueManager, operator: Ed25519PrivateKey) -> Iterator[AdminCli
 def signed_agent(device_qm: QueueManager, secure: LiveServer, device_key: Ed25519PrivateKey,
                  device_clock: ManualClock, make_agent: Callable[..., SyncAgent]) -> Callable[..., SyncAgent]:
     def _make(**options: object) -> SyncAgent:
-        return make_agent(device_qm, secure.url, auth=DeviceSigner("DEV1", device_key, clock=device_clock), **options)
+        return make_agent(device_qm, secure.url, auth=DeviceSigner("DEV1", device_key, clock=device_clock),
+                          **options)
 
     return _make
 
@@ -87,7 +90,8 @@ def test_a_device_that_trusts_no_operator_key_takes_no_part(
     home_queue = device_qm.queue_attributes(ADMIN_QUEUE)
     reply_queue = device_qm.queue_attributes(ADMIN_REPLY_QUEUE)
     assert (home_queue.kind, home_queue.server) == ("home", "HOME")
-    assert (reply_queue.kind, reply_queue.target_qmgr, reply_queue.target_queue) == ("remote", "HOME", ADMIN_REPLY_QUEUE)
+    assert ((reply_queue.kind, reply_queue.target_qmgr, reply_queue.target_queue)
+            == ("remote", "HOME", ADMIN_REPLY_QUEUE))
 
 
 def test_the_agent_option_overrides_the_trusted_keys(
@@ -131,7 +135,8 @@ def test_an_offline_device_executes_its_requests_when_it_is_back(
 ) -> None:
     trust(device_qm, operator)
     with httpx.Client(transport=network, timeout=10) as http:
-        agent = make_agent(device_qm, secure.url, client=http, auth=DeviceSigner("DEV1", device_key, clock=device_clock))
+        agent = make_agent(device_qm, secure.url, client=http,
+                           auth=DeviceSigner("DEV1", device_key, clock=device_clock))
         agent.sync_once()
         network.down = True
         handle = client.request("DEV1", "inquire-all")
@@ -146,12 +151,14 @@ def test_an_offline_device_executes_its_requests_when_it_is_back(
 
 def test_merged_reports_add_up_and_keep_the_later_state() -> None:
     first = PushReport(sent=2, transmitted=2, batches=1, expiries_reported=1, error="ORDERS: no-queue",
-                       queues={"ORDERS": QueueReport("ORDERS", "push", moved=0, error="no-queue", code="no-queue"),
+                       queues={"ORDERS": QueueReport("ORDERS", "push", moved=0, error="no-queue",
+                                                     code="no-queue"),
                                "LOGS": QueueReport("LOGS", "push", moved=2)})
     second = PushReport(sent=1, transmitted=1, batches=1,
                         queues={"ORDERS": QueueReport("ORDERS", "push", moved=3),
                                 ADMIN_REPLY_QUEUE: QueueReport(ADMIN_REPLY_QUEUE, "push", moved=1)})
     both = merged(first, second)
-    assert (both.sent, both.transmitted, both.batches, both.expiries_reported, both.error) == (3, 3, 2, 1, None)
+    assert ((both.sent, both.transmitted, both.batches, both.expiries_reported, both.error)
+            == (3, 3, 2, 1, None))
     assert {n: (q.moved, q.error) for n, q in both.queues.items()} == {
         "ORDERS": (3, None), "LOGS": (2, None), ADMIN_REPLY_QUEUE: (1, None)}

@@ -67,8 +67,8 @@ def make_daemon(device_qm: QueueManager, link: ServerLink, cycles: Cycles) -> It
     made: list[Daemon] = []
 
     def _make() -> Daemon:
-        daemon = Daemon(device_qm, cycles, online=lambda: link.online, backoff_base_s=0.01, backoff_max_s=0.05,
-                        server_url=link.transport.server_url)
+        daemon = Daemon(device_qm, cycles, online=lambda: link.online, backoff_base_s=0.01,
+                        backoff_max_s=0.05, server_url=link.transport.server_url)
         made.append(daemon)
         return daemon
 
@@ -172,7 +172,8 @@ def test_run_returns_once_a_stop_is_requested(make_daemon: Callable[[], Daemon],
 
 def test_a_forbidden_queue_neither_stops_the_pulls_nor_backs_off_the_daemon(
     device_qm: QueueManager, home_qm: QueueManager, server_clock: ManualClock, device_clock: ManualClock,
-    make_server: Callable[..., LiveServer], make_agent: Callable[..., SyncAgent], caplog: pytest.LogCaptureFixture,
+    make_server: Callable[..., LiveServer], make_agent: Callable[..., SyncAgent],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     nonces = MemoryNonces()
     server, key = forbidding(home_qm, device_qm, make_server, server_clock, nonces)  # AUDIT is forbidden
@@ -240,4 +241,5 @@ def test_a_failed_cycle_records_when_the_agent_tries_again(
 
     status = agent.status()
     assert status.stopped and status.error_code == "unreachable" and status.failing
-    assert status.next_retry_ms is not None and device_clock() + 30_000 <= status.next_retry_ms <= device_clock() + 60_000
+    assert (status.next_retry_ms is not None
+            and device_clock() + 30_000 <= status.next_retry_ms <= device_clock() + 60_000)

@@ -27,7 +27,9 @@ def home_qm(tmp_path: Path, server_clock: ManualClock) -> Iterator[QueueManager]
     qm.close()
 
 
-def expire(qm: QueueManager, clock: ManualClock, queue: str, n: int = 1, *, origin: str | None = None) -> list[str]:
+def expire(
+    qm: QueueManager, clock: ManualClock, queue: str, n: int = 1, *, origin: str | None = None
+) -> list[str]:
     """Put ``n`` messages on ``queue`` (with uids made now by ``origin``, if given), then let them expire."""
     uids = [str(qm.put(queue, Message(b"stale", expiry=Int32(100),
                                       uid=MessageUID(origin, clock() * 1000 + i) if origin else None)))
@@ -50,7 +52,8 @@ def test_expiries_go_under_the_servers_queue_names_in_batches_and_are_trimmed(
     device_qm.define_queue("MISC")
     renamed = expire(device_qm, device_clock, "LOCAL", 2)
     pulled = expire(device_qm, device_clock, "INBOX", origin="HOME")  # as a message pulled from the server
-    stray = expire(device_qm, device_clock, "MISC", origin="HOME")  # not the device's own: the server refuses it
+    # not the device's own: the server refuses it
+    stray = expire(device_qm, device_clock, "MISC", origin="HOME")
 
     with caplog.at_level(logging.WARNING, logger="edgeq.sync.agent"):
         sent = ExpiryReporter(make_link(batch_size=2)).report()
@@ -58,7 +61,8 @@ def test_expiries_go_under_the_servers_queue_names_in_batches_and_are_trimmed(
     assert sent == 4 and device_qm.journal_since() == []
     batches = [[(e["u"], e["q"]) for e in b["entries"]] for b in network.bodies(p.PATH_EXPIRIES)]
     assert batches == [[(u, "ORDERS") for u in renamed], [(pulled[0], "DEV1.INBOX"), (stray[0], "MISC")]]
-    refused = [getattr(r, "uid", None) for r in caplog.records if getattr(r, "event", None) == "expiry-refused"]
+    refused = [getattr(r, "uid", None) for r in caplog.records
+               if getattr(r, "event", None) == "expiry-refused"]
     assert refused == stray
     assert server_expiries(home_qm) == [*((u, "ORDERS") for u in renamed), (pulled[0], "DEV1.INBOX")]
 

@@ -30,7 +30,8 @@ def test_every_request_says_which_store_calls_and_what_it_settled(
     answer = link.call(p.PATH_PULL, {"type": "pull", "now_ms": T0, "queue": "INBOX", "max": 5}, "pull")
     assert answer["type"] == "pull" and answer["missing"]  # the server holds no DEV1.INBOX
     (body,) = network.bodies(p.PATH_PULL)
-    assert (body["qmgr"], body["origin"], body["settled"]) == ("DEV1", device_qm.origin, device_qm.exchange.settled_below())
+    assert ((body["qmgr"], body["origin"], body["settled"])
+            == ("DEV1", device_qm.origin, device_qm.exchange.settled_below()))
     assert (body["queue"], body["max"]) == ("INBOX", 5)
     assert not server.sessions.settle_due(device_qm.origin, body["settled"])  # the server applied the mark
 
@@ -52,7 +53,8 @@ def test_the_hello_learns_the_servers_limits_and_starts_the_clock_bounds(
 
 
 def test_a_hello_required_answer_is_met_with_a_hello_and_one_retry(
-    make_link: Callable[..., ServerLink], network: Network, server: LiveServer, caplog: pytest.LogCaptureFixture
+    make_link: Callable[..., ServerLink], network: Network, server: LiveServer,
+    caplog: pytest.LogCaptureFixture
 ) -> None:
     link = make_link()
     link.hello()

@@ -63,7 +63,8 @@ def test_a_target_queue_name_is_honoured(
 
 
 def test_lost_put_response_is_resent_with_resend_and_stored_once(
-    device_qm: QueueManager, home_qm: QueueManager, flaky_agent: SyncAgent, network: Network, server: LiveServer
+    device_qm: QueueManager, home_qm: QueueManager, flaky_agent: SyncAgent, network: Network,
+    server: LiveServer
 ) -> None:
     put_n(device_qm, 10)
     network.lose_once.append("/v1/put")
@@ -80,7 +81,8 @@ def test_lost_put_response_is_resent_with_resend_and_stored_once(
 
 
 def test_lost_confirm_response_gives_duplicates_not_copies(
-    device_qm: QueueManager, home_qm: QueueManager, flaky_agent: SyncAgent, network: Network, server: LiveServer
+    device_qm: QueueManager, home_qm: QueueManager, flaky_agent: SyncAgent, network: Network,
+    server: LiveServer
 ) -> None:
     put_n(device_qm, 10)
     network.lose_once.append("/v1/confirm")

@@ -76,7 +76,8 @@ def test_a_confirm_is_cut_to_the_servers_batch_limit_too(
 
     assert (report.ok, report.transmitted, report.refused) == (True, 7, 0), report
     assert all(len(body["uids"]) <= 3 for body in network.bodies(p.PATH_CONFIRM))
-    assert sorted(u for body in network.bodies(p.PATH_CONFIRM) for u in body["uids"]) == sorted(map(str, sent))
+    assert (sorted(u for body in network.bodies(p.PATH_CONFIRM) for u in body["uids"])
+            == sorted(map(str, sent)))
     assert [m.uid for m in home_qm.browse("ORDERS")] == sent
     assert device_qm.exchange.next_for_transmission("ORDERS", 10) == []
 
@@ -112,7 +113,8 @@ def test_a_put_whose_answer_restarts_the_clock_bounds_is_made_again_before_its_c
 ) -> None:
     hours = 3_600_000
     timed, _ = device_qm.put_many("ORDERS", [Message(b"a", expiry=Int32(2 * hours)), Message(b"b")])
-    network.before[p.PATH_PUT] = lambda: server_clock.advance(hours)  # the server's clock steps while the put is there
+    # the server's clock steps while the put is there
+    network.before[p.PATH_PUT] = lambda: server_clock.advance(hours)
 
     report = make_pusher().push_once()
 
@@ -139,7 +141,8 @@ def test_a_forbidden_queue_does_not_stop_the_others(
 
     report = make_pusher(to=server, auth=DeviceSigner("DEV1", key, clock=device_clock)).push_once()
 
-    assert report.transmitted == 1 and report.error is not None and "may not push to queue AUDIT" in report.error
+    assert (report.transmitted == 1 and report.error is not None
+            and "may not push to queue AUDIT" in report.error)
     assert (device_qm.depth("AUDIT"), device_qm.depth("ORDERS")) == (1, 0)
     assert home_qm.depth("AUDIT") == 0 and [m.data for m in home_qm.browse("ORDERS")] == [b"order"]
     nonces.close()

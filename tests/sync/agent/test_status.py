@@ -87,10 +87,15 @@ def test_the_metrics_carry_the_same_figures(
     assert 'edgeq_agent_queue_refusals{queue="METRICS",direction="push"} 1' in lines
     assert 'edgeq_agent_queue_dead_lettered_total{queue="METRICS",direction="push"} 0' in lines
     assert 'edgeq_agent_queue_failing{queue="METRICS",direction="push",code="no-queue"} 1' in lines
-    assert f'edgeq_agent_queue_next_retry_timestamp_seconds{{queue="METRICS",direction="push"}} {(T0 + 1000) / 1000}' in lines
+    assert (
+        f'edgeq_agent_queue_next_retry_timestamp_seconds{{queue="METRICS",direction="push"}} '
+        f'{(T0 + 1000) / 1000}'
+        in lines)
     assert 'edgeq_agent_queue_failing{queue="ORDERS",direction="push",code=""} 0' in lines
-    assert f'edgeq_agent_queue_last_success_timestamp_seconds{{queue="ORDERS",direction="push"}} {T0 / 1000}' in lines
-    assert not any(line.startswith('edgeq_agent_queue_oldest_message_age_seconds{queue="ORDERS"') for line in lines)
+    assert (f'edgeq_agent_queue_last_success_timestamp_seconds{{queue="ORDERS",direction="push"}} {T0 / 1000}'
+            in lines)
+    assert not any(line.startswith('edgeq_agent_queue_oldest_message_age_seconds{queue="ORDERS"')
+                   for line in lines)
     assert "# TYPE edgeq_agent_queue_dead_lettered_total counter" in lines
 
 
@@ -98,5 +103,6 @@ def test_a_store_that_never_synced_shows_its_queues_waiting(device_qm: QueueMana
     device_qm.put("ORDERS", Message(b"o"))
     status = sync_status(device_qm)
     (orders,) = status.queues
-    assert (orders.backlog, orders.last_success_ms, orders.last_error_code, orders.failing) == (1, None, None, False)
+    assert ((orders.backlog, orders.last_success_ms, orders.last_error_code, orders.failing)
+            == (1, None, None, False))
     assert status.server is None and not status.failing

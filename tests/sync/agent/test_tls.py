@@ -56,13 +56,15 @@ def make_pki(where: Path, label: str) -> Pki:
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
-        x509.CertificateBuilder().subject_name(_name(f"{label} test CA")).issuer_name(_name(f"{label} test CA"))
+        x509.CertificateBuilder().subject_name(_name(f"{label} test CA"))
+        .issuer_name(_name(f"{label} test CA"))
         .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, encipher_only=False,
+                                     decipher_only=False), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -76,7 +78,8 @@ def make_pki(where: Path, label: str) -> Pki:
             x509.IPAddress(ipaddress.ip_address("::1"))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     pki = Pki(where / "ca.crt", where / "server.crt", where / "server.key")
@@ -195,13 +198,17 @@ def test_edgeq_serve_tls_and_signed_sync_end_to_end(tmp_path: Path, pki: Pki, ot
     port = free_port()
     with edgeq_serve(home, port, "--auth", "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)):
         url = f"https://localhost:{port}"
-        sync = [*EDGEQ, "sync", "--db", str(device), "--server", url, "--once", "--key", str(pair.private_path)]
-        wrong = subprocess.run([*sync, "--ca-file", str(other_pki.ca)], capture_output=True, text=True, timeout=60)
-        assert wrong.returncode == 1 and "certificate is not trusted" in json.loads(wrong.stdout)["pushed"]["error"]
+        sync = [*EDGEQ, "sync", "--db", str(device), "--server", url, "--once", "--key",
+                str(pair.private_path)]
+        wrong = subprocess.run([*sync, "--ca-file", str(other_pki.ca)], capture_output=True, text=True,
+                               timeout=60)
+        assert (wrong.returncode == 1
+                and "certificate is not trusted" in json.loads(wrong.stdout)["pushed"]["error"])
         done = subprocess.run([*sync, "--ca-file", str(pki.ca)], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["pushed"]["transmitted"] == 200
-        plain = subprocess.run([*EDGEQ, "sync", "--db", str(device), "--server", "http://192.0.2.10:8470", "--once"],
+        plain = subprocess.run([*EDGEQ, "sync", "--db", str(device), "--server", "http://192.0.2.10:8470",
+                                "--once"],
                                capture_output=True, text=True, timeout=60)
         assert plain.returncode == 2 and "refusing plain HTTP" in plain.stderr  # a usage mistake
     with QueueManager(home) as qm:

@@ -17,7 +17,9 @@ from tests.sync.conftest import T0, LiveServer
 CBOR = {"content-type": p.CONTENT_TYPE}
 
 
-def post(http: httpx.Client, server: LiveServer, path: str, body: Any, **kw: Any) -> tuple[int, dict[str, Any]]:
+def post(
+    http: httpx.Client, server: LiveServer, path: str, body: Any, **kw: Any
+) -> tuple[int, dict[str, Any]]:
     raw = body if isinstance(body, bytes) else p.encode_body(body)
     response = http.post(server.url + path, content=raw, headers=kw.pop("headers", CBOR), **kw)
     assert response.headers["content-type"].startswith(p.CONTENT_TYPE)
@@ -102,7 +104,8 @@ def _bad_requests() -> list[tuple[str, bytes, dict[str, str], int, str]]:
         ("json", b'{"v": 1}', {"content-type": "application/json"}, 415, "unsupported-media-type"),
         ("wrong type", p.encode_body({**put_body("DEV1.1000"), "type": "confirm"}), CBOR, 422, "invalid"),
         ("bad uid", p.encode_body(put_body("nodot")), CBOR, 422, "invalid"),
-        ("text data", p.encode_body({**put_body(), "messages": [{"u": "DEV1.1", "d": "txt"}]}), CBOR, 422, "invalid"),
+        ("text data", p.encode_body({**put_body(), "messages": [{"u": "DEV1.1", "d": "txt"}]}), CBOR, 422,
+         "invalid"),
         ("no queue name", p.encode_body({**put_body("DEV1.1000"), "queue": ""}), CBOR, 422, "invalid"),
         ("bad priority", p.encode_body(put_body("DEV1.1000", p=12)), CBOR, 422, "invalid"),
         ("valid then bad", p.encode_body({**put_body("DEV1.1000"), "messages": [
@@ -181,7 +184,9 @@ def test_healthz(http: httpx.Client, server: LiveServer) -> None:
     assert response.json() == {"status": "ok", "qmgr": "HOME", "queues": 1, "protocol": 1, "auth": "open"}
 
 
-def test_metrics_are_prometheus_text(http: httpx.Client, server: LiveServer, server_clock: ManualClock) -> None:
+def test_metrics_are_prometheus_text(
+    http: httpx.Client, server: LiveServer, server_clock: ManualClock
+) -> None:
     hello(http, server, now=T0 - 250)  # the device's clock is 250 ms behind
     post(http, server, p.PATH_PUT, put_body("DEV1.1000", "DEV1.2000", now=T0 - 250))
     post(http, server, p.PATH_PUT, put_body("DEV1.1000", now=T0 - 250))  # not a resend: a duplicate

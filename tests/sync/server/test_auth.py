@@ -44,7 +44,9 @@ def keys() -> dict[str, Ed25519PrivateKey]:
 
 
 @pytest.fixture
-def home(tmp_path: Path, server_clock: ManualClock, keys: dict[str, Ed25519PrivateKey]) -> Iterator[QueueManager]:
+def home(
+    tmp_path: Path, server_clock: ManualClock, keys: dict[str, Ed25519PrivateKey]
+) -> Iterator[QueueManager]:
     qm = QueueManager(tmp_path / "home.db", name="HOME", clock=server_clock, journal="server")
     for queue in ("ORDERS", "AUDIT", "DEV1.INBOX", "DEV2.INBOX"):
         qm.define_queue(queue)
@@ -72,9 +74,12 @@ def hello(device: str = "DEV1") -> dict[str, Any]:
     return {"type": "hello", "qmgr": device, "now_ms": T0, "agent": "attacker"}
 
 
-def put(device: str = "DEV1", queue: str = "ORDERS", origin: str | None = None, stamp: int = 1) -> dict[str, Any]:
+def put(
+    device: str = "DEV1", queue: str = "ORDERS", origin: str | None = None, stamp: int = 1
+) -> dict[str, Any]:
     uid = f"{origin or device}.{T0 * 1000 + stamp}"
-    return {"type": "put", "qmgr": device, "now_ms": T0, "queue": queue, "messages": [{"u": uid, "d": b"evil"}]}
+    return {"type": "put", "qmgr": device, "now_ms": T0, "queue": queue,
+            "messages": [{"u": uid, "d": b"evil"}]}
 
 
 def send(http: httpx.Client, server: LiveServer, path: str, body: dict[str, Any] | bytes,
@@ -148,7 +153,8 @@ def test_unsigned_agent_is_refused_with_a_clear_error(
 ) -> None:
     device_qm.put("ORDERS", Message(b"x"))
     report = make_agent(device_qm, secure.url).push_once()
-    assert report.error is not None and "401 unauthorized" in report.error and "X-Edgeq-Signature" in report.error
+    assert (report.error is not None and "401 unauthorized" in report.error
+            and "X-Edgeq-Signature" in report.error)
     assert home.depth("ORDERS") == 0 and device_qm.depth("ORDERS") == 1
 
 
@@ -165,7 +171,8 @@ def test_missing_signature(http: httpx.Client, secure: LiveServer, snapshot: Cal
 
 
 def test_signature_by_another_key(
-    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot], keys: dict[str, Ed25519PrivateKey]
+    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot],
+    keys: dict[str, Ed25519PrivateKey]
 ) -> None:
     before = snapshot()
     raw, headers = signed(keys["EVE"], "DEV1", p.PATH_PUT, put())
@@ -196,7 +203,8 @@ def test_tampered_request(
 
 
 def test_unknown_device(
-    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot], keys: dict[str, Ed25519PrivateKey]
+    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot],
+    keys: dict[str, Ed25519PrivateKey]
 ) -> None:
     before = snapshot()
     raw, headers = signed(keys["EVE"], "EVE", p.PATH_PUT, put("EVE"))
@@ -325,7 +333,8 @@ def _hello(http: httpx.Client, server: LiveServer, key: Ed25519PrivateKey, devic
 
 
 def test_device_speaks_only_for_itself(
-    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot], keys: dict[str, Ed25519PrivateKey]
+    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot],
+    keys: dict[str, Ed25519PrivateKey]
 ) -> None:
     _hello(http, secure, keys["DEV2"], "DEV2")
     before = snapshot()
@@ -335,7 +344,8 @@ def test_device_speaks_only_for_itself(
 
 
 def test_device_pushes_only_its_own_messages(
-    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot], keys: dict[str, Ed25519PrivateKey]
+    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot],
+    keys: dict[str, Ed25519PrivateKey]
 ) -> None:
     _hello(http, secure, keys["DEV1"], "DEV1")
     before = snapshot()
@@ -349,7 +359,8 @@ def test_device_pushes_only_its_own_messages(
 
 
 def test_device_pushes_only_to_its_allowed_queues(
-    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot], keys: dict[str, Ed25519PrivateKey]
+    http: httpx.Client, secure: LiveServer, snapshot: Callable[[], Snapshot],
+    keys: dict[str, Ed25519PrivateKey]
 ) -> None:
     _hello(http, secure, keys["DEV1"], "DEV1")
     before = snapshot()
@@ -439,7 +450,8 @@ def test_edgeq_serve_refuses_attacks_and_replays_across_a_restart(tmp_path: Path
                                   capture_output=True, text=True, timeout=60)
         assert unsigned.returncode == 1 and "401 unauthorized" in unsigned.stdout
         ok = subprocess.run([*EDGEQ, "sync", "--db", str(device), "--server", url, "--once",
-                             "--key", str(pair.private_path), "--no-pull"], capture_output=True, text=True, timeout=60)
+                             "--key", str(pair.private_path), "--no-pull"], capture_output=True, text=True,
+                            timeout=60)
         summary = json.loads(ok.stdout)
         assert summary["pushed"]["transmitted"] == 300
         # ORDERS went through; AUDIT is not DEV1's to push to: a clear 403, the rest untouched

@@ -143,7 +143,8 @@ def test_a_confirm_after_the_undo_is_unknown_and_the_devices_resend_goes_through
     assert second.ok and (second.transmitted, second.duplicates) == (6, 0)
     assert device_qm.depth("ORDERS") == 0
     assert [m.data for m in home_qm.browse("ORDERS")] == sent
-    assert [kind for kind, _, _ in rules.calls if kind in ("added", "removed")] == ["added"] * 6 + ["removed"] * 6 + [
+    assert [kind for kind, _, _ in rules.calls
+            if kind in ("added", "removed")] == ["added"] * 6 + ["removed"] * 6 + [
         "added"] * 6
 
 
@@ -188,13 +189,17 @@ def test_a_refused_device_is_not_measured_again_for_a_second_unless_it_confirms(
             push()
         return sum("min(arrived_ms)" in statement for statement in seen)
 
-    assert measures(agent.push_once) == 1 and "over-quota" in (agent.last_push.error or "")  # type: ignore[union-attr]
-    assert measures(agent.push_once) == 0 and "over-quota" in (agent.last_push.error or "")  # type: ignore[union-attr]
+    assert (measures(agent.push_once) == 1
+            and "over-quota" in (agent.last_push.error or ""))  # type: ignore[union-attr]
+    assert (measures(agent.push_once) == 0
+            and "over-quota" in (agent.last_push.error or ""))  # type: ignore[union-attr]
     server_clock.advance(REFUSAL_MEMO_MS)
-    assert measures(agent.push_once) == 1 and "over-quota" in (agent.last_push.error or "")  # type: ignore[union-attr]
+    assert (measures(agent.push_once) == 1
+            and "over-quota" in (agent.last_push.error or ""))  # type: ignore[union-attr]
     link = make_link(to=server, qm=dead_store)
     held = [str(m.uid) for m in dead_store.exchange.next_for_transmission("ORDERS", 10)]
-    answer = link.call(p.PATH_CONFIRM, {"type": "confirm", "now_ms": T0, "queue": "ORDERS", "uids": held}, "confirm")
+    answer = link.call(p.PATH_CONFIRM, {"type": "confirm", "now_ms": T0, "queue": "ORDERS", "uids": held},
+                       "confirm")
     assert {r["s"] for r in answer["results"]} == {"confirmed"}
     done = agent.push_once()  # no time passed: the confirm alone let it be measured again
     assert done.ok and done.transmitted == 3
@@ -313,7 +318,8 @@ def test_edgeq_serve_holds_a_quota_and_the_operator_lists_and_clears_held_puts(
         for qm in stores.values():
             qm.close()
     logged = [json.loads(line) for line in lines if line.startswith("{")]
-    assert len(logged) == len(lines) and not [line for line in lines if "\\u001b" in line]  # JSON only, no ANSI
+    # JSON only, no ANSI
+    assert len(logged) == len(lines) and not [line for line in lines if "\\u001b" in line]
     (serving,) = [e for e in logged if e["event"] == "serve"]
     assert (serving["hold_ms"], serving["held_quota_messages"]) == (7_200_000, 20)
     assert any(e["event"] == "over-quota" and e["device"] == "DEV1" for e in logged)
@@ -351,7 +357,8 @@ def test_the_cheap_size_bound_is_never_below_the_stored_size() -> None:
     from edgeq.sync.server.holds import _incoming
 
     samples = [
-        Message(b"x"), Message(b"", fields={"n": Int32(-(2**31))}), Message(b"ab", fields={"big": Int64(2**62)}),
+        Message(b"x"), Message(b"", fields={"n": Int32(-(2**31))}),
+        Message(b"ab", fields={"big": Int64(2**62)}),
         Message(b"", fields={"é" * 30: "ü€😀" * 100, "f": 1.5, "b": True, "raw": bytes(300)}),
         Message(b"y" * 1000, fields={f"k{i}": i % 2 == 0 for i in range(40)}),
     ]

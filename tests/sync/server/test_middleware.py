@@ -138,7 +138,8 @@ def test_a_declared_oversized_body_is_refused_before_any_of_it_is_read(
     route: Route, service: HomeService, decoded: list[bytes]
 ) -> None:
     raw = p.encode_body({**HELLO, "pad": b"x" * 5000})
-    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [raw], {**CBOR, "content-length": str(len(raw))})
+    call = Call(ErrorBodies(BodyLimit(route, max_bytes=4096)), [raw],
+                {**CBOR, "content-length": str(len(raw))})
     assert (call.status, call.body["code"]) == (413, "too-large")
     assert f"body of {len(raw)} bytes" in call.body["detail"]
     assert call.read == 0 and decoded == [] and hellos(service) == 0
@@ -172,7 +173,9 @@ def test_a_bad_content_length_is_malformed(route: Route, service: HomeService, l
 
 
 @pytest.mark.parametrize("media", ["application/json", "text/plain", ""])
-def test_a_wrong_media_type_is_415_before_the_body_is_read(route: Route, service: HomeService, media: str) -> None:
+def test_a_wrong_media_type_is_415_before_the_body_is_read(
+    route: Route, service: HomeService, media: str
+) -> None:
     headers = {"content-type": media} if media else {}
     call = Call(ErrorBodies(MediaType(route)), [p.encode_body(HELLO)], headers)
     assert (call.status, call.body["code"]) == (415, "unsupported-media-type")
@@ -248,7 +251,8 @@ def signed_by(key: Ed25519PrivateKey, device: str, raw: bytes) -> dict[str, str]
 ])
 def test_a_refusal_answers_before_the_route_runs(
     attempt: str, status: int, code: str, words: str, stages: list[str], route: Route, service: HomeService,
-    make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes], caplog: pytest.LogCaptureFixture,
+    make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     auth = make_auth(max_nonces=0 if attempt == "nonce store full" else 1_000)
     raw = p.encode_body(HELLO)
@@ -265,8 +269,8 @@ def test_a_refusal_answers_before_the_route_runs(
 
 
 def test_the_signature_is_checked_on_the_raw_body_then_the_decoded_one_is_authorised(
-    route: Route, service: HomeService, make_auth: Any, keys: dict[str, Ed25519PrivateKey], decoded: list[bytes],
-    decode_threads: list[threading.Thread],
+    route: Route, service: HomeService, make_auth: Any, keys: dict[str, Ed25519PrivateKey],
+    decoded: list[bytes], decode_threads: list[threading.Thread],
 ) -> None:
     auth = make_auth()
     raw = p.encode_body(HELLO)
@@ -287,7 +291,8 @@ def test_an_unauthenticated_body_is_never_decoded(
 ) -> None:
     auth = make_auth()
     call = Call(ErrorBodies(authenticating(route, auth)), [body], CBOR)
-    assert (call.status, call.body["code"]) == (401, "unauthorized") and decoded == [] and hellos(service) == 0
+    assert ((call.status, call.body["code"]) == (401, "unauthorized") and decoded == []
+            and hellos(service) == 0)
 
 
 def test_a_plain_authenticator_is_shown_decoded_bodies_only(
@@ -334,8 +339,10 @@ def test_a_client_hanging_up_mid_body_is_counted_and_logged_as_a_disconnect(
     with caplog.at_level(logging.DEBUG, logger="edgeq.sync.server"):
         call = Call(stack, [raw[:10]], CBOR, hang_up=True)
     assert call.sent == [] and decoded == [] and hellos(service) == 0  # nobody to answer
-    assert f'edgeq_sync_requests_total{{endpoint="{PATH}",status="disconnected"}} 1' in service.metrics.render()
-    assert [(r.levelname, getattr(r, "event", None)) for r in caplog.records] == [("INFO", "client-disconnect")]
+    assert (f'edgeq_sync_requests_total{{endpoint="{PATH}",status="disconnected"}} 1'
+            in service.metrics.render())
+    assert ([(r.levelname, getattr(r, "event", None)) for r in caplog.records]
+            == [("INFO", "client-disconnect")])
 
 
 # -- the whole stack: the real app, in-process -----------------------------------------------------
@@ -345,8 +352,10 @@ def post_all(app: Starlette, requests: list[tuple[bytes, dict[str, str]]]) -> li
     """POST each ``(content, headers)`` to the app's hello route."""
 
     async def run() -> list[httpx.Response]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://home") as client:
-            return [await client.post(PATH, content=content, headers=headers) for content, headers in requests]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://home") as client:
+            return [await client.post(PATH, content=content, headers=headers)
+                    for content, headers in requests]
 
     return asyncio.run(run())
 
@@ -373,7 +382,8 @@ def test_errors_become_cbor_error_bodies(
     finally:
         writer.close()
     answer = cbor2.loads(response.content)
-    assert (response.status_code, response.headers["content-type"], answer["code"]) == (status, p.CONTENT_TYPE, code)
+    assert ((response.status_code, response.headers["content-type"], answer["code"])
+            == (status, p.CONTENT_TYPE, code))
     assert answer["type"] == "error" and answer["supported"] == [1]
     if code == "internal":
         assert answer["detail"] == "QueueManagerClosed: nothing was stored; retry later"

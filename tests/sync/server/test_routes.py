@@ -38,8 +38,10 @@ def requests(app: Starlette, *calls: tuple[str, str, bytes | None]) -> list[http
     """Make each ``(method, path, body)`` request of the app, in order."""
 
     async def run() -> list[httpx.Response]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://home") as client:
-            return [await client.request(method, path, content=body, headers=CBOR if body is not None else None)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://home") as client:
+            return [await client.request(method, path, content=body,
+                                         headers=CBOR if body is not None else None)
                     for method, path, body in calls]
 
     return asyncio.run(run())
@@ -49,7 +51,9 @@ def app_of(service: HomeService) -> Starlette:
     return Starlette(routes=HomeRoutes(service).routes, exception_handlers={HTTPException: http_error})
 
 
-def test_a_protocol_route_decodes_runs_the_handler_off_the_event_loop_and_encodes(service: HomeService) -> None:
+def test_a_protocol_route_decodes_runs_the_handler_off_the_event_loop_and_encodes(
+    service: HomeService
+) -> None:
     seen: list[tuple[Mapping[str, Any], bool]] = []
 
     def pull(body: Mapping[str, Any]) -> dict[str, Any]:  # the service's own handler, watched
@@ -60,7 +64,8 @@ def test_a_protocol_route_decodes_runs_the_handler_off_the_event_loop_and_encode
     uid = service.qm.put("DEV1.INBOX", Message(b"\x00\xff"))
     app = Starlette(routes=[protocol_route(p.PATH_HELLO, service.hello), protocol_route(p.PATH_PULL, pull)])
     request = {"type": "pull", "qmgr": "DEV1", "now_ms": T0, "queue": "INBOX", "max": 5}
-    hello, response = requests(app, ("POST", p.PATH_HELLO, p.encode_body({"type": "hello", "qmgr": "DEV1", "now_ms": T0})),
+    hello, response = requests(app, ("POST", p.PATH_HELLO,
+                                     p.encode_body({"type": "hello", "qmgr": "DEV1", "now_ms": T0})),
                                ("POST", p.PATH_PULL, p.encode_body(request)))
     assert hello.status_code == 200
     assert response.status_code == 200 and response.headers["content-type"] == p.CONTENT_TYPE

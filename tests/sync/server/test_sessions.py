@@ -18,7 +18,8 @@ def test_a_device_has_no_session_until_its_hello() -> None:
     assert sessions.current("DEV1") is None  # known, but no clock offset yet
     assert state.said_hello(sent_ms=T0 - 1_500, now_ms=T0, agent="edgeq/0.1") == 1_500
     assert sessions.current("DEV1") is state
-    assert (state.clock_offset_ms, state.last_seen_ms, state.hellos, state.agent) == (1_500, T0, 1, "edgeq/0.1")
+    assert ((state.clock_offset_ms, state.last_seen_ms, state.hellos, state.agent)
+            == (1_500, T0, 1, "edgeq/0.1"))
 
 
 def test_each_hello_renews_the_offset_and_keeps_a_bounded_agent_string() -> None:

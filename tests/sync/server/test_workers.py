@@ -91,8 +91,9 @@ def test_devices_push_through_both_workers_exactly_once(tmp_path: Path) -> None:
                 qm.define_remote_queue("ORDERS", target_qmgr="HOME")
                 uids: set[str] = set()
                 for round_ in range(3):  # each round a new connection: a new worker, perhaps
-                    uids |= {str(u) for u in qm.put_many("ORDERS", [Message(b"%s-%d-%d" % (name.encode(), round_, i))
-                                                                   for i in range(150)])}
+                    uids |= {str(u)
+                             for u in qm.put_many("ORDERS", [Message(b"%s-%d-%d" % (name.encode(), round_, i))
+                                                             for i in range(150)])}
                     with httpx.Client(timeout=30, auth=DeviceSigner(name, keys[name])) as client:
                         workers.setdefault(name, set()).add(_worker_of(client, url))
                         agent = SyncAgent(qm, url, client=client, batch_size=50)
@@ -121,7 +122,8 @@ def test_devices_push_through_both_workers_exactly_once(tmp_path: Path) -> None:
 
 
 def test_each_worker_gets_the_command_without_workers() -> None:
-    assert worker_argv(["serve", "--workers=3", "--port=0"], 7, 0, 8470) == ["serve", "--worker-fd", "7", "--port",
+    assert worker_argv(["serve", "--workers=3", "--port=0"], 7, 0, 8470) == ["serve", "--worker-fd", "7",
+                                                                             "--port",
                                                                             "8470"]
     assert worker_argv(["serve", "--workers", "3"], 7, 2, 8470)[-2:] == ["--sweep-interval", "0"]
 

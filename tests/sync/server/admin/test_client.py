@@ -89,7 +89,9 @@ def test_a_request_is_signed_recorded_and_queued_for_the_device(
     assert ADMIN_REPLY_QUEUE in home.queue_names()  # where the replies will arrive
 
 
-def test_requests_that_cannot_be_sent_say_why(client: AdminClient, home: QueueManager, tmp_path: Path) -> None:
+def test_requests_that_cannot_be_sent_say_why(
+    client: AdminClient, home: QueueManager, tmp_path: Path
+) -> None:
     with pytest.raises(DeviceNotFound, match=r"DEV9.*edgeq server devices add DEV9"):
         client.request("DEV9", "inquire-all")
     home.revoke_device("DEV2")
@@ -115,7 +117,8 @@ def test_a_reply_is_collected_into_the_record_once(
         assert carry(home, dev) == 1
         assert dev.queue_attributes("ALERTS").expiry_ms == 60_000
         reply = handle.wait(5)
-        assert reply is not None and (reply.rc, reply.device, reply.request_id) == ("success", "DEV1", handle.request_id)
+        assert (reply is not None
+                and (reply.rc, reply.device, reply.request_id) == ("success", "DEV1", handle.request_id))
         assert handle.status == "replied" and home.depth(ADMIN_REPLY_QUEUE) == 0
         # The same request delivered again (a replay): answered from the remembered reply,
         # whose message is the same one; recorded once.
@@ -141,8 +144,8 @@ def test_a_reply_from_another_device_or_for_no_request_is_dropped(
     report = client.collect()
     assert report.recorded == 0
     assert [why.split(":")[0] for _, why in report.refused] == [
-        f"a reply of DEV1 to request {handle.request_id} sent by DEV2", f"no request {'ab' * 16} was sent to DEV2",
-        "not an admin reply"]
+        f"a reply of DEV1 to request {handle.request_id} sent by DEV2",
+        f"no request {'ab' * 16} was sent to DEV2", "not an admin reply"]
     assert handle.status == "pending" and home.depth(ADMIN_REPLY_QUEUE) == 0
 
 
@@ -175,7 +178,8 @@ def test_a_refusal_of_an_unauthenticated_copy_gives_way_to_the_genuine_reply(
         assert handle.reply is not None and handle.reply.rc == "success"
         assert dev.queue_attributes("ALERTS").expiry_ms is None
         # ... and no later refusal of a copy displaces the genuine answer.
-        home.put("DEV1.SYSTEM.ADMIN", request_message(AdminRequest.from_bytes(genuine.data).replace_params(x=2)))
+        home.put("DEV1.SYSTEM.ADMIN",
+                 request_message(AdminRequest.from_bytes(genuine.data).replace_params(x=2)))
         carry(home, dev)
         assert client.collect().repeated == 1 and handle.reply.rc == "success"
 
@@ -191,7 +195,9 @@ def test_an_untrusted_operator_learns_why_from_the_refusal(
         assert reply is not None and reply.rc == "failed" and "is not trusted here" in reply.message
 
 
-def test_expired_before_execution_and_waits(client: AdminClient, home: QueueManager, clock: ManualClock) -> None:
+def test_expired_before_execution_and_waits(
+    client: AdminClient, home: QueueManager, clock: ManualClock
+) -> None:
     handle = client.request("DEV1", "inquire-all", expires_ms=T0 + 1_000)
     assert handle.wait(0) is None and handle.status == "pending"  # no reply yet, none waited for
     clock.advance(1_000)
@@ -213,7 +219,8 @@ def test_fan_out_reaches_every_known_device_not_revoked(client: AdminClient, hom
 
 
 def test_fan_out_with_no_device_says_so(tmp_path: Path, key: Ed25519PrivateKey) -> None:
-    with QueueManager(tmp_path / "h.db", name="HOME") as home, AdminClient(home, operator_key=key) as client, \
+    with QueueManager(tmp_path / "h.db", name="HOME") as home, \
+            AdminClient(home, operator_key=key) as client, \
             pytest.raises(DeviceNotFound, match="knows no device"):
         client.request_all("inquire-all")
 

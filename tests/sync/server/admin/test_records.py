@@ -31,8 +31,8 @@ def records(tmp_path: Path) -> Iterator[AdminRecords]:
 
 def sent(records: AdminRecords, device: str = "DEV1", created_ms: int = T0, expires_ms: int | None = None,
          action: str = "inquire-all") -> AdminRequest:
-    request = AdminRequest.create(action, device=device, reply_qmgr="HOME", created_ms=created_ms, key_id="ops",
-                                  expires_ms=expires_ms).sign(KEY)
+    request = AdminRequest.create(action, device=device, reply_qmgr="HOME", created_ms=created_ms,
+                                  key_id="ops", expires_ms=expires_ms).sign(KEY)
     records.add(request, request.to_bytes())
     return request
 
@@ -43,7 +43,8 @@ def answer(request: AdminRequest, rc: str = "success", *, device: str | None = N
                                "reason": None if rc == "success" else "no"}
     if not authenticated:
         item["authenticated"] = False
-    return AdminReply(request.request_id, device or request.device, rc, (item,), f"{rc}", at)  # type: ignore[arg-type]
+    return AdminReply(request.request_id, device or request.device, rc, (item,), f"{rc}",
+                      at)  # type: ignore[arg-type]
 
 
 def record(records: AdminRecords, reply: AdminReply, now_ms: int = T0) -> str:
@@ -143,17 +144,21 @@ def test_an_unauthenticated_refusal_stands_only_until_the_genuine_answer(records
 
 
 def test_listings(records: AdminRecords) -> None:
-    first, second, other = sent(records, created_ms=T0), sent(records, created_ms=T0 + 1), sent(records, "DEV2", T0 + 2)
-    assert [r.request_id for r in records.pending()] == [first.request_id, second.request_id, other.request_id]
+    first, second, other = (sent(records, created_ms=T0), sent(records, created_ms=T0 + 1),
+                            sent(records, "DEV2", T0 + 2))
+    assert ([r.request_id for r in records.pending()]
+            == [first.request_id, second.request_id, other.request_id])
     assert [r.request_id for r in records.pending("DEV2")] == [other.request_id]
     record(records, answer(first), T0 + 10)
     record(records, answer(other), T0 + 20)
-    assert [r.request_id for r in records.replied()] == [other.request_id, first.request_id]  # the latest first
+    # the latest first
+    assert [r.request_id for r in records.replied()] == [other.request_id, first.request_id]
     assert [r.request_id for r in records.replied(limit=1)] == [other.request_id]
     assert [r.request_id for r in records.replied("DEV1")] == [first.request_id]
     assert [r.request_id for r in records.pending()] == [second.request_id]
     shown = records.replied("DEV1")[0].as_dict(T0)
-    assert shown["status"] == "replied" and shown["reply"]["results"] == [{"object": None, "rc": "success", "reason": None}]
+    assert (shown["status"] == "replied"
+            and shown["reply"]["results"] == [{"object": None, "rc": "success", "reason": None}])
 
 
 def test_a_damaged_reply_reads_as_damage(records: AdminRecords, tmp_path: Path) -> None:

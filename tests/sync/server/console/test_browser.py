@@ -66,7 +66,8 @@ def _push(tmp_path: Path, device: str, url: str, n: int) -> None:
 
 def _cells(driver: webdriver.Chrome, table: str, key: str) -> dict[str, list[str]]:
     rows = driver.find_elements(By.CSS_SELECTOR, f"#{table} tr[data-{key}]")
-    return {r.get_attribute(f"data-{key}") or "": [c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows}
+    return {r.get_attribute(f"data-{key}") or "": [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+            for r in rows}
 
 
 def _click_and_wait(driver: webdriver.Chrome, button: WebElement) -> None:
@@ -80,7 +81,8 @@ def _click_and_wait(driver: webdriver.Chrome, button: WebElement) -> None:
     driver.execute_script("window.edgeqOldPage = true")
     button.click()
     WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(
-        lambda d: d.execute_script("return window.edgeqOldPage === undefined && document.readyState") == "complete")
+        lambda d: d.execute_script(
+            "return window.edgeqOldPage === undefined && document.readyState") == "complete")
 
 
 def _sign_in(driver: webdriver.Chrome, url: str, password: str) -> None:

@@ -52,10 +52,13 @@ def test_without_a_session_only_the_sign_in_form_is_served(console: LiveServer) 
         form = client.get("/console/login")
         assert form.status_code == 200 and 'type="password"' in form.text and "ORDERS" not in form.text
         wrong = _sign_in(client, password="not-the-password")
-        assert wrong.status_code == 403 and "Wrong password" in wrong.text and "set-cookie" not in wrong.headers
+        assert (wrong.status_code == 403 and "Wrong password" in wrong.text
+                and "set-cookie" not in wrong.headers)
 
 
-def test_a_sign_in_gives_a_strict_http_only_cookie_and_the_page(console: LiveServer, home_qm: QueueManager) -> None:
+def test_a_sign_in_gives_a_strict_http_only_cookie_and_the_page(
+    console: LiveServer, home_qm: QueueManager
+) -> None:
     home_qm.put("ORDERS", Message(b"x"))
     with _client(console) as client:
         signed = _sign_in(client)
@@ -160,7 +163,8 @@ def test_create_app_without_console_needs_no_jinja(home_qm: QueueManager) -> Non
     assert not any(p.startswith("/console") for p in paths)
 
 
-def test_the_device_app_says_where_the_console_is(home_qm: QueueManager, make_server: Callable[..., LiveServer],
+def test_the_device_app_says_where_the_console_is(home_qm: QueueManager,
+                                                  make_server: Callable[..., LiveServer],
                                                   http: httpx.Client) -> None:
     set_password(home_qm.path, PASSWORD)
     devices = make_server(home_qm, console_url="http://127.0.0.1:9/console")
