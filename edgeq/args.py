@@ -54,6 +54,7 @@ def check_seconds(value: object, what: str) -> float:
 
 
 def check_uid(uid: object) -> MessageUID:
+    """``uid`` as a :class:`MessageUID` (parsed from ``ORIGIN.STAMP`` text), or InvalidArgument."""
     if isinstance(uid, str):
         return MessageUID.parse(uid)
     if not isinstance(uid, MessageUID):

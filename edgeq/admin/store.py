@@ -51,6 +51,7 @@ class AdminRecord:
 
 
 class AdminTx:
+    """The SQL of remote administration on a device: trusted keys, remembered replies, the lease."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

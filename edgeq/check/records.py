@@ -43,6 +43,7 @@ _KINDS = (b"local", b"remote", b"home")
 
 
 class Identity(StrEnum):
+    """The parts of a store's identity the check reads: its name, incarnation and clock."""
 
     NAME = "name"
     INCARNATION = "incarnation"
@@ -51,6 +52,7 @@ class Identity(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
+    """A queue row as the check reads it, its values as stored (damage included)."""
 
     id: int
     name: str | None  #: None: the stored name is not readable text (its messages cannot be checked)
@@ -64,12 +66,14 @@ class QueueInfo:
 
 
 def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
+    """``ids`` in slices small enough for one query each."""
     for start in range(0, len(ids), _CHUNK):
         yield ids[start : start + _CHUNK]
 
 
 @contextmanager
 def raw_text(conn: sqlite3.Connection) -> Iterator[None]:
+    """Read TEXT columns as bytes while inside, so damaged text is seen, not decoded."""
     before = conn.text_factory
     conn.text_factory = bytes
     try:

@@ -73,4 +73,5 @@ cli.add_command(dlq_group)
 
 
 def main() -> None:
+    """The ``edgeq`` console script."""
     cli(prog_name="edgeq")

@@ -18,6 +18,7 @@ __all__ = ["check_backout", "check_codec", "check_kind", "check_rules", "compres
 
 
 def queue_options(f: F) -> F:
+    """The attribute options ``queue define`` and ``queue alter`` share."""
     options = [
         click.option("--expiry-ms", type=DURATION_LIMIT,
                      help="Messages without their own expiry expire this long after arrival "
@@ -59,6 +60,7 @@ def queue_options(f: F) -> F:
 
 
 def rule_option(f: F) -> F:
+    """``--rule NAME[:JSON]``, repeatable."""
     return click.option(
         "--rule", "rule_specs", type=RULE, multiple=True, metavar="NAME[:JSON]",
         help="Bind a rule: its name (see `edgeq rules list`) or package.module:Class, then optionally "
@@ -81,6 +83,7 @@ def given_attributes(**given: Any) -> dict[str, Any]:
 
 
 def refusal_option(f: F) -> F:
+    """``--refusal-limit``: refusals before a remote queue's message is dead-lettered."""
     return click.option(
         "--refusal-limit", type=LIMIT,
         help="Remote queues: how many times the target may refuse a message before it moves to the "
@@ -89,6 +92,7 @@ def refusal_option(f: F) -> F:
 
 
 def compression_option(f: F) -> F:
+    """``--compression``: the codec a remote or home-server queue sends with."""
     return click.option(
         "--compression", type=click.Choice([*CODECS, "none"]), callback=check_codec,
         help="Remote and home-server queues: send their batches compressed as a whole, 'zstd' (needs "
@@ -109,6 +113,7 @@ def check_codec(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 def kind_options(f: F) -> F:
+    """The options that say a queue's kind (remote, home-server) and its target."""
     options = [
         click.option("--remote", is_flag=True,
                      help="A remote queue: puts wait here until the sync agent transmits them to "

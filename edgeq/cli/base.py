@@ -45,4 +45,5 @@ def log_to_stderr() -> None:
 
 
 def emit_json(value: object) -> None:
+    """Print ``value`` as one JSON document on stdout."""
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))

@@ -147,6 +147,7 @@ def _expired_on_arrival(when: str) -> None:
 
 
 def messages_text(messages: list[Message], as_json: bool, empty: str) -> str:
+    """Messages as the ``get`` and ``browse`` commands print them."""
     if as_json:
         return json.dumps([message_json(m) for m in messages], indent=2, ensure_ascii=False)
     return "\n\n".join(format_message(m) for m in messages) if messages else empty

@@ -45,16 +45,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(slots=True)
 class GroupOptions:
+    """The ``edgeq`` group's options, for its commands."""
+
     db: Path | None
     name: str | None
     json: bool
 
 
 def group_options(ctx: click.Context) -> GroupOptions:
+    """The group's options from ``ctx``."""
     return ctx.find_object(GroupOptions) or GroupOptions(None, None, False)
 
 
 def db_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
+    """``--db``, described by ``help``; the group's when not given."""
     def decorate(f: F) -> F:
         return click.option(
             "--db", type=click.Path(dir_okay=False, path_type=Path), envvar=envvar,
@@ -65,6 +69,7 @@ def db_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
 
 
 def name_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
+    """``--name``, described by ``help``."""
     def decorate(f: F) -> F:
         return click.option("--name", type=QM_NAME, envvar=envvar, show_envvar=envvar is not None,
                             help=help)(f)
@@ -73,6 +78,7 @@ def name_option(help: str, *, envvar: str | None = None) -> Callable[[F], F]:
 
 
 def store_options(f: F) -> F:
+    """The group's ``--db`` and ``--name``."""
     for decorator in reversed((
         db_option("The store: an SQLite file holding one queue manager's queues.", envvar="EDGEQ_DB"),
         name_option("Queue manager name; needed only to create a new store (checked against it otherwise).",
@@ -83,11 +89,13 @@ def store_options(f: F) -> F:
 
 
 def output_options(f: F) -> F:
+    """``--json``."""
     return click.option("--json", "as_json", is_flag=True,
                         help="Print JSON (for scripts) instead of text.")(f)
 
 
 def wants_json(ctx: click.Context, as_json: bool) -> bool:
+    """Whether the command's or the group's ``--json`` was given."""
     return as_json or group_options(ctx).json
 
 
@@ -95,6 +103,7 @@ _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive
 
 
 def log_level_option(f: F) -> F:
+    """``--log-level``."""
     return click.option("--log-level", type=_LOG_LEVELS, default="info", show_default=True)(f)
 
 
@@ -136,6 +145,7 @@ ADMIN = StoreUse(create=False, missing="give an existing store (e.g. the one of 
 
 
 def store_path(ctx: click.Context, db: Path | None = None) -> Path:
+    """The store's path: the command's ``--db``, else the group's, else a usage error."""
     path = db or group_options(ctx).db
     if path is None:
         raise click.ClickException("no store given: pass --db PATH (or set EDGEQ_DB)")
@@ -159,6 +169,8 @@ def stored_name(path: Path) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class CheckedStore:
+    """A store path checked for what a command needs, before it is opened."""
+
     path: Path
     #: The queue manager name given (``--name``), if any: the new store's, or the one it must hold.
     name: str | None

@@ -71,6 +71,7 @@ def _expiry_text(message: Message) -> str:
 
 
 def format_message(message: Message) -> str:
+    """One message as ``get`` and ``browse`` print it."""
     lines = [f"{message.uid}  priority {message.priority}"]
     if message.created_ms is not None:
         lines[0] += f"  created {format_time(message.created_ms)}"
@@ -133,6 +134,7 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 def binding_json(binding: BindingInfo) -> dict[str, Any]:
+    """A rule binding as JSON."""
     return {"name": binding.name, "config": binding.config, "persisted": binding.persisted,
             "error": binding.error}
 
@@ -140,6 +142,7 @@ def binding_json(binding: BindingInfo) -> dict[str, Any]:
 def queue_json(
     attrs: QueueAttributes, usage: QueueUsage, bindings: list[BindingInfo] | None = None
 ) -> dict[str, Any]:
+    """A queue's attributes and usage as JSON."""
     out = {**attrs.as_dict(), "depth": usage.depth, "bytes": usage.bytes}
     if bindings is not None:
         out["rules"] = [binding_json(b) for b in bindings]
@@ -205,6 +208,7 @@ def format_queue(attrs: QueueAttributes, usage: QueueUsage, bindings: list[Bindi
 
 
 def format_bindings(bindings: list[BindingInfo]) -> str:
+    """A queue's rule bindings, one line each."""
     if not bindings:
         return "none"
     lines = []
@@ -234,6 +238,7 @@ def _kind_text(attrs: QueueAttributes, sep: str) -> str:
 
 
 def format_queue_table(queues: list[tuple[QueueAttributes, QueueUsage]]) -> str:
+    """Queues as a table."""
     header = ("QUEUE", "DEPTH", "BYTES", "EXPIRY", "CAP", "MAX-DEPTH", "MAX-BYTES", "PRIO", "ORDERING",
               "KIND")
     rows = [
@@ -258,6 +263,7 @@ def format_queue_table(queues: list[tuple[QueueAttributes, QueueUsage]]) -> str:
 
 
 def format_rules_table(rules: list[RuleInfo]) -> str:
+    """The installed rules as a table."""
     return format_table(("RULE", "PACKAGE", "SUMMARY"), [(r.name, r.package, r.summary) for r in rules])
 
 
@@ -283,6 +289,7 @@ def failure_json(failure: FailureRow) -> dict[str, Any]:
 
 
 def format_failures(failures: list[FailureRow]) -> str:
+    """Failed rule deliveries, one line each."""
     header = ("EVENT", "QUEUE", "RULE", "ATTEMPTS", "STATE", "NEXT-RETRY", "LAST-ERROR")
     rows = [
         (
@@ -300,6 +307,7 @@ def format_failures(failures: list[FailureRow]) -> str:
 
 
 def format_stats(stats: Mapping[str, int]) -> str:
+    """A queue's statistics, one per line."""
     width = max(len(name) for name in stats)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in sorted(stats.items()))
 
@@ -325,6 +333,7 @@ def device_json(d: DeviceRecord) -> dict[str, Any]:
 
 
 def format_devices(devices: Sequence[DeviceRecord]) -> str:
+    """Registered devices as a table."""
     if not devices:
         return "No devices."
     rows = [
@@ -340,12 +349,14 @@ def format_devices(devices: Sequence[DeviceRecord]) -> str:
 
 
 def refusal_json(r: DeviceRefusal) -> dict[str, Any]:
+    """A refusal record as JSON."""
     return {"device": r.device, "queue": r.queue, "reason": r.reason, "count": r.count,
             "first_ms": r.first_ms, "first": format_time(r.first_ms), "last_ms": r.last_ms,
             "last": format_time(r.last_ms), "last_detail": r.last_detail}
 
 
 def format_refusals(refusals: Sequence[DeviceRefusal]) -> str:
+    """What the server refused, per device, queue and reason."""
     if not refusals:
         return "The server refused no device's messages."
     rows = [(r.device, r.queue, r.reason, str(r.count), format_time(r.last_ms), _one_line(r.last_detail))
@@ -361,6 +372,7 @@ def held_json(group: HeldGroup, now_ms: int) -> dict[str, Any]:
 
 
 def format_held(groups: Sequence[HeldGroup], now_ms: int) -> str:
+    """Held (unconfirmed) puts, per device and queue."""
     if not groups:
         return "No unconfirmed puts are held."
     rows = [

@@ -86,6 +86,7 @@ def _record(row: tuple[Any, ...], conn: sqlite3.Connection) -> DeviceRecord:
 
 
 class DeviceTx:
+    """The SQL of the device registry and its refusal counts."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

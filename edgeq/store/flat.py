@@ -127,6 +127,7 @@ def _copy(
 
 
 class Lead:
+    """The thread that runs the queued writes of others in one transaction."""
 
     def __init__(self, writer: Writer, limit: int) -> None:
         self._writer = writer

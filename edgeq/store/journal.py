@@ -59,6 +59,7 @@ class JournalEntry:
 
 
 class JournalTx:
+    """The SQL of the journal: append, read, trim."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

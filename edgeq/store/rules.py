@@ -68,6 +68,7 @@ _FAILURE_COLS = "event_id, binding, rule, queue, attempts, last_error, last_ms, 
 
 
 class RuleTx:
+    """The SQL of rules: bindings, durable events, failures and counters."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

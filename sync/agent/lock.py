@@ -18,6 +18,7 @@ _TRIES: Final = 20
 
 
 def lock_path(store: str | Path) -> Path:
+    """The lock file beside the store at ``store``."""
     path = Path(store)
     return path.with_name(path.name + ".agent")
 

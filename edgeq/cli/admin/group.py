@@ -28,6 +28,8 @@ OPERATOR_COMMANDS = ("keygen", "pending", "replies", "show")
 
 @dataclass(slots=True)
 class AdminOptions:
+    """``edgeq admin``'s options, for its commands (a command's own win over the group's)."""
+
     db: Path | None
     key_file: Path | None
     key_id: str | None
@@ -127,6 +129,7 @@ def merged_options(ctx: click.Context, wait_ms: int | None = None, expires_ms: i
 
 
 def client_of(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> AdminClient:
+    """The home store's admin client, with the operator key when it is to sign requests."""
     from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 
     key = None
@@ -147,6 +150,7 @@ def client_of(ctx: click.Context, opts: AdminOptions, *, signing: bool) -> Admin
 
 
 def exit_unless_success(ctx: click.Context, records: Sequence[AdminRecord]) -> None:
+    """Exit 1 unless every request was answered with success."""
     if any(r.rc != "success" for r in records):
         ctx.exit(1)
 

@@ -93,6 +93,7 @@ def format_fanout(records: Sequence[AdminRecord], now_ms: int) -> str:
 
 
 def format_pending(records: Sequence[AdminRecord], now_ms: int) -> str:
+    """Requests with no reply yet, one line each."""
     if not records:
         return "No admin request is waiting for a reply."
     rows = [(r.request_id, r.device, _what(r), format_time(r.created_ms), r.describe(now_ms))
@@ -101,6 +102,7 @@ def format_pending(records: Sequence[AdminRecord], now_ms: int) -> str:
 
 
 def format_replies(records: Sequence[AdminRecord]) -> str:
+    """Requests and their replies, newest first, one line each."""
     if not records:
         return "No admin reply yet."
     rows = [(r.request_id, r.device, _what(r), format_time(r.replied_ms or 0), r.rc or "-",

@@ -95,6 +95,7 @@ def _stored_name(path: Path) -> str | None:
 
 
 def missing_modules() -> list[str]:
+    """The optional modules the demo's second act needs that are not installed."""
     missing = []
     for name in ACT_TWO_MODULES:
         try:

@@ -32,6 +32,8 @@ class DemoFailed(EdgeqError):
 
 @dataclass
 class ForwardResult:
+    """What the store-and-forward act saw: its stores, every expiry, and the counts after each step."""
+
     device_path: Path
     home_path: Path
     #: (side, queue, check point, message data) of every expiry the narrating rules saw, in order.
@@ -65,6 +67,8 @@ class DemoResult:
 
 
 class Narration:
+    """Where the demo tells its story (a terminal, or quiet for tests)."""
+
     def __init__(self, echo: Echo) -> None:
         self.echo = echo
         self.step_no = 0
@@ -84,6 +88,7 @@ def clock_time(ms: int) -> str:
 
 
 def text(message: Message) -> str:
+    """A message's data as text for the narration."""
     return message.data.decode("utf-8", errors="replace")
 
 
@@ -99,5 +104,6 @@ def _expiry(message: Message) -> str:
 
 
 def brief(message: Message, pad: int = 0) -> str:
+    """A message in one line for the narration: its text, priority, expiry and backouts."""
     extra = f", backouts {message.backout_count}" if message.backout_count else ""
     return f"{text(message)!r:<{pad}} priority {message.priority}, {_expiry(message)}{extra}"

@@ -78,6 +78,7 @@ class _Tour:
 
 
 def run_expiry_act(path: Path, out: Narration, result: DemoResult) -> None:
+    """Act one: expiry on one store, at each of MQe's check points."""
     tour = _Tour(path, out, result)
     steps = (_setup, _expiry_kinds, _check_add, _cap, _check_get, _check_depth, _check_delete,
              _check_activate, _sweep, _assured, _summary)

@@ -153,6 +153,7 @@ def _agent_logs_muted() -> Iterator[None]:
 
 
 def run_forward_act(device_path: Path, home_path: Path, out: Narration) -> ForwardResult:
+    """Act two: a device and a real home server, store and forward across a dropped link."""
     with _agent_logs_muted():
         f = _Forward(device_path, home_path, out)
         try:

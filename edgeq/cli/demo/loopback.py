@@ -115,6 +115,8 @@ class Timeline:
 
 
 class Wire:
+    """The loopback link between the demo's device and server, which can be cut."""
+
     def __init__(self, server: LoopbackServer, timeline: Timeline) -> None:
         self.server, self.timeline = server, timeline
         self._drop_after: str | None = None

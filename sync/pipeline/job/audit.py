@@ -28,6 +28,7 @@ def device_origins(audit: DataFrame) -> DataFrame:
 
 
 def audit_devices(audit: DataFrame, devices: DataFrame) -> DataFrame:
+    """The exactly-once audit summed per device (origin)."""
     from pyspark.sql import functions as F
 
     return (
@@ -57,10 +58,12 @@ def audit_duplicates(dups: DataFrame, queues: DataFrame) -> DataFrame:
 
 
 def audit_gaps(gaps: DataFrame) -> DataFrame:
+    """The audit's gaps as reported: one row per uid with the kinds the journal holds for it."""
     return gaps.select("origin", "uid", "stamp", "kinds", "first_seen_ms")
 
 
 def expiry_daily(partials: DataFrame, queues: DataFrame) -> DataFrame:
+    """Expiries and their categories per queue and day."""
     from pyspark.sql import functions as F
 
     counts = ("expired", *CATEGORIES.values(), "entries")
@@ -69,6 +72,7 @@ def expiry_daily(partials: DataFrame, queues: DataFrame) -> DataFrame:
 
 
 def expiry_where(partials: DataFrame) -> DataFrame:
+    """Expired messages per queue, side and check point."""
     from pyspark.sql import functions as F
 
     return partials.groupBy("queue", "side", "check_point").agg(

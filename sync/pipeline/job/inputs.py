@@ -257,6 +257,7 @@ def read_contacts(spark: SparkSession, journals: Sequence[Journal]) -> DataFrame
 
 
 def read_parts(spark: SparkSession, journal: str, parts: list[Part]) -> DataFrame:
+    """The journal's part files as one DataFrame."""
     paths = [join(journal, p.name) for p in parts]
     with spark_errors(f"reading {journal}"):
         return spark.read.schema(spark_schema()).parquet(*paths)

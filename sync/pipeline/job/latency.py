@@ -106,6 +106,7 @@ def at_percentile(values: Column, p: float) -> Column:
 
 
 def latency(groups: DataFrame) -> DataFrame:
+    """Latency from creation to the server's confirm, per device and queue."""
     from pyspark.sql import functions as F
 
     return groups.select(
@@ -172,6 +173,7 @@ def e2e_delivered(values: DataFrame) -> DataFrame:
 
 
 def e2e_latency(partials: DataFrame, queues: DataFrame) -> DataFrame:
+    """Creation to delivery, end to end, per device and queue."""
     from pyspark.sql import functions as F
 
     grouped = partials.groupBy("device", "qid").agg(

@@ -48,6 +48,7 @@ class Col:
 
 
 def is_(column: str, value: str) -> Column:
+    """``column == value``, as a Spark condition."""
     from pyspark.sql import functions as F
 
     return F.col(column) == F.lit(value)

@@ -234,6 +234,7 @@ def _run(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """``edgeq pipeline run``'s argument parser."""
     parser = argparse.ArgumentParser(
         prog="edgeq.sync.pipeline.job.runner",
         description="edgeq's journal analytics on Spark: latency, expiry reconciliation, audit, throughput, "

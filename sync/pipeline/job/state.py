@@ -141,6 +141,7 @@ def load_state(files: Files, out: str) -> tuple[State | None, str]:
 
 
 def part_entries(parts: list[Part]) -> dict[str, list[int]]:
+    """The part files a state records: name -> [first id, last id, size]."""
     return {p.name: [p.first, p.last, p.size] for p in parts}
 
 

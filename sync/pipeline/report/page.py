@@ -339,6 +339,7 @@ def html_page(result: PipelineResult, *, generated: datetime | None = None) -> s
 
 
 def write_html(result: PipelineResult, path: Path) -> Path:
+    """Write the report page to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html_page(result), "utf-8")
     return path
