@@ -83,11 +83,6 @@ def own_deadline(expiry: Int32 | Int64 | None, created_ms: int) -> int | None:
     return int(expiry)
 
 
-def _earliest(*deadlines: int | None) -> int | None:
-    present = [d for d in deadlines if d is not None]
-    return min(present) if present else None
-
-
 def effective_deadline(
     own: int | None, arrived_ms: int, queue_expiry_ms: int | None, cap_at: int | None
 ) -> int | None:
@@ -97,5 +92,7 @@ def effective_deadline(
     >>> effective_deadline(None, 1_000, 50, None), effective_deadline(9_000, 1_000, 50, 2_000)
     (1050, 2000)
     """
-    queue_deadline = None if queue_expiry_ms is None else arrived_ms + queue_expiry_ms
-    return _earliest(own if own is not None else queue_deadline, cap_at)
+    deadline = own if own is not None else None if queue_expiry_ms is None else arrived_ms + queue_expiry_ms
+    if cap_at is None:
+        return deadline
+    return cap_at if deadline is None else min(deadline, cap_at)

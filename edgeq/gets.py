@@ -136,7 +136,8 @@ class Gets:
         now = self.clock()
 
         def body(tx: Tx) -> tuple[_Scan, MessageRow | None, list[Pending]]:
-            q = readable_queue(tx, self.qm_name, queue) if remove else require_queue(tx, self.qm_name, queue)
+            q = (readable_queue(tx, self.qm_name, queue, counted=False) if remove
+                 else require_queue(tx, self.qm_name, queue, counted=False))
             if not remove and q.kind != "remote":
                 raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
             # Common case: nothing expired anywhere on the queue, so one page of
@@ -157,8 +158,7 @@ class Gets:
             self.sink.record(tx, events)
             return found, damaged, events
 
-        # Concurrent gets: one thread writes them together (edgeq.store.flat). Only a plain get's
-        # delete must wait for the disk: an assured get's lock, lost in a power cut, leaves
+        # Only a plain get's delete must wait for the disk: an assured get's lock, lost in a power cut, leaves
         # the message visible exactly as an undo would (its getter died too), and
         # discarding an expired message twice is harmless.
         found, damaged, events = self.sink.run(body, durable=remove and confirm_id is None)
@@ -206,7 +206,7 @@ class Gets:
     def _delete_row(self, tx: Tx, q: QueueRow, row: MessageRow, now: int, where: Where,
                     reason: RemovalReason) -> list[Pending]:
         """Delete one message: an expired one counts as discarded at ``where``."""
-        removed = tx.delete(q.id, [row.id])
+        removed = tx.delete_row(q.id, row)
         if is_expired(row, now):
             events = self.sink.events(q.name, "expired", removed, now, where=where)
         else:
@@ -236,7 +236,7 @@ class Gets:
         now = self.clock()
 
         def body(tx: Tx) -> tuple[MessageRow, list[Pending], IntegrityError | None]:
-            q = require_queue(tx, self.qm_name, queue)
+            q = require_queue(tx, self.qm_name, queue, counted=False)
             row, intact = self._find(tx, q, uid)
             if row is None and locked_unindexed(tx, q.id, uid.origin, uid.stamp):
                 raise index_damaged(
@@ -252,7 +252,7 @@ class Gets:
                 return row, self._delete_row(tx, q, row, now, "get", "confirmed"), None
             return row, *self._set_aside(tx, q, [row], now)
 
-        row, events, error = self.sink.run(body)  # concurrent confirms: written together (edgeq.store.flat)
+        row, events, error = self.sink.run(body)
         self.sink.dispatch(events)
         if error is not None:
             raise error

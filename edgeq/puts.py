@@ -3,7 +3,7 @@ with the "added" expiry check point, duplicate detection by uid, and the flash b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 
 from edgeq.args import check_confirm_id, check_uid
 from edgeq.encoding.fields import encode_fields
@@ -36,6 +36,7 @@ __all__ = ["Puts"]
 # Plain ints for the rows put: sqlite3 binds an int subclass (an IntEnum) through its
 # adapter lookup, which doubles the binding cost of that column on a 10,000-row batch.
 _READY, _PUT_LOCKED = int(MessageState.READY), int(MessageState.PUT_LOCKED)
+_NONE: frozenset[tuple[str, int]] = frozenset()
 
 
 class Puts:
@@ -80,7 +81,9 @@ class Puts:
     def _put(
         self, queue: str, messages: Sequence[Message], confirm_id: int | None, *, strict: bool
     ) -> tuple[list[PutResult], QueueRow | None]:
-        if isinstance(messages, (Message, bytes, str)) or not isinstance(messages, Sequence):
+        if type(messages) is not list and (
+            isinstance(messages, (Message, bytes, str)) or not isinstance(messages, Sequence)
+        ):
             raise InvalidType("put takes a sequence of Message objects")
         for message in messages:
             if not isinstance(message, Message):
@@ -102,11 +105,11 @@ class Puts:
                 self.sink.dispatch([Pending("duplicate", queue, now, message=refused)])
             raise
         self.overflowed.add(queue, discarded)
-        duplicates = [
-            m for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")
-        ]
-        if duplicates and self.sink.rules.wants(queue):
-            events += [Pending("duplicate", queue, now, message=m) for m in duplicates]
+        if self.sink.rules.wants(queue):
+            events += [
+                Pending("duplicate", queue, now, message=m)
+                for m, r in zip(messages, results, strict=True) if r.status in ("duplicate", "unconfirmed")
+            ]
         self.sink.dispatch(events)
         return results, q
 
@@ -118,8 +121,15 @@ class Puts:
         ``events``; returns the outcomes, the queue, and how many were discarded to make room."""
 
         def body(tx: Tx) -> tuple[list[PutResult], QueueRow, int]:
-            q = require_queue(tx, self.qm_name, queue)
-            room = Room(tx, q, self.max_store_bytes, now, self.sink, events)
+            q = require_queue(tx, self.qm_name, queue, counted=False)
+            budgeted = q.max_depth is not None or q.max_bytes is not None or (
+                q.depth_threshold is not None or self.max_store_bytes is not None)
+            if not budgeted and len(messages) == 1 and messages[0].uid is None:
+                short = self._short(tx, q, messages[0], confirm_id, now, events)
+                if short is not None:
+                    return [short], q, 0
+            counters = tx.counters(q.id) if budgeted else (q.depth, q.bytes)
+            room = Room(tx, q, self.max_store_bytes, now, self.sink, events, counters=counters)
             try:
                 results, rows = self._admit(tx, q, room, messages, confirm_id, now, events, strict=strict)
             finally:
@@ -128,12 +138,32 @@ class Puts:
                 tx.delete(q.id, [row.id for row in room.discards])
             tx.insert(q.id, q.name, rows)
             threshold = q.depth_threshold
-            if threshold is not None and q.depth < threshold <= room.depth and self.sink.rules.wants(queue):
+            if threshold is not None and counters[0] < threshold <= room.depth and (
+                self.sink.rules.wants(queue)
+            ):
                 events.append(Pending("threshold", queue, now, depth=room.depth))
             self.sink.record(tx, events)
             return results, q, len(room.discards)
 
-        return self.sink.run(body)  # concurrent puts: one thread writes them together (edgeq.store.flat)
+        return self.sink.run(body)
+
+    def _short(
+        self, tx: Tx, q: QueueRow, message: Message, confirm_id: int | None, now: int, events: list[Pending]
+    ) -> PutResult | None:
+        """The short way of one new message on a queue with no budget or threshold (every put of
+        an application, most of them): what :meth:`_admit` would decide, without its batch
+        machinery. None, having written nothing but the clock: take the whole way."""
+        stamp = tx.stamps(now, 1)
+        uid = MessageUID._trusted(self.origin, stamp)
+        row = self._row(q, uid, message, stamp, confirm_id, now)
+        if (row.deadline is not None and row.deadline <= now) or (
+            q.max_message_bytes is not None and len(row.data) + len(row.fields or b"") > q.max_message_bytes
+        ):
+            return None  # expired at "added", or too large: _admit says how
+        tx.insert(q.id, q.name, [self.sealer.seal(q, row)])
+        if self.sink.observed(q.name, "added"):
+            events.append(Pending("added", q.name, now, new=row))
+        return PutResult(uid, "stored")
 
     def _admit(
         self, tx: Tx, q: QueueRow, room: Room, messages: Sequence[Message], confirm_id: int | None, now: int,
@@ -149,7 +179,7 @@ class Puts:
         # a constant number of indexed SELECTs per batch, not two per message.
         keys = [(m.uid.origin, m.uid.stamp) for m in messages if m.uid is not None]
         held = tx.find_many(q.id, keys) if keys else {}
-        remembered = tx.remembered_many(q.id, [k for k in keys if k not in held]) if keys else set()
+        remembered = tx.remembered_many(q.id, [k for k in keys if k not in held]) if keys else _NONE
         # No copy of a row unless a rule or the journal wants its event.
         observed_expired = self.sink.observed(queue, "expired")
         observed_added = self.sink.observed(queue, "added")
@@ -219,7 +249,8 @@ class Puts:
 
     def _refusal(
         self, q: QueueRow, uid: MessageUID, message: Message, row: NewMessage,
-        seen: set[MessageUID], held: Mapping[tuple[str, int], MessageRow], remembered: set[tuple[str, int]],
+        seen: set[MessageUID], held: Mapping[tuple[str, int], MessageRow],
+        remembered: Set[tuple[str, int]],
     ) -> tuple[EdgeqError | PutResult | None, MessageRow | None]:
         """Why this message cannot be stored (an error, or a duplicate outcome), or None; and the
         copy of it already held, if any (a resend replaces it)."""

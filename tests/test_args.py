@@ -13,7 +13,6 @@ import pytest
 from edgeq import QueueManager, args
 from edgeq.encoding.cbor import DecodeLimits
 from edgeq.errors import InvalidArgument, InvalidType
-from edgeq.store.connection import ConnectionFactory
 from edgeq.sync.agent.agent import SyncAgent
 from edgeq.sync.server.auth import SignatureAuthenticator
 from edgeq.sync.server.nonces import MemoryNonces
@@ -24,10 +23,6 @@ def qm(tmp_path: Path) -> Iterator[QueueManager]:
     qm = QueueManager(tmp_path / "q.db", name="HOME", journal="server")
     yield qm
     qm.close()
-
-
-def _factory(tmp_path: Path, group_limit: object) -> None:
-    ConnectionFactory(tmp_path / "c.db", group_limit=group_limit)  # type: ignore[arg-type]
 
 
 def _agent(qm: QueueManager, **options: Any) -> None:
@@ -47,10 +42,6 @@ def _authenticator(qm: QueueManager, skew_ms: object) -> None:
 
 
 CASES: list[tuple[str, Callable[[QueueManager, Path], object], type[Exception], str]] = [
-    ("group_limit=0", lambda qm, tmp: _factory(tmp, 0), InvalidArgument,
-     "group_limit must be a positive int, not 0"),
-    ("group_limit='3'", lambda qm, tmp: _factory(tmp, "3"), InvalidType,
-     "group_limit must be a positive int, not '3'"),
     ("max_depth=True", lambda qm, tmp: DecodeLimits(max_depth=True), InvalidType,
      "max_depth must be a positive int, not True"),
     ("max_items=0", lambda qm, tmp: DecodeLimits(max_items=0), InvalidArgument,

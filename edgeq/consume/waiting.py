@@ -5,6 +5,7 @@ by a ``data_version`` watcher), or a redelivery delay ended. See docs/consumers.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import sqlite3
@@ -72,7 +73,10 @@ class Waker:
         self._poll_max = poll_max_s
         self._close_timeout = close_timeout_s
         self._cond = threading.Condition(threading.Lock())
-        self._changes = 0  # counts announced changes: a waiter sleeps while it stays put
+        # A new value at each announced change (a waiter sleeps while it stays put): next() of a
+        # count is atomic, so a change announced without the lock is never lost.
+        self._announced = itertools.count(1)
+        self._changes = 0
         self._waiters = 0
         self._inside: dict[int, int] = {}  # thread ident -> depth of busy() sections
         self._closed = False
@@ -83,10 +87,12 @@ class Waker:
     # -- announcing ------------------------------------------------------------------------
 
     def notify(self) -> None:
-        """Something in the store changed: every waiter tries again (any thread may call it)."""
-        with self._cond:
-            self._changes += 1
-            self._cond.notify_all()
+        """Something in the store changed: every waiter tries again (any thread may call it). With
+        nobody waiting (every put), no lock: a getter about to wait sees the new value in _sleep."""
+        self._changes = next(self._announced)
+        if self._waiters:
+            with self._cond:
+                self._cond.notify_all()
 
     def poke(self) -> None:
         """Wake every waiter to check its ``stop`` condition, without announcing a change."""

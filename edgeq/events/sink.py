@@ -63,15 +63,14 @@ class EventSink:
         """A write transaction that also forgets the rule events delivered since the last one."""
         with self.db.write(durable=durable) as conn:
             self.rules.flush(conn)
-            yield Tx(conn)
+            yield Tx(conn, self.db.known)
 
     def run(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
-        """``body`` in a write transaction shared with concurrent calls (``ConnectionFactory.run``):
-        it may run on another thread, so it must use only its ``Tx`` and thread-safe state."""
+        """``body``'s result, in a write transaction (``ConnectionFactory.run``)."""
 
         def step(conn: sqlite3.Connection) -> T:
             self.rules.flush(conn)
-            return body(Tx(conn))
+            return body(Tx(conn, self.db.known))
 
         return self.db.run(step, durable=durable)
 
@@ -104,6 +103,8 @@ class EventSink:
     def record(self, tx: Tx, events: list[Pending]) -> None:
         """Make the events durable in the caller's transaction (a damaged row becomes a ``quarantined``
         removal; an "expired" row that has not expired raises: a damaged deadline index)."""
+        if not events:
+            return
         for ev in events:
             row = ev.row
             if row is None or ev.kind not in _READ or ev.reason == "quarantined":
@@ -154,7 +155,8 @@ class EventSink:
         )
 
     def dispatch(self, events: list[Pending]) -> None:
-        self.rules.dispatch(events)
+        if events:
+            self.rules.dispatch(events)
 
     def quarantine(
         self, tx: Tx, q: QueueRow, row: MessageRow, now: int, *, through_index: bool = False,

@@ -179,9 +179,10 @@ def check_redelivery(first_ms: int, most_ms: int) -> None:
         )
 
 
-def require_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:
-    """The row of queue ``name``, or :class:`QueueNotFound` naming the queues that are defined."""
-    row = tx.queue(name)
+def require_queue(tx: Tx, qm_name: str, name: str, *, counted: bool = True) -> QueueRow:
+    """The row of queue ``name``, or :class:`QueueNotFound` naming the queues that are defined
+    (``counted=False``: its definition, whose ``depth`` and ``bytes`` may be stale: ``Tx.definition``)."""
+    row = tx.queue(name) if counted else tx.definition(name)
     if row is None:
         known = [q.name for q in tx.queues()]
         hint = f" (defined: {', '.join(known[:10])})" if known else " (none are defined)"
@@ -191,9 +192,9 @@ def require_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:
     return row
 
 
-def readable_queue(tx: Tx, qm_name: str, name: str) -> QueueRow:
+def readable_queue(tx: Tx, qm_name: str, name: str, *, counted: bool = True) -> QueueRow:
     """The queue, if applications may get and browse it (not a remote queue)."""
-    q = require_queue(tx, qm_name, name)
+    q = require_queue(tx, qm_name, name, counted=counted)
     if q.kind == "remote":
         raise InvalidArgument(
             f"{name!r} is a remote queue: messages put there are transmitted to queue manager "

@@ -45,10 +45,11 @@ class Room:
     ``store_limit``); discard events go to ``events``."""
 
     def __init__(
-        self, tx: Tx, q: QueueRow, store_limit: int | None, now: int, sink: EventSink, events: list[Pending]
+        self, tx: Tx, q: QueueRow, store_limit: int | None, now: int, sink: EventSink, events: list[Pending],
+        *, counters: tuple[int, int] | None = None,
     ) -> None:
         self.tx, self.q, self.now, self.sink, self.events = tx, q, now, sink, events
-        self.depth, self.bytes = q.depth, q.bytes
+        self.depth, self.bytes = counters if counters is not None else (q.depth, q.bytes)
         self.store_limit = store_limit
         self.store = tx.store_bytes() if store_limit is not None else 0
         self.limited = q.max_depth is not None or q.max_bytes is not None or store_limit is not None

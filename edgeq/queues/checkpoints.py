@@ -67,8 +67,10 @@ class ExpiryPolicy:
 
     def touch(self, name: str) -> int:
         """Activate the queue on first reference; return how many expired messages that discarded."""
+        if name in self._active:  # a name activated was checked then
+            return 0
         check_name(name, "queue name")
-        return 0 if name in self._active else self.activate(name)
+        return self.activate(name)
 
     def remove_in_batches(
         self, name: str, select: Callable[[Tx, QueueRow, int], list[int]], kind: EventKind,

@@ -1,5 +1,5 @@
 """Group commit: durable commits of many threads share one flush of the WAL (why that is
-durable: docs/storage.md, "Group commit")."""
+durable: docs/storage.md, "Writes and group commit")."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class SyncBarrier:
         self._closed = False
         self._commits = 0
         self._syncs = 0
+        #: Set by the owner while a connection of its own is open on the file: SQLite deletes or
+        #: replaces a WAL only when its last connection closes, so the descriptor is not checked
+        #: against the path at each flush (a stat there cost a quarter of a put: docs/storage.md).
+        self.pinned = False
         # Touched by the leader only (one at a time), or under the lock with no leader.
         self._fd: int | None = None
         self._file: tuple[int, int] | None = None
@@ -55,24 +59,24 @@ class SyncBarrier:
         with self._cond:
             return self._started + 1
 
-    def wait(self, mark: int | None = None, *, callers: int = 1) -> None:
-        """Return once everything committed before the call (or before ``mark``) is on the disk;
-        ``callers``: the durable commits it stands for. Raises StoreError if a flush ever failed."""
+    def wait(self, mark: int | None = None) -> None:
+        """Return once everything committed before the call (or before ``mark``) is on the disk.
+        Raises StoreError if a flush ever failed."""
         with self._cond:
             # A flush that begins after this point covers this caller's commit.
             needed = self._started + 1 if mark is None else mark
             while self._finished < needed:
                 self._check()
                 if self._leading:
-                    self._waiting += callers
+                    self._waiting += 1
                     try:
                         self._cond.wait()
                     finally:
-                        self._waiting -= callers
+                        self._waiting -= 1
                     continue
                 self._lead()
             self._check()
-            self._commits += callers
+            self._commits += 1
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -115,10 +119,13 @@ class SyncBarrier:
         self._syncs += fd is not None
         if self._closed:
             self._forget()
-        self._cond.notify_all()
+        if self._waiting:  # a lone writer (every single-threaded put) has nobody to wake
+            self._cond.notify_all()
 
     def _current(self) -> int | None:
         """A descriptor of the WAL file now at :attr:`path` (reopened if replaced); None if gone."""
+        if self.pinned and self._fd is not None:
+            return self._fd
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -145,6 +152,7 @@ class SyncBarrier:
         """Let go of the WAL's descriptor (a later :meth:`wait` opens it for its flush only)."""
         with self._cond:
             self._closed = True
+            self.pinned = False
             if not self._leading:
                 self._forget()
 

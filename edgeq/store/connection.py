@@ -1,30 +1,44 @@
-"""All SQLite policy for a queue manager's connections: pragmas, busy timeout, transactions and
-group commit (docs/storage.md, "Group commit"); recognising a file: :mod:`edgeq.store.opening`."""
+"""All SQLite policy for a queue manager's connections: pragmas, busy timeout, write transactions and
+group commit (docs/storage.md, "Writes"); recognising a file: :mod:`edgeq.store.opening`."""
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
-from edgeq.args import check_positive, check_seconds
+from edgeq.args import check_seconds
 from edgeq.errors import InvalidArgument, QueueManagerClosed, StoreBusy, StoreError
-from edgeq.store.combining import GROUP_LIMIT, Combiner, CombineStats, release_statements
 from edgeq.store.commits import SyncBarrier, SyncStats
-from edgeq.store.flat import Lead
 from edgeq.store.integrity import register
 from edgeq.store.opening import open_address, store_error
 from edgeq.types import Durability
 
 T = TypeVar("T")
 
-__all__ = ["ConnectionFactory"]
+__all__ = ["ConnectionFactory", "WriteStats", "release_statements"]
 
 _DURABILITIES = ("full", "normal")
+
+
+def release_statements(exc: BaseException) -> None:
+    """Let go of the cursors a failed statement's frames hold: while held, the statement stays
+    "in progress" and no ROLLBACK or later COMMIT on the connection goes through."""
+    traceback.clear_frames(exc.__traceback__)
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    """Write transactions committed, and threads of this process waiting now for their turn."""
+
+    transactions: int
+    waiting: int = 0
 
 
 class ConnectionFactory:
@@ -36,15 +50,12 @@ class ConnectionFactory:
     ...     _ = conn.execute("CREATE TABLE t (x)")
     >>> factory.run(lambda conn: conn.execute("INSERT INTO t VALUES (1)").rowcount)
     1
-    >>> factory.sync_stats(), factory.combine_stats()  # one thread: a transaction per write
-    (SyncStats(commits=2, syncs=2, waiting=0), CombineStats(transactions=2, writes=2, queued=0))
+    >>> factory.sync_stats(), factory.write_stats()  # one thread: a flush per durable write
+    (SyncStats(commits=2, syncs=2, waiting=0), WriteStats(transactions=2, waiting=0))
     >>> factory.close()
     """
 
-    def __init__(
-        self, path: str | Path, *, durability: Durability = "full", timeout: float = 30.0,
-        group_limit: int = GROUP_LIMIT,
-    ) -> None:
+    def __init__(self, path: str | Path, *, durability: Durability = "full", timeout: float = 30.0) -> None:
         if durability not in _DURABILITIES:
             raise InvalidArgument(f"durability must be 'full' or 'normal', not {durability!r}")
         timeout = check_seconds(timeout, "timeout")
@@ -60,11 +71,19 @@ class ConnectionFactory:
         self._tracer: Callable[[str], None] | None = None
         # The WAL's real name is known once SQLite has opened the file (_new).
         self._barrier = SyncBarrier(f"{Path(self.path).resolve()}-wal")
-        # Writers of this process queue here, not in SQLite's busy handler (which sleeps in
-        # steps of up to 100 ms rather than waking when the lock is free).
-        check_positive(group_limit, "group_limit")
-        self._combiner = Combiner(self.path, self._barrier, self.translate, limit=group_limit)
-        self._lead = Lead(self, group_limit)  # run(): writes one thread runs for many (edgeq.store.flat)
+        # One write transaction at a time, on the writer connection. Threads of this process wait
+        # here, not in SQLite's busy handler (which sleeps in steps of up to 100 ms).
+        self._turn = threading.Lock()
+        self._count = threading.Lock()  # guards _waiting
+        self._waiting = 0
+        self._transactions = 0  # moved under the turn
+        self._notify: Callable[[], None] | None = None
+        self._version = -1  # the writer's PRAGMA data_version when ``known`` was last valid
+        #: What the hot paths keep of the store between their transactions (queue definitions and
+        #: counters, the last stamp: edgeq.store.tx, edgeq.store.uids), for
+        #: use inside a write only: emptied when another connection has committed, when a
+        #: :meth:`write` commits a change, and when a write rolls back.
+        self.known: dict[tuple[object, ...], object] = {}
         self._located = False
         # One writer connection for every thread: its page cache stays warm (SQLite drops a
         # connection's cache whenever another one has committed).
@@ -93,7 +112,7 @@ class ConnectionFactory:
             if mode.lower() != "wal" and not read_only:
                 raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode}); use a local filesystem")
             # NORMAL at either durability: at "full" a write waits for a shared flush after its
-            # COMMIT instead (docs/storage.md, "Group commit": why that is as durable as FULL).
+            # COMMIT instead (docs/storage.md, "Writes and group commit": why it is as durable as FULL).
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA temp_store = MEMORY")
@@ -137,72 +156,106 @@ class ConnectionFactory:
 
     @contextmanager
     def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction: a body that raises undoes only its own changes; nested: a
+        """A ``BEGIN IMMEDIATE`` transaction; a body that raises rolls it back; nested: a
         :class:`StoreError`. Returns once committed and, at "full" unless ``durable=False``, on disk."""
-        self._may_write()
-        turns = self._combiner
-        group = turns.take(self.timeout)
-        # Every path below ends this turn (with ``group``'s open transaction, if any) exactly once.
-        conn = self._writer
-        try:
-            conn = self.writer_connection()
-            turns.begin(conn, group)
-        except BaseException:
-            turns.abandon(conn, group)
-            raise
+        conn = self._begin()
         before = conn.total_changes
-        self._local.writing = conn
         try:
             yield conn
         except BaseException as exc:
-            self._local.writing = None
-            error = turns.fail(conn, group, exc)
-            if error is None:
-                raise
-            raise error from exc
-        self._local.writing = None
-        # Read in this turn: the next writer's changes count on the same connection.
-        changed = conn.total_changes != before
-        try:
-            wrote = changed or self._schema_moved(conn)
-        except StoreError as exc:
-            turns.fail(conn, group, exc)
-            raise
-        turns.finish(conn, group, changed=changed, durable=durable and self.durability == "full" and wrote)
+            self._abort(conn, exc)
+        self._commit(conn, before, durable, keep=False)
 
     def run(self, body: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
-        """``body(conn)``'s result, run as :meth:`write` would, for the hot paths: possibly by another
-        thread (:mod:`edgeq.store.flat`), so ``body`` must use only ``conn`` and thread-safe state."""
-        self._may_write()
-        return self._lead.run(body, durable)
+        """``body(conn)``'s result, in the transaction :meth:`write` makes: the hot paths' form, whose
+        changes leave :attr:`known` valid (they never change a queue's definition)."""
+        conn = self._begin()
+        before = conn.total_changes
+        try:
+            result = body(conn)
+        except BaseException as exc:
+            self._abort(conn, exc)
+        self._commit(conn, before, durable, keep=True)
+        return result
 
-    def _may_write(self) -> None:
-        if self._closed:
-            raise QueueManagerClosed(f"{self.path}: the queue manager is closed; open a new one")
+    def _begin(self) -> sqlite3.Connection:
+        """Take this thread's turn and begin its transaction on the writer connection."""
         if getattr(self._local, "writing", None) is not None:
             raise StoreError(
                 f"{self.path}: this thread is inside a write transaction already, and a write cannot begin "
                 "inside another: finish the outer one first"
             )
-
-    # -- what edgeq.store.flat's lead needs (flat.Writer) --
-
-    @property
-    def turns(self) -> Combiner:
-        return self._combiner
-
-    def wrote(self, conn: sqlite3.Connection, before: int) -> bool:
-        """Whether a write that began at ``total_changes`` ``before`` wrote anything."""
-        return conn.total_changes != before or self._schema_moved(conn)
-
-    def durable(self) -> bool:
-        return self.durability == "full"
-
-    def writing(self, conn: sqlite3.Connection | None) -> None:
-        """Mark this thread as inside a write on ``conn`` (None: no longer)."""
+        if not self._turn.acquire(blocking=False):
+            self._wait_turn()
+        try:
+            conn = self._writer if self._writer is not None and not self._closed else self.writer_connection()
+            conn.execute("BEGIN IMMEDIATE")
+            (version,) = conn.execute("PRAGMA data_version").fetchone()  # moves when others commit
+        except BaseException as exc:
+            self._turn.release()
+            if isinstance(exc, sqlite3.Error):
+                raise self.translate(exc) from exc
+            raise
+        if version != self._version:
+            self._version = version
+            self.known.clear()
         self._local.writing = conn
+        return conn
+
+    def _wait_turn(self) -> None:
+        with self._count:
+            self._waiting += 1
+        try:
+            taken = self._turn.acquire(timeout=self.timeout)
+        finally:
+            with self._count:
+                self._waiting -= 1
+        if not taken:
+            raise StoreBusy(
+                f"{self.path}: other threads of this process held the write lock past the busy "
+                f"timeout ({self.timeout:g} s); retry, or raise QueueManager(timeout=...)"
+            )
+
+    def _commit(self, conn: sqlite3.Connection, before: int, durable: bool, *, keep: bool) -> None:
+        """COMMIT (at synchronous=NORMAL: no flush under the lock), end the turn, then wait for a
+        flush of the WAL begun after the COMMIT, shared with other threads (docs/storage.md)."""
+        try:
+            if not conn.in_transaction:  # the body went on after SQLite had rolled back under it
+                raise StoreError(f"{self.path}: SQLite rolled back this write transaction under it; retry")
+            changed = conn.total_changes != before
+            wrote = changed or self._schema_moved(conn)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            self._abort(conn, exc)
+        self._local.writing = None
+        if wrote and not keep:
+            self.known.clear()
+        self._transactions += 1  # under the turn
+        self._turn.release()
+        try:
+            if changed and self._notify is not None:
+                self._notify()  # visible now: a waiting get may find what it waits for
+        finally:
+            if wrote and durable and self.durability == "full":
+                self._barrier.wait()
+
+    def _abort(self, conn: sqlite3.Connection, exc: BaseException) -> NoReturn:
+        """Roll the transaction back, end the turn and raise ``exc`` (a sqlite3 error in edgeq's words)."""
+        self._local.writing = None
+        self.known.clear()
+        try:
+            release_statements(exc)  # a statement in progress would stop the ROLLBACK
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        finally:
+            self._turn.release()
+        if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
+            raise self.translate(exc) from exc
+        raise exc
 
     def translate(self, exc: sqlite3.Error | UnicodeDecodeError) -> StoreError:
+        """A sqlite3 error on this file in edgeq's words."""
         return store_error(exc, self.path)
 
     def _schema_moved(self, conn: sqlite3.Connection) -> bool:
@@ -230,21 +283,22 @@ class ConnectionFactory:
         if conn is None:
             conn = self._writer = self._new()
             self._schema_seen = self._schema(conn)
+            self._barrier.pinned = True  # an open connection keeps the WAL where it is (commits.py)
         return conn
 
     @property
     def on_commit(self) -> Callable[[], None] | None:
         """Called after every write transaction that changed a row, once visible (None: nothing)."""
-        return self._combiner.notify
+        return self._notify
 
     @on_commit.setter
     def on_commit(self, callback: Callable[[], None] | None) -> None:
-        self._combiner.notify = callback
+        self._notify = callback
 
-    def combine_stats(self) -> CombineStats:
-        """Write transactions committed, and the writes they held (more when threads wrote together)."""
-        stats = self._combiner.baton.stats()
-        return CombineStats(stats.transactions, stats.writes, self._lead.queued(stats.queued))
+    def write_stats(self) -> WriteStats:
+        """Write transactions committed, and the threads waiting for their turn now."""
+        with self._count:
+            return WriteStats(self._transactions, self._waiting)
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -276,21 +330,20 @@ class ConnectionFactory:
         return self._closed
 
     def close(self) -> None:
-        """Close every connection this factory opened (from any thread): the write in turn finishes and
-        commits (up to ``timeout`` s); writes still waiting raise :class:`QueueManagerClosed`."""
+        """Close every connection this factory opened (from any thread): the write in progress finishes
+        (up to ``timeout`` s); writes still waiting for their turn raise :class:`QueueManagerClosed`."""
         with self._lock:
             self._closed = True
-        self._combiner.closing = True
-        if getattr(self._local, "writing", None) is None:  # not from inside this thread's own write
-            try:
-                group = self._combiner.take(self.timeout)
-            except StoreBusy:
-                pass  # a write that never ends: close under it, as a crash would
-            else:
-                self._combiner.abandon(self._writer, group)
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):  # closing is best effort
-                conn.close()
-        self._barrier.close()
+        inside = getattr(self._local, "writing", None) is not None  # from inside this thread's own write
+        # Past the timeout: a write that never ends; close under it, as a crash would.
+        taken = inside or self._turn.acquire(timeout=self.timeout)
+        try:
+            with self._lock:
+                conns, self._all = self._all, []
+            for conn in conns:
+                with contextlib.suppress(sqlite3.Error):  # closing is best effort
+                    conn.close()
+            self._barrier.close()
+        finally:
+            if taken and not inside:
+                self._turn.release()  # the writers still waiting see the factory closed

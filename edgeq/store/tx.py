@@ -31,6 +31,11 @@ _QUEUE_COLS = (
 )
 
 
+_INSERT = """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
+    created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline, correlation_id, reply_to, report,
+    fields, data, key_id, crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+
 def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]
@@ -39,8 +44,11 @@ def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
 class Tx(UidTx):
     """The verbs of one transaction on ``conn`` (opened by ``ConnectionFactory``)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, known: dict[tuple[object, ...], object] | None = None
+    ) -> None:
         self.conn = conn
+        self.known = known  # ConnectionFactory.known: definition(), counters(), stamps()
         self._kinds: dict[int, str] = {}  # queues looked up here: a local one keeps no refusal counts
 
     # -- queues --------------------------------------------------------------------
@@ -54,7 +62,32 @@ class Tx(UidTx):
             return None
         found = checked_queue(QueueRow(*row), self.conn)
         self._kinds[found.id] = found.kind
+        if self.known is not None:
+            self.known[("counters", found.id)] = [found.depth, found.bytes]
         return found
+
+    def definition(self, name: str) -> QueueRow | None:
+        """Like :meth:`queue`, from ``known`` when it holds it: its ``depth`` and ``bytes`` may be stale
+        (:meth:`counters` has them)."""
+        found = None if self.known is None else self.known.get(("queue", name))
+        if isinstance(found, QueueRow):
+            self._kinds[found.id] = found.kind
+            return found
+        row = self.queue(name)
+        if row is not None and self.known is not None:
+            self.known[("queue", name)] = row
+        return row
+
+    def counters(self, queue_id: int) -> tuple[int, int]:
+        """A queue's depth and bytes now, from ``known`` when it holds them."""
+        found = None if self.known is None else self.known.get(("counters", queue_id))
+        if isinstance(found, list):
+            return found[0], found[1]
+        sql = "SELECT depth, bytes FROM queues WHERE id = ?"
+        depth, size = self.conn.execute(sql, (queue_id,)).fetchone()
+        if self.known is not None:
+            self.known[("counters", queue_id)] = [depth, size]
+        return depth, size
 
     def queues(self) -> list[QueueRow]:
         """Every queue row, by name."""
@@ -114,14 +147,8 @@ class Tx(UidTx):
         checked = []
         for r in rows:
             size += len(r.data) + (len(r.fields) if r.fields is not None else 0)
-            checked.append((*r, new_crc(queue, r)))
-        self.conn.executemany(
-            f"""INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
-                   created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline,
-                   correlation_id, reply_to, report, fields, data, key_id, crc)
-               VALUES ({int(queue_id)}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            checked,  # queue_id is an int of ours, inlined
-        )
+            checked.append((queue_id, *r, new_crc(queue, r)))
+        self.conn.executemany(_INSERT, checked)
         self._move_depth(queue_id, len(rows), size)
 
     def delete(self, queue_id: int, ids: Sequence[int]) -> list[MessageRow]:
@@ -136,6 +163,16 @@ class Tx(UidTx):
                     f"RETURNING {_MSG_COLS}", chunk,
                 )
             )
+        return self._gone(queue_id, out)
+
+    def delete_row(self, queue_id: int, row: MessageRow) -> list[MessageRow]:
+        """Delete a row this transaction read (``[row]``; ``[]`` if it is not on the queue): no copy
+        is read back, as :meth:`delete` does."""
+        cur = self.conn.execute("DELETE FROM messages WHERE id = ? AND +queue_id = ?", (row.id, queue_id))
+        return self._gone(queue_id, [row] if cur.rowcount else [])
+
+    def _gone(self, queue_id: int, out: list[MessageRow]) -> list[MessageRow]:
+        """Count deleted rows out of their queue (and their refusal counts); return them."""
         self._move_depth(queue_id, -len(out), -sum(map(stored_size, out)))
         if out and self._kinds.get(queue_id, "remote") == "remote":  # their refusal counts go too
             forget_refusals(self.conn, queue_id, [(row.origin, row.stamp) for row in out])
@@ -156,6 +193,8 @@ class Tx(UidTx):
         """Delete every message of a queue, in any state; return how many."""
         cur = self.conn.execute("DELETE FROM messages WHERE queue_id = ?", (queue_id,))
         self.conn.execute("UPDATE queues SET depth = 0, bytes = 0 WHERE id = ?", (queue_id,))
+        if self.known is not None:
+            self.known.pop(("counters", queue_id), None)
         self.conn.execute("DELETE FROM refusals WHERE queue_id = ?", (queue_id,))
         return cur.rowcount
 
@@ -164,6 +203,10 @@ class Tx(UidTx):
             self.conn.execute(
                 "UPDATE queues SET depth = depth + ?, bytes = bytes + ? WHERE id = ?", (delta, size, queue_id)
             )
+            counted = None if self.known is None else self.known.get(("counters", queue_id))
+            if isinstance(counted, list):
+                counted[0] += delta
+                counted[1] += size
 
     def store_bytes(self) -> int:
         """Data plus fields of every message of every queue (a sum over the queue rows)."""

@@ -239,6 +239,28 @@ def test_the_last_connection_closing_removes_the_wal_and_a_new_one_is_followed(t
     barrier.close()
 
 
+def test_an_open_connection_keeps_the_wal_in_place_so_a_pinned_barrier_never_looks_again(db: Path) -> None:
+    """Why ``pinned`` is safe: while one connection is open, another one's TRUNCATE checkpoint and
+    close leave the WAL where it is (same inode), and a pinned barrier flushes that same file."""
+    disk = SlowDisk()
+    barrier = SyncBarrier(wal(db), flush=disk)
+    barrier.pinned = True
+    mine = commit(db, "mine")
+    barrier.wait()
+    other = commit(db, "other")
+    other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    other.close()  # not the last connection: SQLite leaves the WAL
+    mine.execute("INSERT INTO t VALUES ('again', 1)")
+    barrier.wait()
+    inode = os.stat(wal(db)).st_ino
+    assert disk.inodes == [inode, inode]
+    assert barrier.stats() == SyncStats(commits=2, syncs=2)
+    mine.close()
+    held = wal_descriptors(db)  # the fixture's connection and the barrier's descriptor
+    barrier.close()
+    assert not barrier.pinned and wal_descriptors(db) == held - 1
+
+
 def test_a_failed_flush_fails_its_waiters_and_every_later_one(db: Path) -> None:
     calls: list[int] = []
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from edgeq import Message, QueueManager
-from edgeq.errors import MessageTooLarge, StoreError
+from edgeq.errors import MessageTooLarge, QueueFull, StoreError
 from edgeq.store import commits
 from edgeq.store.commits import SyncStats
 from edgeq.store.connection import ConnectionFactory
@@ -167,6 +167,60 @@ def test_every_thread_writes_through_one_connection_and_reads_its_own_write_insi
     factory.close()
 
 
+# -- what the hot paths keep between transactions (ConnectionFactory.known) ------------------
+
+
+def test_a_queue_altered_by_another_connection_is_seen_by_the_next_put(tmp_path: Path) -> None:
+    """The put reads the queue's definition from memory while no other connection committed."""
+    with QueueManager(tmp_path / "k.db", name="DEV1") as qm:
+        qm.define_queue("Q")
+        qm.put("Q", Message(b"x" * 500))  # its definition is kept now
+        with QueueManager(tmp_path / "k.db") as other:
+            other.alter_queue("Q", max_message_bytes=100)
+        with pytest.raises(MessageTooLarge, match="at most 100"):
+            qm.put("Q", Message(b"x" * 500))
+        qm.alter_queue("Q", max_message_bytes=1000)  # this process's own change, too
+        qm.put("Q", Message(b"x" * 500))
+        assert qm.depth("Q") == 2
+
+
+def test_stamps_stay_in_commit_order_across_two_managers_and_the_clock_holds_the_last(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with QueueManager(path, name="DEV1") as a, QueueManager(path) as b:
+        a.define_queue("Q", ordering="fifo", max_message_bytes=1000)
+        uids = []
+        for i in range(20):
+            uids.append((a if i % 3 else b).put("Q", Message(b"%d" % i)))
+        with pytest.raises(MessageTooLarge):  # a batch refused whole: its stamps were never issued
+            a.put_many("Q", [Message(b"ok"), Message(b"x" * 10**6)])
+        a.alter_queue("Q", max_message_bytes=10**7)
+        uids.append(a.put("Q", Message(b"20")))
+        stamps = [u.stamp for u in uids]
+        assert stamps == sorted(set(stamps))  # unique, and in the order the puts committed
+        assert [m.data for m in b.get_many("Q", 30)] == [b"%d" % i for i in range(21)]
+        with a._db.read() as conn:
+            assert conn.execute("SELECT stamp FROM edgeq_clock").fetchone() == (stamps[-1],)
+
+
+def test_depths_kept_in_memory_follow_every_change_from_here_and_elsewhere(tmp_path: Path) -> None:
+    path = tmp_path / "d.db"
+    with QueueManager(path, name="DEV1") as qm, QueueManager(path) as other:
+        qm.define_queue("Q", max_depth=5, on_full="reject")
+        for _ in range(3):
+            qm.put("Q", Message(b"a"))
+        other.put("Q", Message(b"b"))  # another connection: qm's kept depth is stale now
+        qm.put("Q", Message(b"c"))
+        with pytest.raises(QueueFull):
+            qm.put("Q", Message(b"d"))
+        locked = qm.get("Q", confirm_id=1)
+        assert locked is not None and locked.uid is not None
+        qm.confirm_get("Q", locked.uid)
+        qm.put("Q", Message(b"e"))  # room for one again, counted here
+        with pytest.raises(QueueFull):
+            qm.put("Q", Message(b"f"))
+        assert qm.depth("Q") == other.depth("Q") == 5
+
+
 # -- many threads: flushes shared, each transaction still its own ---------------------------
 
 
@@ -299,8 +353,8 @@ def test_a_failed_flush_fails_the_put_and_every_later_durable_write(
 
 def _worker(path: str, threads: int) -> None:
     """Subprocess: ``threads`` producers putting until killed, each put reported once it
-    returned. Their first puts queue behind a write held until all of them wait, so
-    at least that group is combined into one transaction (reported first)."""
+    returned. Their first puts wait behind a write held until all of them wait for their
+    turn, so they really run together (reported first)."""
     qm = QueueManager(path, name="DEV1")
     say = threading.Lock()
     db = qm._db
@@ -309,10 +363,9 @@ def _worker(path: str, threads: int) -> None:
     def hold() -> None:
         with db.write():
             holding.set()
-            until(lambda: db.combine_stats().queued == threads, "every producer to queue")
-        stats = db.combine_stats()
+            until(lambda: db.write_stats().waiting == threads, "every producer to wait for its turn")
         with say:
-            sys.stdout.write(f"combined {stats.transactions} {stats.writes}\n")
+            sys.stdout.write(f"waited {threads}\n")
             sys.stdout.flush()
 
     holder = threading.Thread(target=hold, daemon=True)
@@ -343,14 +396,14 @@ def test_sigkill_right_after_concurrent_puts_returned_loses_none(tmp_path: Path)
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     reported: list[str] = []
-    combined: list[tuple[int, int]] = []
+    waited: list[str] = []
     try:
         assert proc.stdout is not None
         while len(reported) < 400:
             line = proc.stdout.readline()
             assert line, f"the worker stopped early: {proc.stderr.read() if proc.stderr else ''}"
-            if line.startswith("combined"):
-                combined.append((int(line.split()[1]), int(line.split()[2])))
+            if line.startswith("waited"):
+                waited.append(line)
                 continue
             reported.append(line.split()[1])
         os.kill(proc.pid, signal.SIGKILL)
@@ -366,8 +419,7 @@ def test_sigkill_right_after_concurrent_puts_returned_loses_none(tmp_path: Path)
         stored = {b":".join(m.data.split(b":")[:2]).decode() for m in qm.browse("Q")}
     assert set(reported) <= stored
     assert len({r.split(":")[0] for r in reported}) > 1  # several producers really ran together
-    ((transactions, writes),) = combined  # the held write and the 8 first puts: one transaction
-    assert writes - transactions >= 8
+    assert waited == ["waited 8\n"]  # the 8 producers' first puts waited together behind one write
 
 
 if __name__ == "__main__":
