@@ -1,0 +1,87 @@
+"""One connection to an MQTT 5 broker (paho-mqtt, its network loop in a thread): made whole or
+refused with :class:`BrokerUnavailable`; a new one for every reconnection."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from paho.mqtt.client import Client, ConnectFlags, DisconnectFlags, MQTTMessage
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from edgeq.sync.bridges.broker import BrokerSettings
+from edgeq.sync.bridges.errors import BrokerUnavailable
+
+__all__ = ["Connection"]
+
+_CONNECT_TIMEOUT_S = 5.0
+
+
+class Connection:
+    """A connected client: ``session_present`` from the CONNACK, ``lost`` set when it drops."""
+
+    def __init__(
+        self, settings: BrokerSettings, client_id: str, *, clean_start: bool, session_expiry_s: int = 0,
+        on_message: Callable[[Client, MQTTMessage], None] | None = None, client_cls: type[Client] = Client,
+        manual_ack: bool = False,
+    ) -> None:
+        self.lost = threading.Event()
+        self.session_present = False
+        self.reason = ""
+        #: The PUBACK/PUBREC reason codes of failure (0x80 and up) by packet id: the broker refused those.
+        self.refused: dict[int, ReasonCode] = {}
+        self._ready = threading.Event()
+        client = client_cls(CallbackAPIVersion.VERSION2, client_id=client_id,
+                            protocol=MQTTProtocolVersion.MQTTv5, manual_ack=manual_ack,
+                            reconnect_on_failure=False)
+        if settings.username or settings.password_env or settings.password_file:
+            client.username_pw_set(settings.username, settings.password())
+        context = settings.ssl_context()
+        if context is not None:
+            client.tls_set_context(context)
+        client.on_connect = self._connected
+        client.on_disconnect = self._disconnected
+        client.on_publish = self._published
+        if on_message is not None:
+            client.on_message = lambda c, _u, message: on_message(c, message)
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        props.SessionExpiryInterval = session_expiry_s
+        self.client = client
+        try:
+            client.connect(settings.host, settings.port, settings.keepalive_s, clean_start=clean_start,
+                           properties=props)
+        except OSError as exc:
+            raise BrokerUnavailable(
+                f"cannot reach the broker at {settings.host}:{settings.port}: {exc}") from exc
+        client.loop_start()
+        if not self._ready.wait(_CONNECT_TIMEOUT_S) or self.lost.is_set():
+            self.close()
+            raise BrokerUnavailable(f"the broker at {settings.host}:{settings.port} did not accept the "
+                                    f"connection ({self.reason or 'no CONNACK in time'})")
+
+    def _connected(self, _c: Client, _u: Any, flags: ConnectFlags, rc: ReasonCode, _p: Any) -> None:
+        if rc.is_failure:
+            self.reason = str(rc)
+            self.lost.set()
+        else:
+            self.session_present = flags.session_present
+        self._ready.set()
+
+    def _disconnected(self, _c: Client, _u: Any, _f: DisconnectFlags, rc: ReasonCode, _p: Any) -> None:
+        self.reason = str(rc)
+        self.lost.set()
+        self._ready.set()
+
+    def _published(self, _c: Client, _u: Any, mid: int, rc: ReasonCode, _p: Any) -> None:
+        if rc.is_failure:
+            self.refused[mid] = rc
+
+    def close(self) -> None:
+        """Disconnect (the broker keeps a persistent session) and stop the network thread."""
+        self.lost.set()
+        self.client.disconnect()
+        self.client.loop_stop()

@@ -1,0 +1,124 @@
+"""The MQTT 5 out-bridge: an assured get from the queue, a PUBLISH of what is left of its expiry, and
+the get confirmed only after the broker's PUBACK or PUBCOMP (docs/bridges.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from edgeq.errors import ConfirmIdNotFound
+from edgeq.sync.bridges.base import Bridge
+from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
+from edgeq.sync.bridges.connection import Connection
+from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError
+from edgeq.sync.bridges.mapping import outgoing
+from edgeq.uid import MessageUID
+
+__all__ = ["MqttOutBridge"]
+
+_OWN: dict[str, Any] = {"topics": None, "qos": 1}
+_POLL_S = 0.1
+
+
+class MqttOutBridge(Bridge):
+    """Forward the queue's messages to one topic of a broker, at QoS 1 or 2."""
+
+    direction = "out"
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        out = check_broker_config(config, _OWN)
+        topics = out["topics"]
+        one = isinstance(topics, list) and len(topics) == 1 and isinstance(topics[0], str) and topics[0]
+        if not one or any(c in topics[0] for c in "+#"):
+            raise BridgeConfigError(
+                f"an mqtt-out bridge publishes to one topic without wildcards, not {topics!r}")
+        if out["qos"] not in (1, 2):
+            raise BridgeConfigError(f"an mqtt-out bridge publishes at QoS 1 or 2, not {out['qos']!r}")
+        return out
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        d = self.definition
+        self.settings = BrokerSettings.from_config(d.config)
+        self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
+        self.topic, self.qos = str(d.config["topics"][0]), int(d.config["qos"])
+
+    def run(self, stop: threading.Event) -> None:
+        self._undo_locked()
+        delay = 0.1
+        while not stop.is_set():
+            try:
+                conn = Connection(self.settings, self.client_id, clean_start=True)
+            except BridgeError as exc:
+                self.board.error(f"{exc}; the messages wait on queue {self.definition.queue}")
+                stop.wait(delay)
+                delay = min(delay * 2, self.settings.retry_max_s)
+                continue
+            delay = 0.1
+            self.board.connected(True)
+            try:
+                while not stop.is_set() and not conn.lost.is_set():
+                    self._forward_one(conn, stop)
+            finally:
+                self.board.connected(False)
+                if not stop.is_set():
+                    self.board.error(f"lost the broker connection ({conn.reason}); reconnecting")
+                conn.close()
+
+    def _undo_locked(self) -> None:
+        """Put back what a run that crashed had got but not confirmed: it is published again (same uid)."""
+        d = self.definition
+        try:
+            n = self.qm.undo(d.queue, d.confirm_id, count_backout=False)
+        except ConfirmIdNotFound:
+            return
+        self.board.count("duplicates", n)  # each may have reached the broker before the crash
+
+    def _forward_one(self, conn: Connection, stop: threading.Event) -> None:
+        d = self.definition
+        before = self.qm.now_ms()  # no later than the get: the deadline below is never extended
+        message = self.qm.get(d.queue, confirm_id=d.confirm_id, wait=_POLL_S)
+        if message is None or message.uid is None:
+            return
+        self.step("out.got")
+        try:
+            publish = outgoing(message, before, self.qm.now_ms())
+        except BridgeError as exc:
+            self._put_back(message.uid, f"cannot be published ({exc})", count_backout=True)
+            return
+        if publish is None:  # under a second left: never published, left to expire
+            self.board.count("skipped")
+            deadline = before + (message.remaining_expiry_ms or 0)
+            stop.wait(max(0, deadline - self.qm.now_ms()) / 1000)
+            self.qm.activate(d.queue)
+            return
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        for name, value in publish.properties.items():
+            setattr(props, name, value)
+        info = conn.client.publish(self.topic, publish.payload, self.qos, properties=props)
+        self.step("out.sent")
+        while not info.is_published():
+            if conn.lost.is_set() or stop.is_set():
+                self._put_back(message.uid, "the broker did not confirm it before the connection ended")
+                return
+            conn.lost.wait(_POLL_S)
+        self.step("out.acknowledged")
+        refused = conn.refused.pop(info.mid, None)
+        if refused is not None:
+            self._put_back(message.uid, f"the broker refused it ({refused})", count_backout=True)
+            return
+        self.qm.confirm_get(d.queue, message.uid)
+        self.board.count("forwarded")
+        self.step("out.confirmed")
+
+    def _put_back(self, uid: MessageUID, why: str, *, count_backout: bool = False) -> None:
+        d = self.definition
+        self.board.error(f"message {uid} {why}: put back on queue {d.queue}")
+        with contextlib.suppress(ConfirmIdNotFound):  # it expired meanwhile: its rules were told
+            self.qm.undo(d.queue, d.confirm_id, count_backout=count_backout, uids=[uid])
