@@ -12,9 +12,10 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edgeq.sync.bridges.broker import BrokerSettings
-from edgeq.sync.bridges.errors import BrokerUnavailable
+from edgeq.sync.bridges.errors import BridgeError, BrokerUnavailable
 
 __all__ = ["Connection"]
 
@@ -75,6 +76,23 @@ class Connection:
         self.reason = str(rc)
         self.lost.set()
         self._ready.set()
+
+    def subscribe(self, topics: list[str], qos: int) -> None:
+        """Subscribe to topic filters and wait for the SUBACK; a filter the broker refuses is an error."""
+        done = threading.Event()
+        codes: list[ReasonCode] = []
+
+        def acked(_c: Client, _u: Any, _mid: int, reason_codes: list[ReasonCode], _p: Any) -> None:
+            codes.extend(reason_codes)
+            done.set()
+
+        self.client.on_subscribe = acked
+        self.client.subscribe([(t, SubscribeOptions(qos=qos)) for t in topics])
+        if not done.wait(_CONNECT_TIMEOUT_S):
+            raise BrokerUnavailable("the broker did not answer the subscription (no SUBACK in time)")
+        refused = [f"{t!r}: {c}" for t, c in zip(topics, codes, strict=False) if c.is_failure]
+        if refused:
+            raise BridgeError(f"the broker refused the subscription to {', '.join(refused)}")
 
     def _published(self, _c: Client, _u: Any, mid: int, rc: ReasonCode, _p: Any) -> None:
         if rc.is_failure:

@@ -15,7 +15,7 @@ from edgeq.types import MAX_STAMP
 from edgeq.uid import MessageUID
 from edgeq.values import Int64
 
-__all__ = ["CONTENT_TYPE", "CORRELATION_DATA", "MIN_EXPIRY_MS", "RESPONSE_TOPIC", "TOPIC", "UID_PROPERTY",
+__all__ = ["CONTENT_TYPE", "CORRELATION_DATA", "RESPONSE_TOPIC", "SECOND_MS", "TOPIC", "UID_PROPERTY",
            "USER_PROPERTIES", "UTF8", "Outgoing", "incoming_message", "incoming_uid", "outgoing"]
 
 TOPIC: Final = "mqtt.topic"
@@ -28,8 +28,9 @@ USER_PROPERTIES: Final = "mqtt.user_properties"
 UTF8: Final = "mqtt.utf8"
 #: The user property the out-bridge sets to the message's edgeq uid (a resend carries the same).
 UID_PROPERTY: Final = "edgeq-uid"
-#: A message with less than this left is not published: MQTT counts expiry in whole seconds.
-MIN_EXPIRY_MS: Final = 1000
+#: MQTT counts expiry in whole seconds: a message with less than one left is not published, and an
+#: interval received may overstate what is left by up to one (a broker counting whole seconds).
+SECOND_MS: Final = 1000
 #: The properties that identify a PUBLISH (the broker lowers the expiry interval on a redelivery).
 _IDENTIFYING = ("ContentType", "CorrelationData", "ResponseTopic", "UserProperty", "PayloadFormatIndicator")
 
@@ -43,7 +44,7 @@ def _text(value: object, what: str) -> str:
 def incoming_message(topic: str, payload: bytes, props: Mapping[str, Any], received_ms: int,
                      uid: MessageUID) -> Message:
     """The message a PUBLISH received at ``received_ms`` becomes; :class:`PublishRefused` if malformed.
-    Its expiry is the Message Expiry Interval counted from ``received_ms``: what was left of it then."""
+    Its deadline: ``received_ms`` plus the Message Expiry Interval less the second it may overstate."""
     fields: dict[str, Any] = {TOPIC: topic}
     if props.get("PayloadFormatIndicator") == 1:
         try:
@@ -66,7 +67,7 @@ def incoming_message(topic: str, payload: bytes, props: Mapping[str, Any], recei
             _text(value, f"user property {name!r}")
         fields[USER_PROPERTIES] = json.dumps([list(p) for p in pairs], ensure_ascii=False)
     interval = props.get("MessageExpiryInterval")
-    expiry = None if interval is None else Int64(received_ms + int(interval) * 1000)
+    expiry = None if interval is None else Int64(received_ms + (int(interval) - 1) * SECOND_MS)
     return Message(payload, fields=fields, expiry=expiry, uid=uid, created_ms=received_ms)
 
 
@@ -91,13 +92,13 @@ class Outgoing:
 
 def outgoing(message: Message, got_ms: int, now_ms: int) -> Outgoing | None:
     """The PUBLISH for a message got at ``got_ms`` (its ``remaining_expiry_ms`` then), sent at ``now_ms``;
-    None if less than :data:`MIN_EXPIRY_MS` is left. The interval is what is left, rounded down."""
+    None if less than a second is left. The interval is what is left, rounded down to seconds."""
     props: dict[str, Any] = {"UserProperty": [(UID_PROPERTY, str(message.uid))]}
     if message.remaining_expiry_ms is not None:
         left = got_ms + message.remaining_expiry_ms - now_ms
-        if left < MIN_EXPIRY_MS:
+        if left < SECOND_MS:
             return None
-        props["MessageExpiryInterval"] = left // 1000
+        props["MessageExpiryInterval"] = left // SECOND_MS
     fields = message.fields
     if isinstance(fields.get(CONTENT_TYPE), str):
         props["ContentType"] = fields[CONTENT_TYPE]

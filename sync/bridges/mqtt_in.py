@@ -13,7 +13,6 @@ from paho.mqtt import _packet
 from paho.mqtt.client import Client, MQTTMessage, topic_matches_sub
 from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edgeq.errors import QueueFull
 from edgeq.message import Message
@@ -115,7 +114,11 @@ class MqttInBridge(Bridge):
         conn = Connection(self.settings, self.client_id, clean_start=False,
                           session_expiry_s=cfg["session_expiry_s"], on_message=self._received,
                           client_cls=_StoreFirstClient, manual_ack=True)
-        conn.client.subscribe([(t, SubscribeOptions(qos=cfg["qos"])) for t in cfg["topics"]])
+        try:
+            conn.subscribe(list(cfg["topics"]), cfg["qos"])
+        except BridgeError:
+            conn.close()
+            raise
         return conn
 
     def _received(self, client: Client, message: MQTTMessage) -> None:

@@ -48,6 +48,8 @@ class MqttOutBridge(Bridge):
         self.settings = BrokerSettings.from_config(d.config)
         self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
         self.topic, self.qos = str(d.config["topics"][0]), int(d.config["qos"])
+        #: When the messages too close to expiry to publish, left locked, will have expired (its clock).
+        self._expiring: list[int] = []
 
     def run(self, stop: threading.Event) -> None:
         self._undo_locked()
@@ -83,20 +85,22 @@ class MqttOutBridge(Bridge):
     def _forward_one(self, conn: Connection, stop: threading.Event) -> None:
         d = self.definition
         before = self.qm.now_ms()  # no later than the get: the deadline below is never extended
+        if self._expiring and self._expiring[0] <= before:
+            self.qm.activate(d.queue)  # discards the expired ones left locked, telling the queue's rules
+            self._expiring = [t for t in self._expiring if t > before]
         message = self.qm.get(d.queue, confirm_id=d.confirm_id, wait=_POLL_S)
         if message is None or message.uid is None:
             return
         self.step("out.got")
+        after = self.qm.now_ms()
         try:
-            publish = outgoing(message, before, self.qm.now_ms())
+            publish = outgoing(message, before, after)
         except BridgeError as exc:
             self._put_back(message.uid, f"cannot be published ({exc})", count_backout=True)
             return
-        if publish is None:  # under a second left: never published, left to expire
+        if publish is None:  # under a second left: kept locked, never published, discarded once expired
             self.board.count("skipped")
-            deadline = before + (message.remaining_expiry_ms or 0)
-            stop.wait(max(0, deadline - self.qm.now_ms()) / 1000)
-            self.qm.activate(d.queue)
+            self._expiring = sorted([*self._expiring, after + (message.remaining_expiry_ms or 0)])
             return
         props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         for name, value in publish.properties.items():

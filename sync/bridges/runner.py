@@ -1,5 +1,5 @@
 """Running a store's bridges: each in its own thread until stopped, their states written to the store
-every second for ``edgeq bridge status``."""
+when they change (at most every ``flush_s``) for ``edgeq bridge status``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ log = logging.getLogger("edgeq.bridges")
 class BridgeRunner:
     """The bridges of ``qm`` named in ``names`` (all if None), built from their stored definitions."""
 
-    def __init__(self, qm: QueueManager, names: Sequence[str] | None = None, *, flush_s: float = 1.0) -> None:
+    def __init__(
+        self, qm: QueueManager, names: Sequence[str] | None = None, *, flush_s: float = 0.25
+    ) -> None:
         defined = bridge_definitions(qm.path)
         chosen = [d for d in defined if names is None or d.name in names]
         missing = sorted(set(names or ()) - {d.name for d in defined})
@@ -48,9 +50,13 @@ class BridgeRunner:
             log.info("bridge %s (%s) running on queue %s", b.definition.name, b.definition.kind,
                      b.definition.queue)
         boards = [b.board for b in self.bridges]
+        write_states(self.qm.path, boards, self.qm.now_ms())
         try:
             while not stop.wait(self.flush_s):
-                write_states(self.qm.path, boards, self.qm.now_ms())
+                if any(board.changed.is_set() for board in boards):
+                    for board in boards:
+                        board.changed.clear()
+                    write_states(self.qm.path, boards, self.qm.now_ms())
         finally:
             for thread in threads:
                 thread.join()

@@ -3,6 +3,8 @@ file written here, one per test module; paho-mqtt clients as the devices."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -36,6 +38,8 @@ class Broker:
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
             f"persistence_location {workdir}/\nautosave_interval 1\nlog_dest stderr\nlog_type error\n"
             "max_inflight_messages 20\nmax_queued_messages 10000\n"
+            # run as root (CI), mosquitto would switch to its own user, who cannot write the snapshot here
+            f"user {pwd.getpwuid(os.getuid()).pw_name}\n"
         )
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -81,6 +85,7 @@ class Device:
         self.client = Client(CallbackAPIVersion.VERSION2, client_id=client_id,
                              protocol=MQTTProtocolVersion.MQTTv5)
         self.client.on_message = self._message
+        self.client.reconnect_delay_set(1, 1)  # back soon after a broker restarts
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = 0 if clean_start else 3600
         self.client.connect("127.0.0.1", broker.port, clean_start=clean_start, properties=props)
