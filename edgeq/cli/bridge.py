@@ -141,7 +141,7 @@ def run(ctx: click.Context, names: tuple[str, ...], log_level: str) -> None:
 
 
 def _when(ms: int | None) -> str:
-    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @bridge.command("status")
