@@ -4,7 +4,7 @@ refused with :class:`BrokerUnavailable`; a new one for every reconnection."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from paho.mqtt.client import Client, ConnectFlags, DisconnectFlags, MQTTMessage
@@ -16,8 +16,9 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edgeq.sync.bridges.broker import BrokerSettings
 from edgeq.sync.bridges.errors import BridgeError, BrokerUnavailable
+from edgeq.sync.bridges.status import StatusBoard
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "reconnecting"]
 
 _CONNECT_TIMEOUT_S = 5.0
 
@@ -103,3 +104,30 @@ class Connection:
         self.lost.set()
         self.client.disconnect()
         self.client.loop_stop()
+
+
+def reconnecting(
+    stop: threading.Event, connect: Callable[[], Connection], board: StatusBoard, retry_max_s: float,
+    waiting: str = "",
+) -> Generator[Connection, None, None]:
+    """Connections made by ``connect``, one after another until ``stop``: a failed attempt is reported
+    (with ``waiting``) and retried after a wait doubling up to ``retry_max_s``; each connection is
+    closed when the caller is done with it, a drop reported."""
+    delay = 0.1
+    while not stop.is_set():
+        try:
+            conn = connect()
+        except BridgeError as exc:
+            board.error(f"{exc}{waiting}")
+            stop.wait(delay)
+            delay = min(delay * 2, retry_max_s)
+            continue
+        delay = 0.1
+        board.connected(True)
+        try:
+            yield conn
+        finally:
+            board.connected(False)
+            if not stop.is_set():
+                board.error(f"lost the broker connection ({conn.reason}); reconnecting")
+            conn.close()

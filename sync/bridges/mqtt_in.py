@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from typing import Any
 
 from paho.mqtt import _packet
@@ -19,7 +20,7 @@ from edgeq.message import Message
 from edgeq.results import PutResult
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
-from edgeq.sync.bridges.connection import Connection
+from edgeq.sync.bridges.connection import Connection, reconnecting
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, PublishRefused
 from edgeq.sync.bridges.mapping import TOPIC, incoming_message, incoming_uid
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE, DLQ_AT_MS, DLQ_QUEUE, DLQ_REASON, DLQ_REFUSAL, FieldValue
@@ -91,23 +92,10 @@ class MqttInBridge(Bridge):
         self.origin = f"{d.name}:{d.confirm_id:x}"
 
     def run(self, stop: threading.Event) -> None:
-        delay = 0.1
-        while not stop.is_set():
-            try:
-                conn = self._connect()
-            except BridgeError as exc:
-                self.board.error(str(exc))
-                stop.wait(delay)
-                delay = min(delay * 2, self.settings.retry_max_s)
-                continue
-            delay = 0.1
-            self.board.connected(True)
-            while not stop.is_set() and not conn.lost.wait(0.1):
-                pass
-            self.board.connected(False)
-            if not stop.is_set():
-                self.board.error(f"lost the broker connection ({conn.reason}); reconnecting")
-            conn.close()
+        with closing(reconnecting(stop, self._connect, self.board, self.settings.retry_max_s)) as connections:
+            for conn in connections:
+                while not stop.is_set() and not conn.lost.wait(0.1):
+                    pass  # paho's thread puts and acknowledges (_received)
 
     def _connect(self) -> Connection:
         cfg = self.definition.config

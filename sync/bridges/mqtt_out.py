@@ -14,7 +14,7 @@ from paho.mqtt.properties import Properties
 from edgeq.errors import ConfirmIdNotFound
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
-from edgeq.sync.bridges.connection import Connection
+from edgeq.sync.bridges.connection import Connection, reconnecting
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError
 from edgeq.sync.bridges.mapping import outgoing
 from edgeq.uid import MessageUID
@@ -53,25 +53,13 @@ class MqttOutBridge(Bridge):
 
     def run(self, stop: threading.Event) -> None:
         self._undo_locked()
-        delay = 0.1
-        while not stop.is_set():
-            try:
-                conn = Connection(self.settings, self.client_id, clean_start=True)
-            except BridgeError as exc:
-                self.board.error(f"{exc}; the messages wait on queue {self.definition.queue}")
-                stop.wait(delay)
-                delay = min(delay * 2, self.settings.retry_max_s)
-                continue
-            delay = 0.1
-            self.board.connected(True)
-            try:
+        connections = reconnecting(stop, lambda: Connection(self.settings, self.client_id, clean_start=True),
+                                   self.board, self.settings.retry_max_s,
+                                   f"; the messages wait on queue {self.definition.queue}")
+        with contextlib.closing(connections):
+            for conn in connections:
                 while not stop.is_set() and not conn.lost.is_set():
                     self._forward_one(conn, stop)
-            finally:
-                self.board.connected(False)
-                if not stop.is_set():
-                    self.board.error(f"lost the broker connection ({conn.reason}); reconnecting")
-                conn.close()
 
     def _undo_locked(self) -> None:
         """Put back what a run that crashed had got but not confirmed: it is published again (same uid)."""

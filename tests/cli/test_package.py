@@ -15,15 +15,14 @@ from edgeq import QueueManager, __version__
 from edgeq.cli import cli, main
 
 EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark", "paho")
-MODULES = ("admin", "bridge", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules",
-           "serve", "server",
-           "sync")
+MODULES = ("admin", "bridge", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue",
+           "rules", "serve", "server", "sync")
 
 
 def test_every_command_is_registered_once() -> None:
     assert sorted(cli.commands) == [
-        "admin", "bridge", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys", "pipeline",
-        "purge", "put", "queue", "rules", "serve", "server", "sweep", "sync",
+        "admin", "bridge", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys",
+        "pipeline", "purge", "put", "queue", "rules", "serve", "server", "sweep", "sync",
     ]
 
 
