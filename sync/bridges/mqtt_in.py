@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paho.mqtt import _packet
 from paho.mqtt.client import Client, MQTTMessage, topic_matches_sub
@@ -21,10 +21,15 @@ from edgeq.results import PutResult
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
 from edgeq.sync.bridges.connection import Connection, reconnecting
+from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, PublishRefused
 from edgeq.sync.bridges.mapping import TOPIC, incoming_message, incoming_uid
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE, DLQ_AT_MS, DLQ_QUEUE, DLQ_REASON, DLQ_REFUSAL, FieldValue
 from edgeq.uid import MessageUID
+
+if TYPE_CHECKING:
+    from edgeq.manager import QueueManager
+    from edgeq.sync.bridges.status import StatusBoard
 
 __all__ = ["MqttInBridge"]
 
@@ -83,8 +88,8 @@ class MqttInBridge(Bridge):
                 raise BridgeConfigError(f"{key} must be a positive int, not {out[key]!r}")
         return out
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, definition: BridgeDefinition, qm: QueueManager, board: StatusBoard) -> None:
+        super().__init__(definition, qm, board)
         d = self.definition
         self.settings = BrokerSettings.from_config(d.config)
         self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -15,9 +15,14 @@ from edgeq.errors import ConfirmIdNotFound
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
 from edgeq.sync.bridges.connection import Connection, reconnecting
+from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError
 from edgeq.sync.bridges.mapping import outgoing
 from edgeq.uid import MessageUID
+
+if TYPE_CHECKING:
+    from edgeq.manager import QueueManager
+    from edgeq.sync.bridges.status import StatusBoard
 
 __all__ = ["MqttOutBridge"]
 
@@ -42,8 +47,8 @@ class MqttOutBridge(Bridge):
             raise BridgeConfigError(f"an mqtt-out bridge publishes at QoS 1 or 2, not {out['qos']!r}")
         return out
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, definition: BridgeDefinition, qm: QueueManager, board: StatusBoard) -> None:
+        super().__init__(definition, qm, board)
         d = self.definition
         self.settings = BrokerSettings.from_config(d.config)
         self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeq.sync.bridges.stored import STATE_PREFIX, meta
+from edgeq.types import Clock
 
 __all__ = ["BridgeState", "StatusBoard", "pid_alive", "read_states", "write_states"]
 
@@ -41,7 +42,7 @@ class BridgeState:
 class StatusBoard:
     """One bridge's :class:`BridgeState`, changed by its thread and read by the runner (thread-safe)."""
 
-    def __init__(self, name: str, clock: Any) -> None:
+    def __init__(self, name: str, clock: Clock) -> None:
         self.name, self._clock = name, clock
         self._lock = threading.Lock()
         self._state = BridgeState(pid=os.getpid())
