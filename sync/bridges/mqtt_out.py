@@ -100,11 +100,14 @@ class MqttOutBridge(Bridge):
             setattr(props, name, value)
         info = conn.client.publish(self.topic, publish.payload, self.qos, properties=props)
         self.step("out.sent")
-        while not info.is_published():
-            if conn.lost.is_set() or stop.is_set():
-                self._put_back(message.uid, "the broker did not confirm it before the connection ended")
-                return
-            conn.lost.wait(_POLL_S)
+        try:
+            while not info.is_published():
+                if conn.lost.is_set() or stop.is_set():
+                    raise RuntimeError("the connection ended first")
+                info.wait_for_publish(_POLL_S)  # woken by the PUBACK/PUBCOMP, or after _POLL_S
+        except (RuntimeError, ValueError) as exc:  # paho's: not sent, or not confirmed
+            self._put_back(message.uid, f"was not confirmed by the broker ({exc})")
+            return
         self.step("out.acknowledged")
         refused = conn.refused.pop(info.mid, None)
         if refused is not None:
