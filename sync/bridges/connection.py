@@ -3,6 +3,8 @@ refused with :class:`BrokerUnavailable`; a new one for every reconnection."""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Generator
 from typing import Any
@@ -18,9 +20,26 @@ from edgeq.sync.bridges.broker import BrokerSettings
 from edgeq.sync.bridges.errors import BridgeError, BrokerUnavailable
 from edgeq.sync.bridges.status import StatusBoard
 
-__all__ = ["Connection", "reconnecting"]
+__all__ = ["BridgeClient", "Connection", "reconnecting"]
 
 _CONNECT_TIMEOUT_S = 5.0
+
+
+class BridgeClient(Client):
+    """paho's client, closing the socket of a TLS handshake that failed (paho 2.2 leaves it open)."""
+
+    def _ssl_wrap_socket(self, tcp_sock: socket.socket) -> ssl.SSLSocket:
+        if self._ssl_context is None:
+            raise BridgeError("TLS was asked for without a TLS context")
+        ssl_sock = self._ssl_context.wrap_socket(tcp_sock, server_hostname=self._host,
+                                                 do_handshake_on_connect=False)
+        try:
+            ssl_sock.settimeout(self._connect_timeout)
+            ssl_sock.do_handshake()  # the context checks the host name (BrokerSettings.ssl_context)
+        except BaseException:
+            ssl_sock.close()
+            raise
+        return ssl_sock
 
 
 class Connection:
@@ -28,8 +47,8 @@ class Connection:
 
     def __init__(
         self, settings: BrokerSettings, client_id: str, *, clean_start: bool, session_expiry_s: int = 0,
-        on_message: Callable[[Client, MQTTMessage], None] | None = None, client_cls: type[Client] = Client,
-        manual_ack: bool = False,
+        on_message: Callable[[Client, MQTTMessage], None] | None = None,
+        client_cls: type[BridgeClient] = BridgeClient, manual_ack: bool = False,
     ) -> None:
         self.lost = threading.Event()
         self.session_present = False

@@ -20,7 +20,7 @@ from edgeq.message import Message
 from edgeq.results import PutResult
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
-from edgeq.sync.bridges.connection import Connection, reconnecting
+from edgeq.sync.bridges.connection import BridgeClient, Connection, reconnecting
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, PublishRefused
 from edgeq.sync.bridges.mapping import TOPIC, incoming_message, incoming_uid
@@ -41,7 +41,7 @@ _PROPERTY_NAMES = ("MessageExpiryInterval", "ContentType", "CorrelationData", "R
                    "PayloadFormatIndicator")
 
 
-class _StoreFirstClient(Client):
+class _StoreFirstClient(BridgeClient):
     """paho's client receiving QoS 2 as MQTT 5 lets a receiver that stores first: the message is handed
     over at its PUBLISH, :meth:`ack` sends PUBREC (after the put), and a PUBREL is answered PUBCOMP."""
 
