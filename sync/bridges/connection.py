@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -23,6 +24,7 @@ from edgeq.sync.bridges.status import StatusBoard
 __all__ = ["BridgeClient", "Connection", "reconnecting"]
 
 _CONNECT_TIMEOUT_S = 5.0
+_FIRST_RETRY_S = 0.1
 
 
 class BridgeClient(Client):
@@ -130,9 +132,9 @@ def reconnecting(
     waiting: str = "",
 ) -> Generator[Connection, None, None]:
     """Connections made by ``connect``, one after another until ``stop``: a failed attempt is reported
-    (with ``waiting``) and retried after a wait doubling up to ``retry_max_s``; each connection is
-    closed when the caller is done with it, a drop reported."""
-    delay = 0.1
+    (with ``waiting``), and it or a dropped connection retried after a wait doubling up to
+    ``retry_max_s`` (back to the shortest once a connection lasted that long)."""
+    delay = _FIRST_RETRY_S
     while not stop.is_set():
         try:
             conn = connect()
@@ -141,12 +143,14 @@ def reconnecting(
             stop.wait(delay)
             delay = min(delay * 2, retry_max_s)
             continue
-        delay = 0.1
         board.connected(True)
+        since = time.monotonic()
         try:
             yield conn
         finally:
             board.connected(False)
-            if not stop.is_set():
-                board.error(f"lost the broker connection ({conn.reason}); reconnecting")
             conn.close()
+        if not stop.is_set():
+            board.error(f"lost the broker connection ({conn.reason}); reconnecting")
+            delay = _FIRST_RETRY_S if time.monotonic() - since >= retry_max_s else min(delay * 2, retry_max_s)
+            stop.wait(delay)

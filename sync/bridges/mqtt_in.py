@@ -170,14 +170,17 @@ class MqttInBridge(Bridge):
 
     def _refuse(self, message: MQTTMessage, topic: str, payload: bytes, props: dict[str, Any], received: int,
                 why: str) -> None:
-        """Put a refused PUBLISH on the dead-letter queue, saying why."""
+        """Put a refused PUBLISH on the dead-letter queue, saying why; raise if it cannot go there."""
         d = self.definition
         dlq = self.qm.dead_letter_queue()
-        self.board.count("refused")
-        self.board.error(f"refused a PUBLISH from the broker: {why}; it is on {dlq}")
         fields: dict[str, FieldValue] = {DLQ_REASON: "refused", DLQ_QUEUE: d.queue, DLQ_AT_MS: received,
                                          DLQ_REFUSAL: f"bridge {d.name}: {why}"[:1000], TOPIC: topic}
         if dlq == DEFAULT_DEAD_LETTER_QUEUE and dlq not in self.qm.queue_names():
             self.qm.define_queue(dlq, exist_ok=True)  # made when first needed, as edgeq's own moves do
-        self._put_once(dlq, message, topic, payload, props,
-                       lambda uid: Message(payload, fields=fields, uid=uid, created_ms=received))
+        result = self._put_once(dlq, message, topic, payload, props,
+                                lambda uid: Message(payload, fields=fields, uid=uid, created_ms=received))
+        if result.error is not None and result.status != "duplicate":
+            raise BridgeError(f"it was refused ({why}) and the dead-letter queue {dlq} refused it too "
+                              f"({result.detail})")
+        self.board.count("refused")
+        self.board.error(f"refused a PUBLISH from the broker: {why}; it is on {dlq}")

@@ -46,3 +46,23 @@ def test_hostile_publishes_go_to_the_dead_letter_queue_and_the_rest_flows(
         state = read_states(db)["h"]
         assert (state.forwarded, state.refused, state.skipped) == (1, 3, 1)  # skipped: the retained one
         assert "refused a PUBLISH" in (state.last_error or "")
+
+
+def test_a_full_queue_leaves_the_publish_with_the_broker_until_there_is_room(
+    tmp_path: Path, broker: Broker, device: Device
+) -> None:
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("IN", max_depth=1)
+        define_bridge(qm, "full", "mqtt-in", "IN",
+                      {"url": broker.url, "topics": ["full/#"], "retry_max_s": 0.2})
+        with running(qm, ["full"]) as runner:
+            device.publish("full/a", b"first")
+            device.publish("full/a", b"second")
+            board = runner.bridges[0].board
+            until(lambda: "QueueFull" in (board.state().last_error or ""), "the full queue reported")
+            assert [m.data for m in qm.browse("IN")] == [b"first"]
+            got = qm.get("IN")
+            assert got is not None and got.data == b"first"
+            until(lambda: qm.depth("IN") == 1, "the second one stored once there was room")
+        assert [m.data for m in qm.browse("IN")] == [b"second"]
+        assert qm.dlq_browse() == [] and board.state().refused == 0
