@@ -11,7 +11,7 @@ from edgeq.names import check_name
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeNotFound
 from edgeq.sync.bridges.registry import load_bridge_class
-from edgeq.sync.bridges.stored import DEFINITION_PREFIX, STATE_PREFIX, meta
+from edgeq.sync.bridges.stored import DEFINITION_PREFIX, STATE_PREFIX, meta, read_meta
 
 if TYPE_CHECKING:
     from edgeq.manager import QueueManager
@@ -51,8 +51,7 @@ def delete_bridge(path: str | Path, name: str) -> None:
 
 def bridge_definitions(path: str | Path) -> list[BridgeDefinition]:
     """Every bridge defined in the store, by name."""
-    with meta(path) as tx:
-        items = tx.meta_items(DEFINITION_PREFIX)
+    items = read_meta(path, DEFINITION_PREFIX)
     return [BridgeDefinition.from_json(key, text) for key, text in sorted(items.items())]
 
 

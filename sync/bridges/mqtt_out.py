@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ __all__ = ["MqttOutBridge"]
 
 _OWN: dict[str, Any] = {"topics": None, "qos": 1}
 _POLL_S = 0.1
+#: How long a bridge asked to stop still waits for the broker to acknowledge the message in hand.
+_STOP_GRACE_S = 5.0
 
 
 class MqttOutBridge(Bridge):
@@ -100,9 +103,12 @@ class MqttOutBridge(Bridge):
             setattr(props, name, value)
         info = conn.client.publish(self.topic, publish.payload, self.qos, properties=props)
         self.step("out.sent")
+        give_up: float | None = None  # once asked to stop, the acknowledgement is waited for a while
         try:
             while not info.is_published():
-                if conn.lost.is_set() or stop.is_set():
+                if give_up is None and stop.is_set():
+                    give_up = time.monotonic() + _STOP_GRACE_S
+                if conn.lost.is_set() or (give_up is not None and time.monotonic() > give_up):
                     raise RuntimeError("the connection ended first")
                 info.wait_for_publish(_POLL_S)  # woken by the PUBACK/PUBCOMP, or after _POLL_S
         except (RuntimeError, ValueError) as exc:  # paho's: not sent, or not confirmed

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from edgeq.sync.bridges.stored import STATE_PREFIX, meta
+from edgeq.sync.bridges.stored import STATE_PREFIX, meta, read_meta
 from edgeq.types import Clock
 
 __all__ = ["BridgeState", "StatusBoard", "pid_alive", "read_states", "write_states"]
@@ -87,8 +87,7 @@ def write_states(path: str | Path, boards: list[StatusBoard], now_ms: int) -> No
 
 def read_states(path: str | Path) -> dict[str, BridgeState]:
     """The last state each bridge's runner wrote, by bridge name."""
-    with meta(path) as tx:
-        items = tx.meta_items(STATE_PREFIX)
+    items = read_meta(path, STATE_PREFIX)
     out = {}
     for key, text in items.items():
         try:

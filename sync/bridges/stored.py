@@ -10,7 +10,7 @@ from pathlib import Path
 from edgeq.store.opening import connect
 from edgeq.store.syncstate import SyncTx
 
-__all__ = ["DEFINITION_PREFIX", "STATE_PREFIX", "meta"]
+__all__ = ["DEFINITION_PREFIX", "STATE_PREFIX", "meta", "read_meta"]
 
 DEFINITION_PREFIX = "bridge."
 STATE_PREFIX = "bridge-state."
@@ -28,5 +28,14 @@ def meta(path: str | Path) -> Iterator[SyncTx]:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def read_meta(path: str | Path, prefix: str) -> dict[str, str]:
+    """The ``edgeq_meta`` entries under ``prefix``, read without writing (a read-only store too)."""
+    conn = connect(path, read_only=True)
+    try:
+        return SyncTx(conn).meta_items(prefix)
     finally:
         conn.close()
