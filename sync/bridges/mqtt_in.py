@@ -107,6 +107,9 @@ class MqttInBridge(Bridge):
         conn = Connection(self.settings, self.client_id, clean_start=False,
                           session_expiry_s=cfg["session_expiry_s"], on_message=self._received,
                           client_cls=_StoreFirstClient, manual_ack=True)
+        if not conn.session_present:  # the first connection, or a broker that lost or expired the session
+            log.info("bridge %s: the broker holds no session for client id %s: a new one starts (what a "
+                     "lost one held is gone)", self.definition.name, self.client_id)
         try:
             conn.subscribe(list(cfg["topics"]), cfg["qos"])
         except BridgeError:
