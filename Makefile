@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo-server
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test typecheck lint clean bench bench-smoke browser
+.PHONY: demo test typecheck lint clean bench bench-smoke browser mosquitto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,10 +49,17 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; }
 
+# The bridges' tests (tests/sync/bridges) start Debian's mosquitto broker (and its mosquitto_passwd):
+# installed here when missing, as the browser is.
+mosquitto:
+	@command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q mosquitto; }
+
 # One pytest worker a core (pytest-xdist); `make test TEST_WORKERS=0` runs the suite in one process.
 TEST_WORKERS ?= auto
 
-test: $(TEST_STAMP) browser lint typecheck
+test: $(TEST_STAMP) browser mosquitto lint typecheck
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The benchmarks run in their own environment: edgeq plus the peers it is

@@ -87,6 +87,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "edgeq.rules": DEFINITIONS,
     "edgeq.store": (*DEFINITIONS, "edgeq.encoding"),
     "edgeq.sync.pipeline": ("edgeq.errors", "edgeq.store", "edgeq.types", "edgeq.sync.pipeline"),
+    # the bridges: a user of the facade (its public verbs), their definitions in the store's edgeq_meta
+    "edgeq.sync.bridges": (*DEFINITIONS, "edgeq.store", "edgeq.manager"),
 }
 #: Who may not import whom (prefixes): the core knows nothing of sync or the command line,
 #: the device's agent and the home server share only edgeq.sync's top-level modules.
@@ -97,6 +99,7 @@ FORBIDDEN = (
     ("edgeq.sync.server", "edgeq.sync.agent"),
     ("edgeq.sync.pipeline", "edgeq.sync.agent"),
     ("edgeq.sync.pipeline", "edgeq.sync.server"),
+    ("edgeq.sync.pipeline", "edgeq.sync.bridges"),
 )
 
 

@@ -9,6 +9,7 @@ import click
 from edgeq import __version__
 from edgeq.cli.admin import admin as admin_group
 from edgeq.cli.base import EdgeqGroup, log_to_stderr
+from edgeq.cli.bridge import bridge as bridge_group
 from edgeq.cli.check import check as check_command
 from edgeq.cli.consume import consume as consume_command
 from edgeq.cli.demo import demo as demo_command
@@ -70,6 +71,7 @@ cli.add_command(demo_command)
 cli.add_command(check_command)
 cli.add_command(admin_group)
 cli.add_command(dlq_group)
+cli.add_command(bridge_group)  # edgeq bridge: paho-mqtt is imported when a bridge runs
 
 
 def main() -> None:

@@ -14,16 +14,15 @@ from click.testing import CliRunner
 from edgeq import QueueManager, __version__
 from edgeq.cli import cli, main
 
-EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark")
-MODULES = ("admin", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue", "rules",
-           "serve", "server",
-           "sync")
+EXTRAS = ("starlette", "uvicorn", "httpx", "pyarrow", "pyspark", "paho")
+MODULES = ("admin", "bridge", "check", "consume", "demo", "dlq", "keys", "messages", "pipeline", "queue",
+           "rules", "serve", "server", "sync")
 
 
 def test_every_command_is_registered_once() -> None:
     assert sorted(cli.commands) == [
-        "admin", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys", "pipeline",
-        "purge", "put", "queue", "rules", "serve", "server", "sweep", "sync",
+        "admin", "bridge", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys",
+        "pipeline", "purge", "put", "queue", "rules", "serve", "server", "sweep", "sync",
     ]
 
 
@@ -38,7 +37,7 @@ def test_the_package_attributes_are_the_command_modules(name: str) -> None:
 @pytest.mark.parametrize("args", [
     ["--help"], ["serve", "--help"], ["sync", "--help"], ["export", "--help"], ["pipeline", "run", "--help"],
     ["server", "devices", "list", "--help"], ["demo", "--help"], ["check", "--help"], ["admin", "--help"],
-    ["admin", "DEV1", "queue", "define", "--help"],
+    ["admin", "DEV1", "queue", "define", "--help"], ["bridge", "define", "--help"],
 ], ids=" ".join)
 def test_help_imports_no_optional_stack(args: list[str]) -> None:
     code = (

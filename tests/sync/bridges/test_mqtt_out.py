@@ -1,0 +1,65 @@
+"""The out-bridge against a broker that goes away: the messages wait on the queue with their expiry
+running (by the queue manager's clock), the expired ones are discarded on the way, rules told."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from edgeq import ManualClock, Message, QueueManager
+from edgeq.sync.bridges.book import define_bridge
+from edgeq.sync.bridges.status import read_states
+from tests.sync.bridges.conftest import Broker, Device
+from tests.sync.bridges.kit import running
+from tests.waits import until
+
+
+def test_a_broker_down_keeps_the_backlog_and_drains_it_when_back(tmp_path: Path, broker: Broker) -> None:
+    db = tmp_path / "dev.db"
+    device = Device(broker, "down-device", clean_start=False)  # its session outlives the broker's restart
+    device.subscribe("down/out", qos=2)
+    clock = ManualClock(int(time.time() * 1000))
+    try:
+        with QueueManager(db, name="DEV1", clock=clock) as qm:
+            qm.define_queue("OUT", rules=["counters"], redelivery_delay_ms=0)
+            define_bridge(qm, "down", "mqtt-out", "OUT",
+                          {"url": broker.url, "topics": ["down/out"], "qos": 2, "retry_max_s": 0.2})
+            broker.stop()
+            qm.put("OUT", Message(b"a"))
+            qm.put("OUT", Message(b"b").expire_after(5_000))
+            qm.put("OUT", Message(b"c").expire_after(600_000))
+            with running(qm, ["down"], connect=False) as runner:
+                board = runner.bridges[0].board
+                until(lambda: board.state().errors >= 2, "two failed connection attempts")
+                until(lambda: "cannot reach the broker" in (read_states(db)["down"].last_error or ""),
+                      "the failure in the stored status")
+                assert not read_states(db)["down"].connected
+                assert qm.depth("OUT") == 3
+                clock.advance(10_000)  # b expires while the broker is away
+                broker.start()
+                until(lambda: qm.depth("OUT") == 0, "the backlog drained")
+                got = device.wait_for(2)
+            assert sorted(m.payload for m in got) == [b"a", b"c"]
+            c = next(m for m in got if m.payload == b"c")
+            assert c.properties.MessageExpiryInterval <= 590  # 600 s less the 10 s spent waiting
+            assert qm.queue_stats("OUT")["expired"] == 1
+    finally:
+        device.close()
+
+
+def test_a_message_with_less_than_a_second_left_is_not_published(tmp_path: Path, broker: Broker,
+                                                                 device: Device) -> None:
+    device.subscribe("short/out", qos=1)
+    clock = ManualClock(int(time.time() * 1000))
+    with QueueManager(tmp_path / "dev.db", name="DEV1", clock=clock) as qm:
+        qm.define_queue("OUT", rules=["counters"])
+        define_bridge(qm, "short", "mqtt-out", "OUT", {"url": broker.url, "topics": ["short/out"]})
+        with running(qm, ["short"]) as runner:
+            qm.put("OUT", Message(b"late").expire_after(999))
+            until(lambda: runner.bridges[0].board.state().skipped == 1, "the message left unpublished")
+            clock.advance(999)
+            qm.put("OUT", Message(b"next"))
+            (got,) = device.wait_for(1)
+            until(lambda: qm.depth("OUT") == 0, "the late one discarded")
+        assert got.payload == b"next"
+        assert qm.queue_stats("OUT")["expired"] == 1
