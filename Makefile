@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo-server
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test typecheck lint clean bench bench-smoke browser mosquitto
+.PHONY: demo test typecheck lint clean bench bench-smoke bench-floors browser mosquitto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,16 @@ bench: $(BENCH_STAMP)
 
 bench-smoke: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m benchmarks --smoke $(BENCH_ARGS)
+
+# The hot-path floors (issue 31) side by side in one run, modest sizes (benchmarks/README.md,
+# "The hot-path floors"): the table goes to benchmarks/results/floors.md.
+# `make bench-floors BENCH_ARGS="--ops 300"` is a quick check that it runs.
+BENCH_FLOORS_ARGS := --only put_single --only put_batch --only get_confirm --only put_threads \
+	--only put_threads_slowsync --only sync --libs edgeq,pq-ack,raw-sqlite --sizes 1k,1M --threads 1,8 \
+	--ops 2000 --slowsync-us 3000 --sync-messages 20k --out benchmarks/results/floors.json
+
+bench-floors: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m benchmarks $(BENCH_FLOORS_ARGS) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .hypothesis

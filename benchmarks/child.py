@@ -23,6 +23,7 @@ ACTIONS = {
     "put_batch": "benchmarks.cases.put_batch:child_put_batch",
     "get_confirm": "benchmarks.cases.get_confirm:child_get_confirm",
     "put_threads": "benchmarks.cases.put_threads:child_put_threads",
+    "put_threads_slowsync": "benchmarks.cases.put_threads_slowsync:child_put_threads_slowsync",
     "aio_puts": "benchmarks.cases.aio_puts:child_aio_puts",
     "rule_cost": "benchmarks.cases.rule_cost:child_rule_cost",
     "get_confirm_threads": "benchmarks.cases.get_confirm_threads:child_get_confirm_threads",

@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m benchmarks                      # the full run (1M backlogs: 10-20 minutes)
+    python -m benchmarks                      # the full run (1M backlogs: 15-25 minutes)
     python -m benchmarks --smoke              # tiny sizes, well under 30 s
     python -m benchmarks --only get_confirm --sizes 1k,100k
     python -m benchmarks --only put_single --libs edgeq,raw-sqlite
@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--expiry", type=parse_sizes, help="expired messages to discard, e.g. 1M")
     p.add_argument("--budget", type=float, help="seconds a timed loop may run before stopping early")
     p.add_argument("--rounds", type=int, help="rounds per case, median reported (default 3; smoke 1)")
+    p.add_argument("--slowsync-us", type=parse_sizes,
+                   help="put_threads_slowsync: µs the slowsync shim adds to every flush (default 3000)")
     p.add_argument("--sync-messages", type=parse_sizes,
                    help="messages the sync case pushes (edgeq) and publishes (MQTT), e.g. 20k (default 20k; "
                         "smoke 500)")
@@ -103,6 +105,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         s = s.replace(budget_s=args.budget)
     if args.rounds:
         s = s.replace(rounds=max(1, args.rounds))
+    if args.slowsync_us:
+        s = s.replace(slowsync_us=args.slowsync_us[0])
     if args.sync_messages:
         s = s.replace(sync_messages=args.sync_messages[0])
     if args.no_install:

@@ -68,6 +68,9 @@ class Settings:
     wakeups: int = 100
     wakeup_gap_ms: float = 50.0
     idle_s: float = 10.0
+    #: ``put_threads_slowsync``: what the slowsync shim adds to every flush (µs), and the thread counts.
+    slowsync_us: int = 3_000
+    slowsync_threads: tuple[int, ...] = (1, 8)
     #: Install mosquitto from Debian packages (apt-get) when it is missing.
     install_mosquitto: bool = True
     smoke: bool = False

@@ -68,7 +68,7 @@ def lib_label(lib: str, case: str) -> str:
     """The label of ``lib`` in the row of ``case``."""
     if lib in _VARIANTS_BY_CASE.get(case, {}):
         return _VARIANTS_BY_CASE[case][lib]
-    if case in ("put_threads", "get_confirm_threads"):
+    if case in ("put_threads", "put_threads_slowsync", "get_confirm_threads"):
         if lib == "raw-sqlite" and case in _THREADED_RAW:
             return _THREADED_RAW[case]
         return _THREADED.get(lib, LIB_LABELS.get(lib, lib))
@@ -103,6 +103,8 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "put_batch": f"batch put ({human(extra.get('batch_size'))} msgs/txn)",
         "get_confirm": f"get+confirm @ {human(size)} backlog",
         "put_threads": f"durable single puts, {size} thread{'s' if size != 1 else ''}",
+        "put_threads_slowsync": f"durable single puts, {size} thread{'s' if size != 1 else ''}, "
+                                f"slowsync shim on: every flush +{extra.get('slowsync_us', 0):,.0f} µs",
         "aio_puts": f"asyncio durable puts, {size} coroutine{'s' if size != 1 else ''}",
         "rule_cost": "a bound rule's cost: durable single puts" if size == 1 else
                      f"a bound rule's cost: put_many of {human(size)}",

@@ -23,9 +23,14 @@ class Headline:
     detail: Callable[[dict[str, float]], str]
 
 
+def _cpu(m: dict[str, float]) -> str:
+    """The process's CPU per operation, where the row measured it."""
+    return f"; cpu/op {m['cpu_us_per_op']:,.0f} µs" if "cpu_us_per_op" in m else ""
+
+
 def _lat(m: dict[str, float]) -> str:
     text = f"p50 {m.get('p50_us', 0):,.0f} µs, p99 {m.get('p99_us', 0):,.0f} µs, n={m.get('ops', 0):,.0f}"
-    return text + (" (time budget hit)" if m.get("budget_hit") else "")
+    return text + (" (time budget hit)" if m.get("budget_hit") else "") + _cpu(m)
 
 
 def _threads(m: dict[str, float]) -> str:
@@ -115,9 +120,10 @@ HEADLINES: dict[str, Headline] = {
                        f" (±{m.get('wall_noise_ms', 0):.0f} ms)"),
     "put_single": Headline("ops_per_s", "msg/s", True, _lat),
     "put_batch": Headline("msgs_per_s", "msg/s", True,
-                          lambda m: f"median of {m.get('batches', 0):.0f} batches"),
+                          lambda m: f"median of {m.get('batches', 0):.0f} batches" + _cpu(m)),
     "get_confirm": Headline("ops_per_s", "ops/s", True, _lat),
     "put_threads": Headline("ops_per_s", "msg/s", True, _threads),
+    "put_threads_slowsync": Headline("ops_per_s", "msg/s", True, _threads),
     "aio_puts": Headline("ops_per_s", "msg/s", True, _coroutines),
     "rule_cost": Headline("msgs_per_s", "msg/s", True, _rule_cost),
     "get_confirm_threads": Headline("ops_per_s", "ops/s", True, _threads),
@@ -214,10 +220,14 @@ def _results_table(results: list[Result]) -> list[str]:
 
 
 def _targets_table(targets: list[Target]) -> list[str]:
+    """The judged targets, how many were met, then the names of those this run could not judge."""
+    judged = [t for t in targets if t.status != "n/a"]
     lines = [_row(["target", "goal", "measured", "verdict"]), _row(["---", "---", "---", "---"])]
-    for t in targets:
-        verdict = {"PASS": "**PASS**", "FAIL": "**FAIL**"}.get(t.status, t.status)
-        lines.append(_row([t.name, t.goal, t.measured, verdict]))
+    lines += [_row([t.name, t.goal, t.measured, f"**{t.status}**"]) for t in judged]
+    lines += ["", f"{sum(t.status == 'met' for t in judged)} of {len(judged)} met."]
+    unjudged = [t.name for t in targets if t.status == "n/a"]
+    if unjudged:
+        lines.append(f"Not judged (a figure they need was not measured in this run): {'; '.join(unjudged)}.")
     return lines
 
 

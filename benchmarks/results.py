@@ -15,6 +15,7 @@ HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
     "put_batch": ("msgs_per_s", True),
     "get_confirm": ("ops_per_s", True),
     "put_threads": ("ops_per_s", True),
+    "put_threads_slowsync": ("ops_per_s", True),
     "aio_puts": ("ops_per_s", True),
     "rule_cost": ("msgs_per_s", True),
     "get_confirm_threads": ("ops_per_s", True),
@@ -42,7 +43,8 @@ SUMMED: dict[str, tuple[str, ...]] = {
 
 #: ok: measured; n/a: the library has no such feature; not installed: peer missing;
 #: error: the child failed (its stderr tail is in ``note``); skipped: not selected;
-#: not available: a baseline's external program (mosquitto) is missing, tolerated in smoke runs only.
+#: not available: a baseline's external program (mosquitto, the slowsync shim) is missing, tolerated in
+#: smoke runs only.
 Status = Literal["ok", "n/a", "not installed", "error", "placeholder", "not available"]
 
 

@@ -34,11 +34,13 @@ class ChildError(Exception):
     """A child process failed; the message carries the tail of its stderr."""
 
 
-def child_env() -> dict[str, str]:
-    """The environment of every child: the repo root importable, warnings as usual."""
+def child_env(spec: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment of every child: the repo root importable, warnings as usual, and the
+    spec's own ``env`` (the slowsync shim's ``LD_PRELOAD``)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("PYTHONWARNINGS", None)
+    env.update((spec or {}).get("env", {}))
     return env
 
 
@@ -63,6 +65,9 @@ class Context:
     _templates: dict[tuple[str, int, bool], Path] = field(default_factory=dict)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
+    def __post_init__(self) -> None:
+        self.workdir = self.workdir.resolve()  # the children run in ROOT, whatever the caller's directory
+
     def command(self, action: str, spec: dict[str, Any]) -> list[str]:
         """The argv of a child running ``action`` on ``spec``."""
         return [self.python, "-m", "benchmarks.child", json.dumps({**spec, "action": action})]
@@ -73,7 +78,7 @@ class Context:
             proc = subprocess.run(
                 self.command(action, spec),
                 cwd=ROOT,
-                env=child_env(),
+                env=child_env(spec),
                 capture_output=True,
                 text=True,
                 timeout=timeout or self.settings.child_timeout_s,
@@ -91,7 +96,7 @@ class Context:
         return subprocess.Popen(
             self.command(action, spec),
             cwd=ROOT,
-            env=child_env(),
+            env=child_env(spec),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -20,6 +20,7 @@ CASES: dict[str, str] = {
     "put_single": "benchmarks.cases.put_single",
     "put_batch": "benchmarks.cases.put_batch",
     "put_threads": "benchmarks.cases.put_threads",
+    "put_threads_slowsync": "benchmarks.cases.put_threads_slowsync",
     "aio_puts": "benchmarks.cases.aio_puts",
     "rule_cost": "benchmarks.cases.rule_cost",
     "get_confirm": "benchmarks.cases.get_confirm",

@@ -9,6 +9,7 @@ from typing import Any
 from benchmarks.cases.common import describe, open_adapter, payloads, run_for_libs
 from benchmarks.results import Result
 from benchmarks.runner import Context
+from benchmarks.timing import cpu_per_op
 
 __all__ = ["LIBS", "child_put_batch", "run"]
 
@@ -16,15 +17,19 @@ LIBS = ["edgeq", "pq-ack", "pq-queue", "litequeue", "raw-sqlite"]
 
 
 def child_put_batch(spec: dict[str, Any]) -> dict[str, Any]:
-    """Put ``repeats`` batches of ``batch_size``; report the median batch's rate."""
+    """Put ``repeats`` batches of ``batch_size``; report the median batch's rate and the CPU
+    per message over every batch."""
     adapter = open_adapter(spec)
     size, repeats = int(spec["batch_size"]), int(spec["repeats"])
     rates: list[float] = []
+    cpu = 0.0
     for r in range(repeats):
         bodies = payloads(size, int(spec["payload_bytes"]), start=r * size)
+        cpu -= time.process_time()
         start = time.perf_counter()
         adapter.put_batch(bodies)
         rates.append(size / (time.perf_counter() - start))
+        cpu += time.process_time()
     stored = adapter.depth()
     info = describe(adapter)
     adapter.close()
@@ -34,6 +39,7 @@ def child_put_batch(spec: dict[str, Any]) -> dict[str, Any]:
         "metrics": {
             "msgs_per_s": statistics.median(rates),
             "best_msgs_per_s": max(rates),
+            "cpu_us_per_op": cpu_per_op(cpu, size * repeats),
             "batch_size": float(size),
             "batches": float(repeats),
         },

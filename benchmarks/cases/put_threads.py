@@ -8,6 +8,8 @@ flushed) when the call returns; the row's rate is every put over the whole span,
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 from benchmarks.cases.common import payloads
@@ -16,7 +18,7 @@ from benchmarks.peers.base import QueueAdapter
 from benchmarks.results import Result
 from benchmarks.runner import Context
 
-__all__ = ["LIBS", "child_put_threads", "run"]
+__all__ = ["LIBS", "child_put_threads", "prepare", "run"]
 
 
 def child_put_threads(spec: dict[str, Any]) -> dict[str, Any]:
@@ -37,14 +39,15 @@ def child_put_threads(spec: dict[str, Any]) -> dict[str, Any]:
     return {"metrics": metrics, "info": info}
 
 
+def prepare(ctx: Context, lib: str, threads: int) -> tuple[str, dict[str, Any], Path]:
+    """The child action, spec and scratch directory of one measurement, on an empty queue."""
+    s = ctx.settings
+    where = ctx.scratch(f"put-threads-{lib}-{threads}")
+    spec = {"lib": lib, "dir": str(where), "threads": threads, "ops": s.thread_ops,
+            "payload_bytes": s.payload_bytes, "budget_s": s.budget_s}
+    return "put_threads", spec, where
+
+
 def run(ctx: Context) -> list[Result]:
     """One child per (thread count, library), each on an empty queue."""
-    s = ctx.settings
-
-    def prepare(lib: str, threads: int) -> tuple[str, dict[str, Any], Any]:
-        where = ctx.scratch(f"put-threads-{lib}-{threads}")
-        spec = {"lib": lib, "dir": str(where), "threads": threads, "ops": s.thread_ops,
-                "payload_bytes": s.payload_bytes, "budget_s": s.budget_s}
-        return "put_threads", spec, where
-
-    return run_thread_counts(ctx, "put_threads", LIBS, prepare)
+    return run_thread_counts(ctx, "put_threads", LIBS, functools.partial(prepare, ctx))

@@ -31,7 +31,7 @@ from benchmarks.peers.persistqueue_q import AckQueueAdapter
 from benchmarks.peers.raw_sqlite import RawSqliteAdapter
 from benchmarks.results import Result
 from benchmarks.runner import Context
-from benchmarks.timing import summarize
+from benchmarks.timing import cpu_per_op, summarize
 
 __all__ = ["LIBS", "Pool", "add_scaling", "run_thread_counts", "run_threads"]
 
@@ -130,8 +130,8 @@ def run_threads(
 ) -> dict[str, float]:
     """Start ``threads`` threads, let them open their adapters, then time them all
     together, each calling ``op(adapter, thread, i)`` ``per_thread`` times (each stops
-    early past the time budget). Returns throughput over the whole span and the
-    latency of every call."""
+    early past the time budget). Returns throughput over the whole span, the
+    latency of every call and the process's CPU per call."""
     start = threading.Barrier(threads + 1)
     latencies: list[list[float]] = [[] for _ in range(threads)]
     ended = [0.0] * threads
@@ -167,15 +167,18 @@ def run_threads(
         w.start()
     with contextlib.suppress(threading.BrokenBarrierError):  # a thread failed to open: reported below
         start.wait()
+    cpu = time.process_time()
     began = clock()
     for w in workers:
         w.join()
+    cpu = time.process_time() - cpu  # every thread's, up to the last one's exit (closes included)
     elapsed = max(ended) - began
     if errors:
         where = traceback.extract_tb(errors[0].__traceback__)[-1]
         raise RuntimeError(f"{len(errors)} of {threads} threads failed; first: {errors[0]!r} "
                            f"at {Path(where.filename).name}:{where.lineno} ({where.line})") from errors[0]
     out = summarize([x for mine in latencies for x in mine], elapsed)
+    out["cpu_us_per_op"] = cpu_per_op(cpu, int(out["ops"]))
     out["budget_hit"] = float(out["ops"] < threads * per_thread)
     out["threads"] = float(threads)
     return out
@@ -211,13 +214,14 @@ def _flushes(pool: Pool) -> tuple[int, int] | None:
 
 def run_thread_counts(
     ctx: Context, case: str, libs: Sequence[str],
-    prepare: Callable[[str, int], tuple[str, dict[str, Any], Path]]
+    prepare: Callable[[str, int], tuple[str, dict[str, Any], Path]], counts: Sequence[int] = ()
 ) -> list[Result]:
-    """Every library at every thread count (``Result.size`` is the thread count), each in
-    a fresh child, rounds interleaved; then each row's rate against its own 1-thread rate."""
+    """Every library at every thread count (``counts``, else the settings'; ``Result.size`` is
+    the thread count), each in a fresh child, rounds interleaved; then each row's rate against
+    its own 1-thread rate."""
     wanted = [lib for lib in libs if lib in ctx.libs]
     out: list[Result] = []
-    for threads in ctx.settings.thread_counts:
+    for threads in counts or ctx.settings.thread_counts:
         out += run_for_libs(ctx, case, wanted, functools.partial(_swap, prepare, threads), size=threads)
     add_scaling(out)
     return out
