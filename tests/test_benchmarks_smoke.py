@@ -9,7 +9,7 @@ server exactly once. Peers missing from the environment are reported "not
 installed" rather than failing the test; so is the sync case's MQTT baseline
 ("not available") when mosquitto is absent: the test passes ``--no-install``,
 so it never apt-get installs anything. The slow-flush threads (``put_threads_slowsync``)
-need the slowsync tool beside the repository (``../shared/tools/slowsync``) and a C compiler.
+need a C compiler to build the slowsync shim (``benchmarks/slowsync/slowsync.c``).
 """
 
 from __future__ import annotations
