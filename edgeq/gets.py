@@ -82,7 +82,7 @@ class Gets:
             q = require_queue(tx, self.qm_name, queue)
             found = tolerant(conn, lambda: self._scan(tx, q, PAGE, limit, now, wanted, due=False))
         if found.damaged is None:
-            return [to_message(row, now) for row in found.plain]
+            return [to_message(row, now, intact=True) for row in found.plain]  # _scan checked them
         with self.sink.write() as wtx:  # read in the snapshot above: quarantined unless taken since
             wq = require_queue(wtx, self.qm_name, queue)
             events = self.sink.quarantine(wtx, wq, found.damaged, now, through_index=found.error is None,
@@ -140,9 +140,9 @@ class Gets:
                  else require_queue(tx, self.qm_name, queue, counted=False))
             if not remove and q.kind != "remote":
                 raise InvalidArgument(f"{queue!r} is not a remote queue: nothing to transmit")
-            # Common case: nothing expired anywhere on the queue, so one page of
-            # exactly `count` rows is all a get reads.
-            page = count if wanted is None and not tx.has_expired(q.id, now) else max(count, PAGE)
+            # Common case: nothing expired at the head of the queue, so one page of exactly
+            # `count` rows is all a get reads; past expired or filtered rows, pages of PAGE.
+            page = count if wanted is None else max(count, PAGE)
             found = tolerant(tx.conn, lambda: self._scan(tx, q, page, count, now, wanted, due=True))
             chosen = found.chosen
             # A damaged row met after others were chosen is left for the next call.
@@ -165,7 +165,7 @@ class Gets:
         self.sink.dispatch(events)
         if damaged is not None:
             raise found.error or self.sealer.damaged(queue, damaged)
-        return [to_message(row, now) for row in found.plain]
+        return [to_message(row, now, intact=True) for row in found.plain]  # _scan checked them
 
     def _scan(
         self, tx: Tx, q: QueueRow, page: int, count: int | None, now: int,
@@ -175,7 +175,7 @@ class Gets:
         expired ones met before them, or the row that failed its check. ``due``: skip delayed ones."""
         found = _Scan()
         seen: set[tuple[str, int]] = set()  # uids: one row twice, or two rows of one uid
-        for rows in tx.ready(q.id, page, now if due else None):
+        for rows in tx.ready(q.id, page, now if due else None, then=max(page, PAGE)):
             for row in rows:
                 uid = (row.origin, row.stamp)
                 if row.state != _READY or uid in seen:

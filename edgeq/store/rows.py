@@ -34,8 +34,9 @@ def _reported_expiry(row: MessageRow) -> Int32 | Int64 | None:
     return own
 
 
-def to_message(row: MessageRow, now_ms: int) -> Message:
-    """The message a row holds, as ``get``/``browse`` (or a rule) sees it at ``now_ms``."""
+def to_message(row: MessageRow, now_ms: int, *, intact: bool = False) -> Message:
+    """The message a row holds, as ``get``/``browse`` (or a rule) sees it at ``now_ms``; ``intact``:
+    the row passed its checksum, so its uid needs no second check."""
     remaining = None if row.deadline is None else max(row.deadline - now_ms, 0)
     return Message(
         row.data,
@@ -45,7 +46,7 @@ def to_message(row: MessageRow, now_ms: int) -> Message:
         correlation_id=row.correlation_id,
         reply_to=row.reply_to,
         expiry_report=_REPORTS.get(row.report or "", "none"),
-        uid=MessageUID(row.origin, row.stamp),
+        uid=MessageUID._trusted(row.origin, row.stamp) if intact else MessageUID(row.origin, row.stamp),
         created_ms=row.created_ms,
         backout_count=row.backout_count,
         remaining_expiry_ms=remaining,

@@ -31,6 +31,13 @@ _QUEUE_COLS = (
 )
 
 
+_FIND = f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND origin = ? AND stamp = ?"
+_READY_PAGE = (  # ?3 NULL: browse, delayed or not
+    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ?1 AND state = {_READY} "
+    "AND (?3 IS NULL OR coalesce(not_before, 0) <= ?3)"
+)
+_READY_FIRST = f"{_READY_PAGE} ORDER BY rank DESC, seq LIMIT ?2"
+_READY_NEXT = f"{_READY_PAGE} AND (rank < ?4 OR (rank = ?4 AND seq > ?5)) ORDER BY rank DESC, seq LIMIT ?2"
 _INSERT = """INSERT INTO messages (queue_id, origin, stamp, state, confirm_id, rank, seq, priority,
     created_ms, arrived_ms, expiry_kind, expiry_value, cap_at, deadline, correlation_id, reply_to, report,
     fields, data, key_id, crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
@@ -153,6 +160,8 @@ class Tx(UidTx):
 
     def delete(self, queue_id: int, ids: Sequence[int]) -> list[MessageRow]:
         """Delete this queue's rows with these ids, and return them."""
+        if not ids:
+            return []
         out: list[MessageRow] = []
         for chunk in _chunks(ids):
             marks = ", ".join("?" for _ in chunk)
@@ -242,10 +251,7 @@ class Tx(UidTx):
 
     def find(self, queue_id: int, origin: str, stamp: int) -> MessageRow | None:
         """The message of a queue with uid (``origin``, ``stamp``), or None."""
-        row = self.conn.execute(
-            f"SELECT {_MSG_COLS} FROM messages WHERE queue_id = ? AND origin = ? AND stamp = ?",
-            (queue_id, origin, stamp),
-        ).fetchone()
+        row = self.conn.execute(_FIND, (queue_id, origin, stamp)).fetchone()
         return None if row is None else MessageRow(*row)
 
     def find_many(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> dict[tuple[str, int], MessageRow]:
@@ -286,32 +292,27 @@ class Tx(UidTx):
         rows = self.conn.execute("SELECT id FROM messages WHERE queue_id = ? LIMIT ?", (queue_id, limit))
         return [row[0] for row in rows]
 
-    def ready(self, queue_id: int, page: int, due_at: int | None = None) -> Iterator[list[MessageRow]]:
-        """Ready messages in get order, a page at a time (rows may be deleted between pages); with
-        ``due_at`` (epoch ms), only those whose redelivery delay has passed by then."""
+    def ready(
+        self, queue_id: int, page: int, due_at: int | None = None, *, then: int | None = None
+    ) -> Iterator[list[MessageRow]]:
+        """Ready messages in get order, a page at a time (rows may be deleted between pages), the
+        pages after the first of ``then`` rows if given; with ``due_at`` (epoch ms), only those whose
+        redelivery delay has passed by then."""
         # Keyset paging on (rank, seq): every page an index seek. The delay is a filter, not an
         # index: get order stays the index's. ?3 is NULL for browse: delayed or not.
-        due = "AND (?3 IS NULL OR coalesce(not_before, 0) <= ?3)"
         after: tuple[int, int] | None = None
         while True:
             if after is None:
-                rows = self.conn.execute(
-                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ?1 AND state = {_READY} "
-                    f"{due} ORDER BY rank DESC, seq LIMIT ?2",
-                    (queue_id, page, due_at),
-                ).fetchall()
+                rows = self.conn.execute(_READY_FIRST, (queue_id, page, due_at)).fetchall()
             else:
-                rows = self.conn.execute(
-                    f"SELECT {_MSG_COLS}, rank, seq FROM messages WHERE queue_id = ?1 AND state = {_READY} "
-                    f"{due} AND (rank < ?4 OR (rank = ?4 AND seq > ?5)) ORDER BY rank DESC, seq LIMIT ?2",
-                    (queue_id, page, due_at, after[0], after[1]),
-                ).fetchall()
+                rows = self.conn.execute(_READY_NEXT, (queue_id, page, due_at, after[0], after[1])).fetchall()
             if not rows:
                 return
             after = advance(self.conn, queue_id, after, (rows[-1][-2], rows[-1][-1]))  # never loops on damage
             yield [MessageRow(*row[:-2]) for row in rows]
             if len(rows) < page:
                 return
+            page = then or page
 
     def expired_totals(self, queue_id: int, now_ms: int) -> tuple[int, int]:
         """How many messages of the queue are past their deadline, and their bytes as stored."""
