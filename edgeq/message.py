@@ -37,7 +37,7 @@ def _check_field_value(name: str, value: object) -> FieldValue:
 
 def check_fields(fields: object) -> dict[str, FieldValue]:
     """Validate a fields mapping, normalising bare ints to Int64 and buffers to bytes."""
-    if fields is None:
+    if fields is None or (type(fields) is dict and not fields):  # most messages: no ABC check
         return {}
     if not isinstance(fields, Mapping):
         raise InvalidType(f"fields must be a mapping of name to value, not {type(fields).__name__}")
