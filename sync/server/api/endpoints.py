@@ -3,6 +3,7 @@ errors as JSON."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +58,7 @@ class Api:
                 outcome = "refused" if error.status == 403 else "failed"
                 await self._record(who, action, what, outcome, str(exc))
                 return error.response()
-            await self._record(who, action, what, "done", str(body)[:500])
+            await self._record(who, action, what, "done", json.dumps(body)[:500])
             return answer(body)
         return endpoint
 

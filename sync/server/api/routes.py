@@ -25,8 +25,9 @@ def api_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]
     api = Api(qm, clock)
 
     def actions(request: Request) -> dict[str, Any]:
-        page = audit.recorded(qm.path, before=cursor(request, "before"), limit=limit(request))
-        return {"actions": page, "next": page[-1]["id"] if page else None}
+        size = limit(request)
+        page = audit.recorded(qm.path, before=cursor(request, "before"), limit=size)
+        return {"actions": page, "next": page[-1]["id"] if len(page) == size else None}
 
     async def not_found(request: Request) -> Response:
         return ApiError(404, f"no endpoint {request.method} {request.url.path}: see docs/management-api.md"
@@ -36,4 +37,4 @@ def api_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]
         *devices.routes(api), *queues.routes(api), *messages.routes(api), *records.routes(api),
         Route("/actions", api.read(actions), methods=["GET"]),
         Route("/{rest:path}", not_found, methods=_ALL),
-    ]), Route("/api/{rest:path}", not_found, methods=_ALL)]
+    ]), *(Route(path, not_found, methods=_ALL) for path in ("/api", "/api/{rest:path}"))]

@@ -180,6 +180,7 @@ def test_the_device_port_serves_no_api(served: Served) -> None:
 def test_an_unknown_endpoint_is_a_json_404(served: Served) -> None:
     with served.client("viewer") as api:
         _error(api.get("/nothing"), 404, "no endpoint GET /api/v1/nothing")
+        _error(api.get(served.console.console_url + "/api"), 404, "no endpoint GET /api:")
         _error(api.get("/queues/ORDERS/purge"), 404, "no endpoint GET /api/v1/queues/ORDERS/purge")
 
 
@@ -341,3 +342,16 @@ def test_an_operator_revokes_a_device_once(served: Served) -> None:
         assert again["revoked"] is False and "already" in again["detail"]
     with served.open() as qm:
         assert qm.device("DEV2").revoked_ms == first["device"]["revoked_ms"]
+
+
+def test_the_record_of_actions_comes_a_page_at_a_time_newest_first(served: Served) -> None:
+    with served.client("viewer") as api:
+        for _ in range(2):
+            assert api.post("/devices/NOSUCH/revoke").status_code == 403  # refused, recorded
+        every = _actions(served)
+        first = api.get("/actions", params={"limit": 1}).json()
+        second = api.get("/actions", params={"limit": 1, "before": first["next"]}).json()
+        assert first["actions"] + second["actions"] == every[:2]
+        whole = api.get("/actions", params={"limit": len(every) + 1}).json()
+        assert whole["actions"] == every and whole["next"] is None
+        _error(api.get("/actions", params={"before": "x"}), 400, "before must be")
