@@ -17,7 +17,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgeq import Message, QueueManager
+from edgeq import Int64, Message, QueueManager
 from edgeq.admin.wire import AdminRequest
 from edgeq.crypto import StoreKeys
 from edgeq.sync.keys import fingerprint
@@ -77,6 +77,10 @@ def _fill(db: Path, keys: StoreKeys) -> tuple[list[str], list[str], dict[str, by
             qm.register_device(name, public_key)
         qm.exchange.record_refusals("DEV1", "ORDERS", {"no-queue": (2, "no queue ORDERS")})
         qm.exchange.record_refusals("DEV2", "OTHER", {"too-large": (1, "too large")})
+    (db.parent / "fail").touch()  # tests.rulekit:Failing raises while it exists
+    with QueueManager(db, keys=keys, rule_retry_limit=1) as qm:  # each failed delivery parked at once
+        qm.define_queue("RULED", rules=[("tests.rulekit:Failing", {"switch": str(db.parent / "fail")})])
+        qm.put_many("RULED", [Message(b"r", expiry=Int64(1))] * 3)
     records = AdminRecords(str(db))
     try:
         key = Ed25519PrivateKey.generate()
@@ -273,6 +277,21 @@ def test_admin_requests_are_filtered_and_paged_newest_first(served: Served) -> N
                "status must be pending or replied")
         _error(api.get("/admin-requests", params={"after": "x"}), 400, "after must be")
         _error(api.get("/admin-requests", params={"device": "no good"}), 400, "device name")
+
+
+def test_failed_rule_deliveries_are_filtered_and_paged(served: Served) -> None:
+    with served.client("viewer") as api:
+        every = api.get("/rule-events").json()
+        assert [(e["event_id"], e["parked"], e["queue"]) for e in every["rule_events"]] == [
+            (1, True, "RULED"), (2, True, "RULED"), (3, True, "RULED")]
+        assert "failing on purpose" in every["rule_events"][0]["last_error"] and every["next"] is None
+        parked = api.get("/rule-events", params={"parked": "true", "limit": 2}).json()
+        rest = api.get("/rule-events", params={"parked": "true", "after": parked["next"]}).json()
+        assert [e["event_id"] for e in parked["rule_events"] + rest["rule_events"]] == [1, 2, 3]
+        assert parked["next"] == "2:b1" and rest["next"] is None
+        assert api.get("/rule-events", params={"parked": "false"}).json()["rule_events"] == []
+        _error(api.get("/rule-events", params={"parked": "maybe"}), 400, "parked must be true or false")
+        _error(api.get("/rule-events", params={"after": "b1"}), 400, "after must be")
 
 
 def test_refusals_are_listed_per_device(served: Served) -> None:
