@@ -244,13 +244,16 @@ def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, lo
     import os
 
     from edgeq.clock import system_clock
+    from edgeq.sync.server.api.routes import api_routes
     from edgeq.sync.server.console.routes import console_app
 
     niceness = os.nice(CONSOLE_NICENESS)
     logging.getLogger("edgeq.sync.server").info(
-        "the console of %s on %s (nice %d)", qm.name, url, niceness,
+        "the console of %s on %s, its management API on %s (nice %d)", qm.name, url,
+        url.removesuffix("/console") + "/api/v1", niceness,
         extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness})
-    _run_uvicorn(console_app(qm.path, clock=system_clock), host, port, fd, log_level, tls_cert, tls_key)
+    app = console_app(qm.path, clock=system_clock, api=api_routes(qm, clock=system_clock))
+    _run_uvicorn(app, host, port, fd, log_level, tls_cert, tls_key)
 
 
 def _run_uvicorn(app: ASGIApp, host: str, port: int, fd: int | None, log_level: str, tls_cert: Path | None,

@@ -23,6 +23,7 @@ from edgeq.cli.options import (
     wants_json,
 )
 from edgeq.cli.params import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES
+from edgeq.cli.tokens import ROLE_OPTION, token
 from edgeq.cli.views import device_json, format_devices, format_held, format_refusals, held_json, refusal_json
 
 if TYPE_CHECKING:
@@ -166,15 +167,20 @@ def devices_revoke(ctx: click.Context, name: str, db: Path | None) -> None:
     click.echo(f"Revoked {name}{when}.")
 
 
+server.add_command(token)
+
+
 @server.command("set-console-password")
 @click.option("--password-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Read the password from this file's first line (default: ask, twice, without echo).")
+@ROLE_OPTION
 @_server_db
 @click.pass_context
-def set_console_password(ctx: click.Context, password_file: Path | None, db: Path | None) -> None:
-    """Set the operator password of the console (edgeq serve --console); signs everyone out.
+def set_console_password(ctx: click.Context, password_file: Path | None, role: str, db: Path | None) -> None:
+    """Set the password of the console (edgeq serve --console) and its role; signs everyone out.
 
-    Stored as a salted scrypt hash in the server's store, never in clear.
+    Stored as a salted scrypt hash in the server's store, never in clear. The role also
+    applies to the management API (/api/v1) used from a signed-in browser.
 
     \b
     Examples:
@@ -192,8 +198,8 @@ def set_console_password(ctx: click.Context, password_file: Path | None, db: Pat
         raise click.BadParameter(f"the password must have at least {MIN_PASSWORD_CHARS} characters",
                                  param_hint="'--password-file'" if password_file else "password")
     qm = open_store(ctx, ADMIN, db=db)
-    set_password(qm.path, password)
-    click.echo(f"Console password set for {qm.name}; sessions signed in before are signed out.")
+    set_password(qm.path, password, "viewer" if role == "viewer" else "operator")
+    click.echo(f"Console password ({role}) set for {qm.name}; sessions signed in before are signed out.")
 
 
 @server.group("held")

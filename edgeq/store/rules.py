@@ -207,18 +207,25 @@ class RuleTx:
             (event_id,),
         )
 
-    def failures(self, *, parked: bool | None = None, due_ms: int | None = None) -> list[FailureRow]:
-        """Failed deliveries by event: all, parked (or unparked) ones, or those due by ``due_ms``."""
-        clauses, args = [], []
+    def failures(self, *, parked: bool | None = None, due_ms: int | None = None,
+                 after: tuple[int, str] | None = None, limit: int = -1) -> list[FailureRow]:
+        """Failed deliveries by event: all, parked (or unparked) ones, or those due by ``due_ms``;
+        a page: those after ``after`` (a row's event id and binding), at most ``limit`` (-1: all)."""
+        clauses: list[str] = []
+        args: list[object] = []
         if parked is not None:
             clauses.append("parked = ?")
             args.append(int(parked))
         if due_ms is not None:
             clauses.append("next_ms <= ?")
             args.append(due_ms)
+        if after is not None:
+            clauses.append("(event_id, binding) > (?, ?)")
+            args += after
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.conn.execute(
-            f"SELECT {_FAILURE_COLS} FROM rule_failures {where} ORDER BY event_id, binding", args
+            f"SELECT {_FAILURE_COLS} FROM rule_failures {where} ORDER BY event_id, binding LIMIT ?",
+            (*args, limit),
         ).fetchall()
         return [FailureRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
 

@@ -348,8 +348,32 @@ def _v13(db: Database) -> None:
     )
 
 
+def _v14(db: Database) -> None:
+    """The management API's tokens (a secret's sha256, never the secret) and its record of actions."""
+    db.execute(
+        """CREATE TABLE api_tokens (
+               id TEXT PRIMARY KEY,
+               name TEXT NOT NULL UNIQUE,
+               role TEXT NOT NULL,
+               digest TEXT NOT NULL,
+               created_ms INTEGER NOT NULL,
+               revoked_ms INTEGER) WITHOUT ROWID"""
+    )
+    db.execute(
+        """CREATE TABLE api_actions (
+               id INTEGER PRIMARY KEY,
+               at_ms INTEGER NOT NULL,
+               who TEXT NOT NULL,
+               role TEXT NOT NULL,
+               action TEXT NOT NULL,
+               target TEXT NOT NULL,
+               outcome TEXT NOT NULL,
+               detail TEXT NOT NULL)"""
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
-    _v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12, _v13,
+    _v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12, _v13, _v14,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

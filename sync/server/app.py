@@ -62,14 +62,14 @@ def create_app(
     routes = HomeRoutes(service, gate=gate, decoder=BodyDecoder(decode_limits or body_limits(max_batch)))
     extra: list[BaseRoute] = []
     if console_url is not None:
-        elsewhere = PlainTextResponse(f"not found: the operator console is served on its own listener, "
-                                      f"{console_url}", status_code=404)
+        elsewhere = PlainTextResponse(f"not found: the operator console and the management API (/api/v1) "
+                                      f"are served on their own listener, {console_url}", status_code=404)
 
         async def console_elsewhere(request: Request) -> Response:
             return elsewhere
 
         extra = [Route(path, console_elsewhere, methods=["GET", "POST"])
-                 for path in ("/console", "/console/{rest:path}")]
+                 for path in ("/console", "/console/{rest:path}", "/api", "/api/{rest:path}")]
     app = Starlette(routes=routes.routes + extra, exception_handlers={HTTPException: http_error})
     app.router.redirect_slashes = False  # "/v1/put/" is no endpoint: 404, not a redirect to re-sign
     app.state.service = service

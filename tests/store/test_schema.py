@@ -49,3 +49,31 @@ def test_a_v8_store_gains_the_v9_columns_and_tables(tmp_path: Path) -> None:
         assert {"admin_replies", "admin_keys", "admin_requests"} <= tables
     finally:
         conn.close()
+
+
+def test_a_v13_store_gains_the_api_tables_and_its_console_password_stays_the_operators(
+    tmp_path: Path,
+) -> None:
+    from edgeq.sync.server.api.tokens import create_token, list_tokens
+    from edgeq.sync.server.console.auth import ROLE_KEY, load_credential, set_password
+
+    path = tmp_path / "home.db"
+    conn = sqlite3.connect(path, isolation_level=None)  # the store as v13 left it
+    register(conn)
+    for step in MIGRATIONS[:13]:
+        step(Database(conn))
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 13")
+    conn.execute("INSERT INTO edgeq_meta (key, value) VALUES ('name', 'HOME'), ('incarnation', 'abc')")
+    conn.close()
+    set_password(path, "an-old-password")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM edgeq_meta WHERE key = ?", (ROLE_KEY,))  # set before roles existed
+    QueueManager(path).close()
+    cred = load_credential(path)
+    assert cred is not None and cred.role == "operator" and cred.verify("an-old-password")
+    token, _ = create_token(path, "ops", "viewer", now_ms=T0)
+    assert list_tokens(path) == [token]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("SELECT count(*) FROM api_actions").fetchone() == (0,)

@@ -15,7 +15,7 @@ from edgeq.store.connection import ConnectionFactory
 from edgeq.store.damage import damaged
 from edgeq.types import MessageState
 
-__all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "plain_json", "recent", "unauthenticated"]
+__all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "page", "plain_json", "recent", "unauthenticated"]
 
 #: ``expired``: never handed to the device, so never run; ``unknown``: handed over, it may have run.
 RequestStatus: TypeAlias = Literal["pending", "replied", "expired", "unknown"]
@@ -129,6 +129,25 @@ def recent(conn: sqlite3.Connection, limit: int) -> list[AdminRecord]:
     """The latest ``limit`` requests on ``conn`` (read-only is fine): unreplied first, newest first."""
     rows = conn.execute(
         f"{_SELECT} ORDER BY a.replied_ms IS NOT NULL, a.created_ms DESC, a.request_id LIMIT ?", (limit,))
+    return [_record(row, conn) for row in rows]
+
+
+def page(conn: sqlite3.Connection, *, device: str | None, replied: bool | None,
+         before: tuple[int, str] | None, limit: int) -> list[AdminRecord]:
+    """Up to ``limit`` requests, newest first: only ``device``'s, only replied (or unreplied) ones,
+    if given; only those older than ``before`` (``created_ms``, ``request_id``: a page's last)."""
+    where: list[str] = ["1"]
+    args: list[object] = []
+    if device is not None:
+        where.append("a.device = ?")
+        args.append(device)
+    if replied is not None:
+        where.append(f"a.replied_ms IS {'NOT ' if replied else ''}NULL")
+    if before is not None:
+        where.append("(a.created_ms, a.request_id) < (?, ?)")
+        args += before
+    rows = conn.execute(f"{_SELECT} WHERE {' AND '.join(where)} "
+                        "ORDER BY a.created_ms DESC, a.request_id DESC LIMIT ?", (*args, limit))
     return [_record(row, conn) for row in rows]
 
 

@@ -23,13 +23,18 @@ import secrets
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal, TypeAlias, get_args
 
 from edgeq.errors import EdgeqError
 from edgeq.store.opening import connect
 
-__all__ = ["ConsoleCredential", "NoConsolePassword", "load_credential", "revoke_session", "set_password"]
+__all__ = ["ROLES", "ConsoleCredential", "NoConsolePassword", "Role", "load_credential", "revoke_session",
+           "set_password"]
 
-PASSWORD_KEY, SECRET_KEY = "console.password", "console.secret"
+#: What a person or script may do: a ``viewer`` reads, an ``operator`` reads and acts (docs/security.md).
+Role: TypeAlias = Literal["viewer", "operator"]
+ROLES: Final[tuple[Role, ...]] = get_args(Role)
+PASSWORD_KEY, SECRET_KEY, ROLE_KEY = "console.password", "console.secret", "console.role"
 #: the prefix of a revoked session's key in ``edgeq_meta`` (its value: when it would have ended)
 REVOKED_PREFIX = "console.revoked."
 #: scrypt's cost: ~16 MiB and tens of ms per check, dear for a guesser, cheap for a login
@@ -47,34 +52,38 @@ def _hash(password: str, salt: bytes, n: int = _N, r: int = _R, p: int = _P) -> 
     return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024 * 1024, dklen=32)
 
 
-def set_password(path: str | Path, password: str) -> None:
-    """Store ``password``'s salted scrypt hash in the store at ``path``, and a new
+def set_password(path: str | Path, password: str, role: Role = "operator") -> None:
+    """Store ``password``'s salted scrypt hash and its ``role`` in the store at ``path``, and a new
     session secret (so sessions signed with the old one end)."""
     if len(password) < MIN_PASSWORD_CHARS:
         raise EdgeqError(f"the console password must have at least {MIN_PASSWORD_CHARS} characters")
+    if role not in ROLES:
+        raise EdgeqError(f"the console's role must be one of {', '.join(ROLES)}, not {role!r}")
     salt = os.urandom(16)
     stored = f"scrypt${_N}${_R}${_P}${salt.hex()}${_hash(password, salt).hex()}"
     with closing(connect(path)) as conn:  # one statement: both or neither
-        conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?), (?, ?) "
+        conn.execute("INSERT INTO edgeq_meta (key, value) VALUES (?, ?), (?, ?), (?, ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                     (PASSWORD_KEY, stored, SECRET_KEY, secrets.token_hex(32)))
+                     (PASSWORD_KEY, stored, SECRET_KEY, secrets.token_hex(32), ROLE_KEY, role))
 
 
 def load_credential(path: str | Path, session: str | None = None) -> ConsoleCredential | None:
     """The console credential stored at ``path``, or None if no password was set; with the
-    ``session`` token a request carries, whether it was revoked (``revoked``), in the same query."""
+    ``session`` token a request carries, whether it was revoked (``revoked``), in the same query.
+    A password set before roles existed is the operator's."""
     revoked = REVOKED_PREFIX + _session_id(session)
     with closing(connect(path)) as conn:
-        rows = dict(conn.execute("SELECT key, value FROM edgeq_meta WHERE key IN (?, ?, ?)",
-                                 (PASSWORD_KEY, SECRET_KEY, revoked)).fetchall())
+        rows = dict(conn.execute("SELECT key, value FROM edgeq_meta WHERE key IN (?, ?, ?, ?)",
+                                 (PASSWORD_KEY, SECRET_KEY, ROLE_KEY, revoked)).fetchall())
     if PASSWORD_KEY not in rows or SECRET_KEY not in rows:
         return None
     try:
         scheme, n, r, p, salt, digest = str(rows[PASSWORD_KEY]).split("$")
-        if scheme != "scrypt":
+        role = rows.get(ROLE_KEY, "operator")
+        if scheme != "scrypt" or role not in ROLES:
             raise ValueError(scheme)
         return ConsoleCredential(int(n), int(r), int(p), bytes.fromhex(salt), bytes.fromhex(digest),
-                                 bytes.fromhex(str(rows[SECRET_KEY])), revoked in rows)
+                                 bytes.fromhex(str(rows[SECRET_KEY])), revoked in rows, role)
     except ValueError:
         raise EdgeqError(f"the console password stored in {path} is damaged: set it again with "
                          f"`edgeq server set-console-password --db {path}`") from None
@@ -108,6 +117,7 @@ class ConsoleCredential:
     secret: bytes
     #: whether the session :func:`load_credential` was asked about was signed out
     revoked: bool = False
+    role: Role = "operator"
 
     def verify(self, password: str) -> bool:
         """Whether ``password`` is the operator's (constant-time comparison)."""

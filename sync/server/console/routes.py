@@ -39,6 +39,8 @@ from edgeq.sync.server.console.login import LoginGuard
 __all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
 
 COOKIE = "edgeq_console"
+#: the session cookie goes with the console's pages and the management API (/api/v1) on its port
+COOKIE_PATH = "/"
 #: how often the page reloads itself (seconds)
 REFRESH_S = 10
 #: a login form is small: refuse a larger body before reading it
@@ -105,12 +107,14 @@ def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, 
                              html_id=html_id))
 
 
-def console_app(path: str | Path, *, clock: Callable[[], int]) -> Starlette:
-    """The console's own app over the store at ``path``: its routes and ``/healthz``."""
+def console_app(path: str | Path, *, clock: Callable[[], int], api: Sequence[BaseRoute] = ()) -> Starlette:
+    """The console's own app over the store at ``path``: its routes, ``/healthz`` and the ``api`` routes
+    (the management API's, :mod:`edgeq.sync.server.api`)."""
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    app = Starlette(routes=[*console_routes(path, clock=clock), Route("/healthz", healthz, methods=["GET"])])
+    app = Starlette(routes=[*console_routes(path, clock=clock), Route("/healthz", healthz, methods=["GET"]),
+                            *api])
     app.router.redirect_slashes = False
     return app
 
@@ -174,7 +178,7 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
             return await login_form(request, "Wrong password.", 403)
         response = RedirectResponse("/console", status_code=303)
         response.set_cookie(COOKIE, cred.new_session(now_ms=clock()), max_age=SESSION_MS // 1000,
-                            path="/console",
+                            path=COOKIE_PATH,
                             httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
@@ -186,7 +190,7 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
             return Response("forbidden: no session, or a form from elsewhere", status_code=403)
         await run_in_threadpool(revoke_session, path, session[1], now_ms=clock())
         response = RedirectResponse("/console/login", status_code=303)
-        response.delete_cookie(COOKIE, path="/console")
+        response.delete_cookie(COOKIE, path=COOKIE_PATH)
         return response
 
     async def form_page(request: Request) -> Response:

@@ -1,0 +1,31 @@
+"""The API's record of actions (table ``api_actions``): who acted, when, on what, and how it ended;
+refused ones too."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from edgeq.store.opening import connect
+
+__all__ = ["record", "recorded"]
+
+_COLS = ("id", "at_ms", "who", "role", "action", "target", "outcome", "detail")
+
+
+def record(path: str | Path, *, at_ms: int, who: str, role: str, action: str, target: str, outcome: str,
+           detail: str) -> None:
+    """Add one action to the record in the store at ``path``."""
+    with closing(connect(path)) as conn:
+        conn.execute("INSERT INTO api_actions (at_ms, who, role, action, target, outcome, detail) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)", (at_ms, who, role, action, target, outcome, detail))
+
+
+def recorded(path: str | Path, *, before: int | None, limit: int) -> list[dict[str, Any]]:
+    """The latest ``limit`` actions (those with an id below ``before``, if given), newest first."""
+    with closing(connect(path, read_only=True)) as conn:
+        rows = conn.execute(
+            f"SELECT {', '.join(_COLS)} FROM api_actions WHERE id < ? ORDER BY id DESC LIMIT ?",
+            (before if before is not None else 2**63 - 1, limit))
+        return [dict(zip(_COLS, row, strict=True)) for row in rows]
