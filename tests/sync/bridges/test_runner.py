@@ -1,5 +1,5 @@
-"""The runner keeps a bridge that fails from stopping for good: it says why, waits, and starts it
-again (a real mosquitto, a paho device)."""
+"""The runner keeps a bridge that fails from stopping for good (it says why, waits, and starts it
+again) and one that cannot run from stopping the others (a real mosquitto, a paho device)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 from edgeq import Message, QueueManager
 from edgeq.sync.bridges.book import define_bridge
+from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.status import BridgeState, read_states
+from edgeq.sync.bridges.stored import DEFINITION_PREFIX, meta
 from tests.sync.bridges.conftest import Broker, Device
 from tests.sync.bridges.kit import running
 from tests.waits import until
@@ -33,3 +35,17 @@ def test_a_bridge_that_fails_is_started_again_after_a_back_off(
             assert got.payload == b"after"
             until(lambda: board.state().forwarded == 1, "the forward counted")
         assert board.state().errors >= 1
+
+
+def test_a_bridge_whose_kind_is_not_installed_does_not_stop_the_others(tmp_path: Path) -> None:
+    db = tmp_path / "dev.db"
+    with QueueManager(db, name="DEV1") as qm:
+        qm.define_queue("OUT")
+        define_bridge(qm, "fine", "mqtt-out", "OUT", {"url": "mqtt://127.0.0.1:1", "topics": ["t"]})
+        gone = BridgeDefinition("gone", "no-such-kind", "OUT", {"topics": ["t"]}, 7)
+        with meta(db) as tx:  # as a plugin uninstalled since the bridge was defined leaves it
+            tx.set_meta({DEFINITION_PREFIX + "gone": gone.to_json()})
+        with running(qm, connect=False) as runner:
+            assert [b.definition.name for b in runner.bridges] == ["fine"]
+            until(lambda: "gone" in read_states(db), "the broken bridge's state stored")
+            assert "no bridge kind 'no-such-kind' is installed" in (read_states(db)["gone"].last_error or "")
