@@ -36,9 +36,10 @@ class BridgeView:
 
 def bridge_views(path: str | Path, depths: Mapping[str, int]) -> list[BridgeView]:
     """Every bridge defined in the store at ``path``, by name; ``depths``: its queues' depths by name."""
-    states = read_states(path)
+    defined = bridge_definitions(path)
+    states = read_states(path) if defined else {}
     out = []
-    for d in bridge_definitions(path):
+    for d in defined:
         state = states.get(d.name, BridgeState())
         running = state.updated_ms is not None and pid_alive(state.pid)
         backlog = depths.get(d.queue) if d.kind.endswith("-out") else None
