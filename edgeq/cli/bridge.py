@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,7 +16,11 @@ from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.options import check_store, log_level_option, need, open_store, output_options, wants_json
 from edgeq.cli.views import format_table
 
-__all__ = ["bridge"]
+if TYPE_CHECKING:
+    from edgeq.manager import QueueManager
+    from edgeq.sync.bridges.views import BridgeView
+
+__all__ = ["bridge", "format_bridges", "run_bridges"]
 
 
 def _setting(text: str) -> tuple[str, Any]:
@@ -129,11 +134,17 @@ def run(ctx: click.Context, names: tuple[str, ...], log_level: str) -> None:
       edgeq --db dev.db bridge run sensors
     """
     need("paho.mqtt", "mqtt")
-    from edgeq.sync.bridges.runner import BridgeRunner
     from edgeq.sync.logs import setup_json_logging
 
     setup_json_logging(log_level.upper())
-    runner = BridgeRunner(open_store(ctx), names or None)
+    run_bridges(open_store(ctx), names or None)
+
+
+def run_bridges(qm: QueueManager, names: Sequence[str] | None = None) -> None:
+    """Run the bridges of ``qm`` (or those ``names``) until SIGINT or SIGTERM (``bridge run``, ``serve``)."""
+    from edgeq.sync.bridges.runner import BridgeRunner
+
+    runner = BridgeRunner(qm, names)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -149,29 +160,32 @@ def _when(ms: int | None) -> str:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Each bridge's state: running, connected, last forward, backlog (out: the queue's depth), errors."""
-    from dataclasses import asdict
-
-    from edgeq.sync.bridges.book import bridge_definitions
-    from edgeq.sync.bridges.status import BridgeState, pid_alive, read_states
+    from edgeq.sync.bridges.views import bridge_views
 
     qm = open_store(ctx)
-    states = read_states(qm.path)
-    rows = []
-    for d in bridge_definitions(qm.path):
-        state = states.get(d.name, BridgeState())
-        running = state.updated_ms is not None and pid_alive(state.pid)
-        backlog = qm.depth(d.queue) if d.kind.endswith("-out") and d.queue in qm.queue_names() else None
-        rows.append({"name": d.name, "kind": d.kind, "queue": d.queue, "running": running,
-                     **asdict(state), "connected": running and state.connected, "backlog": backlog})
+    views = bridge_views(qm.path, {q.name: q.depth for q in qm.store_usage().queues})
     if wants_json(ctx, as_json):
-        emit_json(rows)
-    elif not rows:
+        emit_json([v.as_dict() for v in views])
+    elif not views:
         click.echo("No bridges are defined.")
     else:
-        click.echo(format_table(
-            ("BRIDGE", "KIND", "QUEUE", "RUNNING", "CONNECTED", "LAST FORWARD", "FORWARDED", "BACKLOG",
-             "ERRORS", "LAST ERROR"),
-            [(r["name"], r["kind"], r["queue"], "yes" if r["running"] else "no",
-              "yes" if r["connected"] else "no", _when(r["last_forward_ms"]), str(r["forwarded"]),
-              "-" if r["backlog"] is None else str(r["backlog"]), str(r["errors"]), r["last_error"] or "-")
-             for r in rows]))
+        click.echo(format_bridges(views))
+
+
+def format_bridges(views: Sequence[BridgeView]) -> str:
+    """The bridges as a table (``edgeq bridge status``, ``edgeq sync status``).
+
+    >>> from edgeq.sync.bridges.status import BridgeState
+    >>> from edgeq.sync.bridges.views import BridgeView
+    >>> print(format_bridges([BridgeView("up", "mqtt-out", "OUT", ["a/b"], True, False, 3,
+    ...                                  BridgeState(errors=1, last_error="cannot reach the broker"))]))
+    BRIDGE  KIND      QUEUE  RUNNING  CONNECTED  LAST FORWARD  FORWARDED  BACKLOG  ERRORS  LAST ERROR
+    up      mqtt-out  OUT    yes      no         -             0          3        1       cannot reach the broker
+    """  # noqa: E501
+    return format_table(
+        ("BRIDGE", "KIND", "QUEUE", "RUNNING", "CONNECTED", "LAST FORWARD", "FORWARDED", "BACKLOG", "ERRORS",
+         "LAST ERROR"),
+        [(v.name, v.kind, v.queue, "yes" if v.running else "no", "yes" if v.connected else "no",
+          _when(v.state.last_forward_ms), str(v.state.forwarded),
+          "-" if v.backlog is None else str(v.backlog), str(v.state.errors), v.state.last_error or "-")
+         for v in views])

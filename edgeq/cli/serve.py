@@ -98,6 +98,10 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
 @click.option("--console-host", callback=_listen_address,
               help="The console's address (default: --host), e.g. 127.0.0.1 while devices use 0.0.0.0.")
 @click.option("--console-fd", type=int, hidden=True)  # set by --console for its process: the inherited socket
+@click.option("--bridges/--no-bridges", default=True, show_default=True,
+              help="Run the store's bridges (`edgeq bridge define`) in a process of their own, started "
+                   "again after a back-off if it exits (docs/bridges.md).")
+@click.option("--bridges-process", is_flag=True, hidden=True)  # set by the supervisor for the bridges' own
 @log_level_option
 @click.pass_context
 def serve(
@@ -105,7 +109,8 @@ def serve(
     max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
     auth: bool | None, auth_skew: float, nonce_db: Path | None, tls_cert: Path | None, tls_key: Path | None,
     hold: Limit, held_quota_messages: Limit, held_quota_bytes: Limit, workers: int, worker_fd: int | None,
-    console: bool, console_port: int | None, console_host: str | None, console_fd: int | None, log_level: str,
+    console: bool, console_port: int | None, console_host: str | None, console_fd: int | None, bridges: bool,
+    bridges_process: bool, log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
 
@@ -116,12 +121,14 @@ def serve(
       edgeq serve --db home.db --hold 30m --held-quota-messages 20000 --held-quota-bytes 64MiB
       edgeq serve --db home.db --workers 2
       edgeq serve --db home.db --console   # then open http://127.0.0.1:8471/console
+      edgeq serve --db home.db --no-bridges
       curl http://127.0.0.1:8470/metrics
 
     \b
-    With --workers N or --console this process binds the ports and supervises the processes
-    serving them (N for devices, one for the console, at a lower CPU priority); when one
-    exits, all stop.
+    With --workers N, --console or bridges defined in the store, this process binds the ports
+    and supervises the processes serving them (N for devices, one for the console, at a lower
+    CPU priority) and the bridges' process; when a worker or the console exits, all stop;
+    when the bridges' process exits, it is started again after a back-off.
 
     \b
     Exit status: 0 stopped (SIGINT/SIGTERM); 1 an error, e.g. the address is in use, the store
@@ -148,7 +155,8 @@ def serve(
         if console_port and console_port == port:
             raise click.BadParameter(f"{port} is also --port: the console needs a port of its own",
                                      param_hint="'--console-port'")
-    if worker_fd is None and console_fd is None:  # a worker serves its supervisor's socket
+    child = worker_fd is not None or console_fd is not None or bridges_process
+    if not child:  # a worker serves its supervisor's socket
         _check_listen(host, port)
         if console:
             _check_listen(console_host, console_port)
@@ -175,12 +183,18 @@ def serve(
         _serve_console(qm, console_host, console_port, console_fd, console_url or "", log_level, tls_cert,
                        tls_key)
         return
-    if (workers > 1 or console) and worker_fd is None:
+    if bridges_process:
+        from edgeq.cli.bridge import run_bridges
+
+        run_bridges(qm)
+        return
+    with_bridges = bridges and not child and _bridges_defined(qm.path)
+    if (workers > 1 or console or with_bridges) and not child:
         from edgeq.sync.server.workers import run_workers
 
         qm.close()  # created (if new) once, here: each process opens it itself
         ctx.exit(run_workers(sys.argv[1:], host, port, workers, (console_host, console_port)
-                             if console else None))
+                             if console else None, bridges=with_bridges))
     nonces = None
     keeper = None if holds.hold_ms is None else HoldKeeper(qm, holds)
     try:
@@ -254,6 +268,12 @@ def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, lo
         extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness})
     app = console_app(qm.path, clock=system_clock, api=api_routes(qm, clock=system_clock))
     _run_uvicorn(app, host, port, fd, log_level, tls_cert, tls_key)
+
+
+def _bridges_defined(path: Path) -> bool:
+    from edgeq.sync.bridges.book import bridge_definitions
+
+    return bool(bridge_definitions(path))
 
 
 def _run_uvicorn(app: ASGIApp, host: str, port: int, fd: int | None, log_level: str, tls_cert: Path | None,

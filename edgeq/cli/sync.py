@@ -50,6 +50,8 @@ __all__ = ["format_sync_status", "status", "sync"]
                    "not.")
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1))
 @click.option("--pull/--no-pull", default=True, show_default=True, help="Also fill home-server queues.")
+@click.option("--bridges/--no-bridges", default=True, show_default=True,
+              help="The daemon also runs the store's bridges (`edgeq bridge define`; docs/bridges.md).")
 @click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1),
               help="HTTP timeout, seconds.")
 @click.option("--progress/--no-progress", default=None,
@@ -67,8 +69,9 @@ __all__ = ["format_sync_status", "status", "sync"]
 @click.pass_context
 def sync(
     ctx: click.Context, db: Path | None, name: str | None, server_url: str | None, interval: float,
-    once: bool, batch_size: int, pull: bool, timeout: float, progress: bool | None, report_expiries: bool,
-    key_file: Path | None, ca_file: Path | None, allow_insecure_http: bool, log_level: str,
+    once: bool, batch_size: int, pull: bool, bridges: bool, timeout: float, progress: bool | None,
+    report_expiries: bool, key_file: Path | None, ca_file: Path | None, allow_insecure_http: bool,
+    log_level: str,
 ) -> None:
     """Run the device's sync agent: push remote queues to the home server, pull home-server queues.
 
@@ -131,6 +134,7 @@ def sync(
     if show:
         agent.progress = _show_progress
     agent.pull_enabled = pull
+    agent.bridges_enabled = bridges
     try:
         if once:
             pushed, pulled = agent.sync_once()
@@ -234,6 +238,12 @@ def format_sync_status(state: SyncStatus) -> str:
               "DEAD-LETTERED", "NEXT-RETRY", "TARGET")
     lines = [format_table(header, rows) if rows else "No remote or home-server queues."]
     lines.append(_agent_line(state, ago))
+    if state.bridges:
+        from edgeq.cli.bridge import format_bridges
+
+        lines.append(format_bridges(state.bridges))
+        lines += [f"bridge {b.name}: not connected: {b.state.last_error or 'no error yet'}"
+                  for b in state.bridges if b.running and not b.connected]
     if state.stopped:
         retry = ("" if state.next_retry_ms is None
                  else f"; next try in {approx_duration(max(0, state.next_retry_ms - now))}")

@@ -82,6 +82,8 @@ class SyncAgent:
                               on_backoff=self._backing_off, on_state=self._daemon_state)
         #: whether the daemon's cycles also pull home-server queues
         self.pull_enabled = True
+        #: whether the daemon also runs the store's bridges (``edgeq sync``'s ``--bridges``)
+        self.bridges_enabled = False
         self.progress: Callable[[Progress], None] | None = None
         qm.exchange.set_transmitter(self._pusher.transmit)
 
@@ -180,10 +182,10 @@ class SyncAgent:
     def start(self, interval_s: float = 5.0) -> None:
         """Run :meth:`sync_once` in the background every ``interval_s``, at once after a put while
         online, with backoff after a failure."""
-        self._daemon.start(interval_s)
+        self._daemon.start(interval_s, bridges=self.bridges_enabled)
 
     def run(self, interval_s: float = 5.0) -> None:
-        self._daemon.run(interval_s)
+        self._daemon.run(interval_s, bridges=self.bridges_enabled)
 
     def request_stop(self, reason: str = "stopped") -> None:
         """Ask :meth:`run` to return (safe from a signal handler); ``reason`` is logged and kept."""

@@ -11,10 +11,12 @@ from collections.abc import Callable
 from typing import Literal, TypeAlias
 
 from edgeq.args import check_seconds
+from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
 from edgeq.rules import QueueRule
 from edgeq.rules.base import RuleEvent
 from edgeq.sync.agent.lock import AgentLock
+from edgeq.sync.bridges.runner import BridgeThread, start_bridges
 
 __all__ = ["Daemon", "DaemonState"]
 
@@ -59,14 +61,16 @@ class Daemon:
         self._interval_s = 5.0
         self._worker: threading.Thread | None = None
         self._rules: list[tuple[str, _WakeRule]] = []
+        self._bridges: BridgeThread | None = None
 
     def wake_on_put(self) -> None:
         """Run a cycle now, if the server is reachable."""
         if self._online():
             self._wake.set()
 
-    def start(self, interval_s: float = 5.0) -> None:
-        """Start the loop: a cycle at once, then ``interval_s`` seconds after the last one."""
+    def start(self, interval_s: float = 5.0, *, bridges: bool = False) -> None:
+        """Start the loop: a cycle at once, then ``interval_s`` seconds after the last one; with
+        ``bridges``, the store's bridges too (docs/bridges.md), stopped with it."""
         check_seconds(interval_s, "interval_s")
         if self._worker is not None:
             raise RuntimeError("the sync agent is already running")
@@ -82,12 +86,17 @@ class Daemon:
         self._interval_s = interval_s
         self._worker = threading.Thread(target=self._loop, name="edgeq-sync-agent", daemon=True)
         self._worker.start()
+        if bridges:
+            try:
+                self._bridges = start_bridges(self.qm)
+            except EdgeqError as exc:  # a damaged definition: the agent syncs all the same
+                log.error("the bridges cannot run: %s", exc, extra={"event": "bridges-error"})
         log.info("agent started", extra={"event": "start", "server": self._server_url,
                                          "interval_s": interval_s, "pid": os.getpid()})
 
-    def run(self, interval_s: float = 5.0) -> None:
+    def run(self, interval_s: float = 5.0, *, bridges: bool = False) -> None:
         """:meth:`start`, then block until :meth:`stop` (or Ctrl-C)."""
-        self.start(interval_s)
+        self.start(interval_s, bridges=bridges)
         try:
             self._stop.wait()
         except KeyboardInterrupt:
@@ -110,6 +119,9 @@ class Daemon:
         worker, self._worker = self._worker, None
         if worker is not None and worker is not threading.current_thread():
             worker.join()
+        bridges, self._bridges = self._bridges, None
+        if bridges is not None:
+            bridges.stop()
         for queue, rule in self._rules:
             self.qm.remove_rule(queue, rule)
         self._rules.clear()

@@ -4,7 +4,7 @@ process shows what the running agent knows), and as Prometheus metrics (docs/pro
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from edgeq.errors import EdgeqError
@@ -13,6 +13,7 @@ from edgeq.exchange.transmit import SyncQueue
 from edgeq.manager import QueueManager
 from edgeq.sync.agent.health import Direction, QueueHealth
 from edgeq.sync.agent.lock import running_daemon
+from edgeq.sync.bridges.views import BridgeView, bridge_views
 from edgeq.sync.protocol import device_queue_name
 
 __all__ = ["AgentProcess", "QueueStatus", "SyncStatus", "render_metrics", "sync_status"]
@@ -76,15 +77,18 @@ class SyncStatus:
     #: whether a daemon runs, its pid and last cycle; with none running nothing is retried,
     #: so no ``next_retry_ms`` is given (unless the status is a live agent's own)
     agent: AgentProcess = AgentProcess()
+    #: the store's bridges (docs/bridges.md): running, connected, last forward, backlog, errors
+    bridges: list[BridgeView] = field(default_factory=list)
 
     @property
     def failing(self) -> bool:
-        """Whether anything needs attention: the agent stopped, a queue fails, or messages wait
-        in the dead-letter queue."""
-        return self.stopped or self.dead_letter_depth > 0 or any(q.failing for q in self.queues)
+        """Whether anything needs attention: the agent stopped, a queue fails, messages wait in the
+        dead-letter queue, or a running bridge is not connected."""
+        return (self.stopped or self.dead_letter_depth > 0 or any(q.failing for q in self.queues)
+                or any(b.running and not b.connected for b in self.bridges))
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "failing": self.failing}
+        return {**asdict(self), "bridges": [b.as_dict() for b in self.bridges], "failing": self.failing}
 
 
 def sync_status(
@@ -107,6 +111,7 @@ def sync_status(
         record.get("next_retry_ms") if record.get("stopped") and retrying else None, queues,
         overview.dead_letter_queue, overview.dead_letter_depth,
         restored=qm.exchange.restoration(), agent=process,
+        bridges=bridge_views(qm.path, {u.name: u.depth for u in qm.store_usage().queues}),
     )
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from edgeq.queues.attributes import StoreUsage
     from edgeq.store.devices import DeviceRefusal
+    from edgeq.sync.bridges.views import BridgeView
     from edgeq.sync.server.sessions import DeviceSessions
 
 __all__ = ["Metrics"]
@@ -79,9 +80,11 @@ class Metrics:
             return self._counters[_ALIASES.get(name, name)]
 
     def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None,
-               refusals: Sequence[DeviceRefusal] | None = None) -> str:
+               refusals: Sequence[DeviceRefusal] | None = None,
+               bridges: Sequence[BridgeView] | None = None) -> str:
         """The Prometheus text format (0.0.4), with the gauges of ``sessions`` and ``usage``
-        (``qm.store_usage()``) and ``refusals`` (``qm.exchange.device_refusals()``) when given."""
+        (``qm.store_usage()``), ``refusals`` (``qm.exchange.device_refusals()``) and ``bridges``
+        (``bridge_views``) when given."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)
@@ -118,7 +121,39 @@ class Metrics:
             lines += _usage_lines(usage)
         if refusals is not None:
             lines += _refusal_lines(refusals)
+        if bridges is not None:
+            lines += _bridge_lines(bridges)
         return "\n".join(lines) + "\n"
+
+
+def _bridge_lines(bridges: Sequence[BridgeView]) -> list[str]:
+    """Each bridge's state as its runner last stored it (docs/bridges.md); its counters restart with it."""
+    families: list[tuple[str, str, str, list[tuple[BridgeView, float | int | None]]]] = [
+        ("edgeq_bridge_info", "gauge", "1 for each bridge defined; labels kind and queue.",
+         [(b, 1) for b in bridges]),
+        ("edgeq_bridge_running", "gauge", "1 while the process running the bridge is alive.",
+         [(b, int(b.running)) for b in bridges]),
+        ("edgeq_bridge_connected", "gauge", "1 while the bridge runs connected to its broker.",
+         [(b, int(b.connected)) for b in bridges]),
+        ("edgeq_bridge_backlog_messages", "gauge", "Messages waiting on an out-bridge's queue.",
+         [(b, b.backlog) for b in bridges]),
+        ("edgeq_bridge_forwarded_messages_total", "counter", "Messages the bridge moved since it started.",
+         [(b, b.state.forwarded) for b in bridges]),
+        ("edgeq_bridge_errors_total", "counter", "Errors of the bridge since it started (the last: "
+         "edgeq bridge status).", [(b, b.state.errors) for b in bridges]),
+        ("edgeq_bridge_last_forward_timestamp_seconds", "gauge", "When the bridge last moved a message.",
+         [(b, None if b.state.last_forward_ms is None else b.state.last_forward_ms / 1000) for b in bridges]),
+    ]
+    lines: list[str] = []
+    for metric, kind, text, samples in families:
+        lines += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"]
+        for b, value in samples:
+            if value is None:
+                continue
+            info = metric == "edgeq_bridge_info"
+            extra = f',kind="{_escape(b.kind)}",queue="{_escape(b.queue)}"' if info else ""
+            lines.append(f'{metric}{{bridge="{_escape(b.name)}"{extra}}} {value}')
+    return lines
 
 
 def _refusal_lines(refusals: Sequence[DeviceRefusal]) -> list[str]:

@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from edgeq.encoding.compression import Codec
 from edgeq.sync import protocol as p
+from edgeq.sync.bridges.views import bridge_views
 from edgeq.sync.framing import H_ACCEPT, answer_codec, frame, negotiate
 from edgeq.sync.server.auth import AuthGate
 from edgeq.sync.server.home import HomeService
@@ -102,7 +103,8 @@ class HomeRoutes:
     async def metrics(self, request: Request) -> Response:
         qm = self.service.qm
         usage, refusals = await run_in_threadpool(lambda: (qm.store_usage(), qm.exchange.device_refusals()))
-        text = self.service.metrics.render(self.service.sessions, usage, refusals)
+        bridges = await run_in_threadpool(bridge_views, qm.path, {q.name: q.depth for q in usage.queues})
+        text = self.service.metrics.render(self.service.sessions, usage, refusals, bridges)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

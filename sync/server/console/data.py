@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeq.store.opening import connect
+from edgeq.sync.bridges.views import BridgeView, bridge_views
 from edgeq.sync.server.admin.records import recent
 from edgeq.types import MessageState
 
@@ -76,6 +77,7 @@ class ConsoleView:
     admin: list[tuple[str, str, str, str | None, int, str]]
     throughput: list[int] = field(default_factory=list)  # accepted per minute, oldest first
     expired: list[int] = field(default_factory=list)  # expired per minute, oldest first
+    bridges: list[BridgeView] = field(default_factory=list)  # the store's bridges (docs/bridges.md)
 
 
 def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
@@ -83,10 +85,11 @@ def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
     conn = connect(path, read_only=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        queues = _queues(conn, now_ms)
         return ConsoleView(
             now_ms=now_ms,
             devices=_devices(conn, tables),
-            queues=_queues(conn, now_ms),
+            queues=queues,
             expiries=conn.execute(
                 "SELECT at_ms, queue, uid, check_point, device FROM journal WHERE kind = 'expired' "
                 "ORDER BY id DESC LIMIT ?", (RECENT,)).fetchall(),
@@ -98,6 +101,7 @@ def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
                    for r in recent(conn, RECENT)] if "admin_requests" in tables else [],
             throughput=_per_minute(conn, "accepted", now_ms),
             expired=_per_minute(conn, "expired", now_ms),
+            bridges=bridge_views(path, {q.name: q.depth for q in queues}),
         )
     finally:
         conn.close()

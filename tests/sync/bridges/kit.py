@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from edgeq import QueueManager
-from edgeq.sync.bridges.runner import BridgeRunner
+from edgeq.sync.bridges.runner import BridgeRunner, BridgeThread
 from tests.waits import until
 
 
@@ -17,14 +16,11 @@ def running(
 ) -> Iterator[BridgeRunner]:
     """The bridges of ``qm`` running in threads (connected first, unless ``connect`` is False)."""
     runner = BridgeRunner(qm, names, flush_s=0.05)
-    stop = threading.Event()
-    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread = BridgeThread(runner)
     thread.start()
     try:
         if connect:
             until(lambda: all(b.board.state().connected for b in runner.bridges), "the bridges connected", 10)
         yield runner
     finally:
-        stop.set()
-        thread.join(10)
-        assert not thread.is_alive(), "the bridges did not stop"
+        assert thread.stop(10), "the bridges did not stop"
