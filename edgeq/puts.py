@@ -163,6 +163,7 @@ class Puts:
         tx.insert(q.id, q.name, [self.sealer.seal(q, row)])
         if self.sink.observed(q.name, "added"):
             events.append(Pending("added", q.name, now, new=row))
+            self.sink.record(tx, events)
         return PutResult(uid, "stored")
 
     def _admit(
