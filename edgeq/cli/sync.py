@@ -25,6 +25,7 @@ from edgeq.cli.options import (
     output_options,
     wants_json,
 )
+from edgeq.cli.runtime import tune_gc
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ def sync(
     if show:
         agent.progress = _show_progress
     agent.pull_enabled = pull
+    tune_gc()
     try:
         if once:
             pushed, pulled = agent.sync_once()
