@@ -231,7 +231,9 @@ class HomeService:
             results = [wm.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:
             results = [wm.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
-        resent = self._resent(state.name, uids)
+        # Only a uid the store does not know can be one settled since: looked up for those alone.
+        unknown = [uid for uid, r in zip(uids, results, strict=True) if r["s"] in ("unknown", "refused")]
+        resent = self._resent(state.name, unknown) if unknown else set()
         if resent:  # settled by the device, so confirmed before: the device may delete its copy
             results = [wm.result(r["u"], "already")
                        if r["s"] in ("unknown", "refused") and uid in resent else r
