@@ -299,7 +299,7 @@ class Puts:
             # deadline may be what is damaged): quarantined, it answers "unknown" so the
             # sender keeps its copy and puts it again.
             for bad in [
-                r for r in held.values() if r.state == _PUT_LOCKED and not is_intact(q.name, r)
+                r for r in held.values() if r.state == MessageState.PUT_LOCKED and not is_intact(q.name, r)
             ]:
                 events += self.sink.quarantine(tx, q, bad, now, through_index=True)
                 del held[(bad.origin, bad.stamp)]
@@ -307,7 +307,7 @@ class Puts:
                 row = held.get(key)
                 if row is None:
                     results.append(ConfirmResult(uid, "already" if key in remembered else "unknown"))
-                elif row.state != _PUT_LOCKED or row.id in ready_ids:
+                elif row.state != MessageState.PUT_LOCKED or row.id in ready_ids:
                     results.append(ConfirmResult(uid, "already"))  # MQe ignores a second confirm
                 elif is_expired(row, now):
                     if row.id not in expired:

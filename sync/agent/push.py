@@ -224,10 +224,8 @@ class Pusher:
 
     def _read_ahead(self, name: str, inflight: set[MessageUID],
                     skipped: set[MessageUID]) -> tuple[list[Message], bool]:
-        """The next batches of remote queue ``name`` (up to :data:`_READ_AHEAD` of them, as many as
-        :data:`_READ_AHEAD_BYTES` allows), and whether that is all it holds. Read past what is in
-        flight and what was refused, which the store still holds: one read for several batches
-        reads past them once."""
+        """The next batches of ``name`` (up to :data:`_READ_AHEAD`, within :data:`_READ_AHEAD_BYTES`)
+        and whether that is all it holds; read past what is in flight or refused, still stored."""
         size = self.link.batch_size
         batches = max(1, min(_READ_AHEAD, _READ_AHEAD_BYTES // max(1, size * self._weight_seen)))
         want = size * batches + len(inflight) + len(skipped)
