@@ -165,28 +165,35 @@ class WireMessage:
         return out
 
     @classmethod
-    def from_wire(cls, raw: object) -> WireMessage:
-        """Check one wire message; raise :class:`ProtocolError` ``invalid`` naming the problem."""
+    def from_wire(cls, raw: object, origins: set[str] | None = None) -> WireMessage:
+        """Check one wire message; raise :class:`ProtocolError` ``invalid`` naming the problem.
+        ``origins``: the uid origins its batch has checked (:func:`~edgeq.sync.protocol.decode_uid`)."""
         if not isinstance(raw, dict):
             raise _invalid(f"a message must be a map, not {type(raw).__name__}")
-        uid = decode_uid(raw.get("u"))
-        data = raw.get("d")
+        get = raw.get
+        uid = decode_uid(get("u"), origins)
+        data = get("d")
         if not isinstance(data, bytes):
             raise _invalid(f"message {uid}: 'd' (data) must be a byte string, not {type(data).__name__}")
-        priority = opt_int(raw, "p", high=9)
-        created = opt_int(raw, "c", high=2**62)
-        remaining = opt_int(raw, "x", low=1, high=MAX_REMAINING_MS)
-        fields = decode_fields(raw["f"]) if raw.get("f") is not None else {}
-        corr = raw.get("ci")
+        priority, created, remaining = get("p"), get("c"), get("x")
+        # The common values checked inline; anything else goes through opt_int (and its error).
+        if priority is not None and not (type(priority) is int and 0 <= priority <= 9):
+            priority = opt_int(raw, "p", high=9)
+        if created is not None and not (type(created) is int and 0 <= created <= 2**62):
+            created = opt_int(raw, "c", high=2**62)
+        if remaining is not None and not (type(remaining) is int and 1 <= remaining <= MAX_REMAINING_MS):
+            remaining = opt_int(raw, "x", low=1, high=MAX_REMAINING_MS)
+        fields = decode_fields(raw["f"]) if get("f") is not None else {}
+        corr = get("ci")
         if corr is not None and not isinstance(corr, bytes):
             raise _invalid(f"message {uid}: 'ci' (correlation id) must be a byte string")
-        reply_to = raw.get("rt")
+        reply_to = get("rt")
         if reply_to is not None and not isinstance(reply_to, str):
             raise _invalid(f"message {uid}: 'rt' (reply-to queue) must be a string")
-        report = raw.get("er", "none")
+        report = get("er", "none")
         if report not in _REPORTS:
             raise _invalid(f"message {uid}: 'er' (expiry report) must be one of {', '.join(_REPORTS)}")
-        resend = raw.get("r", False)
+        resend = get("r", False)
         if not isinstance(resend, bool):
             raise _invalid(f"message {uid}: 'r' (resend) must be a boolean")
         return cls(uid, data, fields, priority, remaining, created, corr, reply_to, report, resend)
@@ -198,11 +205,16 @@ class WireMessage:
         expiry = None if self.remaining_ms is None else Int64(
             max(1, receiver_now_ms + self.remaining_ms - transit)
         )
+        resend = self.resend if resend is None else resend
+        if not self.fields and self.correlation_id is None and self.reply_to is None:
+            # Everything else was checked by from_wire as the constructor checks it.
+            return Message._checked(self.data, priority=self.priority, expiry=expiry, resend=resend,
+                                    expiry_report=self.expiry_report, uid=self.uid,
+                                    created_ms=self.created_ms)
         try:
             return Message(
                 self.data, fields=dict(self.fields), priority=self.priority, expiry=expiry,
-                correlation_id=self.correlation_id, reply_to=self.reply_to,
-                resend=self.resend if resend is None else resend,
+                correlation_id=self.correlation_id, reply_to=self.reply_to, resend=resend,
                 expiry_report=self.expiry_report, uid=self.uid, created_ms=self.created_ms,
             )
         except EdgeqError as exc:
@@ -211,7 +223,8 @@ class WireMessage:
 
 def decode_messages(body: Mapping[str, Any], key: str, *, max_len: int) -> list[WireMessage]:
     """The checked messages of a body; a uid given twice is ``invalid``."""
-    out = [WireMessage.from_wire(raw) for raw in req_list(body, key, max_len=max_len)]
+    origins: set[str] = set()
+    out = [WireMessage.from_wire(raw, origins) for raw in req_list(body, key, max_len=max_len)]
     if len({m.uid for m in out}) != len(out):
         raise _invalid("a uid appears twice in one request: send each message once")
     return out

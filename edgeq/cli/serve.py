@@ -18,6 +18,7 @@ from edgeq.cli.options import (
     need,
 )
 from edgeq.cli.params import BYTES_LIMIT, HOLD, LIMIT, Limit
+from edgeq.cli.runtime import tune_gc
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -292,6 +293,7 @@ def _run_uvicorn(app: ASGIApp, host: str, port: int, fd: int | None, log_level: 
             if sockets is not None:  # uvicorn says where it listens only when it bound the socket
                 self._log_started_message(sockets)
 
+    tune_gc()
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
                             log_level=log_level.lower(), ssl_certfile=None
                             if tls_cert is None else str(tls_cert), ssl_keyfile=None

@@ -25,6 +25,7 @@ from edgeq.cli.options import (
     output_options,
     wants_json,
 )
+from edgeq.cli.runtime import tune_gc
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def sync(
         agent.progress = _show_progress
     agent.pull_enabled = pull
     agent.bridges_enabled = bridges
+    tune_gc()
     try:
         if once:
             pushed, pulled = agent.sync_once()

@@ -418,3 +418,14 @@ class Tx(UidTx):
             (queue_id, now_ms),
         ).fetchone()
         return None if at is None else int(at)
+
+    def ids_of(self, queue_id: int, uids: Sequence[tuple[str, int]]) -> list[int]:
+        """The ids of the rows held for these (origin, stamp) uids: the uid index alone, no row read."""
+        out: list[int] = []
+        for origin, stamps in by_origin(uids):
+            marks = ", ".join("?" for _ in stamps)
+            out.extend(row_id for (row_id,) in self.conn.execute(
+                f"SELECT id FROM messages WHERE queue_id = ? AND origin = ? AND stamp IN ({marks})",
+                (queue_id, origin, *stamps),
+            ))
+        return out

@@ -32,6 +32,8 @@ log = logging.getLogger("edgeq.sync.agent")
 _PER_MESSAGE_OVERHEAD = 96  # bytes of CBOR keys, uid, numbers per message (generous)
 _MAX_REFUSALS_KEPT = 100
 _MAX_SKIPPED = 50_000  # messages refused in one push, not offered again until the next: past this, stop
+_READ_AHEAD = 4  # batches read at once: the batch in flight is read past once per read, not per batch
+_READ_AHEAD_BYTES = 16 * 1024 * 1024  # ... unless the messages last read were larger than this allows
 
 
 class Pusher:
@@ -59,6 +61,7 @@ class Pusher:
         self._target = ""  # the server's queue of the remote queue being pushed (for refusal reasons)
         self._compression: str | None = None  # the codec of the remote queue being pushed (its attribute)
         self._confirmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgeq-sync-confirm")
+        self._weight_seen = _PER_MESSAGE_OVERHEAD  # the largest message of the last read (_weight)
 
     def close(self) -> None:
         """Wait for a confirm in flight, then stop the confirmer thread."""
@@ -174,19 +177,18 @@ class Pusher:
         skipped: set[MessageUID] = set()  # refused in this push: offered again at the next
         self._target, self._compression = target, attrs.compression
         last_why: str | None = None
+        ahead: list[Message] = []  # read, not put yet: the next batches
+        read_ms, read_mono, all_read = 0, 0.0, False
         self._pending.clear()
         self._fresh_clock_bounds()
         try:
             while True:
-                read_ms = self.link.clock()  # remaining expiry is measured from (about) now
-                read_mono = self.link.monotonic()  # and no earlier than this instant
-                # The store still holds the batch in flight and what was refused: read past them.
-                want = self.link.batch_size + len(inflight_uids) + len(skipped)
-                batch = self.qm.exchange.next_for_transmission(name, want)
-                drained = len(batch) < want
-                batch = [m for m in batch if m.uid not in inflight_uids and m.uid not in self._server_expired
-                         and m.uid not in skipped]
-                batch = batch[: self.link.batch_size]
+                if not ahead:
+                    read_ms = self.link.clock()  # remaining expiry is measured from (about) now
+                    read_mono = self.link.monotonic()  # and no earlier than this instant
+                    ahead, all_read = self._read_ahead(name, inflight_uids, skipped)
+                batch, ahead = ahead[: self.link.batch_size], ahead[self.link.batch_size :]
+                drained = all_read and not ahead
                 to_confirm: list[str] = []
                 for chunk in self._chunks(batch, report):
                     to_confirm += self._put_stage(target, chunk, read_ms, read_mono, report)
@@ -199,7 +201,7 @@ class Pusher:
                 if to_confirm:
                     inflight = self._confirmer.submit(self._confirm_stage, name, target, to_confirm,
                                                       attrs.compression)
-                    inflight_uids = {MessageUID.parse(u) for u in to_confirm}
+                    inflight_uids = set(p.parse_uids(to_confirm))
                 if progress is not None and time.monotonic() - last_shown >= self.progress_interval_s:
                     last_shown = time.monotonic()
                     self._show(progress, name, report.transmitted - done_at_start, started)
@@ -220,6 +222,19 @@ class Pusher:
             self._show(progress, name, report.transmitted - done_at_start, started)
         return last_why
 
+    def _read_ahead(self, name: str, inflight: set[MessageUID],
+                    skipped: set[MessageUID]) -> tuple[list[Message], bool]:
+        """The next batches of ``name`` (up to :data:`_READ_AHEAD`, within :data:`_READ_AHEAD_BYTES`)
+        and whether that is all it holds; read past what is in flight or refused, still stored."""
+        size = self.link.batch_size
+        batches = max(1, min(_READ_AHEAD, _READ_AHEAD_BYTES // max(1, size * self._weight_seen)))
+        want = size * batches + len(inflight) + len(skipped)
+        read = self.qm.exchange.next_for_transmission(name, want)
+        if read:
+            self._weight_seen = max(_weight(m) for m in read)
+        return [m for m in read if m.uid not in inflight and m.uid not in self._server_expired
+                and m.uid not in skipped], len(read) < want
+
     def _count_refusals(self, name: str, skipped: set[MessageUID], report: PushReport,
                         count: bool) -> str | None:
         """Count the refusals since the last call in the store (one transaction), moving
@@ -227,7 +242,7 @@ class Pusher:
         pending, self._pending = self._pending, []
         if not pending:
             return None
-        skipped.update(MessageUID.parse(uid) for uid, _ in pending)
+        skipped.update(p.parse_uids(uid for uid, _ in pending))
         if count:
             why = dict(pending)
             outcomes = self.qm.exchange.refused(name, pending)
@@ -363,16 +378,17 @@ class Pusher:
             results += decode_results(answer, CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]
         if done:
-            self.qm.exchange.transmitted(name, done)
+            self.qm.exchange.transmitted(name, p.parse_uids(done))
         return results
 
     def _settle(self, results: Results, report: PushReport) -> int:
         """Account for a finished confirm stage; returns how many were transmitted."""
         done = 0
+        origins: set[str] = set()  # each checked once (p.decode_uid)
         for uid, status, why in results:
             if status in ("confirmed", "already"):
                 done += 1
-                self._attempted.discard(MessageUID.parse(uid))
+                self._attempted.discard(p.decode_uid(uid, origins))
             elif status == "expired":
                 report.expired += 1
                 self._server_expired.add(MessageUID.parse(uid))

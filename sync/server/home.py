@@ -7,7 +7,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,11 +150,13 @@ class HomeService:
         settled, seen = self.qm.exchange.origin_seen(origin)
         return {key: value for key, value in (("settled", settled), ("seen", seen)) if value is not None}
 
-    def _resent(self, device: str, uids: Iterable[MessageUID]) -> set[MessageUID]:
+    def _resent(self, device: str, uids: Collection[MessageUID]) -> set[MessageUID]:
         """The device's own uids below its store's settled mark: resends, never new messages."""
-        own = [uid for uid in uids if uid.qmgr == device]
-        marks = self.qm.exchange.settled_marks({uid.origin for uid in own}) if own else {}
-        return {uid for uid in own if uid.stamp < marks.get(uid.origin, 0)}
+        own = [origin for origin in {uid.origin for uid in uids} if origin_qmgr(origin) == device]
+        marks = self.qm.exchange.settled_marks(own) if own else {}
+        if not any(marks.values()):
+            return set()  # nothing settled, so nothing below it (per batch, not per uid)
+        return {uid for uid in uids if uid.stamp < marks.get(uid.origin, 0)}
 
     def put(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Stage one: store the batch locked and invisible, one transaction."""
@@ -170,21 +172,23 @@ class HomeService:
         state.put_bounds(sent, server_ms)
         transit = now - base
         resent = self._resent(state.name, [w.uid for w in wire])
-        messages = [w.to_message(base) for w in wire if w.uid not in resent]
+        fresh = [w for w in wire if w.uid not in resent] if resent else wire
+        messages = [w.to_message(base) for w in fresh]
         started = time.perf_counter()
-        answered: dict[MessageUID, dict[str, Any]] = {uid: wm.result(uid, "duplicate") for uid in resent}
         try:
             # Expired holds undone and the device's quota checked first (over it: the
             # put is refused whole, 429 ``over-quota``, and nothing is stored).
             with self.holds.admit(state, queue, messages):
                 outcome = (self.qm.put_each(queue, messages, confirm_id=self._new_confirm_id())
                            if messages else [])
-            answered |= {r.uid: wm.result(r.uid, r.status, r.detail if r.status == "refused" else None)
-                         for r in outcome}
+            done = [wm.result(r.uid, r.status, r.detail if r.status == "refused" else None) for r in outcome]
         except QueueNotFound as exc:
-            answered |= {m.uid: wm.result(m.uid, "refused", f"no-queue: {exc}")
-                         for m in wire if m.uid not in resent}
-        results = [answered[w.uid] for w in wire]
+            done = [wm.result(w.uid, "refused", f"no-queue: {exc}") for w in fresh]
+        results = done  # in the order of ``fresh``, which is ``wire`` unless some were resent
+        if resent:
+            answered = {uid: wm.result(uid, "duplicate") for uid in resent}
+            answered |= {w.uid: r for w, r in zip(fresh, done, strict=True)}
+            results = [answered[w.uid] for w in wire]
         tally = Counter(r["s"] for r in results)
         self.metrics.count("received", tally["stored"] + tally["replaced"])
         self.metrics.count("duplicates", tally["duplicate"] + tally["unconfirmed"])
@@ -227,7 +231,9 @@ class HomeService:
             results = [wm.result(r.uid, r.status) for r in outcome]
         except QueueNotFound as exc:
             results = [wm.result(uid, "refused", f"no-queue: {exc}") for uid in uids]
-        resent = self._resent(state.name, uids)
+        # Only a uid the store does not know can be one settled since: looked up for those alone.
+        unknown = [uid for uid, r in zip(uids, results, strict=True) if r["s"] in ("unknown", "refused")]
+        resent = self._resent(state.name, unknown) if unknown else set()
         if resent:  # settled by the device, so confirmed before: the device may delete its copy
             results = [wm.result(r["u"], "already")
                        if r["s"] in ("unknown", "refused") and uid in resent else r

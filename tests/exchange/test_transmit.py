@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeq import Int64, ManualClock, Message, QueueManager
+from edgeq import Int64, ManualClock, Message, MessageUID, QueueManager
 from edgeq.errors import InvalidArgument, QueueNotFound
 from edgeq.exchange.transmit import DEFAULT_REFUSAL_LIMIT
 from tests.conftest import T0, Recorder
@@ -171,3 +171,17 @@ def test_nothing_is_handed_out_for_transmission_before_it_is_on_the_disk(tmp_pat
         assert qm._db.sync_stats().syncs == before + 1
     finally:
         qm.close()
+
+
+def test_transmitted_deletes_exactly_the_held_copies_reading_each_row_once(qm: QueueManager) -> None:
+    held = qm.put_many("ORDERS", [Message(b"x%d" % n) for n in range(600)])  # two chunks of uids
+    gone = held[:3]
+    qm.exchange.transmitted("ORDERS", gone)
+    unheld = [MessageUID("DEV9:abcdefghij", 5), *gone]
+    seen: list[str] = []
+    with qm.tracer(seen.append):
+        assert qm.exchange.transmitted("ORDERS", [*held[3:], *unheld]) == 597
+    assert qm.depth("ORDERS") == 0
+    # The uids are looked up in their index alone; the rows are read by the delete only.
+    selects = [s for s in seen if s.lstrip().upper().startswith("SELECT") and "FROM messages" in s]
+    assert selects and all(s.lstrip().startswith("SELECT id FROM messages") for s in selects)

@@ -140,3 +140,28 @@ def test_the_examples_the_docstrings_no_longer_carry() -> None:
     assert negotiate(["br", "zlib"], ("zstd", "zlib")) == ["zlib"]
     signed = canonical("post", "/v1/hello", "DEV1", 5, "n0nce-n0nce-n0nce", b"").decode().splitlines()
     assert signed[:6] == ["edgeq-sig-v1", "POST", "/v1/hello", "DEV1", "5", "n0nce-n0nce-n0nce"]
+
+
+def test_uids_of_one_origin_are_parsed_alike_and_each_bad_one_still_refused() -> None:
+    texts = [f"DEV1:k3x9qam2pa.{1_763_683_200_000_000 + n}" for n in range(5)]
+    texts += ["DEV2.7", "DEV1:k3x9qam2pa.9"]
+    assert p.parse_uids(texts) == [MessageUID.parse(t) for t in texts]
+    checked = "DEV1:k3x9qam2pa.1"  # its origin checked first: the others below take the quick path
+    for bad in ("DEV1:k3x9qam2pa.0", "DEV1:k3x9qam2pa.x1", "DEV1:k3x9qam2pa.\u0661\u0662",
+                f"DEV1:k3x9qam2pa.{2**63}", "DEV1:k3x9qam2pa.", "bad name!.1", 7, "D" * 86 + ".1"):
+        with pytest.raises(p.ProtocolError) as info:
+            p.parse_uids([checked, bad])
+        assert info.value.code == "invalid"
+
+
+@pytest.mark.parametrize("extra", [{}, {"fields": {"n": Int32(3)}}, {"correlation_id": b"c"},
+                                   {"reply_to": "REPLIES"}])
+def test_a_put_message_is_the_message_its_constructor_makes(extra: dict[str, object]) -> None:
+    sent = Message(b"x", uid=UID, priority=3, remaining_expiry_ms=60_000, expiry_report="with-data",
+                   **extra)  # type: ignore[arg-type]
+    got = roundtrip(sent, now=1_000_000)
+    made = Message(b"x", uid=UID, priority=3, expiry=Int64(1_060_000), expiry_report="with-data",
+                   resend=True, **extra)  # type: ignore[arg-type]
+    assert got == made and repr(got) == repr(made)
+    assert (got.created_ms, got.backout_count, got.remaining_expiry_ms) == (UID.created_ms, 0, None)
+    assert type(got.fields) is type(made.fields) and dict(got.fields) == dict(made.fields)

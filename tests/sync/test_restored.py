@@ -199,6 +199,28 @@ def test_a_uid_below_the_devices_settled_mark_is_a_resend_never_stored_again(
     assert [m.data for m in home_qm.browse("ORDERS")] == [b"fwd"]
 
 
+def test_a_confirm_looks_for_settled_marks_only_when_a_uid_is_not_held(
+    make_link: Callable[..., Any], home_qm: QueueManager, device_qm: QueueManager,
+) -> None:
+    link = make_link()
+    link.hello()
+    home_qm.exchange.settle(device_qm.origin, 10)
+    new = MessageUID(device_qm.origin, 50)
+    link.call(p.PATH_PUT, {"type": "put", "now_ms": T0, "queue": "ORDERS",
+                           "messages": [{"u": str(new), "d": b"new"}]}, "put")
+
+    def marks_read(uids: list[MessageUID]) -> tuple[list[str], int]:
+        seen: list[str] = []
+        with home_qm.tracer(seen.append):
+            answer = link.call(p.PATH_CONFIRM, {"type": "confirm", "now_ms": T0, "queue": "ORDERS",
+                                                "uids": [str(u) for u in uids]}, "confirm")
+        marks = sum(s.lstrip().startswith("SELECT origin, below FROM settled_origins") for s in seen)
+        return [r["s"] for r in answer["results"]], marks
+
+    assert marks_read([new]) == (["confirmed"], 0)  # the usual confirm: every uid held
+    assert marks_read([new, MessageUID(device_qm.origin, 5)]) == (["already", "already"], 1)
+
+
 def test_the_hello_answers_what_the_server_has_seen_of_the_store_only_to_an_agent_that_asks(
     make_link: Callable[..., Any], network: Network, home_qm: QueueManager, device_qm: QueueManager,
     server: LiveServer,

@@ -199,3 +199,50 @@ def test_a_failing_queue_waits_for_its_own_retry_while_the_others_go_on(
     assert pushed_to(due_only=True) == []  # nothing left; no longer failing, so tried at every round
     device_qm.put("METRICS", Message(b"b"))
     assert pushed_to(due_only=True) == ["METRICS"]
+
+
+def _count_reads(qm: QueueManager) -> list[int]:
+    """What each read of the transmission store returned, counted as the real read runs."""
+    reads: list[int] = []
+    real = qm.exchange.next_for_transmission
+
+    def counted(queue: str, limit: int) -> list[Message]:
+        got = real(queue, limit)
+        reads.append(len(got))
+        return got
+
+    qm.exchange.next_for_transmission = counted  # type: ignore[method-assign]
+    return reads
+
+
+def test_one_read_of_the_store_serves_several_batches_in_order(
+    make_pusher: Callable[..., Pusher], network: Network, device_qm: QueueManager, home_qm: QueueManager,
+) -> None:
+    sent = device_qm.put_many("ORDERS", [Message(b"m%d" % n) for n in range(1_000)])
+    reads = _count_reads(device_qm)
+
+    report = make_pusher(batch_size=100).push_once()
+
+    assert (report.ok, report.transmitted, report.batches) == (True, 1_000, 10)
+    assert [len(uids) for uids in put_uids(network)] == [100] * 10
+    # each once, in order
+    assert [u for uids in put_uids(network) for u in uids] == [str(uid) for uid in sent]
+    # Four batches a read, each read past the batch in flight once: not a read of two batches per batch.
+    assert len(reads) == 3 and sum(reads) == 1_000 + 2 * 100
+    assert home_qm.depth("ORDERS") == 1_000 and device_qm.depth("ORDERS") == 0
+
+
+def test_large_messages_are_read_a_batch_at_a_time(
+    make_pusher: Callable[..., Pusher], network: Network, device_qm: QueueManager, home_qm: QueueManager,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("edgeq.sync.agent.push._READ_AHEAD_BYTES", 10 * 1_000)  # four batches of 10 are 40 kB
+    device_qm.put_many("ORDERS", [Message(b"x" * 1_000) for _ in range(80)])
+    reads = _count_reads(device_qm)
+
+    report = make_pusher(batch_size=10).push_once()
+
+    assert (report.ok, report.transmitted, report.batches) == (True, 80, 8)
+    # The first read, before any was seen, takes four batches; then their size allows one a read
+    # (and the batch in flight read past each time).
+    assert reads == [40, 20, 20, 20, 20, 10] and home_qm.depth("ORDERS") == 80
