@@ -78,8 +78,8 @@ def check_ttl_support(version: tuple[int, int, int], config: StreamConfig) -> No
             f"each message's expiry into stream {name}, needs nats-server 2.11 or later: upgrade the servers")
     if not config.allow_msg_ttl:
         raise BridgeConfigError(
-            f"stream {name} does not allow a per-message TTL, which carries each message's expiry: set "
-            f"allow_msg_ttl in its configuration (nats stream edit {name} --allow-msg-ttl)")
+            f"stream {name} does not allow a per-message TTL, which carries each message's expiry: turn on "
+            "allow_msg_ttl in its configuration (a stream update may turn it on, never off)")
 
 
 def stream_for(link: JetStreamLink, stream: str, subject: str | None = None) -> StreamInfo:

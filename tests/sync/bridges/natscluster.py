@@ -122,6 +122,10 @@ class NatsCluster:
         config = StreamConfig(name=name, subjects=subjects, num_replicas=NODES, allow_msg_ttl=allow_msg_ttl)
         self.js(lambda js: js.add_stream(config))
 
+    def publish(self, subject: str, payload: bytes, **options: Any) -> None:
+        """Publish into JetStream as a device would (nats-py's ``js.publish``: headers, msg_ttl)."""
+        self.js(lambda js: js.publish(subject, payload, **options))
+
     def count(self, stream: str) -> int:
         """How many messages the stream holds."""
         async def work(js: JetStreamContext) -> int:

@@ -32,8 +32,8 @@ def test_a_message_crosses_both_bridges_with_every_field(tmp_path: Path, cluster
         base = {"url": cluster.url, "stream": "RT"}
         define_bridge(qm, "jin", "jetstream-in", "READINGS", {**base, "topics": ["rt.in.>"]})
         define_bridge(qm, "jout", "jetstream-out", "READINGS", {**base, "topics": ["rt.out"]})
-        cluster.js(lambda js: js.publish("rt.in.t1", "21.5 °C".encode(), msg_ttl=3600, headers={
-            "Content-Type": "text/plain", MSG_ID_HEADER: "sensor-1", "X-Site": "é"}))
+        cluster.publish("rt.in.t1", "21.5 °C".encode(), msg_ttl=3600, headers={
+            "Content-Type": "text/plain", MSG_ID_HEADER: "sensor-1", "X-Site": "é"})
         with running(qm, ["jin"]):
             until(lambda: qm.depth("READINGS") == 1, "the message on the queue")
         (got,) = qm.browse("READINGS")
@@ -101,7 +101,7 @@ def test_hostile_messages_go_to_the_dead_letter_queue_and_the_rest_flows(
         raw_publish(cluster, "h.noline", b"NATS/1.0\r\nX-Ok: 1\r\nno colon here\r\n\r\n", b"a")
         raw_publish(cluster, "h.binary", b"NATS/1.0\r\nX-Bin: \xff\xfe\r\n\r\n", b"b")
         raw_publish(cluster, "h.control", b"NATS/1.0\r\nX-Ctl: a\x01b\r\n\r\n", b"c")
-        cluster.js(lambda js: js.publish("h.big", b"x" * 1001))
+        cluster.publish("h.big", b"x" * 1001)
         raw_publish(cluster, "h.ok", b"NATS/1.0\r\nX-A: 1\r\nX-A: 2\r\n\r\n", b"fine")
         with running(qm, ["h"]) as runner:
             until(lambda: qm.depth("IN") == 1, "the good one stored")
@@ -184,7 +184,7 @@ def test_a_full_queue_leaves_the_message_with_the_stream_until_there_is_room(
         define_bridge(qm, "full", "jetstream-in", "IN",
                       {"url": cluster.url, "stream": "FULL", "topics": ["full.>"], "retry_max_s": 0.2})
         for data in (b"first", b"second"):
-            cluster.js(lambda js, data=data: js.publish("full.a", data))
+            cluster.publish("full.a", data)
         with running(qm, ["full"]) as runner:
             board = runner.bridges[0].board
             until(lambda: "QueueFull" in (board.state().last_error or ""), "the full queue reported")

@@ -30,7 +30,7 @@ def test_in_bridge_killed_at_each_step_loses_and_doubles_nothing(
     stream = name.replace("-", "_").upper()
     cluster.add_stream(stream, [f"{stream}.>"])
     for i in range(3):
-        cluster.js(lambda js, i=i: js.publish(f"{stream}.r", f"reading {i}".encode(), msg_ttl=600))
+        cluster.publish(f"{stream}.r", f"reading {i}".encode(), msg_ttl=600)
     with QueueManager(db, name="DEV1") as qm:
         qm.define_queue("IN")
         define_bridge(qm, name, "jetstream-in", "IN", {"url": cluster.url, "stream": stream,
