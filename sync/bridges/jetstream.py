@@ -106,6 +106,7 @@ class JetStreamLink:
         self.settings, self.timeout_s, self._board = settings, timeout_s, board
         self.lost = threading.Event()
         self.reason = ""
+        self._shut = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats-{name}", daemon=True)
         self._thread.start()
@@ -165,7 +166,10 @@ class JetStreamLink:
             raise
 
     def close(self) -> None:
-        """Close the client (what it holds unacknowledged is redelivered) and stop the loop."""
+        """Close the client (what it holds unacknowledged is redelivered) and stop the loop; once."""
+        if self._shut:
+            return
+        self._shut = True
         self.lost.set()
         if self.client.is_connected or self.client.is_reconnecting:
             try:

@@ -4,7 +4,9 @@ acknowledged only after the put is durable; a redelivery recognised by its uid (
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from edgeq.sync.bridges.status import StatusBoard
 
 __all__ = ["JetStreamInBridge"]
+
+log = logging.getLogger("edgeq.bridges")
 
 _OWN: dict[str, Any] = {"durable": None, "batch": 16, "ack_wait_s": 30.0, "max_payload_bytes": 1 << 20}
 _FETCH_S = 0.5
@@ -82,6 +86,9 @@ class JetStreamInBridge(Bridge):
         #: When the stream was made (a stream made anew restarts its sequences): part of each uid.
         self._created = ""
         self._pull: JetStreamContext.PullSubscription | None = None
+        #: When the consumer was last seen to exist: checked every ack_wait_s while idle (nats-py's fetch
+        #: from a deleted consumer just waits).
+        self._checked = time.monotonic()
 
     def run(self, stop: threading.Event) -> None:
         with contextlib.closing(reconnecting(stop, self._connect, self.board,
@@ -102,6 +109,11 @@ class JetStreamInBridge(Bridge):
         try:
             info = stream_for(link, self.stream)
             self._created = info.created.isoformat() if info.created else ""
+            if not self._consumer_exists(link):
+                log.info("bridge %s: stream %s has no consumer %s: a new one delivers the stream from its "
+                         "first message (a consumer made anew: what the queue holds or remembers is "
+                         "recognised, older messages are stored again)", self.definition.name, self.stream,
+                         self.durable)
             link.call(link.js.add_consumer(self.stream, consumer))  # made, or its subjects brought up to date
             self._pull = link.call(link.js.pull_subscribe_bind(durable=self.durable, stream=self.stream))
         except UNAVAILABLE as exc:
@@ -122,8 +134,15 @@ class JetStreamInBridge(Bridge):
         try:
             batch = link.call(self._pull.fetch(int(self.definition.config["batch"]), timeout=_FETCH_S),
                               _FETCH_S + self.timeout_s)
-        except UNAVAILABLE:
-            return  # nothing to fetch (or the stream is changing leader): ask again
+        except UNAVAILABLE:  # nothing to fetch, the stream changing leader, or (nats-py alike) no consumer
+            if time.monotonic() - self._checked > float(self.definition.config["ack_wait_s"]):
+                self._checked = time.monotonic()
+                with contextlib.suppress(*UNAVAILABLE):
+                    if not self._consumer_exists(link):
+                        self.board.error(f"consumer {self.durable} of stream {self.stream} is gone; "
+                                         "reconnecting makes it again")
+                        link.close()
+            return
         except nats.errors.Error as exc:
             self.board.error(f"fetching from stream {self.stream} failed ({exc}); trying again")
             link.close()
@@ -133,6 +152,13 @@ class JetStreamInBridge(Bridge):
                 for rest in batch[i + 1:]:
                     self._settle(link, rest.nak(delay=self.settings.retry_max_s), "give back")
                 return
+
+    def _consumer_exists(self, link: JetStreamLink) -> bool:
+        try:
+            link.call(link.js.consumer_info(self.stream, self.durable))
+        except nats.js.errors.NotFoundError:
+            return False
+        return True
 
     def _received(self, link: JetStreamLink, msg: Msg) -> bool:
         """Put one stream message (or dead-letter it), then acknowledge it; False if the store refused."""

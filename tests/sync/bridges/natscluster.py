@@ -118,8 +118,10 @@ class NatsCluster:
                 await nc.close()
         return asyncio.run(main())
 
-    def add_stream(self, name: str, subjects: list[str], *, allow_msg_ttl: bool = True) -> None:
-        config = StreamConfig(name=name, subjects=subjects, num_replicas=NODES, allow_msg_ttl=allow_msg_ttl)
+    def add_stream(self, name: str, subjects: list[str], *, allow_msg_ttl: bool = True, **more: Any) -> None:
+        """A stream replicated on the three nodes (more of its config in ``more``)."""
+        config = StreamConfig(name=name, subjects=subjects, num_replicas=NODES, allow_msg_ttl=allow_msg_ttl,
+                              **more)
         self.js(lambda js: js.add_stream(config))
 
     def publish(self, subject: str, payload: bytes, **options: Any) -> None:

@@ -194,3 +194,42 @@ def test_a_full_queue_leaves_the_message_with_the_stream_until_there_is_room(
             until(lambda: qm.depth("IN") == 1, "the second one stored once there was room")
         assert [m.data for m in qm.browse("IN")] == [b"second"]
         assert qm.dlq_browse() == [] and board.state().refused == 0
+
+
+def test_a_consumer_deleted_under_a_running_bridge_is_reported_and_made_again(
+    tmp_path: Path, cluster: NatsCluster
+) -> None:
+    cluster.add_stream("GONE", ["gone.>"])
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("IN")
+        define_bridge(qm, "g", "jetstream-in", "IN", {"url": cluster.url, "stream": "GONE", "durable": "g1",
+                                                      "topics": ["gone.>"], "ack_wait_s": 1,
+                                                      "retry_max_s": 0.2})
+        with running(qm, ["g"]) as runner:
+            cluster.js(lambda js: js.delete_consumer("GONE", "g1"))
+            board = runner.bridges[0].board
+            until(lambda: "consumer g1 of stream GONE is gone" in (board.state().last_error or ""),
+                  "the deleted consumer reported", 10)
+            cluster.publish("gone.a", b"after")
+            until(lambda: qm.depth("IN") == 1, "the message through the consumer made again", 10)
+        assert [m.data for m in qm.browse("IN")] == [b"after"]
+
+
+def test_a_message_the_stream_refuses_is_backed_out_and_the_rest_flows(
+    tmp_path: Path, cluster: NatsCluster
+) -> None:
+    cluster.add_stream("SMALL", ["small.>"], max_msg_size=100)
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("BACK")
+        qm.define_queue("OUT", redelivery_delay_ms=0, backout_threshold=2, backout_queue="BACK")
+        define_bridge(qm, "s", "jetstream-out", "OUT",
+                      {"url": cluster.url, "stream": "SMALL", "topics": ["small.out"]})
+        qm.put("OUT", Message(b"x" * 200))
+        qm.put("OUT", Message(b"fits"))
+        with running(qm, ["s"]) as runner:
+            until(lambda: qm.depth("OUT") == 0, "the queue emptied")
+            last_error = runner.bridges[0].board.state().last_error or ""
+        assert [m.data for m in qm.browse("BACK")] == [b"x" * 200]
+        assert "was refused by stream SMALL" in last_error
+    ((_, data, _),) = cluster.stored("SMALL", "small.out", 1)
+    assert data == b"fits" and cluster.count("SMALL") == 1
