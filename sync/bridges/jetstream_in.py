@@ -136,22 +136,32 @@ class JetStreamInBridge(Bridge):
                               _FETCH_S + self.timeout_s)
         except UNAVAILABLE:  # nothing to fetch, the stream changing leader, or (nats-py alike) no consumer
             if time.monotonic() - self._checked > float(self.definition.config["ack_wait_s"]):
-                self._checked = time.monotonic()
-                with contextlib.suppress(*UNAVAILABLE):
-                    if not self._consumer_exists(link):
-                        self.board.error(f"consumer {self.durable} of stream {self.stream} is gone; "
-                                         "reconnecting makes it again")
-                        link.close()
+                self._check_consumer(link)
             return
         except nats.errors.Error as exc:
-            self.board.error(f"fetching from stream {self.stream} failed ({exc}); trying again")
-            link.close()
+            if self._check_consumer(link):
+                self.board.error(f"fetching from stream {self.stream} failed ({exc}); reconnecting")
+                link.close()
             return
         for i, msg in enumerate(batch):
             if not self._received(link, msg):
                 for rest in batch[i + 1:]:
                     self._settle(link, rest.nak(delay=self.settings.retry_max_s), "give back")
                 return
+
+    def _check_consumer(self, link: JetStreamLink) -> bool:
+        """Whether the consumer exists (or JetStream cannot say now); one that is gone is reported and the
+        connection dropped: the next one makes it again."""
+        self._checked = time.monotonic()
+        try:
+            if self._consumer_exists(link):
+                return True
+        except UNAVAILABLE:
+            return True
+        self.board.error(f"consumer {self.durable} of stream {self.stream} is gone; reconnecting makes it "
+                         "again")
+        link.close()
+        return False
 
     def _consumer_exists(self, link: JetStreamLink) -> bool:
         try:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 from nats.js.client import JetStreamContext
@@ -137,9 +138,15 @@ class NatsCluster:
     def stored(self, stream: str, subject: str, count: int) -> Stored:
         """The ``count`` messages the stream holds on ``subject``, read by an ephemeral consumer."""
         async def work(js: JetStreamContext) -> list[Msg]:
-            sub = await js.pull_subscribe(subject, stream=stream)
-            msgs: list[Msg] = []
             deadline = time.monotonic() + 15
+            while True:  # a busy cluster may answer 503 (not now) to a new consumer: asked again
+                try:
+                    sub = await js.pull_subscribe(subject, stream=stream)
+                    break
+                except nats.js.errors.ServiceUnavailableError:
+                    if time.monotonic() > deadline:
+                        raise
+            msgs: list[Msg] = []
             while len(msgs) < count and time.monotonic() < deadline:
                 with contextlib.suppress(nats.errors.TimeoutError):
                     msgs += await sub.fetch(count - len(msgs), timeout=1)
