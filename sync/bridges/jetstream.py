@@ -20,8 +20,8 @@ from edgeq.sync.bridges.broker import NATS_SCHEMES, BrokerSettings, check_broker
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, BrokerUnavailable
 from edgeq.sync.bridges.status import StatusBoard
 
-__all__ = ["TTL_SERVER", "JetStreamLink", "RawHeaders", "check_jetstream_config", "check_ttl_support",
-           "stream_for"]
+__all__ = ["TTL_SERVER", "UNAVAILABLE", "JetStreamLink", "RawHeaders", "check_jetstream_config",
+           "check_ttl_support", "stream_for"]
 
 log = logging.getLogger("edgeq.bridges")
 
