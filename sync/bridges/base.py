@@ -43,6 +43,17 @@ class Bridge:
         """Move messages until ``stop`` is set; errors are reported on the board, not raised."""
         raise NotImplementedError
 
+    @property
+    def client_id(self) -> str:
+        """The name it connects under (``client_id``, else ``edgeq-QMGR-NAME``)."""
+        d = self.definition
+        return str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
+
+    @property
+    def origin(self) -> str:
+        """The origin of the uids an in-bridge makes: its name and its definition's confirm id."""
+        return f"{self.definition.name}:{self.definition.confirm_id:x}"
+
     def step(self, name: str) -> None:
         """Mark a step of the delivery protocol (the crash tests' seam: ``EDGEQ_BRIDGE_CRASH_AT``)."""
         if name == self._crash_at:

@@ -76,13 +76,10 @@ class JetStreamInBridge(Bridge):
 
     def __init__(self, definition: BridgeDefinition, qm: QueueManager, board: StatusBoard) -> None:
         super().__init__(definition, qm, board)
-        d, cfg = self.definition, self.definition.config
+        cfg = self.definition.config
         self.settings = BrokerSettings.from_config(cfg, NATS_SCHEMES)
-        self.name = str(cfg.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
-        self.durable = str(cfg["durable"] or "".join("_" if c in _BAD_NAME else c for c in self.name))
+        self.durable = str(cfg["durable"] or "".join("_" if c in _BAD_NAME else c for c in self.client_id))
         self.stream, self.timeout_s = str(cfg["stream"]), float(cfg["ack_timeout_s"])
-        #: Every uid it puts has this origin: the bridge's name and its definition's confirm id.
-        self.origin = f"{d.name}:{d.confirm_id:x}"
         #: When the stream was made (a stream made anew restarts its sequences): part of each uid.
         self._created = ""
         self._pull: JetStreamContext.PullSubscription | None = None
@@ -99,7 +96,7 @@ class JetStreamInBridge(Bridge):
 
     def _connect(self) -> JetStreamLink:
         cfg = self.definition.config
-        link = JetStreamLink(self.settings, self.name, self.timeout_s, self.board)
+        link = JetStreamLink(self.settings, self.client_id, self.timeout_s, self.board)
         topics = list(cfg["topics"])
         consumer = ConsumerConfig(
             name=self.durable, durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT,

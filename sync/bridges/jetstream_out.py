@@ -82,7 +82,6 @@ class JetStreamOutBridge(Bridge):
         super().__init__(definition, qm, board)
         cfg = self.definition.config
         self.settings = BrokerSettings.from_config(cfg, NATS_SCHEMES)
-        self.name = str(cfg.get("client_id") or f"edgeq-{self.qm.name}-{self.definition.name}")
         self.stream, self.subject = str(cfg["stream"]), str(cfg["topics"][0])
         self.timeout_s, self.margin_ms = float(cfg["ack_timeout_s"]), int(cfg["ttl_margin_ms"])
         self.outbox = Outbox(self)
@@ -101,7 +100,7 @@ class JetStreamOutBridge(Bridge):
                         stop.wait(min(self.settings.retry_max_s, 0.5))  # JetStream busy: not a hot loop
 
     def _connect(self) -> JetStreamLink:
-        link = JetStreamLink(self.settings, self.name, self.timeout_s, self.board)
+        link = JetStreamLink(self.settings, self.client_id, self.timeout_s, self.board)
         try:
             _check_stream(link, self.stream, self.subject)  # the stream may have changed since defined
         except UNAVAILABLE as exc:

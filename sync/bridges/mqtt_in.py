@@ -89,11 +89,7 @@ class MqttInBridge(Bridge):
 
     def __init__(self, definition: BridgeDefinition, qm: QueueManager, board: StatusBoard) -> None:
         super().__init__(definition, qm, board)
-        d = self.definition
-        self.settings = BrokerSettings.from_config(d.config)
-        self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
-        #: Every uid it puts has this origin: the bridge's name and its definition's confirm id.
-        self.origin = f"{d.name}:{d.confirm_id:x}"
+        self.settings = BrokerSettings.from_config(self.definition.config)
 
     def run(self, stop: threading.Event) -> None:
         with closing(reconnecting(stop, self._connect, self.board, self.settings.retry_max_s)) as connections:

@@ -53,7 +53,6 @@ class MqttOutBridge(Bridge):
         super().__init__(definition, qm, board)
         d = self.definition
         self.settings = BrokerSettings.from_config(d.config)
-        self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
         self.topic, self.qos = str(d.config["topics"][0]), int(d.config["qos"])
         self.outbox = Outbox(self)
 
