@@ -115,8 +115,9 @@ class JetStreamLink:
             self.call(self._connect(name), timeout_s + 1)
         except (nats.errors.Error, *UNAVAILABLE) as exc:
             self.close()
-            raise BrokerUnavailable(f"cannot reach NATS at {', '.join(settings.urls)}: "
-                                    f"{type(exc).__name__} {exc}".rstrip()) from exc
+            why = f"{type(exc).__name__} {exc}".rstrip()
+            last = f" (the last error: {self.reason})" if self.reason and self.reason != why else ""
+            raise BrokerUnavailable(f"cannot reach NATS at {', '.join(settings.urls)}: {why}{last}") from exc
         except BaseException:
             self.close()
             raise
@@ -128,7 +129,7 @@ class JetStreamLink:
             servers=list(s.urls), name=name, connect_timeout=max(1, round(self.timeout_s)),
             allow_reconnect=True, max_reconnect_attempts=3, reconnect_time_wait=0,  # reconnecting() waits
             ping_interval=s.keepalive_s, user=s.username, password=s.password(), tls=s.ssl_context(),
-            tls_hostname=s.host if s.tls else None, error_cb=self._error,
+            error_cb=self._error,  # each server's certificate checked against its own host name
             disconnected_cb=self._disconnected, reconnected_cb=self._reconnected, closed_cb=self._closed)
 
     async def _error(self, exc: Exception) -> None:
