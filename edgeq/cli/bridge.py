@@ -1,5 +1,6 @@
-"""``edgeq bridge define|list|delete|kinds|run|status``: bridges between queues and MQTT 5 brokers
-(docs/bridges.md). The bridges' package is imported when a command needs it."""
+"""``edgeq bridge define|list|delete|kinds|run|status``: bridges between queues and MQTT 5 brokers or
+NATS JetStream (docs/bridges.md). The bridges' package is imported when a command needs it; a kind
+whose client is not installed names the extra to install (``edgeq[mqtt]``, ``edgeq[nats]``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.options import check_store, log_level_option, need, open_store, output_options, wants_json
+from edgeq.cli.options import check_store, log_level_option, open_store, output_options, wants_json
 from edgeq.cli.views import format_table
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def bridge() -> None:
 @click.argument("name")
 @click.option("--kind", required=True, help="The plugin: mqtt-in or mqtt-out (see `edgeq bridge kinds`).")
 @click.option("--queue", required=True, help="The queue it fills (in) or empties (out).")
-@click.option("--broker", "url", required=True, help="mqtt://HOST:PORT, or mqtts://HOST:PORT for TLS.")
+@click.option("--broker", "url", required=True, help="mqtt://HOST:PORT or mqtts:// (TLS) for MQTT; nats://HOST:PORT or tls://, "
+              "several comma-separated, for JetStream (its stream: --set stream=NAME).")
 @click.option("--topic", "topics", multiple=True, required=True,
               help="A topic filter to subscribe to (in; repeatable), or the one topic to publish to (out).")
 @click.option("--qos", type=click.IntRange(1, 2), help="QoS 1 or 2 (default: in 2, out 1).")
@@ -133,7 +135,6 @@ def run(ctx: click.Context, names: tuple[str, ...], log_level: str) -> None:
     Example:
       edgeq --db dev.db bridge run sensors
     """
-    need("paho.mqtt", "mqtt")
     from edgeq.sync.logs import setup_json_logging
 
     setup_json_logging(log_level.upper())

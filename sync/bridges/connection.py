@@ -6,8 +6,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 from paho.mqtt.client import Client, ConnectFlags, DisconnectFlags, MQTTMessage
@@ -19,12 +18,10 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edgeq.sync.bridges.broker import BrokerSettings
 from edgeq.sync.bridges.errors import BridgeError, BrokerUnavailable
-from edgeq.sync.bridges.status import StatusBoard
 
-__all__ = ["BridgeClient", "Connection", "reconnecting"]
+__all__ = ["BridgeClient", "Connection"]
 
 _CONNECT_TIMEOUT_S = 5.0
-_FIRST_RETRY_S = 0.1
 
 
 class BridgeClient(Client):
@@ -125,32 +122,3 @@ class Connection:
         self.lost.set()
         self.client.disconnect()
         self.client.loop_stop()
-
-
-def reconnecting(
-    stop: threading.Event, connect: Callable[[], Connection], board: StatusBoard, retry_max_s: float,
-    waiting: str = "",
-) -> Generator[Connection, None, None]:
-    """Connections made by ``connect``, one after another until ``stop``: a failed attempt is reported
-    (with ``waiting``), and it or a dropped connection retried after a wait doubling up to
-    ``retry_max_s`` (back to the shortest once a connection lasted that long)."""
-    delay = _FIRST_RETRY_S
-    while not stop.is_set():
-        try:
-            conn = connect()
-        except BridgeError as exc:
-            board.error(f"{exc}{waiting}")
-            stop.wait(delay)
-            delay = min(delay * 2, retry_max_s)
-            continue
-        board.connected(True)
-        since = time.monotonic()
-        try:
-            yield conn
-        finally:
-            board.connected(False)
-            conn.close()
-        if not stop.is_set():
-            board.error(f"lost the broker connection ({conn.reason}); reconnecting")
-            delay = _FIRST_RETRY_S if time.monotonic() - since >= retry_max_s else min(delay * 2, retry_max_s)
-            stop.wait(delay)

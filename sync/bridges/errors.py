@@ -24,4 +24,5 @@ class BrokerUnavailable(BridgeError):
 
 
 class PublishRefused(BridgeError):
-    """A PUBLISH from the broker that the in-bridge will not put on its queue (it goes to the DLQ)."""
+    """A message from the broker (an MQTT PUBLISH, a JetStream message) that the in-bridge will not put on
+    its queue (it goes to the DLQ)."""

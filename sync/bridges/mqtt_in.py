@@ -19,12 +19,11 @@ from edgeq.errors import QueueFull
 from edgeq.message import Message
 from edgeq.results import PutResult
 from edgeq.sync.bridges.base import Bridge
-from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
-from edgeq.sync.bridges.connection import BridgeClient, Connection, reconnecting
+from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config, reconnecting
+from edgeq.sync.bridges.connection import BridgeClient, Connection
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, PublishRefused
 from edgeq.sync.bridges.mapping import TOPIC, incoming_message, incoming_uid
-from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE, DLQ_AT_MS, DLQ_QUEUE, DLQ_REASON, DLQ_REFUSAL, FieldValue
 from edgeq.uid import MessageUID
 
 if TYPE_CHECKING:
@@ -90,11 +89,7 @@ class MqttInBridge(Bridge):
 
     def __init__(self, definition: BridgeDefinition, qm: QueueManager, board: StatusBoard) -> None:
         super().__init__(definition, qm, board)
-        d = self.definition
-        self.settings = BrokerSettings.from_config(d.config)
-        self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
-        #: Every uid it puts has this origin: the bridge's name and its definition's confirm id.
-        self.origin = f"{d.name}:{d.confirm_id:x}"
+        self.settings = BrokerSettings.from_config(self.definition.config)
 
     def run(self, stop: threading.Event) -> None:
         with closing(reconnecting(stop, self._connect, self.board, self.settings.retry_max_s)) as connections:
@@ -174,16 +169,5 @@ class MqttInBridge(Bridge):
     def _refuse(self, message: MQTTMessage, topic: str, payload: bytes, props: dict[str, Any], received: int,
                 why: str) -> None:
         """Put a refused PUBLISH on the dead-letter queue, saying why; raise if it cannot go there."""
-        d = self.definition
-        dlq = self.qm.dead_letter_queue()
-        fields: dict[str, FieldValue] = {DLQ_REASON: "refused", DLQ_QUEUE: d.queue, DLQ_AT_MS: received,
-                                         DLQ_REFUSAL: f"bridge {d.name}: {why}"[:1000], TOPIC: topic}
-        if dlq == DEFAULT_DEAD_LETTER_QUEUE and dlq not in self.qm.queue_names():
-            self.qm.define_queue(dlq, exist_ok=True)  # made when first needed, as edgeq's own moves do
-        result = self._put_once(dlq, message, topic, payload, props,
-                                lambda uid: Message(payload, fields=fields, uid=uid, created_ms=received))
-        if result.error is not None and result.status != "duplicate":
-            raise BridgeError(f"it was refused ({why}) and the dead-letter queue {dlq} refused it too "
-                              f"({result.detail})")
-        self.board.count("refused")
-        self.board.error(f"refused a PUBLISH from the broker: {why}; it is on {dlq}")
+        self.dead_letter(lambda dlq, build: self._put_once(dlq, message, topic, payload, props, build),
+                         payload, received, why, {TOPIC: topic}, "a PUBLISH from the broker")

@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING, Any
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeq.errors import ConfirmIdNotFound
 from edgeq.sync.bridges.base import Bridge
-from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config
-from edgeq.sync.bridges.connection import Connection, reconnecting
+from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config, reconnecting
+from edgeq.sync.bridges.connection import Connection
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError
 from edgeq.sync.bridges.mapping import outgoing
-from edgeq.uid import MessageUID
+from edgeq.sync.bridges.outbox import Outbox
 
 if TYPE_CHECKING:
     from edgeq.manager import QueueManager
@@ -54,13 +53,11 @@ class MqttOutBridge(Bridge):
         super().__init__(definition, qm, board)
         d = self.definition
         self.settings = BrokerSettings.from_config(d.config)
-        self.client_id = str(d.config.get("client_id") or f"edgeq-{self.qm.name}-{d.name}")
         self.topic, self.qos = str(d.config["topics"][0]), int(d.config["qos"])
-        #: When the messages too close to expiry to publish, left locked, will have expired (its clock).
-        self._expiring: list[int] = []
+        self.outbox = Outbox(self)
 
     def run(self, stop: threading.Event) -> None:
-        self._undo_locked()
+        self.board.count("duplicates", self.outbox.undo_locked())  # each may have reached the broker
         connections = reconnecting(stop, lambda: Connection(self.settings, self.client_id, clean_start=True),
                                    self.board, self.settings.retry_max_s,
                                    f"; the messages wait on queue {self.definition.queue}")
@@ -69,34 +66,18 @@ class MqttOutBridge(Bridge):
                 while not stop.is_set() and not conn.lost.is_set():
                     self._forward_one(conn, stop)
 
-    def _undo_locked(self) -> None:
-        """Put back what a run that crashed had got but not confirmed: it is published again (same uid)."""
-        d = self.definition
-        try:
-            n = self.qm.undo(d.queue, d.confirm_id, count_backout=False)
-        except ConfirmIdNotFound:
-            return
-        self.board.count("duplicates", n)  # each may have reached the broker before the crash
-
     def _forward_one(self, conn: Connection, stop: threading.Event) -> None:
-        d = self.definition
-        before = self.qm.now_ms()  # no later than the get: the deadline below is never extended
-        if self._expiring and self._expiring[0] <= before:
-            self.qm.activate(d.queue)  # discards the expired ones left locked, telling the queue's rules
-            self._expiring = [t for t in self._expiring if t > before]
-        message = self.qm.get(d.queue, confirm_id=d.confirm_id, wait=_POLL_S)
-        if message is None or message.uid is None:
+        got = self.outbox.get(_POLL_S)
+        if got is None:
             return
         self.step("out.got")
-        after = self.qm.now_ms()
         try:
-            publish = outgoing(message, before, after)
+            publish = outgoing(got.message, got.before_ms, got.after_ms)
         except BridgeError as exc:
-            self._put_back(message.uid, f"cannot be published ({exc})", count_backout=True)
+            self.outbox.put_back(got.uid, f"cannot be published ({exc})", count_backout=True)
             return
         if publish is None:  # under a second left: kept locked, never published, discarded once expired
-            self.board.count("skipped")
-            self._expiring = sorted([*self._expiring, after + (message.remaining_expiry_ms or 0)])
+            self.outbox.hold(got)
             return
         props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         for name, value in publish.properties.items():
@@ -112,19 +93,12 @@ class MqttOutBridge(Bridge):
                     raise RuntimeError("the connection ended first")
                 info.wait_for_publish(_POLL_S)  # woken by the PUBACK/PUBCOMP, or after _POLL_S
         except (RuntimeError, ValueError) as exc:  # paho's: not sent, or not confirmed
-            self._put_back(message.uid, f"was not confirmed by the broker ({exc})")
+            self.outbox.put_back(got.uid, f"was not confirmed by the broker ({exc})")
             return
         self.step("out.acknowledged")
         refused = conn.refused.pop(info.mid, None)
         if refused is not None:
-            self._put_back(message.uid, f"the broker refused it ({refused})", count_backout=True)
+            self.outbox.put_back(got.uid, f"the broker refused it ({refused})", count_backout=True)
             return
-        self.qm.confirm_get(d.queue, message.uid)
-        self.board.count("forwarded")
+        self.outbox.confirm(got.uid)
         self.step("out.confirmed")
-
-    def _put_back(self, uid: MessageUID, why: str, *, count_backout: bool = False) -> None:
-        d = self.definition
-        self.board.error(f"message {uid} {why}: put back on queue {d.queue}")
-        with contextlib.suppress(ConfirmIdNotFound):  # it expired meanwhile: its rules were told
-            self.qm.undo(d.queue, d.confirm_id, count_backout=count_backout, uids=[uid])

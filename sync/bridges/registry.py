@@ -13,6 +13,8 @@ __all__ = ["GROUP", "installed_bridges", "load_bridge_class"]
 
 #: The entry-point group bridge plugins register their classes under.
 GROUP = "edgeq.bridges"
+#: The extra that installs a missing top-level package the built-in kinds import.
+_EXTRAS = {"paho": "mqtt", "nats": "nats"}
 
 
 def installed_bridges() -> dict[str, str]:
@@ -30,9 +32,10 @@ def load_bridge_class(kind: str) -> type[Bridge]:
     try:
         obj = ep.load()
     except ImportError as exc:
+        extra = _EXTRAS.get((exc.name or "").partition(".")[0], "mqtt")
         raise BridgeConfigError(
             f"bridge kind {kind!r} needs a package that is missing ({exc}): "
-            "install the extra, e.g. pip install 'edgeq[mqtt]'"
+            f"install the extra: pip install 'edgeq[{extra}]'"
         ) from exc
     if not (inspect.isclass(obj) and issubclass(obj, Bridge)):
         raise BridgeConfigError(f"bridge kind {kind!r} resolves to {obj!r}, not a Bridge subclass")

@@ -20,6 +20,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from tests.sync.bridges.natscluster import NatsCluster
 from tests.sync.conftest import free_port
 from tests.waits import until
 
@@ -126,3 +127,12 @@ def device(broker: Broker, request: pytest.FixtureRequest) -> Iterator[Device]:
     d = Device(broker, f"device-{request.node.name}"[:60])
     yield d
     d.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A three-node JetStream cluster for the module (tests/sync/bridges/natscluster.py)."""
+    c = NatsCluster(tmp_path_factory.mktemp("nats"))
+    c.start()
+    yield c
+    c.stop()

@@ -1,13 +1,21 @@
-"""Helpers of the bridges' tests: running a store's bridges in this process until the block ends."""
+"""Helpers of the bridges' tests: running a store's bridges in this process until the block ends, or
+in an ``edgeq bridge run`` process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from edgeq import QueueManager
+from edgeq.sync.bridges.base import CRASH_AT_ENV
 from edgeq.sync.bridges.runner import BridgeRunner, BridgeThread
 from tests.waits import until
+
+EDGEQ = [sys.executable, "-m", "edgeq"]
 
 
 @contextmanager
@@ -24,3 +32,13 @@ def running(
         yield runner
     finally:
         assert thread.stop(10), "the bridges did not stop"
+
+
+def bridge_run(db: Path, name: str, log: Path, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+    """A real ``edgeq bridge run NAME`` (stderr to ``log``), killing itself (SIGKILL) at step ``crash_at``."""
+    env = {k: v for k, v in os.environ.items() if k != CRASH_AT_ENV}
+    if crash_at is not None:
+        env[CRASH_AT_ENV] = crash_at
+    with log.open("ab") as err:
+        return subprocess.Popen([*EDGEQ, "--db", str(db), "bridge", "run", name, "--log-level", "warning"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)

@@ -84,3 +84,19 @@ def test_definitions_that_cannot_work_are_refused_when_made(tmp_path: Path) -> N
         delete_bridge(qm.path, "b")
         with pytest.raises(BridgeNotFound, match="no bridge named 'b'"):
             delete_bridge(qm.path, "b")
+
+
+def test_a_kind_whose_package_is_missing_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin registered like the built-in kinds, whose module needs a NATS package that is not there."""
+    (tmp_path / "ghost_bridge.py").write_text("import nats.not_installed_here\n")
+    dist = tmp_path / "ghost_bridge-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost-bridge\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[edgeq.bridges]\nghost-in = ghost_bridge:GhostBridge\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("Q")
+        with pytest.raises(BridgeConfigError, match=r"needs a package that is missing .* 'edgeq\[nats\]'"):
+            define_bridge(qm, "g", "ghost-in", "Q", {})

@@ -4,33 +4,20 @@ in hand is (carrying its edgeq uid)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from edgeq import Message, QueueManager
-from edgeq.sync.bridges.base import CRASH_AT_ENV
 from edgeq.sync.bridges.book import define_bridge
 from edgeq.sync.bridges.mapping import UID_PROPERTY
 from edgeq.sync.bridges.status import read_states
 from tests.sync.bridges.conftest import Broker, Device
+from tests.sync.bridges.kit import bridge_run
 from tests.waits import until
-
-EDGEQ = [sys.executable, "-m", "edgeq"]
-
-
-def bridge_run(db: Path, name: str, log: Path, crash_at: str | None = None) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != CRASH_AT_ENV}
-    if crash_at is not None:
-        env[CRASH_AT_ENV] = crash_at
-    with log.open("ab") as err:
-        return subprocess.Popen([*EDGEQ, "--db", str(db), "bridge", "run", name, "--log-level", "warning"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def connected(db: Path, name: str, process: subprocess.Popen[bytes]) -> bool:

