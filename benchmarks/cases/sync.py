@@ -89,9 +89,9 @@ def child_push(spec: dict[str, Any]) -> dict[str, Any]:
     """Time ``SyncAgent.push_once()`` of the whole backlog; check the device's queue is empty after.
     ``key`` (a private key file) signs every request, ``ca`` verifies an HTTPS server (sync_secure)."""
     from edgeq import QueueManager
-    from edgeq.cli.runtime import tune_gc
     from edgeq.sync.agent.agent import SyncAgent
     from edgeq.sync.agent.signer import DeviceSigner
+    from edgeq.sync.runtime import tune_gc
 
     tune_gc()  # as `edgeq sync` does
     n = int(spec["messages"])

@@ -50,7 +50,8 @@ def bridge() -> None:
 @click.argument("name")
 @click.option("--kind", required=True, help="The plugin: mqtt-in or mqtt-out (see `edgeq bridge kinds`).")
 @click.option("--queue", required=True, help="The queue it fills (in) or empties (out).")
-@click.option("--broker", "url", required=True, help="mqtt://HOST:PORT or mqtts:// (TLS) for MQTT; nats://HOST:PORT or tls://, "
+@click.option("--broker", "url", required=True,
+              help="mqtt://HOST:PORT or mqtts:// (TLS) for MQTT; nats://HOST:PORT or tls://, "
               "several comma-separated, for JetStream (its stream: --set stream=NAME).")
 @click.option("--topic", "topics", multiple=True, required=True,
               help="A topic filter to subscribe to (in; repeatable), or the one topic to publish to (out).")

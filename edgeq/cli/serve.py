@@ -18,7 +18,7 @@ from edgeq.cli.options import (
     need,
 )
 from edgeq.cli.params import BYTES_LIMIT, HOLD, LIMIT, Limit
-from edgeq.cli.runtime import tune_gc
+from edgeq.sync.runtime import tune_gc
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp

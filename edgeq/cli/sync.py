@@ -25,8 +25,8 @@ from edgeq.cli.options import (
     output_options,
     wants_json,
 )
-from edgeq.cli.runtime import tune_gc
 from edgeq.errors import EdgeqError
+from edgeq.sync.runtime import tune_gc
 
 if TYPE_CHECKING:
 
