@@ -33,7 +33,8 @@ class SyncBarrier:
     def __init__(self, wal_path: str, *, flush: Callable[[int], None] | None = None) -> None:
         self.path = wal_path
         self._flush = flush
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly: the Condition's __enter__ is Python
+        self._cond = threading.Condition(self._lock)
         self._started = 0  # generation of the last flush begun
         self._finished = 0  # generation of the last flush completed
         self._leading = False
@@ -51,22 +52,23 @@ class SyncBarrier:
         self._file: tuple[int, int] | None = None
 
     def stats(self) -> SyncStats:
-        with self._cond:
+        with self._lock:
             return SyncStats(self._commits, self._syncs, self._waiting)
 
     def mark(self) -> int:
         """The first flush that will cover everything committed so far, for a later :meth:`wait`."""
-        with self._cond:
+        with self._lock:
             return self._started + 1
 
     def wait(self, mark: int | None = None) -> None:
         """Return once everything committed before the call (or before ``mark``) is on the disk.
         Raises StoreError if a flush ever failed."""
-        with self._cond:
+        with self._lock:
             # A flush that begins after this point covers this caller's commit.
             needed = self._started + 1 if mark is None else mark
             while self._finished < needed:
-                self._check()
+                if self._failure is not None:
+                    raise StoreError(self._failure)
                 if self._leading:
                     self._waiting += 1
                     try:
@@ -75,12 +77,9 @@ class SyncBarrier:
                         self._waiting -= 1
                     continue
                 self._lead()
-            self._check()
+            if self._failure is not None:
+                raise StoreError(self._failure)
             self._commits += 1
-
-    def _check(self) -> None:
-        if self._failure is not None:
-            raise StoreError(self._failure)
 
     def _lead(self) -> None:
         """Flush outside the lock (held on entry and on return), then wake the waiters."""
