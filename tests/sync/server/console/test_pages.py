@@ -188,8 +188,10 @@ def test_markup_from_devices_and_hostile_urls_are_shown_as_text(site: Site) -> N
     assert site.browser.find_element(By.ID, "agent").text == MARKUP
     site.no_markup()
     bad = quote(HOSTILE, safe="")
-    for path in (f"/console/devices/{bad}", f"/console/queues/{bad}", f"/console/queues/ORDERS?range={bad}",
-                 f"/console/queues/ORDERS/messages/{bad}", f"/console/admin?device={bad}"):
+    for path in (f"/console/devices/{bad}", f"/console/queues/{bad}",
+                 f"/console/queues/ORDERS/messages/{bad}", f"/console/queues/ORDERS?range={bad}",
+                 f"/console/queues/ORDERS?after={bad}", f"/console/admin?device={bad}",
+                 f"/console/admin?after={bad}", f"/console/admin?status={bad}"):
         site.open(path)
         assert HOSTILE[:12] in site.browser.find_element(By.ID, "problem").text, path  # as text (maybe cut)
         site.no_markup()
