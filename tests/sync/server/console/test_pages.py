@@ -61,8 +61,10 @@ class Site:
 
     def shot(self, name: str) -> None:
         """A screenshot of the whole page (docs/images/ holds copies), at the window's width."""
-        height = int(self.browser.execute_script("return document.documentElement.scrollHeight"))
-        self.browser.set_window_size(1280, height)
+        self.browser.set_window_size(1280, 300)  # the page's height, not the window's
+        height, chrome = self.browser.execute_script(
+            "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]")
+        self.browser.set_window_size(1280, int(height) + int(chrome))
         assert self.browser.save_screenshot(str(self.shots / name))
         self.browser.set_window_size(1280, 1400)
 
