@@ -4,18 +4,20 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from edgeq.admin.wire import ADMIN_QUEUE, AdminReply, AdminRequest
-from edgeq.errors import AdminError
+from edgeq.errors import AdminError, InvalidArgument
 from edgeq.store.connection import ConnectionFactory
 from edgeq.store.damage import damaged
 from edgeq.types import MessageState
 
-__all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "page", "plain_json", "recent", "unauthenticated"]
+__all__ = ["AdminRecord", "AdminRecords", "RequestStatus", "page", "page_cursor", "plain_json", "read_cursor",
+           "recent", "unauthenticated"]
 
 #: ``expired``: never handed to the device, so never run; ``unknown``: handed over, it may have run.
 RequestStatus: TypeAlias = Literal["pending", "replied", "expired", "unknown"]
@@ -36,6 +38,8 @@ _IN_FLIGHT = (
     f"AND m.state = {MessageState.GET_LOCKED:d})"
 )
 _SELECT = f"SELECT {_COLS}, delivered_ms, {_IN_FLIGHT} FROM admin_requests a"
+#: a page's cursor: the last request's ``created_ms`` and ``request_id``
+_CURSOR = re.compile(r"(\d{1,18})-([0-9A-Za-z._-]{1,64})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,23 @@ def page(conn: sqlite3.Connection, *, device: str | None, replied: bool | None,
     rows = conn.execute(f"{_SELECT} WHERE {' AND '.join(where)} "
                         "ORDER BY a.created_ms DESC, a.request_id DESC LIMIT ?", (*args, limit))
     return [_record(row, conn) for row in rows]
+
+
+def page_cursor(found: list[AdminRecord], limit: int) -> str | None:
+    """The cursor of the page after ``found`` (a full page of ``limit``), or None: it was the last."""
+    last = found[-1] if len(found) == limit and found else None
+    return None if last is None else f"{last.created_ms}-{last.request_id}"
+
+
+def read_cursor(text: str | None) -> tuple[int, str] | None:
+    """The ``before`` of :func:`page` a :func:`page_cursor` names (None: the first page); a
+    :class:`InvalidArgument` if ``text`` is not one."""
+    if not text:
+        return None
+    match = _CURSOR.fullmatch(text)
+    if match is None:
+        raise InvalidArgument(f"after must be the 'next' of the page before, not {text[:40]!r}")
+    return int(match[1]), match[2]
 
 
 def unauthenticated(reply: AdminReply) -> bool:

@@ -16,13 +16,12 @@ from edgeq.errors import InvalidArgument
 from edgeq.names import check_name
 from edgeq.store.opening import connect
 from edgeq.store.rules import RuleTx
-from edgeq.sync.server.admin.records import page
+from edgeq.sync.server.admin.records import page, page_cursor, read_cursor
 from edgeq.sync.server.api.endpoints import Api
 from edgeq.sync.server.api.http import ApiError, limit
 
 __all__ = ["routes"]
 
-_CURSOR = re.compile(r"(\d{1,18})-([0-9A-Za-z._-]{1,64})")
 _REPLIED = {"pending": False, "replied": True}
 _RULE_CURSOR = re.compile(r"(\d{1,18}):(.{1,200})", re.DOTALL)
 _PARKED = {"true": True, "false": False}
@@ -46,18 +45,12 @@ def routes(api: Api) -> list[Route]:
         status = request.query_params.get("status")
         if status is not None and status not in _REPLIED:
             raise ApiError(400, f"status must be pending or replied, not {status[:20]!r}")
-        text = request.query_params.get("after")
-        match = None if not text else _CURSOR.fullmatch(text)
-        if text and match is None:
-            raise ApiError(400, f"after must be the 'next' of the page before, not {text[:40]!r}")
-        before = None if match is None else (int(match[1]), match[2])
+        before = read_cursor(request.query_params.get("after"))
         size, now = limit(request), api.clock()
         with closing(connect(qm.path, read_only=True)) as conn:
             found = page(conn, device=_device(request), replied=None if status is None else _REPLIED[status],
                          before=before, limit=size)
-        last = found[-1] if len(found) == size else None
-        return {"admin_requests": [r.as_dict(now) for r in found],
-                "next": None if last is None else f"{last.created_ms}-{last.request_id}"}
+        return {"admin_requests": [r.as_dict(now) for r in found], "next": page_cursor(found, size)}
 
     def refusals(request: Request) -> dict[str, Any]:
         return {"refusals": [asdict(r) for r in qm.exchange.device_refusals(_device(request))]}

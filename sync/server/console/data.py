@@ -24,7 +24,8 @@ from edgeq.sync.bridges.views import BridgeView, bridge_views
 from edgeq.sync.server.admin.records import recent
 from edgeq.types import MessageState
 
-__all__ = ["ConsoleView", "DeviceRow", "QueueRow", "read_console"]
+__all__ = ["ConsoleView", "DeviceRow", "QueueRow", "device_rows", "queue_rows", "read_console",
+           "table_names"]
 
 HOUR_MS = 3_600_000
 #: the charts' span and resolution: the last hour, by minute
@@ -84,11 +85,11 @@ def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
     """Read the console's page from the store at ``path`` (read-only) as of ``now_ms``."""
     conn = connect(path, read_only=True)
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        queues = _queues(conn, now_ms)
+        tables = table_names(conn)
+        queues = queue_rows(conn, now_ms)
         return ConsoleView(
             now_ms=now_ms,
-            devices=_devices(conn, tables),
+            devices=device_rows(conn, tables),
             queues=queues,
             expiries=conn.execute(
                 "SELECT at_ms, queue, uid, check_point, device FROM journal WHERE kind = 'expired' "
@@ -107,6 +108,11 @@ def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
         conn.close()
 
 
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    """The store's tables (an older store may lack some the console reads)."""
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
 def _refusals(conn: sqlite3.Connection, tables: set[str]) -> list[tuple[int, str, str, int, str, bool]]:
     """The latest refusals: what this server refused of its devices (``device_refusals``), and
     what targets refused of this store's own remote queues (``refusals``, by message)."""
@@ -118,7 +124,8 @@ def _refusals(conn: sqlite3.Connection, tables: set[str]) -> list[tuple[int, str
     return [(at, queue, who, count, reason, bool(mine)) for at, queue, who, count, reason, mine in rows]
 
 
-def _devices(conn: sqlite3.Connection, tables: set[str]) -> list[DeviceRow]:
+def device_rows(conn: sqlite3.Connection, tables: set[str], name: str | None = None) -> list[DeviceRow]:
+    """The fleet's rows (only device ``name``'s, if given)."""
     # One query per table, grouped by device: a page costs the same for 5 devices or 500.
     # The bounds: the hello's offset (devices) and the latest accepted put's (its journal row).
     pushes = {device: (n, offset) for device, n, _, offset in conn.execute(
@@ -130,13 +137,13 @@ def _devices(conn: sqlite3.Connection, tables: set[str]) -> list[DeviceRow]:
                       f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
                       "GROUP BY origin")
     rows = conn.execute("SELECT name, last_seen_ms, clock_offset_ms, revoked_ms, public_key IS NOT NULL "
-                        "FROM devices ORDER BY name").fetchall()
+                        "FROM devices WHERE ? IS NULL OR name = ? ORDER BY name", (name, name)).fetchall()
     out = []
-    for name, seen, offset, revoked, registered in rows:
-        count, put_offset = pushes.get(name, (0, None))
+    for device, seen, offset, revoked, registered in rows:
+        count, put_offset = pushes.get(device, (0, None))
         known = [x for x in (offset, put_offset) if x is not None]
-        out.append(DeviceRow(name, seen, offset, (min(known), max(known)) if known else None, count,
-                             refusals.get(name, 0), held.get(name, 0), revoked, bool(registered)))
+        out.append(DeviceRow(device, seen, offset, (min(known), max(known)) if known else None, count,
+                             refusals.get(device, 0), held.get(device, 0), revoked, bool(registered)))
     return out
 
 
@@ -149,9 +156,9 @@ def _by_device(conn: sqlite3.Connection, sql: str) -> dict[str, int]:
     return out
 
 
-def _queues(conn: sqlite3.Connection, now_ms: int) -> list[QueueRow]:
-    """Each queue; its expired messages (one range of the deadline index per queue) are not
-    in its depth, as no reader is ever given them (the console discards nothing itself)."""
+def queue_rows(conn: sqlite3.Connection, now_ms: int, name: str | None = None) -> list[QueueRow]:
+    """Each queue (only ``name``, if given); its expired messages (one range of the deadline index per
+    queue) are not in its depth, as no reader is ever given them (the console discards nothing itself)."""
     oldest = dict(conn.execute("SELECT queue_id, min(arrived_ms) FROM messages WHERE deadline IS NULL "
                                "OR deadline > ? GROUP BY queue_id", (now_ms,)))
     expiries: dict[str, dict[str, int]] = {}
@@ -159,12 +166,13 @@ def _queues(conn: sqlite3.Connection, now_ms: int) -> list[QueueRow]:
             "SELECT queue, ifnull(check_point, '?'), count(*) FROM journal "
             "WHERE kind = 'expired' AND at_ms >= ? GROUP BY queue, check_point", (now_ms - HOUR_MS,)):
         expiries.setdefault(queue, {})[point] = n
-    return [QueueRow(name, kind, depth - expired, size, None
-                     if qid not in oldest else max(0, now_ms - oldest[qid]), expiries.get(name, {}), expired)
-            for qid, name, kind, depth, size, expired in conn.execute(
+    return [QueueRow(queue, kind, depth - expired, size, None
+                     if qid not in oldest else max(0, now_ms - oldest[qid]), expiries.get(queue, {}), expired)
+            for qid, queue, kind, depth, size, expired in conn.execute(
                 "SELECT id, name, kind, depth, bytes, "
-                "(SELECT count(*) FROM messages m WHERE m.queue_id = q.id "
-                "AND m.deadline IS NOT NULL AND m.deadline <= ?) FROM queues q ORDER BY name", (now_ms,))]
+                "(SELECT count(*) FROM messages m WHERE m.queue_id = q.id AND m.deadline IS NOT NULL "
+                "AND m.deadline <= ?) FROM queues q WHERE ? IS NULL OR name = ? ORDER BY name",
+                (now_ms, name, name))]
 
 
 def _per_minute(conn: sqlite3.Connection, kind: str, now_ms: int) -> list[int]:

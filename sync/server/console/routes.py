@@ -34,6 +34,7 @@ from starlette.templating import Jinja2Templates
 from edgeq.sync.pipeline.report.charts import line_chart, time_marks
 from edgeq.sync.server.console.auth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
 from edgeq.sync.server.console.data import BUCKET_MS, read_console
+from edgeq.sync.server.console.drill import drill_pages
 from edgeq.sync.server.console.login import LoginGuard
 
 __all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
@@ -197,11 +198,14 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
         return await login_form(request)
 
     async def not_found(request: Request) -> Response:
-        return Response("not found: the console's pages are /console and /console/login", status_code=404)
+        return Response("not found: the console's pages are /console, /console/login, /console/devices/NAME, "
+                        "/console/queues/NAME and /console/admin", status_code=404)
 
     headers = security_headers()
+    drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in)
     return [
         Route("/console", _secured(page, headers), methods=["GET"]),
+        *(Route(route, _secured(endpoint, headers), methods=["GET"]) for route, endpoint in drill),
         Route("/console/login", _secured(form_page, headers), methods=["GET"]),
         Route("/console/login", _secured(login, headers), methods=["POST"]),
         Route("/console/logout", _secured(logout, headers), methods=["POST"]),

@@ -9,6 +9,7 @@ these tests fail, saying so, rather than skip."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,17 +29,26 @@ from tests.sync.conftest import edgeq_serve, free_port
 PASSWORD = "operator-pass-1"
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+@contextmanager
+def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
+    """Headless chromium (its profile in ``profile``), quit on exit."""
     require_browser(CHROMIUM, CHROMEDRIVER)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,1400"):
+    for flag in (*FLAGS, f"--user-data-dir={profile}", "--window-size=1280,1400"):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    with chromium(tmp_path / "chromium-profile") as driver:
+        yield driver
 
 
 def _home(tmp_path: Path) -> Path:

@@ -1,0 +1,100 @@
+"""The console's drill-down pages: ``/console/devices/{name}``, ``/console/queues/{name}`` (and a message
+of it), ``/console/admin`` (the admin requests, filtered and paged). Read-only, like the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from edgeq.errors import EdgeqError, QueueNotFound
+from edgeq.names import check_name
+from edgeq.sync.server.admin.records import read_cursor
+from edgeq.sync.server.api.http import ApiError, cursor, uid
+from edgeq.sync.server.console.detail import KINDS, RANGES, read_admin, read_device, read_message, read_queue
+
+__all__ = ["drill_pages"]
+
+#: the admin requests' ``?status=`` filter (the API's words): whether they were replied to, and its label
+STATUSES = {"": (None, "all"), "pending": (False, "no reply yet"), "replied": (True, "replied")}
+_Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _name(text: str, what: str) -> str:
+    """A device or queue name from a path or a filter (a 400 if it cannot be one)."""
+    try:
+        return check_name(text, what)
+    except EdgeqError as exc:
+        raise ApiError(400, str(exc)) from None
+
+
+def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2Templates,
+                signed_in: Callable[[Request], Awaitable[object]]) -> list[tuple[str, _Endpoint]]:
+    """The drill-down pages (GET) over the store at ``path``, by route; ``signed_in``: whether a request
+    has a session."""
+    def page(fn: Callable[[Request, int], tuple[str, dict[str, Any]]]) -> _Endpoint:
+        """A page: the sign-in form without a session; ``fn`` (in a thread) names its template and context."""
+        async def endpoint(request: Request) -> Response:
+            if await signed_in(request) is None:
+                return RedirectResponse("/console/login", status_code=303)
+            now = clock()
+            try:
+                template, context = await run_in_threadpool(fn, request, now)
+            except ApiError as exc:  # what was asked cannot be (400) or is not there (404)
+                return templates.TemplateResponse(request, "problem.html", {"problem": str(exc)},
+                                                  status_code=exc.status)
+            return templates.TemplateResponse(request, template, {**context, "now_ms": now})
+        return endpoint
+
+    def device(request: Request, now: int) -> tuple[str, dict[str, Any]]:
+        name = _name(request.path_params["name"], "device name")
+        found = read_device(path, name, before=_after(request))
+        if found is None:
+            raise ApiError(404, f"no device {name!r} has been heard from or registered: the fleet lists them")
+        return "device.html", {"d": found}
+
+    def queue(request: Request, now: int) -> tuple[str, dict[str, Any]]:
+        name, span = _name(request.path_params["name"], "queue name"), request.query_params.get("range", "1h")
+        if span not in RANGES:
+            raise ApiError(400, f"range must be one of {', '.join(RANGES)}, not {span[:20]!r}")
+        found = read_queue(path, name, now_ms=now, span=span, after=cursor(request))
+        if found is None:
+            raise ApiError(404, f"no queue {name!r}: the console's Queues table lists them")
+        return "queue.html", {"q": found, "ranges": list(RANGES), "kinds": KINDS}
+
+    def message(request: Request, now: int) -> tuple[str, dict[str, Any]]:
+        name, text = _name(request.path_params["name"], "queue name"), request.path_params["uid"]
+        try:
+            found = read_message(path, name, uid(text), now_ms=now)
+        except QueueNotFound:
+            raise ApiError(404, f"no queue {name!r}: the console's Queues table lists them") from None
+        if found is None:
+            raise ApiError(404, f"queue {name!r} holds no message {text[:80]!r}: it was got, expired or "
+                                "never there")
+        return "message.html", {"queue": name, "m": found}
+
+    def admin(request: Request, now: int) -> tuple[str, dict[str, Any]]:
+        device, status = request.query_params.get("device", ""), request.query_params.get("status", "")
+        if status not in STATUSES:
+            raise ApiError(400, f"status must be pending or replied (or nothing: all), not {status[:20]!r}")
+        found = read_admin(path, device=_name(device, "device name") if device else None,
+                           replied=STATUSES[status][0], before=_after(request))
+        return "admin.html", {"admin": found, "device": device, "status": status, "statuses": STATUSES}
+
+    return [(route, page(fn)) for route, fn in (
+        ("/console/devices/{name}", device), ("/console/queues/{name}", queue),
+        ("/console/queues/{name}/messages/{uid}", message), ("/console/admin", admin))]
+
+
+def _after(request: Request) -> tuple[int, str] | None:
+    """The admin requests' page cursor (``?after=``: the page before's ``next``; a 400 if it is not one)."""
+    try:
+        return read_cursor(request.query_params.get("after"))
+    except EdgeqError as exc:
+        raise ApiError(400, str(exc)) from None
+

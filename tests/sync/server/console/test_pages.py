@@ -1,0 +1,252 @@
+"""The console's drill-down pages in Chromium, against one real ``edgeq serve --console`` (devices pushing
+over loopback) and one browser for the module: fleet -> device -> queue -> message, paging, the journal's
+range switch, the admin requests' filters, markup from devices and hostile URLs shown as text, and an
+encrypted queue's data never shown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
+
+from edgeq import Message, QueueManager
+from edgeq.admin.wire import AdminRequest
+from edgeq.clock import system_clock
+from edgeq.crypto import StoreKeys
+from edgeq.store.journal import JournalTx, entry_row
+from edgeq.store.opening import connect
+from edgeq.sync import protocol as p
+from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.server.admin.records import AdminRecords
+from edgeq.sync.server.console.auth import set_password
+from edgeq.sync.server.console.detail import PAGE
+from tests.sync.conftest import ServedConsole, edgeq_serve_console
+from tests.sync.server.console.test_browser import PASSWORD, _cells, _click_and_wait, _sign_in, chromium
+
+#: markup a device may send: shown as text, never as an element (no element gets this id)
+MARKUP = '<b id="pwn">bold</b><script>document.title="pwned"</script>'
+#: a name no device or queue can have, in a URL (no "/": that would leave the page's route)
+HOSTILE = '<img id="pwn" src="x">'
+SECRET = b"the launch code is 0000"
+PUSHED = PAGE + 5  # DEV1's pushes to ORDERS: a page of messages and a few more
+REQUESTS = PAGE + 3  # admin requests sent to DEV1 (and one to DEV2)
+DAY_MS = 86_400_000
+
+
+@dataclass
+class Site:
+    served: ServedConsole
+    browser: webdriver.Chrome
+    shots: Path
+
+    def open(self, path: str) -> None:
+        self.browser.get(self.served.console_url + path)
+
+    def follow(self, css: str) -> None:
+        _click_and_wait(self.browser, self.browser.find_element(By.CSS_SELECTOR, css))
+
+    def keys(self, css: str, key: str) -> list[str]:
+        """The ``data-<key>`` of the rows ``css`` selects, in page order."""
+        rows = self.browser.find_elements(By.CSS_SELECTOR, css)
+        return [r.get_attribute(f"data-{key}") or "" for r in rows]
+
+    def shot(self, name: str) -> None:
+        """A screenshot of the whole page (docs/images/ holds copies), at the window's width."""
+        self.browser.set_window_size(1280, 300)  # the page's height, not the window's
+        height, chrome = self.browser.execute_script(
+            "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]")
+        self.browser.set_window_size(1280, int(height) + int(chrome))
+        assert self.browser.save_screenshot(str(self.shots / name))
+        self.browser.set_window_size(1280, 1400)
+
+    def no_markup(self) -> None:
+        """The page holds no element a device's markup made, and ran no script."""
+        assert not self.browser.find_elements(By.ID, "pwn") and self.browser.title != "pwned"
+
+
+def _push(where: Path, url: str) -> None:
+    """DEV1 pushes :data:`PUSHED` messages (data and a field carrying markup) through a real agent."""
+    with QueueManager(where / "DEV1.db", name="DEV1") as qm:
+        qm.define_remote_queue("ORDERS", target_qmgr="HOME")
+        qm.put_many("ORDERS", [Message(f"order {i} {MARKUP}".encode(), fields={"note": MARKUP, "n": i})
+                               for i in range(PUSHED)])
+        agent = SyncAgent(qm, url)
+        try:
+            assert agent.push_once().transmitted == PUSHED
+        finally:
+            agent.close()
+
+
+def _fill(db: Path, keys: StoreKeys) -> None:
+    """The home store: ORDERS, an encrypted queue, admin requests to DEV1 and DEV2, and journal rows of
+    two days ago (outside the last hour and day, inside the week)."""
+    with QueueManager(db, name="HOME", keys=keys) as qm:
+        qm.define_queue("ORDERS")
+        qm.define_queue("SECRETS", encryption="aes-256-gcm")
+        qm.put("SECRETS", Message(SECRET, fields={"pin": "1234"}))
+    key, records = Ed25519PrivateKey.generate(), AdminRecords(str(db))
+    try:
+        for i, device in enumerate(["DEV1"] * REQUESTS + ["DEV2"]):
+            request = AdminRequest.create("inquire-all", device=device, reply_qmgr="HOME",
+                                          created_ms=system_clock() - 60_000 + i, key_id="ops").sign(key)
+            records.add(request, request.to_bytes())
+    finally:
+        records.close()
+    old = system_clock() - 2 * DAY_MS
+    with closing(connect(db)) as conn:
+        JournalTx(conn).add([entry_row("accepted", "server", old + i, "ORDERS", f"OLD:a1.{i}", "OLD:a1")
+                             for i in range(7)])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    where = tmp_path_factory.mktemp("pages")
+    keys, key_file, db = StoreKeys.generate(), where / "store.key", where / "home.db"
+    keys.save(key_file)
+    _fill(db, keys)
+    set_password(db, PASSWORD)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGEQ_STORE_KEY_FILE", str(key_file))
+        with edgeq_serve_console(db) as served, chromium(where / "profile") as browser, \
+                httpx.Client(timeout=10) as http:
+            _push(where, served.url)
+            hello = p.encode_body({"type": "hello", "qmgr": "DEV2", "now_ms": system_clock(),
+                                   "agent": MARKUP})
+            assert http.post(served.url + p.PATH_HELLO, content=hello,
+                             headers={"content-type": p.CONTENT_TYPE}).status_code == 200
+            _sign_in(browser, served.console_url, PASSWORD)
+            yield Site(served, browser, where)
+
+
+def _facts(site: Site, table: str) -> dict[str, str]:
+    rows = site.browser.find_elements(By.CSS_SELECTOR, f"#{table} tr")
+    return {r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td").text for r in rows}
+
+
+def test_an_operator_follows_the_fleet_to_a_device_its_queue_and_a_message(site: Site) -> None:
+    site.open("/console")
+    site.follow('#devices tr[data-device="DEV1"] a')
+    assert site.browser.current_url.endswith("/console/devices/DEV1")
+    facts = _facts(site, "device")
+    assert facts["Pushes (messages accepted)"] == str(PUSHED) and facts["Status"] == "heard from"
+    assert facts["Last seen"].endswith("ago") and facts["Clock offset (ms)"] != "—"
+    assert _cells(site.browser, "device-queues", "queue")["ORDERS"][:4] == ["ORDERS", str(PUSHED), "0", "0"]
+    site.shot("console-device.png")
+
+    site.follow('#device-queues tr[data-queue="ORDERS"] a')
+    assert site.browser.current_url.endswith("/console/queues/ORDERS")
+    facts = _facts(site, "queue")
+    assert facts["Depth"] == str(PUSHED) and int(facts["Bytes"]) > 0 and facts["Encryption at rest"] == "none"
+    in_hour = site.browser.find_element(By.CSS_SELECTOR, '#counts td[data-kind="accepted"]').text
+    assert in_hour == str(PUSHED)  # the journal rows of two days ago are not in the last hour
+    rows = site.browser.find_elements(By.CSS_SELECTOR, "#messages tr.message")
+    assert len(rows) == PAGE
+    first = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
+    assert first[1] == "ready" and first[2] == "4" and first[4] == "never"
+    assert "note = " + MARKUP in first[3] and first[6].startswith("order 0 <b id=")  # as text
+    site.no_markup()
+    site.shot("console-queue.png")
+
+    uid = rows[0].get_attribute("data-uid")
+    site.follow("#messages tr.message a")
+    assert site.browser.current_url.endswith(f"/messages/{quote(str(uid), safe='')}")
+    assert site.browser.find_element(By.ID, "uid").text == uid
+    assert site.browser.find_element(By.ID, "data").text == f"order 0 {MARKUP}"
+    site.no_markup()
+    site.shot("console-message.png")
+    site.follow("#to-queue")
+    assert site.browser.current_url.endswith("/console/queues/ORDERS")
+
+
+def test_a_queues_messages_come_a_page_at_a_time_and_the_journal_by_range(site: Site) -> None:
+    site.open("/console/queues/ORDERS")
+    first = site.keys("#messages tr.message", "uid")
+    site.follow("#next-page")
+    rest = site.keys("#messages tr.message", "uid")
+    assert len(rest) == PUSHED - PAGE and not set(first) & set(rest)
+    assert not site.browser.find_elements(By.ID, "next-page")
+    site.follow("#first-page")
+    assert site.keys("#messages tr.message", "uid") == first
+
+    counts = {}
+    for span in ("24h", "7d"):
+        site.follow(f"#range-{span}")
+        assert site.browser.current_url.endswith(f"?range={span}")
+        counts[span] = site.browser.find_element(By.CSS_SELECTOR, '#counts td[data-kind="accepted"]').text
+    assert counts == {"24h": str(PUSHED), "7d": str(PUSHED + 7)}
+
+
+def test_markup_from_devices_and_hostile_urls_are_shown_as_text(site: Site) -> None:
+    site.open("/console/devices/DEV2")
+    assert site.browser.find_element(By.ID, "agent").text == MARKUP
+    site.no_markup()
+    bad = quote(HOSTILE, safe="")
+    for path in (f"/console/devices/{bad}", f"/console/queues/{bad}",
+                 f"/console/queues/ORDERS/messages/{bad}", f"/console/queues/ORDERS?range={bad}",
+                 f"/console/queues/ORDERS?after={bad}", f"/console/admin?device={bad}",
+                 f"/console/admin?after={bad}", f"/console/admin?status={bad}"):
+        site.open(path)
+        assert HOSTILE[:12] in site.browser.find_element(By.ID, "problem").text, path  # as text (maybe cut)
+        site.no_markup()
+    site.open(f"/console/devices/{quote(MARKUP, safe='')}")  # its "/" leaves the route: a plain 404
+    assert site.browser.find_element(By.TAG_NAME, "body").text.startswith("not found: the console's pages")
+    site.no_markup()
+    site.open("/console/queues/NOSUCH")
+    assert "no queue 'NOSUCH'" in site.browser.find_element(By.ID, "problem").text
+
+
+def test_an_encrypted_queues_data_and_fields_are_never_shown(site: Site) -> None:
+    site.open("/console/queues/SECRETS")
+    assert _facts(site, "queue")["Encryption at rest"] == "aes-256-gcm"
+    row = site.browser.find_element(By.CSS_SELECTOR, "#messages tr.message")
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[3] == "not shown" and cells[6] == "encrypted: not shown"
+    site.follow("#messages tr.message a")
+    assert site.browser.find_element(By.ID, "data").text == "encrypted: not shown"
+    assert SECRET.decode() not in site.browser.page_source and "1234" not in site.browser.page_source
+
+
+def test_admin_requests_are_filtered_and_paged_and_a_devices_history_too(site: Site) -> None:
+    def shown() -> list[str]:
+        return site.keys("#admin tr.request", "request")
+
+    site.open("/console")
+    site.follow("#all-admin")
+    assert len(shown()) == PAGE
+    site.follow("#next-page")
+    assert len(shown()) == REQUESTS + 1 - PAGE and not site.browser.find_elements(By.ID, "next-page")
+
+    site.open("/console/admin")
+    site.browser.find_element(By.ID, "filter-device").send_keys("DEV2")
+    Select(site.browser.find_element(By.ID, "filter-status")).select_by_value("pending")
+    site.follow("#filter")
+    assert len(shown()) == 1 and "device=DEV2" in site.browser.current_url
+    site.shot("console-admin.png")
+    assert _cells(site.browser, "admin", "request").popitem()[1][1:3] == ["DEV2", "inquire-all"]
+    Select(site.browser.find_element(By.ID, "filter-status")).select_by_value("replied")
+    site.follow("#filter")
+    assert shown() == []
+
+    site.open("/console/devices/DEV1")
+    page1 = shown()
+    site.follow("#next-page")
+    assert len(page1) == PAGE and len(shown()) == REQUESTS - PAGE and not set(page1) & set(shown())
+
+
+def test_every_new_page_needs_a_session(site: Site) -> None:
+    with httpx.Client(base_url=site.served.console_url, timeout=10) as http:
+        for path in ("/console/devices/DEV1", "/console/queues/ORDERS", "/console/admin",
+                     "/console/queues/SECRETS/messages/HOME.1"):
+            answer = http.get(path)
+            assert answer.status_code == 303 and answer.headers["location"] == "/console/login", path
+            assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'")
+
