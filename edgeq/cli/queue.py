@@ -19,7 +19,16 @@ from edgeq.cli.attributes import (
 )
 from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.format import format_duration, format_size
-from edgeq.cli.options import CREATE, open_store, output_options, require_queue, wants_json
+from edgeq.cli.options import (
+    CREATE,
+    local_only,
+    open_store,
+    output_options,
+    remote_api,
+    remote_options,
+    require_queue,
+    wants_json,
+)
 from edgeq.cli.params import QUEUE_NAME, Limit
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
 from edgeq.errors import QueueNotEmpty
@@ -183,6 +192,7 @@ def queue_alter(
 
 
 @queue.command("list")
+@local_only
 @output_options
 @click.pass_context
 def queue_list(ctx: click.Context, as_json: bool) -> None:
@@ -204,6 +214,7 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
 
 @queue.command("show")
 @click.argument("name", type=QUEUE_NAME)
+@local_only
 @output_options
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
@@ -231,6 +242,7 @@ def _holds_text(usage: QueueUsage) -> str:
 
 @queue.command("stats")
 @click.argument("name", type=QUEUE_NAME)
+@local_only
 @output_options
 @click.pass_context
 def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
@@ -288,18 +300,24 @@ def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> N
 
 @click.command()
 @click.argument("name", type=QUEUE_NAME)
+@remote_options
 @output_options
 @click.pass_context
 def purge(ctx: click.Context, name: str, as_json: bool) -> None:
     """Remove every message from queue NAME, locked (unconfirmed) ones too; print how many.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db purge ORDERS
+      edgeq purge ORDERS --server http://home:8471 --token-file ops.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, name)
-    count = qm.purge(name)
+    api = remote_api(ctx)
+    if api is not None:
+        count = api.purge(name)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, name)
+        count = qm.purge(name)
     if wants_json(ctx, as_json):
         emit_json({"queue": name, "purged": count})
     else:
