@@ -158,7 +158,7 @@ def test_the_token_may_come_from_edgeq_token(served: Served) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ("server", "held", "list"), ("browse", "ORDERS"), ("rules", "retry"),
+    ("server", "held", "list"), ("browse", "ORDERS"), ("rules", "retry"), ("admin", "pending"),
 ])
 def test_a_command_the_api_cannot_do_refuses_server(served: Served, args: tuple[str, ...]) -> None:
     refused = served.remote(*args)
