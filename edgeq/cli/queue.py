@@ -192,41 +192,52 @@ def queue_alter(
 
 
 @queue.command("list")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def queue_list(ctx: click.Context, as_json: bool) -> None:
     """List the queues with their depth, bytes held, main attributes and kind.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db queue list
+      edgeq queue list --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    queues = [(qm.queue_attributes(n), qm.queue_usage(n)) for n in qm.queue_names()]
-    if wants_json(ctx, as_json):
-        emit_json([queue_json(a, u, qm.queue_bindings(a.name)) for a, u in queues])
-    elif not queues:
-        click.echo(f"No queues are defined on {qm.name}.")
+    api = remote_api(ctx)
+    if api is not None:
+        queues, where = api.queues(), api.url
     else:
-        click.echo(format_queue_table(queues))
+        qm = open_store(ctx)
+        queues = [(qm.queue_attributes(n), qm.queue_usage(n), qm.queue_bindings(n)) for n in qm.queue_names()]
+        where = qm.name
+    if wants_json(ctx, as_json):
+        emit_json([queue_json(a, u, b) for a, u, b in queues])
+    elif not queues:
+        click.echo(f"No queues are defined on {where}.")
+    else:
+        click.echo(format_queue_table([(a, u) for a, u, _ in queues]))
 
 
 @queue.command("show")
 @click.argument("name", type=QUEUE_NAME)
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show every attribute of queue NAME, its depth and bytes, and its rule bindings in order.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db queue show ORDERS
+      edgeq queue show ORDERS --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, name)
-    attrs, usage, bindings = qm.queue_attributes(name), qm.queue_usage(name), qm.queue_bindings(name)
+    api = remote_api(ctx)
+    if api is not None:
+        attrs, usage, bindings = api.queue(name)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, name)
+        attrs, usage, bindings = qm.queue_attributes(name), qm.queue_usage(name), qm.queue_bindings(name)
     if wants_json(ctx, as_json):
         emit_json(queue_json(attrs, usage, bindings))
     else:

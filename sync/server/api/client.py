@@ -11,12 +11,17 @@ from typing import Any, Final
 import httpx
 
 from edgeq.errors import EdgeqError
+from edgeq.events.bindings import BindingInfo
+from edgeq.queues.attributes import QueueAttributes, QueueUsage
 from edgeq.store.devices import DeviceRecord, DeviceRefusal
 from edgeq.store.rules import FailureRow
 from edgeq.sync.keys import loose_secret
 from edgeq.sync.server.api.paging import MAX_LIMIT
 
-__all__ = ["TOKEN_ENV", "ApiClient", "RemoteError", "load_token"]
+__all__ = ["TOKEN_ENV", "ApiClient", "RemoteError", "RemoteQueue", "load_token"]
+
+#: a queue as the API shows it: its attributes, usage and rule bindings
+RemoteQueue = tuple[QueueAttributes, QueueUsage, list[BindingInfo]]
 
 #: the environment variable holding a token, when no --token-file is given
 TOKEN_ENV: Final = "EDGEQ_TOKEN"
@@ -116,6 +121,12 @@ class ApiClient:
         wanted = {} if parked is None else {"parked": "true" if parked else "false"}
         return [FailureRow(**f) for f in self._pages("/rule-events", "rule_events", **wanted)]
 
+    def queues(self) -> list[RemoteQueue]:
+        return [_queue(q) for q in self._call("GET", "/queues")["queues"]]
+
+    def queue(self, name: str) -> RemoteQueue:
+        return _queue(self._call("GET", f"/queues/{name}"))
+
     def depth(self, queue: str) -> int:
         """How many messages ``queue`` holds, as the API counts them (expired ones not yet discarded too)."""
         return int(self._call("GET", f"/queues/{queue}")["depth"])
@@ -138,3 +149,10 @@ def _device(d: dict[str, Any]) -> tuple[DeviceRecord, str | None]:
     record = DeviceRecord(d["name"], d["added_ms"], d["last_seen_ms"], d["clock_offset_ms"], d["agent"],
                           None, queues, d["revoked_ms"])
     return record, d["public_key"]
+
+
+def _queue(q: dict[str, Any]) -> RemoteQueue:
+    attrs = QueueAttributes(**{k: v for k, v in q.items() if k not in ("depth", "bytes", "bindings")})
+    usage = QueueUsage(attrs.name, q["depth"], q["bytes"], attrs.max_depth, attrs.max_bytes, attrs.on_full)
+    bindings = [BindingInfo(b["name"], b["config"], b["persisted"], b["error"]) for b in q["bindings"]]
+    return attrs, usage, bindings

@@ -85,6 +85,7 @@ def _same(local: subprocess.CompletedProcess[str], remote: subprocess.CompletedP
     ("server", "devices", "list"), ("server", "devices", "list", "--json"),
     ("server", "refusals", "list", "--device", "DEV1", "--json"),
     ("rules", "failures", "--parked"), ("rules", "failures", "--json"), ("depth", "ORDERS", "--json"),
+    ("queue", "list"), ("queue", "list", "--json"), ("queue", "show", "RULED"),
 ])
 def test_a_remote_reading_prints_what_the_local_one_does(served: Served, args: tuple[str, ...]) -> None:
     local = served.local(*args)
@@ -158,12 +159,12 @@ def test_the_token_may_come_from_edgeq_token(served: Served) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ("server", "held", "list"), ("browse", "ORDERS"), ("rules", "retry"), ("admin", "pending"),
+    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"), ("admin", "pending"),
 ])
 def test_a_command_the_api_cannot_do_refuses_server(served: Served, args: tuple[str, ...]) -> None:
     refused = served.remote(*args)
     assert refused.returncode == 2 and refused.stdout == ""
-    command = " ".join(a for a in args if a != "ORDERS")
+    command = " ".join(a for a in args if a != "ORDERS")  # the usage's path names no argument
     assert f"edgeq {command} is not available remotely yet" in refused.stderr
 
 
