@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 import httpx
 
@@ -110,7 +111,7 @@ class ApiClient:
 
     def revoke_device(self, name: str) -> tuple[bool, DeviceRecord]:
         """Revoke ``name``: whether it was revoked now (False: it was already), and the device."""
-        body = self._call("POST", f"/devices/{name}/revoke")
+        body = self._call("POST", f"/devices/{_part(name)}/revoke")
         return bool(body["revoked"]), _device(body["device"])[0]
 
     def refusals(self, device: str | None) -> list[DeviceRefusal]:
@@ -125,23 +126,28 @@ class ApiClient:
         return [_queue(q) for q in self._call("GET", "/queues")["queues"]]
 
     def queue(self, name: str) -> RemoteQueue:
-        return _queue(self._call("GET", f"/queues/{name}"))
+        return _queue(self._call("GET", f"/queues/{_part(name)}"))
 
     def depth(self, queue: str) -> int:
         """How many messages ``queue`` holds, as the API counts them (expired ones not yet discarded too)."""
-        return int(self._call("GET", f"/queues/{queue}")["depth"])
+        return int(self._call("GET", f"/queues/{_part(queue)}")["depth"])
 
     def purge(self, queue: str) -> int:
-        return int(self._call("POST", f"/queues/{queue}/purge")["purged"])
+        return int(self._call("POST", f"/queues/{_part(queue)}/purge")["purged"])
 
     def dead_letter_queue(self) -> str:
         return str(self._call("GET", "/dead-letters", {"limit": "1"})["queue"])
 
     def dlq_resend(self, uid: str) -> list[str]:
-        return [str(u) for u in self._call("POST", f"/dead-letters/{uid}/resend")["resent"]]
+        return [str(u) for u in self._call("POST", f"/dead-letters/{_part(uid)}/resend")["resent"]]
 
     def dlq_delete(self, uid: str) -> int:
-        return int(self._call("POST", f"/dead-letters/{uid}/delete")["deleted"])
+        return int(self._call("POST", f"/dead-letters/{_part(uid)}/delete")["deleted"])
+
+
+def _part(text: str) -> str:
+    """A name or uid as one path segment (a '/' or '?' in what a user typed cannot reach another endpoint)."""
+    return quote(text, safe=":")
 
 
 def _device(d: dict[str, Any]) -> tuple[DeviceRecord, str | None]:

@@ -126,10 +126,12 @@ def test_an_operator_s_actions_are_done(served: Served) -> None:
 
 def test_what_is_not_there_is_a_clear_error(served: Served) -> None:
     for args, says in ((("server", "devices", "revoke", "NOSUCH"), "no device 'NOSUCH'"),
-                       (("purge", "NOSUCH"), "NOSUCH"), (("depth", "NOSUCH"), "NOSUCH")):
+                       (("purge", "NOSUCH"), "NOSUCH"), (("depth", "NOSUCH"), "NOSUCH"),
+                       (("dlq", "delete", "X/../../queues/ORDERS/purge"), "no endpoint")):
         missing = served.remote(*args, role="operator")
         assert missing.returncode == 1, missing
         assert "answered 404" in missing.stderr and says in missing.stderr
+    assert served.local("depth", "ORDERS").stdout == "4\n"  # a uid with '/' reached no other endpoint
 
 
 def test_a_bad_token_or_a_loose_token_file_is_refused(served: Served, tmp_path: Path) -> None:
