@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,9 +89,10 @@ def _same(local: subprocess.CompletedProcess[str], remote: subprocess.CompletedP
     ("queue", "list"), ("queue", "list", "--json"), ("queue", "show", "RULED"),
 ])
 def test_a_remote_reading_prints_what_the_local_one_does(served: Served, args: tuple[str, ...]) -> None:
-    local = served.local(*args)
-    assert local.returncode == 0 and local.stdout.strip(), local.stderr
-    _same(local, served.remote(*args))
+    with ThreadPoolExecutor(2) as both:  # two processes at once: the module stays quick
+        local, remote = both.submit(served.local, *args), both.submit(served.remote, *args)
+    assert local.result().returncode == 0 and local.result().stdout.strip(), local.result().stderr
+    _same(local.result(), remote.result())
 
 
 def test_a_viewer_s_action_is_refused_and_changes_nothing(served: Served) -> None:
