@@ -20,6 +20,7 @@ __all__ = [
     "fingerprint",
     "load_private_key",
     "load_public_key",
+    "loose_secret",
     "new_key_pair",
     "public_bytes",
 ]
@@ -87,6 +88,14 @@ def new_key_pair(private_path: Path, *, overwrite: bool = False) -> KeyPair:
     return KeyPair(private_path, public_path, raw, fingerprint(raw))
 
 
+def loose_secret(path: Path, mode: int) -> str | None:
+    """Why the secret file ``path`` (its ``st_mode``) must not be used: group or others may read it
+    (POSIX); None if only its owner may."""
+    if os.name == "posix" and mode & 0o077:
+        return f"{path} is readable by others (mode {mode & 0o777:o}): run chmod 600 {path}"
+    return None
+
+
 def load_private_key(path: Path, what: str = "device key") -> Ed25519PrivateKey:
     """A private key (``what`` names it in errors); refused if the file is a public key, or if group
     or others may read it (POSIX)."""
@@ -100,10 +109,9 @@ def load_private_key(path: Path, what: str = "device key") -> Ed25519PrivateKey:
             path.with_suffix(".key") if path.suffix != ".key" else path.with_name(path.stem + "-private.key")
         )
         raise KeyFileError(f"{path} is a public key; give the private key file, e.g. {private} (the {what})")
-    if os.name == "posix" and mode & 0o077:
-        raise KeyFileError(
-            f"{path} is readable by others (mode {mode & 0o777:o}): run chmod 600 {path}"
-        )
+    loose = loose_secret(path, mode)
+    if loose is not None:
+        raise KeyFileError(loose)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:

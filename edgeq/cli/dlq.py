@@ -6,7 +6,7 @@ import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.messages import messages_text
-from edgeq.cli.options import open_store, output_options, wants_json
+from edgeq.cli.options import local_only, open_store, output_options, remote_api, remote_options, wants_json
 from edgeq.cli.params import QUEUE_NAME
 from edgeq.manager import QueueManager
 from edgeq.queues.deadletter import Resent
@@ -34,6 +34,7 @@ def dlq() -> None:
 @dlq.command("browse")
 @_ORIGINAL
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
+@local_only
 @output_options
 @click.pass_context
 def dlq_browse(ctx: click.Context, original: str | None, limit: int | None, as_json: bool) -> None:
@@ -54,18 +55,28 @@ def dlq_browse(ctx: click.Context, original: str | None, limit: int | None, as_j
 @click.argument("uid", required=False, metavar="UID")
 @_ALL
 @_ORIGINAL
+@remote_options
 @output_options
 @click.pass_context
 def dlq_resend(ctx: click.Context, uid: str | None, every: bool, original: str | None, as_json: bool) -> None:
     """Move UID (or --all) back to the queue it left, its dlq.* fields removed (once the cause is fixed).
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db dlq resend 'DEV1:k3x9qa.1763683200000000'
+      edgeq dlq resend 'DEV1:k3x9qa.1763683200000000' --server http://home:8471 --token-file ops.token
 
     Exit status: 1 when a message cannot go back (it stays, listed with why).
     """
     uids = _chosen(uid, every)
+    api = remote_api(ctx)
+    if api is not None:
+        resent = api.dlq_resend(_one_remote(uid, original))
+        if wants_json(ctx, as_json):
+            emit_json({"resent": resent, "kept": []})
+        else:
+            click.echo(f"Re-sent {len(resent)} message(s) from dead-letter queue {api.dead_letter_queue()}.")
+        return
     qm = open_store(ctx)
     result = qm.dlq_resend(uids, queue=original)
     if wants_json(ctx, as_json):
@@ -79,22 +90,28 @@ def dlq_resend(ctx: click.Context, uid: str | None, every: bool, original: str |
 @dlq.command("delete")
 @click.argument("uid", required=False, metavar="UID")
 @_ALL
+@remote_options
 @output_options
 @click.pass_context
 def dlq_delete(ctx: click.Context, uid: str | None, every: bool, as_json: bool) -> None:
     """Delete UID (or --all) from the dead-letter queue, for good.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db dlq delete --all
+      edgeq dlq delete 'DEV1:k3x9qa.1763683200000000' --server http://home:8471 --token-file ops.token
     """
     uids = _chosen(uid, every)
-    qm = open_store(ctx)
-    deleted = qm.dlq_delete(uids)
-    if wants_json(ctx, as_json):
-        emit_json({"deleted": deleted, "queue": qm.dead_letter_queue()})
+    api = remote_api(ctx)
+    if api is not None:
+        deleted, name = api.dlq_delete(_one_remote(uid, None)), api.dead_letter_queue()
     else:
-        click.echo(f"Deleted {deleted} message(s) from dead-letter queue {qm.dead_letter_queue()}.")
+        qm = open_store(ctx)
+        deleted, name = qm.dlq_delete(uids), qm.dead_letter_queue()
+    if wants_json(ctx, as_json):
+        emit_json({"deleted": deleted, "queue": name})
+    else:
+        click.echo(f"Deleted {deleted} message(s) from dead-letter queue {name}.")
 
 
 @dlq.command("use")
@@ -131,6 +148,14 @@ def _chosen(uid: str | None, every: bool) -> list[MessageUID | str] | None:
     if (uid is None) == (not every):
         raise click.UsageError("give a UID or --all (one of them)")
     return None if every else [uid] if uid is not None else None
+
+
+def _one_remote(uid: str | None, original: str | None) -> str:
+    """The one UID a remote resend or delete takes: --all and --queue are not available remotely yet."""
+    if uid is None or original is not None:
+        raise click.UsageError("with --server, give one UID: --all and --queue are not available remotely "
+                               "yet (run them on the server's host with --db)")
+    return uid
 
 
 def _fail_if_kept(qm: QueueManager, result: Resent) -> None:

@@ -11,7 +11,16 @@ import click
 from edgeq.cli.base import emit_json
 from edgeq.cli.consume import WAIT, Stop, fields_filter, settle, take, write_out
 from edgeq.cli.format import format_time
-from edgeq.cli.options import F, open_store, output_options, require_queue, wants_json
+from edgeq.cli.options import (
+    F,
+    local_only,
+    open_store,
+    output_options,
+    remote_api,
+    remote_options,
+    require_queue,
+    wants_json,
+)
 from edgeq.cli.params import EXPIRE_AT, FIELD, QUEUE_NAME, RELATIVE_EXPIRY
 from edgeq.cli.views import format_message, message_json
 from edgeq.errors import MessageTooLarge, QueueFull
@@ -205,6 +214,7 @@ def get(
 @click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @_field_option("Show only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
+@local_only
 @output_options
 @click.pass_context
 def browse(
@@ -228,18 +238,25 @@ def browse(
 
 @click.command()
 @click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
+@remote_options
 @output_options
 @click.pass_context
 def depth(ctx: click.Context, queue_name: str, as_json: bool) -> None:
-    """Print how many messages QUEUE holds, locked ones included (expired ones discarded first).
+    """Print how many messages QUEUE holds, locked ones included (expired ones discarded first; with
+    --server, those not yet discarded are counted: the API never discards).
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db depth ORDERS
+      edgeq depth ORDERS --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, queue_name)
-    count = qm.depth(queue_name)
+    api = remote_api(ctx)
+    if api is not None:
+        count = api.depth(queue_name)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, queue_name)
+        count = qm.depth(queue_name)
     if wants_json(ctx, as_json):
         emit_json({"queue": queue_name, "depth": count})
     else:

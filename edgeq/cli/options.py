@@ -7,12 +7,15 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from edgeq.cli.params import QM_NAME
 from edgeq.manager import QueueManager
+
+if TYPE_CHECKING:
+    from edgeq.sync.server.api.client import ApiClient
 
 __all__ = [
     "ADMIN",
@@ -25,11 +28,14 @@ __all__ = [
     "check_store",
     "db_option",
     "group_options",
+    "local_only",
     "log_level_option",
     "name_option",
     "need",
     "open_store",
     "output_options",
+    "remote_api",
+    "remote_options",
     "require_queue",
     "store_options",
     "store_path",
@@ -97,6 +103,57 @@ def output_options(f: F) -> F:
 def wants_json(ctx: click.Context, as_json: bool) -> bool:
     """Whether the command's or the group's ``--json`` was given."""
     return as_json or group_options(ctx).json
+
+
+_SERVER, _TOKEN_FILE = "edgeq.remote.server", "edgeq.remote.token_file"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value is not None:
+        ctx.meta[_TOKEN_FILE if param.name == "token_file" else _SERVER] = value
+
+
+def _refuse(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value is not None:
+        raise click.UsageError(
+            f"{ctx.command_path} is not available remotely yet (the management API cannot do it): "
+            "run it on the server's host with --db")
+
+
+def _server_options(callback: Callable[[click.Context, click.Parameter, object], None],
+                    hidden: bool) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        f = click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), expose_value=False,
+                         callback=callback, hidden=hidden, help="With --server: the API token's file "
+                         "(chmod 600; default: $EDGEQ_TOKEN).")(f)
+        return click.option("--server", metavar="URL", expose_value=False, callback=callback, hidden=hidden,
+                            help="Run this on a home server through its management API, e.g. "
+                                 "http://home:8471 (edgeq serve --console), instead of --db.")(f)
+
+    return decorate
+
+
+#: ``--server URL --token-file F``: the command runs through a home server's management API
+#: (:func:`remote_api`); ``local_only``: the same options, hidden and refused (the API cannot do it yet).
+remote_options = _server_options(_remember, hidden=False)
+local_only = _server_options(_refuse, hidden=True)
+
+
+def remote_api(ctx: click.Context) -> ApiClient | None:
+    """The management API client the command's ``--server`` asks for (closed when it ends), or None."""
+    server, token_file = ctx.meta.get(_SERVER), ctx.meta.get(_TOKEN_FILE)
+    if server is None:
+        if token_file is not None:
+            raise click.UsageError("--token-file goes with --server URL")
+        return None
+    if ctx.params.get("db") is not None:
+        raise click.UsageError("give --server URL (a remote store) or --db PATH (a local one), not both")
+    need("httpx", "sync")
+    from edgeq.sync.server.api.client import ApiClient, load_token
+
+    client = ApiClient(str(server), load_token(token_file))
+    ctx.call_on_close(client.close)
+    return client
 
 
 _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)

@@ -19,7 +19,16 @@ from edgeq.cli.attributes import (
 )
 from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.format import format_duration, format_size
-from edgeq.cli.options import CREATE, open_store, output_options, require_queue, wants_json
+from edgeq.cli.options import (
+    CREATE,
+    local_only,
+    open_store,
+    output_options,
+    remote_api,
+    remote_options,
+    require_queue,
+    wants_json,
+)
 from edgeq.cli.params import QUEUE_NAME, Limit
 from edgeq.cli.views import format_bindings, format_queue, format_queue_table, format_stats, queue_json
 from edgeq.errors import QueueNotEmpty
@@ -183,39 +192,52 @@ def queue_alter(
 
 
 @queue.command("list")
+@remote_options
 @output_options
 @click.pass_context
 def queue_list(ctx: click.Context, as_json: bool) -> None:
     """List the queues with their depth, bytes held, main attributes and kind.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db queue list
+      edgeq queue list --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    queues = [(qm.queue_attributes(n), qm.queue_usage(n)) for n in qm.queue_names()]
-    if wants_json(ctx, as_json):
-        emit_json([queue_json(a, u, qm.queue_bindings(a.name)) for a, u in queues])
-    elif not queues:
-        click.echo(f"No queues are defined on {qm.name}.")
+    api = remote_api(ctx)
+    if api is not None:
+        queues, where = api.queues(), api.url
     else:
-        click.echo(format_queue_table(queues))
+        qm = open_store(ctx)
+        queues = [(qm.queue_attributes(n), qm.queue_usage(n), qm.queue_bindings(n)) for n in qm.queue_names()]
+        where = qm.name
+    if wants_json(ctx, as_json):
+        emit_json([queue_json(a, u, b) for a, u, b in queues])
+    elif not queues:
+        click.echo(f"No queues are defined on {where}.")
+    else:
+        click.echo(format_queue_table([(a, u) for a, u, _ in queues]))
 
 
 @queue.command("show")
 @click.argument("name", type=QUEUE_NAME)
+@remote_options
 @output_options
 @click.pass_context
 def queue_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show every attribute of queue NAME, its depth and bytes, and its rule bindings in order.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db queue show ORDERS
+      edgeq queue show ORDERS --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, name)
-    attrs, usage, bindings = qm.queue_attributes(name), qm.queue_usage(name), qm.queue_bindings(name)
+    api = remote_api(ctx)
+    if api is not None:
+        attrs, usage, bindings = api.queue(name)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, name)
+        attrs, usage, bindings = qm.queue_attributes(name), qm.queue_usage(name), qm.queue_bindings(name)
     if wants_json(ctx, as_json):
         emit_json(queue_json(attrs, usage, bindings))
     else:
@@ -231,6 +253,7 @@ def _holds_text(usage: QueueUsage) -> str:
 
 @queue.command("stats")
 @click.argument("name", type=QUEUE_NAME)
+@local_only
 @output_options
 @click.pass_context
 def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
@@ -288,18 +311,24 @@ def queue_delete(ctx: click.Context, name: str, purge: bool, as_json: bool) -> N
 
 @click.command()
 @click.argument("name", type=QUEUE_NAME)
+@remote_options
 @output_options
 @click.pass_context
 def purge(ctx: click.Context, name: str, as_json: bool) -> None:
     """Remove every message from queue NAME, locked (unconfirmed) ones too; print how many.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db purge ORDERS
+      edgeq purge ORDERS --server http://home:8471 --token-file ops.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, name)
-    count = qm.purge(name)
+    api = remote_api(ctx)
+    if api is not None:
+        count = api.purge(name)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, name)
+        count = qm.purge(name)
     if wants_json(ctx, as_json):
         emit_json({"queue": name, "purged": count})
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.options import open_store, output_options, wants_json
+from edgeq.cli.options import local_only, open_store, output_options, remote_api, remote_options, wants_json
 from edgeq.cli.views import failure_json, format_failures, format_rules_table
 
 __all__ = ["rules"]
@@ -48,6 +48,7 @@ def rules_list(ctx: click.Context, as_json: bool) -> None:
               help="Only deliveries parked after their last attempt "
                    "(retried only by `rules retry --parked`).")
 @click.option("--waiting", is_flag=True, help="Only deliveries waiting for their next retry.")
+@remote_options
 @output_options
 @click.pass_context
 def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: bool) -> None:
@@ -56,11 +57,13 @@ def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: boo
     \b
     Example:
       edgeq --db dev.db rules failures --parked --json
+      edgeq rules failures --server http://home:8471 --token-file viewer.token
     """
     if parked and waiting:
         raise click.UsageError("give --parked or --waiting (or neither, for both), not both")
-    qm = open_store(ctx)
-    failures = qm.rule_failures(parked=True if parked else False if waiting else None)
+    wanted = True if parked else False if waiting else None
+    api = remote_api(ctx)
+    failures = api.rule_failures(wanted) if api is not None else open_store(ctx).rule_failures(parked=wanted)
     if wants_json(ctx, as_json):
         emit_json([failure_json(f) for f in failures])
     elif not failures:
@@ -75,6 +78,7 @@ def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: boo
 @click.option("--parked", is_flag=True, help="Give parked deliveries a fresh round of attempts first.")
 @click.option("--event", "event_id", type=click.IntRange(min=1), metavar="ID",
               help="Only this event's deliveries (ids from `rules failures`).")
+@local_only
 @output_options
 @click.pass_context
 def rules_retry(ctx: click.Context, parked: bool, event_id: int | None, as_json: bool) -> None:

@@ -17,14 +17,25 @@ from edgeq.cli.options import (
     check_store,
     db_option,
     group_options,
+    local_only,
     open_store,
     output_options,
+    remote_api,
+    remote_options,
     store_path,
     wants_json,
 )
 from edgeq.cli.params import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES
 from edgeq.cli.tokens import ROLE_OPTION, token
-from edgeq.cli.views import device_json, format_devices, format_held, format_refusals, held_json, refusal_json
+from edgeq.cli.views import (
+    device_json,
+    format_devices,
+    format_held,
+    format_refusals,
+    held_json,
+    keyed,
+    refusal_json,
+)
 
 if TYPE_CHECKING:
     from edgeq.manager import QueueManager
@@ -73,6 +84,7 @@ def _public_key(ctx: click.Context, param: click.Parameter, value: Path) -> tupl
 @click.option("--name", "server_name", type=QM_NAME,
               help="The server's queue manager name, e.g. HOME: needed only to create its store.")
 @_server_db
+@local_only
 @click.pass_context
 def devices_add(ctx: click.Context, name: str, public_key: tuple[Path, bytes], queues: list[str] | None,
                 force: bool, create: bool, server_name: str | None, db: Path | None) -> None:
@@ -134,13 +146,15 @@ def _check_key_unshared(known: list[DeviceRecord], name: str, raw: bytes, path: 
 
 @devices.command("list")
 @_server_db
+@remote_options
 @output_options
 @click.pass_context
 def devices_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
     """List the devices this server knows: registered, revoked, or only heard from."""
-    found = open_store(ctx, ADMIN, db=db).devices()
+    api = remote_api(ctx)
+    found = api.devices() if api is not None else keyed(open_store(ctx, ADMIN, db=db).devices())
     if wants_json(ctx, as_json):
-        emit_json([device_json(d) for d in found])
+        emit_json([device_json(d, key) for d, key in found])
     else:
         click.echo(format_devices(found))
 
@@ -148,23 +162,36 @@ def devices_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
 @devices.command("revoke")
 @click.argument("name", type=DEVICE_NAME)
 @_server_db
+@remote_options
 @click.pass_context
 def devices_revoke(ctx: click.Context, name: str, db: Path | None) -> None:
     """Revoke device NAME: the server refuses its requests from now on (re-add to restore).
 
     \b
-    Example:
+    Examples:
       edgeq server devices revoke DEV1 --db home.db
+      edgeq server devices revoke DEV1 --server http://home:8471 --token-file ops.token
     """
-    qm = open_store(ctx, ADMIN, db=db)
-    before = qm.device(name)
-    if before is not None and before.revoked_ms is not None:
-        click.echo(f"{name} was already revoked at {format_time(before.revoked_ms)}; nothing changed.")
+    api = remote_api(ctx)
+    after: DeviceRecord | None
+    if api is not None:
+        revoked, after = api.revoke_device(name)
+    else:
+        revoked, after = _revoke(open_store(ctx, ADMIN, db=db), name)
+    if not revoked and after is not None and after.revoked_ms is not None:
+        click.echo(f"{name} was already revoked at {format_time(after.revoked_ms)}; nothing changed.")
         return
-    qm.revoke_device(name)
-    after = qm.device(name)
     when = "" if after is None or after.revoked_ms is None else f" at {format_time(after.revoked_ms)}"
     click.echo(f"Revoked {name}{when}.")
+
+
+def _revoke(qm: QueueManager, name: str) -> tuple[bool, DeviceRecord | None]:
+    """Revoke ``name`` unless it was already: whether it is revoked now, and the device after."""
+    before = qm.device(name)
+    if before is not None and before.revoked_ms is not None:
+        return False, before
+    qm.revoke_device(name)
+    return True, qm.device(name)
 
 
 server.add_command(token)
@@ -175,6 +202,7 @@ server.add_command(token)
               help="Read the password from this file's first line (default: ask, twice, without echo).")
 @ROLE_OPTION
 @_server_db
+@local_only
 @click.pass_context
 def set_console_password(ctx: click.Context, password_file: Path | None, role: str, db: Path | None) -> None:
     """Set the password of the console (edgeq serve --console) and its role; signs everyone out.
@@ -219,6 +247,7 @@ _device_option = click.option("--device", type=DEVICE_NAME,
 @_device_option
 @click.option("--older-than", type=DURATION, help="Only those held at least this long (30m, 2h...).")
 @_server_db
+@local_only
 @output_options
 @click.pass_context
 def held_list(ctx: click.Context, device: str | None, older_than: int | None, db: Path | None,
@@ -244,6 +273,7 @@ def held_list(ctx: click.Context, device: str | None, older_than: int | None, db
 @click.option("--older-than", type=DURATION, default="0", show_default=True,
               help="Only those held at least this long (30m, 2h...).")
 @_server_db
+@local_only
 @output_options
 @click.pass_context
 def held_clear(
@@ -278,6 +308,7 @@ def refusals() -> None:
 @refusals.command("list")
 @_device_option
 @_server_db
+@remote_options
 @output_options
 @click.pass_context
 def refusals_list(ctx: click.Context, device: str | None, db: Path | None, as_json: bool) -> None:
@@ -287,8 +318,11 @@ def refusals_list(ctx: click.Context, device: str | None, db: Path | None, as_js
     Examples:
       edgeq server refusals list --db home.db
       edgeq server refusals list --device DEV1 --json --db home.db
+      edgeq server refusals list --server http://home:8471 --token-file viewer.token
     """
-    found = open_store(ctx, ADMIN, db=db).exchange.device_refusals(device)
+    api = remote_api(ctx)
+    found = (api.refusals(device) if api is not None
+             else open_store(ctx, ADMIN, db=db).exchange.device_refusals(device))
     if wants_json(ctx, as_json):
         emit_json([refusal_json(r) for r in found])
     else:

@@ -9,7 +9,7 @@ import click
 
 from edgeq.cli.base import emit_json
 from edgeq.cli.format import format_time
-from edgeq.cli.options import ADMIN, db_option, open_store, output_options, wants_json
+from edgeq.cli.options import ADMIN, db_option, local_only, open_store, output_options, wants_json
 from edgeq.cli.views import format_table
 
 __all__ = ["ROLE_OPTION", "token"]
@@ -29,6 +29,7 @@ def token() -> None:
 @click.option("--name", required=True, help="Who uses it, e.g. grafana: the actions it does are recorded so.")
 @ROLE_OPTION
 @_db
+@local_only
 @click.pass_context
 def token_create(ctx: click.Context, name: str, role: str, db: Path | None) -> None:
     """Create a token and print it, once: only its hash is kept.
@@ -48,6 +49,7 @@ def token_create(ctx: click.Context, name: str, role: str, db: Path | None) -> N
 
 @token.command("list")
 @_db
+@local_only
 @output_options
 @click.pass_context
 def token_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
@@ -69,6 +71,7 @@ def token_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
 @token.command("revoke")
 @click.argument("name")
 @_db
+@local_only
 @click.pass_context
 def token_revoke(ctx: click.Context, name: str, db: Path | None) -> None:
     """Revoke token NAME: the API refuses it (401) from its next request on."""

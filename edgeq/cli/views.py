@@ -42,6 +42,7 @@ __all__ = [
     "format_stats",
     "format_table",
     "held_json",
+    "keyed",
     "message_json",
     "queue_json",
     "refusal_json",
@@ -315,35 +316,36 @@ def format_stats(stats: Mapping[str, int]) -> str:
 # -- a home server's devices and held puts ------------------------------------------------
 
 
-def _fingerprint(key: bytes | None) -> str | None:
+def keyed(devices: Sequence[DeviceRecord]) -> list[tuple[DeviceRecord, str | None]]:
+    """Devices with their key's fingerprint, as :func:`device_json` and :func:`format_devices` take them."""
     from edgeq.sync.keys import fingerprint
 
-    return None if key is None else fingerprint(key)
+    return [(d, None if d.public_key is None else fingerprint(d.public_key)) for d in devices]
 
 
-def device_json(d: DeviceRecord) -> dict[str, Any]:
-    """A device as JSON: epoch ms (``*_ms``) with ISO-8601 UTC beside them."""
-    return {"name": d.name, "registered": d.registered,
+def device_json(d: DeviceRecord, key: str | None) -> dict[str, Any]:
+    """A device and its key's fingerprint as JSON: epoch ms (``*_ms``) with ISO-8601 UTC beside them."""
+    return {"name": d.name, "registered": key is not None and d.revoked_ms is None,
             "revoked_ms": d.revoked_ms,
             "revoked": None if d.revoked_ms is None else format_time(d.revoked_ms),
-            "fingerprint": _fingerprint(d.public_key), "queues": None if d.queues is None else list(d.queues),
+            "fingerprint": key, "queues": None if d.queues is None else list(d.queues),
             "last_seen_ms": d.last_seen_ms,
             "last_seen": None if d.last_seen_ms is None else format_time(d.last_seen_ms),
             "clock_offset_ms": d.clock_offset_ms}
 
 
-def format_devices(devices: Sequence[DeviceRecord]) -> str:
-    """Registered devices as a table."""
+def format_devices(devices: Sequence[tuple[DeviceRecord, str | None]]) -> str:
+    """Devices, each with its key's fingerprint, as a table."""
     if not devices:
         return "No devices."
     rows = [
         (d.name,
          f"revoked {format_time(d.revoked_ms)}" if d.revoked_ms is not None
-         else "registered" if d.public_key is not None else "unregistered",
-         _fingerprint(d.public_key) or "-",
+         else "registered" if key is not None else "unregistered",
+         key or "-",
          "any" if d.queues is None else ",".join(d.queues) or "none",
          "never" if d.last_seen_ms is None else format_time(d.last_seen_ms))
-        for d in devices
+        for d, key in devices
     ]
     return format_table(("DEVICE", "STATE", "KEY", "QUEUES", "LAST-SEEN"), rows)
 

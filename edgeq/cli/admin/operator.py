@@ -8,7 +8,7 @@ import click
 
 from edgeq.cli.admin.group import admin, client_of, exit_unless_success, merged_options
 from edgeq.cli.base import emit_json
-from edgeq.cli.options import output_options, wants_json
+from edgeq.cli.options import local_only, output_options, wants_json
 from edgeq.cli.params import DEVICE_NAME, DURATION
 
 __all__ = ["keygen", "pending", "replies", "show"]
@@ -43,6 +43,7 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
 
 @admin.command("pending")
 @click.option("--device", "only", type=DEVICE_NAME, help="Only this device's requests.")
+@local_only
 @output_options
 @click.pass_context
 def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
@@ -67,6 +68,7 @@ def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
 @click.option("--device", "only", type=DEVICE_NAME, help="Only this device's replies.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1),
               help="Show at most this many.")
+@local_only
 @output_options
 @click.pass_context
 def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> None:
@@ -91,6 +93,7 @@ def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> 
 @click.argument("request_id")
 @click.option("--wait", "wait_ms", type=DURATION, metavar="DURATION",
               help="Wait this long for the reply (30s, 2m).")
+@local_only
 @output_options
 @click.pass_context
 def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool) -> None:

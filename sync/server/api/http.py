@@ -3,20 +3,17 @@ checks of what a request asks for (paging, names, uids)."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from edgeq.errors import EdgeqError, InvalidArgument
 from edgeq.names import check_name
+from edgeq.sync.server.api.paging import DEFAULT_LIMIT, MAX_LIMIT
 from edgeq.uid import MessageUID
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ApiError", "answer", "cursor", "limit", "queue_name", "uid"]
-
-#: a page's length when the request names none, and the most one may ask for
-DEFAULT_LIMIT: Final = 50
-MAX_LIMIT: Final = 500
 
 
 class ApiError(EdgeqError):

@@ -1,4 +1,4 @@
-"""``/api/v1/queues``: the queues, their attributes and usage; purging one."""
+"""``/api/v1/queues``: the queues, their attributes, usage and rule bindings; purging one."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ def routes(api: Api) -> list[Route]:
 
     def queue_json(name: str) -> dict[str, Any]:
         usage = qm.queue_usage(name)
-        return {**qm.queue_attributes(name).as_dict(), "depth": usage.depth, "bytes": usage.bytes}
+        bindings = [{"name": b.name, "config": b.config, "persisted": b.persisted, "error": b.error}
+                    for b in qm.queue_bindings(name)]
+        return {**qm.queue_attributes(name).as_dict(), "depth": usage.depth, "bytes": usage.bytes,
+                "bindings": bindings}
 
     def listed(request: Request) -> dict[str, Any]:
         return {"queues": [queue_json(name) for name in qm.queue_names()]}

@@ -1,0 +1,164 @@
+"""The management API's client: what the CLI's remote mode (``--server URL --token-file F``) asks of
+``/api/v1``, read back as the records the local commands print (docs/cli.md, "Remote mode")."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote
+
+import httpx
+
+from edgeq.errors import EdgeqError
+from edgeq.events.bindings import BindingInfo
+from edgeq.queues.attributes import QueueAttributes, QueueUsage
+from edgeq.store.devices import DeviceRecord, DeviceRefusal
+from edgeq.store.rules import FailureRow
+from edgeq.sync.keys import loose_secret
+from edgeq.sync.server.api.paging import MAX_LIMIT
+
+__all__ = ["TOKEN_ENV", "ApiClient", "RemoteError", "RemoteQueue", "load_token"]
+
+#: a queue as the API shows it: its attributes, usage and rule bindings
+RemoteQueue = tuple[QueueAttributes, QueueUsage, list[BindingInfo]]
+
+#: the environment variable holding a token, when no --token-file is given
+TOKEN_ENV: Final = "EDGEQ_TOKEN"
+
+_WHAT_TO_DO = {
+    401: "check the token (--token-file or $EDGEQ_TOKEN): `edgeq server token list` on the server's host "
+         "shows which are revoked",
+    403: "this needs an operator's token (edgeq server token create --role operator)",
+}
+
+
+class RemoteError(EdgeqError):
+    """The server refused a request (``status``: its HTTP status; 0 if it could not be reached)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def load_token(token_file: Path | None, environ: Mapping[str, str] = os.environ) -> str:
+    """The token from ``token_file`` (refused if group or others may read it), else from $EDGEQ_TOKEN."""
+    if token_file is None:
+        text = environ.get(TOKEN_ENV, "").strip()
+        if not text:
+            raise RemoteError(0, f"no token: give --token-file F or set {TOKEN_ENV} "
+                                 "(edgeq server token create, on the server's host)")
+        return text
+    try:
+        loose = loose_secret(token_file, token_file.stat().st_mode)
+        text = token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise RemoteError(0, f"cannot read the token file {token_file}: {exc.strerror or exc}") from exc
+    if loose is not None:
+        raise RemoteError(0, f"the token file {loose}")
+    if not text:
+        raise RemoteError(0, f"the token file {token_file} is empty: write the text edgeq server token "
+                             "create printed into it")
+    return text
+
+
+class ApiClient:
+    """``/api/v1`` of the console at ``url`` (``http://host:8471``), with a token."""
+
+    def __init__(self, url: str, token: str, *, timeout_s: float = 30.0) -> None:
+        base = url.rstrip("/").removesuffix("/api/v1")
+        self.url = base
+        self._http = httpx.Client(base_url=base + "/api/v1", timeout=timeout_s,
+                                  headers={"Authorization": f"Bearer {token}"})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, params: Mapping[str, str] | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, params=params)
+        except httpx.HTTPError as exc:
+            raise RemoteError(0, f"cannot reach the management API at {self.url}: {exc}; give the "
+                                 "console's address (edgeq serve --console, --console-port)") from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.is_success and body is not None:
+            return body
+        said = body.get("error") if isinstance(body, dict) else None
+        said = said or f"{response.reason_phrase}, not the management API's JSON"
+        hint = _WHAT_TO_DO.get(response.status_code)
+        raise RemoteError(response.status_code, f"{self.url} answered {response.status_code}: {said}"
+                                                + (f"; {hint}" if hint else ""))
+
+    def _pages(self, path: str, key: str, **params: str) -> list[dict[str, Any]]:
+        """Every item of a paged list."""
+        found: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            page = self._call("GET", path, {**params, "limit": str(MAX_LIMIT),
+                                            **({} if after is None else {"after": after})})
+            found += page[key]
+            if page["next"] is None:
+                return found
+            after = str(page["next"])
+
+    def devices(self) -> list[tuple[DeviceRecord, str | None]]:
+        """The devices, each with its key's fingerprint (the API never shows the key)."""
+        return [_device(d) for d in self._call("GET", "/devices")["devices"]]
+
+    def revoke_device(self, name: str) -> tuple[bool, DeviceRecord]:
+        """Revoke ``name``: whether it was revoked now (False: it was already), and the device."""
+        body = self._call("POST", f"/devices/{_part(name)}/revoke")
+        return bool(body["revoked"]), _device(body["device"])[0]
+
+    def refusals(self, device: str | None) -> list[DeviceRefusal]:
+        found = self._call("GET", "/refusals", {} if device is None else {"device": device})
+        return [DeviceRefusal(**r) for r in found["refusals"]]
+
+    def rule_failures(self, parked: bool | None) -> list[FailureRow]:
+        wanted = {} if parked is None else {"parked": "true" if parked else "false"}
+        return [FailureRow(**f) for f in self._pages("/rule-events", "rule_events", **wanted)]
+
+    def queues(self) -> list[RemoteQueue]:
+        return [_queue(q) for q in self._call("GET", "/queues")["queues"]]
+
+    def queue(self, name: str) -> RemoteQueue:
+        return _queue(self._call("GET", f"/queues/{_part(name)}"))
+
+    def depth(self, queue: str) -> int:
+        """How many messages ``queue`` holds, as the API counts them (expired ones not yet discarded too)."""
+        return int(self._call("GET", f"/queues/{_part(queue)}")["depth"])
+
+    def purge(self, queue: str) -> int:
+        return int(self._call("POST", f"/queues/{_part(queue)}/purge")["purged"])
+
+    def dead_letter_queue(self) -> str:
+        return str(self._call("GET", "/dead-letters", {"limit": "1"})["queue"])
+
+    def dlq_resend(self, uid: str) -> list[str]:
+        return [str(u) for u in self._call("POST", f"/dead-letters/{_part(uid)}/resend")["resent"]]
+
+    def dlq_delete(self, uid: str) -> int:
+        return int(self._call("POST", f"/dead-letters/{_part(uid)}/delete")["deleted"])
+
+
+def _part(text: str) -> str:
+    """A name or uid as one path segment (a '/' or '?' in what a user typed cannot reach another endpoint)."""
+    return quote(text, safe=":")
+
+
+def _device(d: dict[str, Any]) -> tuple[DeviceRecord, str | None]:
+    queues = None if d["queues"] is None else tuple(d["queues"])
+    record = DeviceRecord(d["name"], d["added_ms"], d["last_seen_ms"], d["clock_offset_ms"], d["agent"],
+                          None, queues, d["revoked_ms"])
+    return record, d["public_key"]
+
+
+def _queue(q: dict[str, Any]) -> RemoteQueue:
+    attrs = QueueAttributes(**{k: v for k, v in q.items() if k not in ("depth", "bytes", "bindings")})
+    usage = QueueUsage(attrs.name, q["depth"], q["bytes"], attrs.max_depth, attrs.max_bytes, attrs.on_full)
+    bindings = [BindingInfo(b["name"], b["config"], b["persisted"], b["error"]) for b in q["bindings"]]
+    return attrs, usage, bindings

@@ -1,0 +1,179 @@
+"""The CLI's remote mode (``--server URL --token-file F``) against a real ``edgeq serve --console`` (one
+per module), its tokens made by the real CLI: each remote command prints what the local one does on
+the same store, a viewer's action is refused and changes nothing, and bad credentials are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edgeq import Int64, Message, QueueManager
+from edgeq.sync.server.console.auth import set_password
+from tests.sync.conftest import EDGEQ, ServedConsole, edgeq_serve_console
+
+DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
+
+
+def edgeq(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*EDGEQ, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+@dataclass
+class Served:
+    console: ServedConsole
+    db: Path
+    tokens: dict[str, Path]  # role -> its token file
+    dead: list[str]
+
+    def local(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return edgeq("--db", str(self.db), *args)
+
+    def remote(self, *args: str, role: str = "viewer") -> subprocess.CompletedProcess[str]:
+        return edgeq(*args, "--server", self.console.console_url, "--token-file", str(self.tokens[role]))
+
+
+def _fill(db: Path) -> list[str]:
+    """Queues with messages, dead letters, devices, refusals and parked rule failures."""
+    with QueueManager(db, name="HOME") as qm:
+        qm.define_queue("ORDERS")
+        qm.put_many("ORDERS", [Message(b"order %d" % i) for i in range(4)])
+        qm.define_queue("PURGEME")
+        qm.put_many("PURGEME", [Message(b"p")] * 3)
+        qm.define_queue("METRICS")
+        qm.define_remote_queue("OUT", target_qmgr="ELSEWHERE", refusal_limit=1)
+        dead = [str(qm.put("OUT", Message(b"reading %d" % i))) for i in range(2)]
+        qm.exchange.refused("OUT", [(u, "no-queue: ELSEWHERE has no queue OUT") for u in dead])
+        for i, name in enumerate(("DEV1", "DEV2")):
+            qm.register_device(name, bytes([i + 1]) * 32, queues=["ORDERS"] if i else None)
+        qm.exchange.record_refusals("DEV1", "ORDERS", {"no-queue": (2, "no queue ORDERS")})
+        qm.exchange.record_refusals("DEV2", "OTHER", {"too-large": (1, "too large")})
+    (db.parent / "fail").touch()  # tests.rulekit:Failing raises while it exists
+    with QueueManager(db, rule_retry_limit=1) as qm:  # each failed delivery parked at once
+        qm.define_queue("RULED", rules=[("tests.rulekit:Failing", {"switch": str(db.parent / "fail")})])
+        qm.put_many("RULED", [Message(b"r", expiry=Int64(1))] * 2)
+    return dead
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    home = tmp_path_factory.mktemp("remote")
+    db = home / "home.db"
+    dead = _fill(db)
+    set_password(db, "operator-pass-1")  # edgeq serve --console needs one
+    tokens = {}
+    for role in ("viewer", "operator"):
+        made = edgeq("server", "token", "create", "--name", f"cli-{role}", "--role", role, "--db", str(db))
+        assert made.returncode == 0, made.stderr
+        tokens[role] = home / f"{role}.token"
+        tokens[role].write_text(made.stdout)
+        tokens[role].chmod(0o600)
+    with edgeq_serve_console(db) as console:
+        yield Served(console, db, tokens, dead)
+
+
+def _same(local: subprocess.CompletedProcess[str], remote: subprocess.CompletedProcess[str]) -> None:
+    assert (remote.returncode, remote.stdout, remote.stderr) == (local.returncode, local.stdout, local.stderr)
+
+
+@pytest.mark.parametrize("args", [
+    ("server", "devices", "list"), ("server", "devices", "list", "--json"),
+    ("server", "refusals", "list", "--device", "DEV1", "--json"),
+    ("rules", "failures", "--parked"), ("rules", "failures", "--json"), ("depth", "ORDERS", "--json"),
+    ("queue", "list"), ("queue", "list", "--json"), ("queue", "show", "RULED"),
+])
+def test_a_remote_reading_prints_what_the_local_one_does(served: Served, args: tuple[str, ...]) -> None:
+    with ThreadPoolExecutor(2) as both:  # two processes at once: the module stays quick
+        local, remote = both.submit(served.local, *args), both.submit(served.remote, *args)
+    assert local.result().returncode == 0 and local.result().stdout.strip(), local.result().stderr
+    _same(local.result(), remote.result())
+
+
+def test_a_viewer_s_action_is_refused_and_changes_nothing(served: Served) -> None:
+    for args, says in ((("purge", "PURGEME"), "purge-queue needs the operator role"),
+                       (("server", "devices", "revoke", "DEV1"), "revoke-device needs the operator role"),
+                       (("dlq", "delete", served.dead[0]), "delete-dead-letter needs the operator role")):
+        refused = served.remote(*args)
+        assert refused.returncode == 1 and refused.stdout == "", refused
+        assert "answered 403" in refused.stderr and says in refused.stderr
+        assert "needs an operator's token" in refused.stderr
+    assert served.local("depth", "PURGEME").stdout == "3\n"
+    assert json.loads(served.local("server", "devices", "list", "--json").stdout)[0]["revoked_ms"] is None
+    assert json.loads(served.local("depth", DLQ, "--json").stdout)["depth"] == 2
+
+
+def test_an_operator_s_actions_are_done(served: Served) -> None:
+    purged = served.remote("purge", "PURGEME", role="operator")
+    assert (purged.returncode, purged.stdout) == (0, "Purged 3 message(s) from PURGEME.\n")
+    assert served.local("depth", "PURGEME").stdout == "0\n"
+
+    revoked = served.remote("server", "devices", "revoke", "DEV2", role="operator")
+    when = json.loads(served.local("server", "devices", "list", "--json").stdout)[1]["revoked"]
+    assert (revoked.returncode, revoked.stdout) == (0, f"Revoked DEV2 at {when}.\n")
+    _same(served.local("server", "devices", "revoke", "DEV2"),
+          served.remote("server", "devices", "revoke", "DEV2", role="operator"))
+
+    resent = served.remote("dlq", "resend", served.dead[0], role="operator")
+    assert (resent.returncode, resent.stdout) == (0, f"Re-sent 1 message(s) from dead-letter queue {DLQ}.\n")
+    deleted = served.remote("dlq", "delete", served.dead[1], "--json", role="operator")
+    assert json.loads(deleted.stdout) == {"deleted": 1, "queue": DLQ}
+    assert served.local("depth", DLQ).stdout == "0\n"
+
+
+def test_what_is_not_there_is_a_clear_error(served: Served) -> None:
+    for args, says in ((("server", "devices", "revoke", "NOSUCH"), "no device 'NOSUCH'"),
+                       (("purge", "NOSUCH"), "NOSUCH"), (("depth", "NOSUCH"), "NOSUCH"),
+                       (("dlq", "delete", "X/../../queues/ORDERS/purge"), "no endpoint")):
+        missing = served.remote(*args, role="operator")
+        assert missing.returncode == 1, missing
+        assert "answered 404" in missing.stderr and says in missing.stderr
+    assert served.local("depth", "ORDERS").stdout == "4\n"  # a uid with '/' reached no other endpoint
+
+
+def test_a_bad_token_or_a_loose_token_file_is_refused(served: Served, tmp_path: Path) -> None:
+    forged = tmp_path / "forged.token"
+    forged.write_text(served.tokens["operator"].read_text().strip()[:-4] + "0000\n")
+    forged.chmod(0o600)
+    refused = edgeq("purge", "ORDERS", "--server", served.console.console_url, "--token-file", str(forged))
+    assert refused.returncode == 1 and "answered 401" in refused.stderr
+    assert "unknown or revoked" in refused.stderr and "--token-file or $EDGEQ_TOKEN" in refused.stderr
+
+    loose = tmp_path / "loose.token"
+    loose.write_text(served.tokens["operator"].read_text())
+    loose.chmod(0o644)
+    refused = edgeq("purge", "ORDERS", "--server", served.console.console_url, "--token-file", str(loose))
+    assert refused.returncode == 1
+    assert f"the token file {loose} is readable by others (mode 644): run chmod 600" in refused.stderr
+    assert served.local("depth", "ORDERS").stdout == "4\n"
+
+
+def test_the_token_may_come_from_edgeq_token(served: Served) -> None:
+    env = {**os.environ, "EDGEQ_TOKEN": served.tokens["viewer"].read_text().strip()}
+    read = edgeq("depth", "ORDERS", "--server", served.console.console_url, env=env)
+    assert (read.returncode, read.stdout) == (0, "4\n")
+    none = edgeq("depth", "ORDERS", "--server", served.console.console_url,
+                 env={k: v for k, v in env.items() if k != "EDGEQ_TOKEN"})
+    assert none.returncode == 1 and "no token: give --token-file F or set EDGEQ_TOKEN" in none.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"), ("admin", "pending"),
+])
+def test_a_command_the_api_cannot_do_refuses_server(served: Served, args: tuple[str, ...]) -> None:
+    refused = served.remote(*args)
+    assert refused.returncode == 2 and refused.stdout == ""
+    command = " ".join(a for a in args if a != "ORDERS")  # the usage's path names no argument
+    assert f"edgeq {command} is not available remotely yet" in refused.stderr
+
+
+def test_server_and_db_together_or_more_than_one_uid_are_refused(served: Served) -> None:
+    both = served.remote("server", "devices", "list", "--db", str(served.db))
+    assert both.returncode == 2 and "give --server URL (a remote store) or --db PATH" in both.stderr
+    every = served.remote("dlq", "delete", "--all", role="operator")
+    assert every.returncode == 2 and "--all and --queue are not available remotely yet" in every.stderr
