@@ -81,7 +81,10 @@ def connect(path: str | Path, *, read_only: bool = False, wal: bool = False,
             timeout: float = 10.0) -> sqlite3.Connection:
     """A connection outside a factory (the console, ``edgeq export``, the nonce file): autocommit;
     ``read_only`` by URI; ``wal``: WAL at ``synchronous=NORMAL``."""
-    address = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else str(path)
+    address = str(path)
+    if read_only:  # where this user cannot write, open_address knows how SQLite may still read it
+        found, unwritable = open_address(address)
+        address = found if unwritable else f"{Path(path).resolve().as_uri()}?mode=ro"
     conn = sqlite3.connect(address, timeout=timeout, isolation_level=None, check_same_thread=False,
                            uri=read_only)
     if wal:
