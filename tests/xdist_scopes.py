@@ -6,9 +6,10 @@ from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
 
-#: The units that take minutes, longest first (``--durations``, 2 cores): handed out before all
-#: others, so that no worker starts one while the rest of the suite is nearly done.
-LONGEST_FIRST = ("tests/sync/test_soak.py", "tests/pipeline")
+#: The units that take minutes, longest first (``--durations`` on 2 cores): handed out before all
+#: others (xdist's order, most tests first, would start the soak's 4 last), so that no worker
+#: starts one while the rest of the suite is nearly done.
+LONGEST_FIRST = ("tests/pipeline", "tests/sync/test_soak.py", "tests/test_benchmarks_smoke.py")
 
 
 class PipelineAsOneScope(LoadScopeScheduling):
