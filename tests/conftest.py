@@ -33,8 +33,9 @@ def _logging_left_as_found() -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``make test``'s ``--dist loadscope``, the pipeline's tests as one unit (tests/xdist_scopes.py;
-    imported here, so that the scripts and helpers that import this module need no xdist)."""
+    """``make test``'s ``--dist loadscope``, the pipeline's tests as one unit, the longest units first
+    (tests/xdist_scopes.py; imported here, so that the scripts and helpers that import this module need
+    no xdist)."""
     if config.getvalue("dist") != "loadscope":
         return None
     from tests.xdist_scopes import PipelineAsOneScope

@@ -124,7 +124,7 @@ def serving(app: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
+        server.exit()
         thread.join(10)
 
 

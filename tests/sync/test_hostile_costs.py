@@ -328,7 +328,7 @@ class InflatingServer:
         await send({"type": "http.response.body", "body": self.body})
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        self.server.exit()
         self.thread.join(10)
 
 
