@@ -5,7 +5,6 @@ clients for what the tests do on the stream's side."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import json
 import os
@@ -148,8 +147,12 @@ class NatsCluster:
                         raise
             msgs: list[Msg] = []
             while len(msgs) < count and time.monotonic() < deadline:
-                with contextlib.suppress(nats.errors.TimeoutError):
+                try:
                     msgs += await sub.fetch(count - len(msgs), timeout=1)
+                except nats.errors.TimeoutError:
+                    continue
+                except nats.js.errors.ServiceUnavailableError:  # the new consumer not ready yet (a busy CI)
+                    await asyncio.sleep(0.05)  # a back-off before asking again, bounded by the deadline
             await sub.unsubscribe()
             return msgs
         return [(dict(m.headers or {}), m.data, stamp_ns(m.reply)) for m in self.js(work)]
