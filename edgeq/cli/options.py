@@ -7,12 +7,14 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from edgeq.cli.params import QM_NAME
-from edgeq.manager import QueueManager
+
+if TYPE_CHECKING:  # imported by open(): `edgeq --version` and --help load no store
+    from edgeq.manager import QueueManager
 
 __all__ = [
     "ADMIN",
@@ -179,6 +181,8 @@ class CheckedStore:
     use: StoreUse
 
     def open(self, ctx: click.Context, **qm_options: Any) -> QueueManager:
+        from edgeq.manager import QueueManager
+
         qm = QueueManager(self.path, name=self.name, **qm_options)
         ctx.call_on_close(qm.close)
         if self.fresh and self.use.announce:
