@@ -80,6 +80,11 @@ def test_a_put_into_a_current_store_skips_sqlite_utils_and_stores_the_message(tm
     out, imported = _edgeq("--db", str(db), "put", "Q", "text", cwd=tmp_path)
     needed = ("cbor2", "click")  # the store encodes rows and fields with cbor2; the CLI is click
     assert _heavy(imported, tuple(h for h in HEAVY if h not in needed)) == []
+    # the put's own command module and what it uses, no other command's
+    assert sorted(m for m in imported if m.startswith("edgeq.cli.")) == [
+        "edgeq.cli.base", "edgeq.cli.consume", "edgeq.cli.format", "edgeq.cli.messages", "edgeq.cli.options",
+        "edgeq.cli.params", "edgeq.cli.views"]
+    assert sorted(m for m in imported if m.startswith(("edgeq.sync", "edgeq.check", "edgeq.admin"))) == []
     with QueueManager(db) as qm:
         [message] = qm.browse("Q")
     assert (str(message.uid), message.data) == (out.strip(), b"text")

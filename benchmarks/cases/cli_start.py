@@ -1,10 +1,7 @@
-"""``cli_start``: the whole-process wall time of the ``edgeq`` command line, what a cron job pays per call.
+"""``cli_start``: the ``edgeq`` command line's whole-process wall time, what a cron job pays per call.
 
-Rows: ``edgeq --version`` (opens no store), ``edgeq put Q text`` (opens a store holding Q and puts
-durably) and ``python -c "import edgeq"``, each the median of ``cli_repeats`` runs of the real console
-script, interleaved with a bare ``python -c pass``. Bytecode is cached (in the scratch directory, written
-by one untimed run of each), as in an installed package: the floors are judged in benchmarks/targets.py.
-"""
+Each row is the median of ``cli_repeats`` runs, interleaved with a bare ``python -c pass``; bytecode is
+cached (in the scratch directory) as in an installed package. The floors are benchmarks/targets.py's."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``import`` time of each library in a fresh interpreter.
 
-edgeq's row imports what a program that queues needs (``from edgeq import QueueManager``: ``import
-edgeq`` alone loads its names on first use), its ``edgeq-package`` row ``import edgeq`` alone.
+edgeq's row times ``from edgeq import QueueManager``, what a program that queues imports (``import
+edgeq`` alone loads its names on first use: that is the ``edgeq-package`` row).
 Two measures, medians over several fresh interpreters: the wall time of
 ``python -c "import M"`` minus that of ``python -c "pass"`` run just before it
 (what a CLI or a service start pays; the median of those paired differences,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -36,8 +37,6 @@ class EdgeqGroup(click.Group):
         return cast(click.Command, getattr(__import__(module, fromlist=[attribute]), attribute))
 
     def invoke(self, ctx: click.Context) -> Any:
-        import sqlite3  # here, not at import: `edgeq --version` opens no store
-
         try:
             return super().invoke(ctx)
         except EdgeqError as exc:
