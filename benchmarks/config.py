@@ -36,6 +36,8 @@ class Settings:
     expiry_messages: int = 1_000_000
     #: Fresh interpreters started per import-time measurement.
     import_repeats: int = 15
+    #: Runs of each command the command-line start case times (the median is reported).
+    cli_repeats: int = 7
     #: Rounds of every measured case (each a fresh process per library, libraries
     #: interleaved within a round); the median round is reported.
     rounds: int = 3
@@ -110,6 +112,7 @@ SMOKE = Settings(
     drain_consumers=4,
     depth_calls=20,
     expiry_messages=1_000,
+    cli_repeats=3,
     import_repeats=5,  # the wall delta is the median of paired runs: two pairs are all noise
     rounds=1,
     budget_s=5.0,

@@ -43,6 +43,15 @@ _PQ_QUEUE_BY_CASE = {
 
 #: The variants of edgeq (and MQTT) the wire, TLS and fleet cases measure.
 _VARIANTS_BY_CASE = {
+    "import": {
+        "edgeq": "edgeq (from edgeq import QueueManager)",
+        "edgeq-package": "edgeq (import edgeq alone)",
+    },
+    "cli_start": {
+        "edgeq": "edgeq --version",
+        "edgeq-put": "edgeq put Q text",
+        "edgeq-import": "python -c 'import edgeq'",
+    },
     "wire_bytes": {
         "edgeq": "edgeq, no compression (signed)",
         "edgeq-zlib": "edgeq, zlib (signed)",
@@ -99,6 +108,7 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
     extra = extra or {}
     titles = {
         "import": "import time (fresh interpreter)",
+        "cli_start": "command-line start (whole process, bytecode cached)",
         "put_single": "single durable put",
         "put_batch": f"batch put ({human(extra.get('batch_size'))} msgs/txn)",
         "get_confirm": f"get+confirm @ {human(size)} backlog",

@@ -118,6 +118,9 @@ HEADLINES: dict[str, Headline] = {
     "import": Headline("import_ms", "ms", False,
                        lambda m: f"-X importtime; wall {m.get('wall_delta_ms', 0):+.0f} ms over bare python"
                        f" (±{m.get('wall_noise_ms', 0):.0f} ms)"),
+    "cli_start": Headline("median_ms", "ms", False, lambda m: (
+        f"whole process, median of {m.get('runs', 0):.0f} (min {m.get('min_ms', 0):.0f}, "
+        f"max {m.get('max_ms', 0):.0f}); bare python {m.get('bare_interpreter_ms', 0):.0f} ms")),
     "put_single": Headline("ops_per_s", "msg/s", True, _lat),
     "put_batch": Headline("msgs_per_s", "msg/s", True,
                           lambda m: f"median of {m.get('batches', 0):.0f} batches" + _cpu(m)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks.cases.cli_start import ROWS
 from benchmarks.config import Settings
 from benchmarks.labels import human
 from benchmarks.results import Result
@@ -123,6 +124,24 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     out += _waiting_targets(results)
     out += _thread_targets(results)
     out += _slow_flush_targets(results, s)
+    out += _cli_targets(results)
+    return out
+
+
+#: Issue 31's floors: a command-line row of the cli_start case -> its whole-process ceiling in ms.
+CLI_FLOORS_MS = {"edgeq": 100.0, "edgeq-put": 150.0, "edgeq-import": 60.0}
+
+
+def _cli_targets(results: list[Result]) -> list[Target]:
+    """A CLI that starts in a blink: each cli_start row's median wall time within its floor."""
+    out = []
+    for row, ceiling in CLI_FLOORS_MS.items():
+        median = _metric(results, "cli_start", row, "median_ms")
+        out.append(_judge(
+            f"start-up: {ROWS[row].format(db='DB')}", f"≤ {ceiling:.0f} ms, whole process, median",
+            None if median is None else median <= ceiling,
+            f"{median:.0f} ms" if median is not None else "",
+        ))
     return out
 
 

@@ -9,9 +9,6 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from edgeq.errors import InvalidArgument, StoreError
 
 __all__ = ["CIPHERS", "IntegrityError", "KeyMissing", "StoreKeys"]
@@ -54,8 +51,14 @@ class StoreKeys:
         for kid, key in keys.items():
             if not kid or not isinstance(key, bytes) or len(key) != 32:
                 raise InvalidArgument(f"store key {kid!r} must be 32 bytes (256 bits)")
+        # cryptography is imported by the first key ring, not by `import edgeq`: a store without keys
+        # never needs it
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._keys = dict(keys)
         self._ciphers = {kid: AESGCM(key) for kid, key in keys.items()}
+        self._rejected = (InvalidTag, ValueError)  # what decrypting a wrong blob raises
         self.current = current
 
     @property
@@ -136,7 +139,7 @@ class StoreKeys:
             )
         try:
             return cipher.decrypt(blob[:_NONCE], blob[_NONCE:], _aad(qm, queue, uid, part))
-        except (InvalidTag, ValueError) as exc:
+        except self._rejected as exc:
             raise IntegrityError(
                 f"message {uid} on queue {queue!r} failed its integrity check ({part}): it was altered, "
                 "or copied from another queue or message; it has been moved to the quarantine"
@@ -151,6 +154,6 @@ class StoreKeys:
         """Whether ``key_id`` here is the key that made ``check``."""
         try:
             return self._ciphers[key_id].decrypt(check[:_NONCE], check[_NONCE:], None) == _CHECK
-        except (InvalidTag, KeyError, ValueError):
+        except (*self._rejected, KeyError):
             return False
 

@@ -8,11 +8,13 @@ import importlib
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import InvalidArgument, RuleConfigError, RuleLoadError, RuleNotFound
 from edgeq.rules.base import QueueRule
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["GROUP", "RuleInfo", "build_rule", "installed_rules", "load_rule_class"]
 
@@ -36,6 +38,8 @@ def _summary(obj: object) -> str:
 
 
 def _entry_points() -> dict[str, EntryPoint]:
+    from importlib.metadata import entry_points  # only when a rule is looked up by name: it is slow
+
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 

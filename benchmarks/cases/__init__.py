@@ -17,6 +17,7 @@ __all__ = ["CASES", "runner_of"]
 #: case name -> module; ``--only`` takes these names.
 CASES: dict[str, str] = {
     "import": "benchmarks.cases.import_time",
+    "cli_start": "benchmarks.cases.cli_start",
     "put_single": "benchmarks.cases.put_single",
     "put_batch": "benchmarks.cases.put_batch",
     "put_threads": "benchmarks.cases.put_threads",

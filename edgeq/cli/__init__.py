@@ -7,29 +7,39 @@ from pathlib import Path
 import click
 
 from edgeq import __version__
-from edgeq.cli.admin import admin as admin_group
 from edgeq.cli.base import EdgeqGroup, log_to_stderr
-from edgeq.cli.bridge import bridge as bridge_group
-from edgeq.cli.check import check as check_command
-from edgeq.cli.consume import consume as consume_command
-from edgeq.cli.demo import demo as demo_command
-from edgeq.cli.dlq import dlq as dlq_group
-from edgeq.cli.keys import keys as keys_group
-from edgeq.cli.messages import browse, depth, get, put, sweep
 from edgeq.cli.options import GroupOptions, output_options, store_options
-from edgeq.cli.pipeline import export
-from edgeq.cli.pipeline import pipeline as pipeline_group
-from edgeq.cli.queue import purge
-from edgeq.cli.queue import queue as queue_group
-from edgeq.cli.rules import rules as rules_group
-from edgeq.cli.serve import serve as serve_command
-from edgeq.cli.server import server as server_group
-from edgeq.cli.sync import sync as sync_command
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "cli", "main"]
+
+#: Each command and where it lives, imported only when named: `edgeq put` never loads the sync, server
+#: or pipeline modules, and `edgeq --version` no command at all. The modules share their commands' names
+#: (edgeq.cli.queue holds `queue`): the package's attributes stay the modules.
+COMMANDS = {
+    "put": "edgeq.cli.messages:put",
+    "get": "edgeq.cli.messages:get",
+    "consume": "edgeq.cli.consume:consume",
+    "browse": "edgeq.cli.messages:browse",
+    "depth": "edgeq.cli.messages:depth",
+    "sweep": "edgeq.cli.messages:sweep",
+    "queue": "edgeq.cli.queue:queue",
+    "purge": "edgeq.cli.queue:purge",
+    "rules": "edgeq.cli.rules:rules",
+    "keys": "edgeq.cli.keys:keys",
+    "server": "edgeq.cli.server:server",
+    "serve": "edgeq.cli.serve:serve",  # edgeq serve / edgeq sync: network stacks are imported when they run
+    "sync": "edgeq.cli.sync:sync",
+    "export": "edgeq.cli.pipeline:export",  # edgeq export / edgeq pipeline run: pyarrow and pyspark too
+    "pipeline": "edgeq.cli.pipeline:pipeline",
+    "demo": "edgeq.cli.demo:demo",
+    "check": "edgeq.cli.check:check",
+    "admin": "edgeq.cli.admin:admin",
+    "dlq": "edgeq.cli.dlq:dlq",
+    "bridge": "edgeq.cli.bridge:bridge",  # paho-mqtt or nats-py are imported when a bridge runs
+}
 
 
-@click.group("edgeq", cls=EdgeqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("edgeq", cls=EdgeqGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @store_options
 @output_options
 @click.version_option(__version__, "-V", "--version", prog_name="edgeq")
@@ -48,30 +58,6 @@ def cli(ctx: click.Context, db: Path | None, name: str | None, as_json: bool) ->
     """
     log_to_stderr()
     ctx.obj = GroupOptions(db, name, as_json)
-
-
-# The modules share their commands' names (edgeq.cli.queue holds `queue`), so the commands
-# are imported under other names: the package's attributes stay the modules.
-cli.add_command(put)
-cli.add_command(get)
-cli.add_command(consume_command)
-cli.add_command(browse)
-cli.add_command(depth)
-cli.add_command(sweep)
-cli.add_command(queue_group)
-cli.add_command(purge)
-cli.add_command(rules_group)
-cli.add_command(keys_group)
-cli.add_command(server_group)
-cli.add_command(serve_command)  # edgeq serve / edgeq sync: network stacks are imported when they run
-cli.add_command(sync_command)
-cli.add_command(export)  # edgeq export / edgeq pipeline run: pyarrow and pyspark too
-cli.add_command(pipeline_group)
-cli.add_command(demo_command)
-cli.add_command(check_command)
-cli.add_command(admin_group)
-cli.add_command(dlq_group)
-cli.add_command(bridge_group)  # edgeq bridge: paho-mqtt is imported when a bridge runs
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
-"""What every command group shares: errors as one line, log warnings on stderr, JSON output."""
+"""What every command group shares: errors as one line, log warnings on stderr, JSON output,
+commands imported when named."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sqlite3
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import click
 
@@ -15,7 +17,24 @@ __all__ = ["EdgeqGroup", "emit_json", "log_to_stderr"]
 
 
 class EdgeqGroup(click.Group):
-    """A group that turns edgeq, SQLite and OS errors into one ``Error:`` line (exit 1), never a traceback."""
+    """A group that turns edgeq, SQLite and OS errors into one ``Error:`` line (exit 1), never a traceback.
+
+    ``lazy`` maps command names to ``"module:attribute"``: imported only when the command is named (or
+    listed, by ``--help``), so a command pays for its own imports alone."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: Mapping[str, str] = lazy or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        module, _, attribute = self.lazy[cmd_name].partition(":")
+        # __import__, not importlib.import_module: -X importtime lists only what goes through it
+        return cast(click.Command, getattr(__import__(module, fromlist=[attribute]), attribute))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

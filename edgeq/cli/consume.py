@@ -8,7 +8,6 @@ import math
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -141,6 +140,8 @@ def _environment(queue: str, message: Message) -> dict[str, str]:
 
 def _run(command: str, queue: str, message: Message, stop: Stop) -> int | None:
     """The command's exit status, or None if a signal stopped edgeq first (the command is stopped too)."""
+    import subprocess  # here: only --exec runs commands, and `edgeq put` and `get` load this module too
+
     proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
                             env=_environment(queue, message))
     data: bytes | None = message.data

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from edgeq.cli.params import QM_NAME
-from edgeq.manager import QueueManager
+
+if TYPE_CHECKING:  # imported by open(): `edgeq --version` and --help load no store
+    from edgeq.manager import QueueManager
 
 if TYPE_CHECKING:
     from edgeq.sync.server.api.client import ApiClient
@@ -236,6 +238,8 @@ class CheckedStore:
     use: StoreUse
 
     def open(self, ctx: click.Context, **qm_options: Any) -> QueueManager:
+        from edgeq.manager import QueueManager
+
         qm = QueueManager(self.path, name=self.name, **qm_options)
         ctx.call_on_close(qm.close)
         if self.fresh and self.use.announce:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeq.cli.format import (
     approx_duration,
@@ -16,15 +16,17 @@ from edgeq.cli.format import (
     format_size,
     format_time,
 )
-from edgeq.events.bindings import BindingInfo
-from edgeq.exchange.holds import HeldGroup
 from edgeq.message import Message
-from edgeq.queues.attributes import QueueAttributes, QueueUsage
-from edgeq.rules.registry import RuleInfo
-from edgeq.store.devices import DeviceRecord, DeviceRefusal
-from edgeq.store.rules import FailureRow
 from edgeq.types import FieldValue
 from edgeq.values import Int32, Int64
+
+if TYPE_CHECKING:  # annotations only: `edgeq put` need not load what a listing prints
+    from edgeq.events.bindings import BindingInfo
+    from edgeq.exchange.holds import HeldGroup
+    from edgeq.queues.attributes import QueueAttributes, QueueUsage
+    from edgeq.rules.registry import RuleInfo
+    from edgeq.store.devices import DeviceRecord, DeviceRefusal
+    from edgeq.store.rules import FailureRow
 
 __all__ = [
     "binding_json",

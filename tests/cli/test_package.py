@@ -8,6 +8,7 @@ import sys
 import types
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -20,10 +21,14 @@ MODULES = ("admin", "bridge", "check", "consume", "demo", "dlq", "keys", "messag
 
 
 def test_every_command_is_registered_once() -> None:
-    assert sorted(cli.commands) == [
+    ctx = click.Context(cli)
+    names = cli.list_commands(ctx)
+    assert names == [
         "admin", "bridge", "browse", "check", "consume", "demo", "depth", "dlq", "export", "get", "keys",
         "pipeline", "purge", "put", "queue", "rules", "serve", "server", "sweep", "sync",
     ]
+    # each name loads (on demand) the command of that name
+    assert [getattr(cli.get_command(ctx, name), "name", None) for name in names] == names
 
 
 @pytest.mark.parametrize("name", MODULES)
