@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,11 @@ class SyncBarrier:
     def __init__(self, wal_path: str, *, flush: Callable[[int], None] | None = None) -> None:
         self.path = wal_path
         self._flush = flush
+        #: Called by a leader before its flush begins, outside the lock: the owner lets the commits
+        #: about to happen join this flush (ConnectionFactory: the write in progress, for at most
+        #: :attr:`last_flush_s`); None: flush at once.
+        self.settle: Callable[[float], None] | None = None
+        self.last_flush_s = 0.0  # how long the last flush took
         self._lock = threading.Lock()  # taken directly: the Condition's __enter__ is Python
         self._cond = threading.Condition(self._lock)
         self._started = 0  # generation of the last flush begun
@@ -84,6 +90,13 @@ class SyncBarrier:
     def _lead(self) -> None:
         """Flush outside the lock (held on entry and on return), then wake the waiters."""
         self._leading = True
+        if self.settle is not None and self.last_flush_s:
+            # Callers arriving meanwhile wait for this flush (it has not begun: _started is unchanged).
+            self._cond.release()
+            try:
+                self.settle(self.last_flush_s)
+            finally:
+                self._cond.acquire()
         self._started += 1
         generation = self._started
         failure: str | None = None
@@ -99,7 +112,9 @@ class SyncBarrier:
                 ) from exc
             if fd is not None:
                 try:
+                    began = time.monotonic()
                     (self._flush or FLUSH)(fd)  # looked up at each flush, so it can be replaced (a slow disk)
+                    self.last_flush_s = time.monotonic() - began
                 except OSError as exc:
                     failure = (
                         f"{self.path}: flushing the write-ahead log to the disk failed ({exc}); the last "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,6 +72,7 @@ class ConnectionFactory:
         self._tracer: Callable[[str], None] | None = None
         # The WAL's real name is known once SQLite has opened the file (_new).
         self._barrier = SyncBarrier(f"{Path(self.path).resolve()}-wal")
+        self._barrier.settle = self._settle
         # One write transaction at a time, on the writer connection. Threads of this process wait
         # here, not in SQLite's busy handler (which sleeps in steps of up to 100 ms).
         self._turn = threading.Lock()
@@ -201,6 +203,20 @@ class ConnectionFactory:
             self.known.clear()
         self._local.writing = conn
         return conn
+
+    def _settle(self, most_s: float) -> None:
+        """Before a shared flush: let the writes in progress and waiting for their turn commit first,
+        so the flush covers them too (for at most ``most_s``, the last flush's time; a lone writer
+        never waits here)."""
+        deadline = time.monotonic() + most_s
+        while self._turn.locked() or self._waiting:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._turn.acquire(timeout=left):
+                return
+            self._turn.release()
+            if not self._waiting:
+                return
+            time.sleep(0)  # give up the GIL: a thread waiting for the turn takes it
 
     def _wait_turn(self) -> None:
         with self._count:
