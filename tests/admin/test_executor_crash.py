@@ -70,7 +70,7 @@ def test_a_device_killed_mid_request_never_runs_it_twice(tmp_path: Path, point: 
 
 def test_killed_at_random_points_many_times_no_request_runs_twice_or_replies_twice(tmp_path: Path) -> None:
     path = tmp_path / "dev1.db"
-    ids = set_up(path, 40)
+    ids = set_up(path, 120)  # enough that a worker is killed at least 10 times before it empties them
     rng = random.Random(12)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     kills = 0
