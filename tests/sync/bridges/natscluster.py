@@ -142,8 +142,8 @@ class NatsCluster:
                 try:
                     sub = await js.pull_subscribe(subject, stream=stream)
                     break
-                except nats.js.errors.ServiceUnavailableError:
-                    if time.monotonic() > deadline:
+                except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError):
+                    if time.monotonic() > deadline:  # a node just restarted: the cluster settling
                         raise
             msgs: list[Msg] = []
             while len(msgs) < count and time.monotonic() < deadline:
