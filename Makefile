@@ -88,7 +88,7 @@ bench-smoke: $(BENCH_STAMP)
 # "The hot-path floors"): the table goes to benchmarks/results/floors.md.
 # `make bench-floors BENCH_ARGS="--ops 300"` is a quick check that it runs.
 BENCH_FLOORS_ARGS := --only put_single --only put_batch --only get_confirm --only put_threads \
-	--only put_threads_slowsync --only sync --libs edgeq,pq-ack,raw-sqlite --sizes 1k,1M --threads 1,8 \
+	--only put_threads_slowsync --only sync --libs edgeq,pq-ack,raw-sqlite,edgeq-sql --sizes 1k,1M --threads 1,8 \
 	--ops 2000 --slowsync-us 3000 --sync-messages 20k --out benchmarks/results/floors.json
 
 bench-floors: $(BENCH_STAMP)

@@ -10,6 +10,7 @@ LIB_LABELS = {
     "pq-queue": "persist-queue SQLiteQueue",
     "litequeue": "litequeue",
     "raw-sqlite": "raw sqlite3",
+    "edgeq-sql": "edgeq's SQL alone (its statements and schema, no edgeq Python)",
     "mqtt": "MQTT QoS 2 (paho-mqtt → mosquitto, snapshot after every change)",
     "mqtt-periodic": "MQTT QoS 2 (paho-mqtt → mosquitto, default 30-min snapshot)",
 }

@@ -322,3 +322,11 @@ def test_slow_flush_rows_ran_under_the_shim_and_are_judged(report: dict[str, Any
     floors = [t for t in report["targets"] if f"flush +{us:,} µs" in t["name"]]
     assert len(floors) == 2 and all(t["status"] in ("met", "missed") and t["ratio"] > 0 for t in floors)
     assert all(f"{t['ratio']:.2f}x" in t["measured"] for t in floors)
+
+
+def test_edgeqs_sql_alone_is_measured_beside_edgeq_for_puts(report: dict[str, Any]) -> None:
+    # The floor of edgeq's schema (its statements from plain sqlite3): where a gap to a peer comes from.
+    for case in ("put_single", "put_batch"):
+        (row,) = _ok(report, case, "edgeq-sql")
+        assert row["info"]["pragmas"]["journal_mode"].lower() == "wal", row
+        assert row["metrics"][HEADLINE[case]] > 0

@@ -13,7 +13,7 @@ from benchmarks.timing import cpu_per_op
 
 __all__ = ["LIBS", "child_put_batch", "run"]
 
-LIBS = ["edgeq", "pq-ack", "pq-queue", "litequeue", "raw-sqlite"]
+LIBS = ["edgeq", "pq-ack", "pq-queue", "litequeue", "raw-sqlite", "edgeq-sql"]
 
 
 def child_put_batch(spec: dict[str, Any]) -> dict[str, Any]:

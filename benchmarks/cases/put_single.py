@@ -11,7 +11,7 @@ from benchmarks.timing import timed_loop
 
 __all__ = ["LIBS", "child_put_single", "run"]
 
-LIBS = ["edgeq", "pq-ack", "pq-queue", "litequeue", "raw-sqlite"]
+LIBS = ["edgeq", "pq-ack", "pq-queue", "litequeue", "raw-sqlite", "edgeq-sql"]
 
 
 def child_put_single(spec: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ LIBRARIES: dict[str, tuple[str, str, str]] = {
     "pq-queue": ("benchmarks.peers.persistqueue_q", "PlainQueueAdapter", "persistqueue"),
     "litequeue": ("benchmarks.peers.litequeue_q", "LiteQueueAdapter", "litequeue"),
     "raw-sqlite": ("benchmarks.peers.raw_sqlite", "RawSqliteAdapter", "sqlite3"),
+    "edgeq-sql": ("benchmarks.peers.edgeq_sql", "EdgeqSqlAdapter", "edgeq"),
 }
 
 #: Peers that are not queue libraries but protocols, measured by the sync case only
