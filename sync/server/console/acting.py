@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import closing
-from typing import Any, Final
+from typing import Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
@@ -22,14 +22,16 @@ from edgeq.store.rules import RuleTx
 from edgeq.sync.server.api import audit
 from edgeq.sync.server.api.actions import ACTIONS, perform
 from edgeq.sync.server.api.http import ApiError, cursor, refusal
+from edgeq.sync.server.console.auth import ConsoleCredential
+from edgeq.sync.server.console.detail import PAGE
 
-__all__ = ["Session", "act_endpoint", "action_pages", "outcome"]
+__all__ = ["Page", "Session", "act_endpoint", "action_pages", "outcome"]
 
 #: a signed-in request's account (its credential) and session token
-Session = tuple[Any, str]
+Session = tuple[ConsoleCredential, str]
+#: a page: given the request and the time, its template and context (read in a thread)
+Page = Callable[[Request, int], tuple[str, dict[str, Any]]]
 _Endpoint = Callable[[Request], Awaitable[Response]]
-#: rows per page of the record of actions
-ACTIONS_PAGE: Final = 20
 
 
 def _back(qm: QueueManager, action: str, target: str) -> str:
@@ -50,9 +52,6 @@ def outcome(path: str, request: Request) -> dict[str, Any] | None:
     except ApiError:
         return None
     return None if done is None else audit.one(path, done)
-
-
-_Page = Callable[[Request, int], tuple[str, dict[str, Any]]]
 
 
 def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja2Templates,
@@ -94,7 +93,7 @@ def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja
     return act
 
 
-def action_pages(qm: QueueManager) -> list[tuple[str, _Page]]:
+def action_pages(qm: QueueManager) -> list[tuple[str, Page]]:
     """The parked rule events' page and the record of actions (GET), by route."""
     def rule_events(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         with closing(connect(qm.path, read_only=True)) as conn:
@@ -103,9 +102,9 @@ def action_pages(qm: QueueManager) -> list[tuple[str, _Page]]:
 
     def actions(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         who, action = request.query_params.get("who", ""), request.query_params.get("action", "")
-        found = audit.recorded(qm.path, before=cursor(request), limit=ACTIONS_PAGE, who=who or None,
+        found = audit.recorded(qm.path, before=cursor(request), limit=PAGE, who=who or None,
                                action=action or None)
         return "actions.html", {"actions": found, "who": who, "action": action, "names": list(ACTIONS),
-                                "next": found[-1]["id"] if len(found) == ACTIONS_PAGE else None}
+                                "next": found[-1]["id"] if len(found) == PAGE else None}
 
     return [("/console/rule-events", rule_events), ("/console/actions", actions)]

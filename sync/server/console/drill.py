@@ -16,7 +16,7 @@ from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.names import check_name
 from edgeq.sync.server.admin.records import read_cursor
 from edgeq.sync.server.api.http import ApiError, cursor, uid
-from edgeq.sync.server.console.acting import Session, outcome
+from edgeq.sync.server.console.acting import Page, Session, outcome
 from edgeq.sync.server.console.detail import KINDS, RANGES, read_admin, read_device, read_message, read_queue
 
 __all__ = ["drill_pages"]
@@ -24,7 +24,6 @@ __all__ = ["drill_pages"]
 #: the admin requests' ``?status=`` filter (the API's words): whether they were replied to, and its label
 STATUSES = {"": (None, "all"), "pending": (False, "no reply yet"), "replied": (True, "replied")}
 _Endpoint = Callable[[Request], Awaitable[Response]]
-_Page = Callable[[Request, int], tuple[str, dict[str, Any]]]
 
 
 def _name(text: str, what: str) -> str:
@@ -37,12 +36,12 @@ def _name(text: str, what: str) -> str:
 
 def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2Templates,
                 signed_in: Callable[[Request], Awaitable[Session | None]],
-                dlq: Callable[[], str], more: Sequence[tuple[str, _Page]] = (),
+                dlq: Callable[[], str], more: Sequence[tuple[str, Page]] = (),
                 ) -> list[tuple[str, _Endpoint]]:
     """The drill-down pages (GET) over the store at ``path``, and ``more``, by route; ``signed_in``: a
     request's session. Each page is given who is signed in (``me``), the CSRF token for its action
     forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``)."""
-    def page(fn: _Page) -> _Endpoint:
+    def page(fn: Page) -> _Endpoint:
         """A page: the sign-in form without a session; ``fn`` (in a thread) names its template and context."""
         async def endpoint(request: Request) -> Response:
             session = await signed_in(request)

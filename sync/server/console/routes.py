@@ -38,8 +38,6 @@ from edgeq.sync.server.console.acting import Session, act_endpoint, action_pages
 from edgeq.sync.server.console.auth import (
     COOKIE,
     SESSION_MS,
-    ConsoleCredential,
-    account_of,
     dummy_verify,
     has_accounts,
     load_credential,
@@ -182,7 +180,7 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
         if not user:
             return await login_form(request, "Give your account's name (edgeq server console-user list).",
                                     400)
-        cred = await run_in_threadpool(_account, path, user)
+        cred = await run_in_threadpool(lambda: load_credential(path, account=user))
         if cred is None and not await run_in_threadpool(has_accounts, path):
             return await login_form(request, "No console account is set: edgeq server console-user add.",
                                     403)
@@ -242,7 +240,3 @@ async def _form(request: Request) -> Mapping[str, str]:
     parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
     return {k: v[0] for k, v in parsed.items()}
 
-
-def _account(path: str | Path, name: str) -> ConsoleCredential | None:
-    """Account ``name``'s credential (None: no such account, or not a name one can have)."""
-    return load_credential(path, account=name) if account_of(f"{name}:0.0.0") else None
