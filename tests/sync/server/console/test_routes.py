@@ -19,7 +19,14 @@ from edgeq.cli.serve import CONSOLE_NICENESS
 from edgeq.clock import system_clock
 from edgeq.sync import protocol as p
 from edgeq.sync.server.app import create_app
-from edgeq.sync.server.console.auth import SESSION_MS, load_credential, set_password
+from edgeq.sync.server.console.auth import (
+    SESSION_MS,
+    add_account,
+    load_credential,
+    remove_account,
+    set_password,
+)
+from edgeq.sync.server.console.login import FIRST_DELAY_MS
 from tests.sync.conftest import LiveServer, edgeq_serve_console, free_port
 
 PASSWORD = "operator-pass-1"
@@ -105,6 +112,25 @@ def test_sessions_live_in_the_store_shared_by_every_process(console: LiveServer,
         assert client.get("/console").status_code == 200
         set_password(home_qm.path, "a-new-password")  # a new password signs everyone out
         assert client.get("/console").status_code == 303
+
+
+def test_two_accounts_sign_in_at_once_and_a_removed_ones_session_ends(
+    console: LiveServer, home_qm: QueueManager, server_clock: ManualClock
+) -> None:
+    add_account(home_qm.path, "bob", "bob-pass-12", "viewer")
+    with _client(console) as alice, _client(console) as bob:
+        assert _sign_in(alice).status_code == 303
+        wrong = bob.post("/console/login", data={"user": "bob", "password": PASSWORD})  # the operator's
+        assert wrong.status_code == 403 and "Wrong account name or password" in wrong.text
+        server_clock.advance(FIRST_DELAY_MS)  # this address's delay after a wrong password
+        nobody = bob.post("/console/login", data={"user": "nobody", "password": "bob-pass-12"})
+        assert nobody.status_code == 403 and "Wrong account name or password" in nobody.text  # the same
+        server_clock.advance(2 * FIRST_DELAY_MS)
+        assert bob.post("/console/login", data={"user": "bob", "password": "bob-pass-12"}).status_code == 303
+        assert 'id="me">operator (operator)' in alice.get("/console").text
+        assert 'id="me">bob (viewer: read-only)' in bob.get("/console").text
+        assert remove_account(home_qm.path, "bob")
+        assert bob.get("/console").status_code == 303 and alice.get("/console").status_code == 200
 
 
 def test_the_password_is_stored_hashed_and_salted(home_qm: QueueManager) -> None:
