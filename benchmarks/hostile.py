@@ -258,7 +258,7 @@ def flood(where: Path, rounds: int = 1) -> dict[str, Any]:
                 transport = httpx.HTTPTransport(local_address=f"127.0.{1 + n // 200}.{1 + n % 200}")
                 with httpx.Client(timeout=120, transport=transport) as http:
                     return [http.post(console_url + "/console/login",
-                                      data={"password": f"guess-{n}-{i}"}).status_code
+                                      data={"user": "operator", "password": f"guess-{n}-{i}"}).status_code
                             for i in range(LOGINS // LOGIN_CLIENTS)]
             with ThreadPoolExecutor(LOGIN_CLIENTS, initializer=_attacker) as pool:
                 return [s for r in range(rounds) for got in pool.map(client, range(r * LOGIN_CLIENTS,

@@ -93,7 +93,7 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
 @click.option("--worker-fd", type=int, hidden=True)  # set by --workers for each worker: the inherited socket
 @click.option("--console", is_flag=True,
               help="Serve the operator console, /console, from a process and a port of its own (needs "
-                   "TLS off loopback, and a password: edgeq server set-console-password).")
+                   "TLS off loopback, and an account: edgeq server console-user add).")
 @click.option("--console-port", type=click.IntRange(0, 65535),
               help="The console's port (default: --port + 1, e.g. 8471; 0: any free port).")
 @click.option("--console-host", callback=_listen_address,
@@ -267,7 +267,7 @@ def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, lo
         "the console of %s on %s, its management API on %s (nice %d)", qm.name, url,
         url.removesuffix("/console") + "/api/v1", niceness,
         extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness})
-    app = console_app(qm.path, clock=system_clock, api=api_routes(qm, clock=system_clock))
+    app = console_app(qm, clock=system_clock, api=api_routes(qm, clock=system_clock))
     _run_uvicorn(app, host, port, fd, log_level, tls_cert, tls_key)
 
 
@@ -369,11 +369,11 @@ def _check_console(host: str, tls: bool) -> None:
 
 
 def _check_console_password(path: Path) -> None:
-    from edgeq.sync.server.console.auth import load_credential
+    from edgeq.sync.server.console.auth import has_accounts
 
-    if load_credential(path) is None:
-        raise click.UsageError(f"--console needs an operator password: set one with "
-                               f"`edgeq server set-console-password --db {path}`")
+    if not has_accounts(path):
+        raise click.UsageError(f"--console needs a console account: add one with "
+                               f"`edgeq server console-user add NAME --role operator --db {path}`")
 
 
 def _loopback(host: str) -> bool:

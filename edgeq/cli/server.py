@@ -26,7 +26,7 @@ from edgeq.cli.options import (
     wants_json,
 )
 from edgeq.cli.params import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES
-from edgeq.cli.tokens import ROLE_OPTION, token
+from edgeq.cli.tokens import PASSWORD_FILE, ROLE_OPTION, console_user, read_password, token
 from edgeq.cli.views import (
     device_json,
     format_devices,
@@ -195,39 +195,33 @@ def _revoke(qm: QueueManager, name: str) -> tuple[bool, DeviceRecord | None]:
 
 
 server.add_command(token)
+server.add_command(console_user)
 
 
 @server.command("set-console-password")
-@click.option("--password-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Read the password from this file's first line (default: ask, twice, without echo).")
+@PASSWORD_FILE
 @ROLE_OPTION
 @_server_db
 @local_only
 @click.pass_context
 def set_console_password(ctx: click.Context, password_file: Path | None, role: str, db: Path | None) -> None:
-    """Set the password of the console (edgeq serve --console) and its role; signs everyone out.
+    """Set the password of the console account named after --role (operator, or viewer).
 
-    Stored as a salted scrypt hash in the server's store, never in clear. The role also
-    applies to the management API (/api/v1) used from a signed-in browser.
+    The same as `console-user add operator --role operator --replace` (or viewer): that
+    account's sessions end; other accounts are untouched. Stored as a salted scrypt hash.
 
     \b
     Examples:
       edgeq server set-console-password --db home.db
       edgeq server set-console-password --password-file console.pw --db home.db
     """
-    from edgeq.sync.server.console.auth import MIN_PASSWORD_CHARS, set_password
+    from edgeq.sync.server.console.auth import set_password
 
-    if password_file is not None:
-        lines = password_file.read_text(encoding="utf-8").splitlines()
-        password = lines[0] if lines else ""
-    else:
-        password = click.prompt("Console password", hide_input=True, confirmation_prompt=True, err=True)
-    if len(password) < MIN_PASSWORD_CHARS:
-        raise click.BadParameter(f"the password must have at least {MIN_PASSWORD_CHARS} characters",
-                                 param_hint="'--password-file'" if password_file else "password")
+    password = read_password(password_file)
     qm = open_store(ctx, ADMIN, db=db)
     set_password(qm.path, password, "viewer" if role == "viewer" else "operator")
-    click.echo(f"Console password ({role}) set for {qm.name}; sessions signed in before are signed out.")
+    click.echo(f"Console password of account {role!r} ({role}) set for {qm.name}; its sessions signed in "
+               "before are signed out.")
 
 
 @server.group("held")

@@ -1,5 +1,5 @@
 """``edgeq server token``: the management API's tokens (create, list, revoke), kept hashed in the
-server's store (docs/management-api.md)."""
+server's store (docs/management-api.md); ``edgeq server console-user``: the console's accounts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from edgeq.cli.format import format_time
 from edgeq.cli.options import ADMIN, db_option, local_only, open_store, output_options, wants_json
 from edgeq.cli.views import format_table
 
-__all__ = ["ROLE_OPTION", "token"]
+__all__ = ["PASSWORD_FILE", "ROLE_OPTION", "console_user", "read_password", "token"]
 
 _db = db_option("The server's store (default: the group's --db).")
 #: ``--role``: what a token (or the console's password) may do
@@ -85,3 +85,88 @@ def token_revoke(ctx: click.Context, name: str, db: Path | None) -> None:
     if name not in known:
         raise click.ClickException(f"there is no token named {name!r}: see edgeq server token list")
     click.echo(f"Token {name!r} was already revoked; nothing changed.")
+
+
+@click.group("console-user")
+def console_user() -> None:
+    """The console's accounts (edgeq serve --console): a name, a password and a role each."""
+
+
+def read_password(password_file: Path | None) -> str:
+    """A console password: ``password_file``'s first line, else asked twice without echo."""
+    from edgeq.sync.server.console.auth import MIN_PASSWORD_CHARS
+
+    if password_file is not None:
+        lines = password_file.read_text(encoding="utf-8").splitlines()
+        password = lines[0] if lines else ""
+    else:
+        password = click.prompt("Console password", hide_input=True, confirmation_prompt=True, err=True)
+    if len(password) < MIN_PASSWORD_CHARS:
+        raise click.BadParameter(f"the password must have at least {MIN_PASSWORD_CHARS} characters",
+                                 param_hint="'--password-file'" if password_file else "password")
+    return password
+
+
+PASSWORD_FILE = click.option("--password-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                             help="Read the password from this file's first line (default: ask, twice, "
+                                  "without echo).")
+
+
+@console_user.command("add")
+@click.argument("name")
+@ROLE_OPTION
+@PASSWORD_FILE
+@click.option("--replace", is_flag=True, help="Give an existing account a new password and role (its "
+                                              "sessions end).")
+@_db
+@local_only
+@click.pass_context
+def console_user_add(ctx: click.Context, name: str, role: str, password_file: Path | None, replace: bool,
+                     db: Path | None) -> None:
+    """Add console account NAME: it signs in with its own password and acts as its role.
+
+    \b
+    Examples:
+      edgeq server console-user add alice --role operator --db home.db
+      edgeq server console-user add grafana-wall --role viewer --password-file wall.pw --db home.db
+    """
+    from edgeq.sync.server.console.auth import add_account
+
+    qm = open_store(ctx, ADMIN, db=db)
+    add_account(qm.path, name, read_password(password_file), "viewer" if role == "viewer" else "operator",
+                replace=replace)
+    click.echo(f"Console account {name!r} ({role}) {'set' if replace else 'added'} for {qm.name}.")
+
+
+@console_user.command("list")
+@_db
+@local_only
+@output_options
+@click.pass_context
+def console_user_list(ctx: click.Context, db: Path | None, as_json: bool) -> None:
+    """List the console's accounts and their roles (never their passwords)."""
+    from edgeq.sync.server.console.auth import list_accounts
+
+    found = list_accounts(open_store(ctx, ADMIN, db=db).path)
+    if wants_json(ctx, as_json):
+        emit_json([{"name": a.name, "role": a.role} for a in found])
+    elif not found:
+        click.echo("No console accounts: edgeq server console-user add NAME --role operator")
+    else:
+        click.echo(format_table(("NAME", "ROLE"), [(a.name, a.role) for a in found]))
+
+
+@console_user.command("remove")
+@click.argument("name")
+@_db
+@local_only
+@click.pass_context
+def console_user_remove(ctx: click.Context, name: str, db: Path | None) -> None:
+    """Remove console account NAME: its sessions are refused from their next request on."""
+    from edgeq.sync.server.console.auth import remove_account
+
+    qm = open_store(ctx, ADMIN, db=db)
+    if not remove_account(qm.path, name):
+        raise click.ClickException(f"there is no console account named {name!r}: see edgeq server "
+                                   "console-user list")
+    click.echo(f"Removed console account {name!r}; its sessions are signed out.")

@@ -229,6 +229,16 @@ class RuleTx:
         ).fetchall()
         return [FailureRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
 
+    def drop(self, event_id: int) -> list[FailureRow]:
+        """Give up ``event_id``'s parked deliveries: forget them, and the event once nothing else needs it."""
+        rows = self.conn.execute(
+            f"SELECT {_FAILURE_COLS} FROM rule_failures WHERE event_id = ? AND parked = 1 ORDER BY binding",
+            (event_id,)).fetchall()
+        self.conn.execute("DELETE FROM rule_failures WHERE event_id = ? AND parked = 1", (event_id,))
+        self.conn.execute("DELETE FROM rule_events WHERE id = ? AND delivered = 1 "
+                          "AND id NOT IN (SELECT event_id FROM rule_failures)", (event_id,))
+        return [FailureRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
+
     def next_retry_ms(self) -> int | None:
         """When the earliest unparked failed delivery is due for a retry, or None."""
         (value,) = self.conn.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,26 @@ def test_the_console_password_can_be_a_viewer_s(home: Path, tmp_path: Path) -> N
     (tmp_path / "pw").write_text("viewer-pass-1\n")
     done = run("server", "set-console-password", "--password-file", str(tmp_path / "pw"), "--role", "viewer",
                "--db", str(home))
-    assert done.returncode == 0 and "(viewer)" in done.stdout
-    cred = load_credential(home)
+    assert done.returncode == 0 and "account 'viewer' (viewer)" in done.stdout
+    cred = load_credential(home, account="viewer")
     assert cred is not None and cred.role == "viewer"
+
+
+def test_console_accounts_are_added_listed_and_removed(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("alice-pass-1\n")
+    for name, role in (("alice", "operator"), ("bob", "viewer")):
+        done = run("server", "console-user", "add", name, "--role", role, "--password-file",
+                   str(tmp_path / "pw"), "--db", str(home))
+        assert done.returncode == 0 and f"Console account '{name}' ({role}) added" in done.stdout, done.stderr
+    again = run("server", "console-user", "add", "alice", "--password-file", str(tmp_path / "pw"), "--db",
+                str(home))
+    assert again.returncode == 1 and "exists already" in again.stderr
+    listed = run("server", "console-user", "list", "--json", "--db", str(home))
+    assert json.loads(listed.stdout) == [{"name": "alice", "role": "operator"},
+                                         {"name": "bob", "role": "viewer"}]
+    assert "alice-pass-1" not in listed.stdout
+    assert run("server", "console-user", "remove", "bob", "--db", str(home)).returncode == 0
+    gone = run("server", "console-user", "remove", "bob", "--db", str(home))
+    assert gone.returncode == 1 and "no console account named 'bob'" in gone.stderr
+    cred = load_credential(home, account="alice")
+    assert cred is not None and cred.verify("alice-pass-1") and load_credential(home, account="bob") is None

@@ -55,7 +55,8 @@ def test_a_v13_store_gains_the_api_tables_and_its_console_password_stays_the_ope
     tmp_path: Path,
 ) -> None:
     from edgeq.sync.server.api.tokens import create_token, list_tokens
-    from edgeq.sync.server.console.auth import ROLE_KEY, load_credential, set_password
+    from edgeq.sync.server.console.auth import load_credential
+    from tests.sync.server.console.test_auth import legacy_password
 
     path = tmp_path / "home.db"
     conn = sqlite3.connect(path, isolation_level=None)  # the store as v13 left it
@@ -66,11 +67,9 @@ def test_a_v13_store_gains_the_api_tables_and_its_console_password_stays_the_ope
     conn.execute("PRAGMA user_version = 13")
     conn.execute("INSERT INTO edgeq_meta (key, value) VALUES ('name', 'HOME'), ('incarnation', 'abc')")
     conn.close()
-    set_password(path, "an-old-password")
-    with sqlite3.connect(path) as conn:
-        conn.execute("DELETE FROM edgeq_meta WHERE key = ?", (ROLE_KEY,))  # set before roles existed
+    legacy_password(path, "an-old-password")  # set before roles and accounts existed
     QueueManager(path).close()
-    cred = load_credential(path)
+    cred = load_credential(path, account="operator")
     assert cred is not None and cred.role == "operator" and cred.verify("an-old-password")
     token, _ = create_token(path, "ops", "viewer", now_ms=T0)
     assert list_tokens(path) == [token]

@@ -221,7 +221,7 @@ def make_console(
     def _make(qm: QueueManager) -> LiveServer:
         from edgeq.sync.server.console.routes import console_app  # jinja2: only where a console is served
 
-        return make_server(qm, app=console_app(qm.path, clock=server_clock))
+        return make_server(qm, app=console_app(qm, clock=server_clock))
     return _make
 
 

@@ -93,7 +93,7 @@ def agent(
 def console_state(server: LiveServer, request_id: str) -> str:
     """The State cell of the console's row for ``request_id`` (signed in over HTTP)."""
     with httpx.Client(base_url=server.url, timeout=10) as http:
-        assert http.post("/console/login", data={"password": PASSWORD}).status_code == 303
+        assert http.post("/console/login", data={"user": "operator", "password": PASSWORD}).status_code == 303
         page = http.get("/console")
     assert page.status_code == 200
     row = re.search(rf"<tr><td>{request_id}</td>.*?</tr>", page.text, re.S)

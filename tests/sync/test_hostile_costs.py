@@ -174,7 +174,7 @@ def clients(console: LiveServer) -> Iterator[Callable[[str], httpx.Client]]:
 
 
 def sign_in(client: httpx.Client, password: str) -> httpx.Response:
-    return client.post("/console/login", data={"password": password})
+    return client.post("/console/login", data={"user": "operator", "password": password})
 
 
 def test_a_login_flood_runs_one_password_check_at_a_time(
@@ -366,7 +366,7 @@ def test_devices_are_answered_while_a_login_flood_waits_on_a_stopped_console(tmp
             flood = [socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S * 3)
                      for _ in range(40)]
             for i, sock in enumerate(flood):  # each request whole in the console's socket, unread
-                form = f"password=guess-{i}".encode()
+                form = f"user=operator&password=guess-{i}".encode()
                 sock.sendall(b"POST /console/login HTTP/1.1\r\nHost: console\r\nConnection: close\r\n"
                              b"Content-Type: application/x-www-form-urlencoded\r\n"
                              b"Content-Length: %d\r\n\r\n%s" % (len(form), form))

@@ -40,7 +40,8 @@ def console(home_qm: QueueManager, make_console: Callable[..., LiveServer]) -> L
 
 def console_page(server: LiveServer) -> str:
     with httpx.Client(base_url=server.url, timeout=10) as client:
-        assert client.post("/console/login", data={"password": PASSWORD}).status_code == 303
+        assert client.post("/console/login", data={"user": "operator", "password": PASSWORD}
+                       ).status_code == 303
         page = client.get("/console")
     assert page.status_code == 200
     return page.text

@@ -13,8 +13,7 @@ from starlette.requests import Request
 
 from edgeq.sync.server.api.http import ApiError
 from edgeq.sync.server.api.tokens import find_token
-from edgeq.sync.server.console.auth import Role, load_credential
-from edgeq.sync.server.console.routes import COOKIE
+from edgeq.sync.server.console.auth import COOKIE, Role, load_credential
 
 __all__ = ["CSRF_HEADER", "Principal", "authenticate"]
 
@@ -23,7 +22,7 @@ CSRF_HEADER = "X-Edgeq-CSRF"
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who made a request (``token:<name>`` or ``console``) and what they may do."""
+    """Who made a request (``token:<name>`` or ``console:<account>``) and what they may do."""
 
     who: str
     role: Role
@@ -47,4 +46,4 @@ async def authenticate(request: Request, path: str | Path, clock: Callable[[], i
                             "create), or sign in to the console")
     if request.method != "GET" and request.headers.get(CSRF_HEADER) != cred.csrf_token(session):
         raise ApiError(403, f"a console session's action must carry its CSRF token in {CSRF_HEADER}")
-    return Principal("console", cred.role)
+    return Principal(f"console:{cred.name}", cred.role)

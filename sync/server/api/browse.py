@@ -1,23 +1,27 @@
 """A queue's stored messages as JSON-ready dicts, a page at a time or one whole: what the management API
-answers and the console's queue page shows. An encrypted queue's data and fields are never shown."""
+answers and the console's queue page shows (and a device, as the API shows it). An encrypted queue's
+data and fields are never shown."""
 
 from __future__ import annotations
 
 import base64
 import math
 import sqlite3
+from dataclasses import asdict
 from typing import Any, Final
 
 from edgeq.encoding.fields import decode_fields
 from edgeq.errors import EdgeqError, QueueNotFound
+from edgeq.store.devices import DeviceRecord
 from edgeq.store.records import MessageRow, is_intact
 from edgeq.store.rows import plain_size
 from edgeq.store.tx import Tx
+from edgeq.sync.keys import fingerprint
 from edgeq.types import FieldValue, MessageState
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
-__all__ = ["PREVIEW_BYTES", "message_json", "message_page", "one_message"]
+__all__ = ["PREVIEW_BYTES", "device_json", "message_json", "message_page", "one_message"]
 
 #: how much of each message's data a page shows (one message is shown whole)
 PREVIEW_BYTES: Final = 256
@@ -89,3 +93,12 @@ def one_message(conn: sqlite3.Connection, queue: str, uid: MessageUID, *,
     tx = Tx(conn)
     row = tx.find(_queue_id(tx, queue), uid.origin, uid.stamp)
     return None if row is None else message_json(queue, row, now_ms, None)
+
+
+def device_json(d: DeviceRecord) -> dict[str, Any]:
+    """A device as the API shows it: its key by fingerprint only."""
+    out = asdict(d)
+    out["public_key"] = None if d.public_key is None else fingerprint(d.public_key)
+    out["queues"] = None if d.queues is None else list(d.queues)
+    out["registered"] = d.registered
+    return out

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from starlette.requests import Request
 from starlette.routing import Route
 
 from edgeq.store.devices import DeviceRecord
-from edgeq.sync.keys import fingerprint
+from edgeq.sync.server.api.browse import device_json
 from edgeq.sync.server.api.endpoints import Api
 from edgeq.sync.server.api.http import ApiError
 
 __all__ = ["device_json", "routes"]
-
-
-def device_json(d: DeviceRecord) -> dict[str, Any]:
-    """A device as the API shows it: its key by fingerprint only."""
-    out = asdict(d)
-    out["public_key"] = None if d.public_key is None else fingerprint(d.public_key)
-    out["queues"] = None if d.queues is None else list(d.queues)
-    out["registered"] = d.registered
-    return out
 
 
 def routes(api: Api) -> list[Route]:
@@ -40,18 +30,11 @@ def routes(api: Api) -> list[Route]:
     def shown(request: Request) -> dict[str, Any]:
         return device_json(one(request.path_params["name"]))
 
-    def revoke(request: Request) -> dict[str, Any]:
-        before = one(request.path_params["name"])
-        if before.revoked_ms is not None:
-            return {"revoked": False, "detail": "it was revoked already", "device": device_json(before)}
-        qm.revoke_device(before.name)
-        return {"revoked": True, "device": device_json(one(before.name))}
-
     def name(request: Request) -> str:
         return str(request.path_params["name"])
 
     return [
         Route("/devices", api.read(listed), methods=["GET"]),
         Route("/devices/{name}", api.read(shown), methods=["GET"]),
-        Route("/devices/{name}/revoke", api.act("revoke-device", name, revoke), methods=["POST"]),
+        Route("/devices/{name}/revoke", api.act("revoke-device", name), methods=["POST"]),
     ]

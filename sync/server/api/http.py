@@ -8,12 +8,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from edgeq.errors import EdgeqError, InvalidArgument
+from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
 from edgeq.names import check_name
 from edgeq.sync.server.api.paging import DEFAULT_LIMIT, MAX_LIMIT
 from edgeq.uid import MessageUID
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ApiError", "answer", "cursor", "limit", "queue_name", "uid"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ApiError", "answer", "cursor", "limit", "queue_name", "refusal",
+           "uid"]
 
 
 class ApiError(EdgeqError):
@@ -68,3 +69,13 @@ def uid(text: str) -> MessageUID:
         return MessageUID.parse(text)
     except EdgeqError as exc:
         raise ApiError(400, f"{text[:80]!r} is not a message uid (ORIGIN.STAMP, as listed): {exc}") from None
+
+
+def refusal(exc: EdgeqError) -> ApiError:
+    """``exc`` as the API answers it: its own status, 404 for what is not there, 400 for a bad argument,
+    409 for anything else refused."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, LookupError):
+        return ApiError(404, str(exc))
+    return ApiError(400 if isinstance(exc, (InvalidArgument, InvalidType)) else 409, str(exc))

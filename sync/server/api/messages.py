@@ -60,19 +60,6 @@ def routes(api: Api) -> list[Route]:
     def dead_letter(request: Request) -> dict[str, Any]:
         return one(qm.dead_letter_queue(), request.path_params["uid"])
 
-    def resend(request: Request) -> dict[str, Any]:
-        wanted = uid(request.path_params["uid"])
-        result = qm.dlq_resend([wanted])
-        if result.kept:
-            why = result.kept[0][1]
-            raise ApiError(404 if why.startswith("not on") or why.startswith("there is no") else 409,
-                           f"{wanted} was not re-sent: {why}")
-        return {"resent": [str(u) for u in result.moved]}
-
-    def delete(request: Request) -> dict[str, Any]:
-        wanted = uid(request.path_params["uid"])
-        return {"deleted": qm.dlq_delete([wanted]), "uid": str(wanted)}
-
     def target(request: Request) -> str:
         return str(request.path_params["uid"])
 
@@ -81,6 +68,6 @@ def routes(api: Api) -> list[Route]:
         Route("/queues/{name}/messages/{uid}", api.read(message), methods=["GET"]),
         Route("/dead-letters", api.read(dead_letters), methods=["GET"]),
         Route("/dead-letters/{uid}", api.read(dead_letter), methods=["GET"]),
-        Route("/dead-letters/{uid}/resend", api.act("resend-dead-letter", target, resend), methods=["POST"]),
-        Route("/dead-letters/{uid}/delete", api.act("delete-dead-letter", target, delete), methods=["POST"]),
+        Route("/dead-letters/{uid}/resend", api.act("resend-dead-letter", target), methods=["POST"]),
+        Route("/dead-letters/{uid}/delete", api.act("delete-dead-letter", target), methods=["POST"]),
     ]

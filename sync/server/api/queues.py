@@ -29,15 +29,11 @@ def routes(api: Api) -> list[Route]:
     def shown(request: Request) -> dict[str, Any]:
         return queue_json(queue_name(request.path_params["name"]))
 
-    def purge(request: Request) -> dict[str, Any]:
-        name = queue_name(request.path_params["name"])
-        return {"queue": name, "purged": qm.purge(name)}
-
     def target(request: Request) -> str:
         return str(request.path_params["name"])
 
     return [
         Route("/queues", api.read(listed), methods=["GET"]),
         Route("/queues/{name}", api.read(shown), methods=["GET"]),
-        Route("/queues/{name}/purge", api.act("purge-queue", target, purge), methods=["POST"]),
+        Route("/queues/{name}/purge", api.act("purge-queue", target), methods=["POST"]),
     ]

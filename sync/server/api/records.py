@@ -1,6 +1,6 @@
 """``/api/v1/admin-requests``, ``/api/v1/refusals`` and ``/api/v1/rule-events``: the admin requests sent
 to devices (with their replies), what this server refused of the devices' puts, and the rule
-deliveries that failed (waiting for a retry, or parked)."""
+deliveries that failed (waiting for a retry, or parked): retrying or dropping a parked one."""
 
 from __future__ import annotations
 
@@ -70,8 +70,13 @@ def routes(api: Api) -> list[Route]:
         return {"rule_events": [asdict(f) for f in found],
                 "next": None if last is None else f"{last.event_id}:{last.binding}"}
 
+    def event(request: Request) -> str:
+        return str(request.path_params["id"])
+
     return [
         Route("/rule-events", api.read(rule_events), methods=["GET"]),
+        Route("/rule-events/{id}/retry", api.act("retry-rule-event", event), methods=["POST"]),
+        Route("/rule-events/{id}/drop", api.act("drop-rule-event", event), methods=["POST"]),
         Route("/admin-requests", api.read(admin_requests), methods=["GET"]),
         Route("/refusals", api.read(refusals), methods=["GET"]),
     ]

@@ -26,7 +26,8 @@ def api_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]
 
     def actions(request: Request) -> dict[str, Any]:
         size = limit(request)
-        page = audit.recorded(qm.path, before=cursor(request, "before"), limit=size)
+        page = audit.recorded(qm.path, before=cursor(request, "before"), limit=size,
+                              who=request.query_params.get("who"), action=request.query_params.get("action"))
         return {"actions": page, "next": page[-1]["id"] if len(page) == size else None}
 
     async def not_found(request: Request) -> Response:

@@ -3,7 +3,7 @@ of it), ``/console/admin`` (the admin requests, filtered and paged). Read-only, 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.names import check_name
 from edgeq.sync.server.admin.records import read_cursor
 from edgeq.sync.server.api.http import ApiError, cursor, uid
+from edgeq.sync.server.console.acting import Page, Session, outcome
 from edgeq.sync.server.console.detail import KINDS, RANGES, read_admin, read_device, read_message, read_queue
 
 __all__ = ["drill_pages"]
@@ -34,21 +35,27 @@ def _name(text: str, what: str) -> str:
 
 
 def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2Templates,
-                signed_in: Callable[[Request], Awaitable[object]]) -> list[tuple[str, _Endpoint]]:
-    """The drill-down pages (GET) over the store at ``path``, by route; ``signed_in``: whether a request
-    has a session."""
-    def page(fn: Callable[[Request, int], tuple[str, dict[str, Any]]]) -> _Endpoint:
+                signed_in: Callable[[Request], Awaitable[Session | None]],
+                dlq: Callable[[], str], more: Sequence[tuple[str, Page]] = (),
+                ) -> list[tuple[str, _Endpoint]]:
+    """The drill-down pages (GET) over the store at ``path``, and ``more``, by route; ``signed_in``: a
+    request's session. Each page is given who is signed in (``me``), the CSRF token for its action
+    forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``)."""
+    def page(fn: Page) -> _Endpoint:
         """A page: the sign-in form without a session; ``fn`` (in a thread) names its template and context."""
         async def endpoint(request: Request) -> Response:
-            if await signed_in(request) is None:
+            session = await signed_in(request)
+            if session is None:
                 return RedirectResponse("/console/login", status_code=303)
-            now = clock()
+            now, me = clock(), {"me": session[0], "csrf": session[0].csrf_token(session[1])}
             try:
                 template, context = await run_in_threadpool(fn, request, now)
+                done = await run_in_threadpool(outcome, str(path), request)
             except ApiError as exc:  # what was asked cannot be (400) or is not there (404)
-                return templates.TemplateResponse(request, "problem.html", {"problem": str(exc)},
+                return templates.TemplateResponse(request, "problem.html", {"problem": str(exc), **me},
                                                   status_code=exc.status)
-            return templates.TemplateResponse(request, template, {**context, "now_ms": now})
+            return templates.TemplateResponse(request, template, {**context, **me, "done": done, "dlq": dlq(),
+                                                                  "now_ms": now})
         return endpoint
 
     def device(request: Request, now: int) -> tuple[str, dict[str, Any]]:
@@ -88,7 +95,7 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
 
     return [(route, page(fn)) for route, fn in (
         ("/console/devices/{name}", device), ("/console/queues/{name}", queue),
-        ("/console/queues/{name}/messages/{uid}", message), ("/console/admin", admin))]
+        ("/console/queues/{name}/messages/{uid}", message), ("/console/admin", admin), *more)]
 
 
 def _after(request: Request) -> tuple[int, str] | None:

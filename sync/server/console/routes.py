@@ -1,13 +1,14 @@
-"""The operator console: a read-only web page over the home server's store, under ``/console``.
+"""The operator console: web pages over the home server's store, under ``/console``.
 
 :func:`console_app` is its own app: ``edgeq serve --console`` runs it in a process and on a
 port of its own, so a flood of sign-ins costs devices' requests nothing. Every page but
-the login form needs a session: a cookie (signed with the secret in the store, HttpOnly,
-SameSite=Strict, Secure over TLS) given for the operator's password
-(:mod:`edgeq.sync.server.console.auth`; set with ``edgeq server set-console-password``), checked
+the login form needs a session: a cookie (signed with the account's secret in the store, HttpOnly,
+SameSite=Strict, Secure over TLS) given for an account's name and password
+(:mod:`edgeq.sync.server.console.auth`; ``edgeq server console-user add``), checked
 one at a time with a growing delay for an address that keeps guessing
-(:mod:`edgeq.sync.server.console.login`). The one state-changing form, logout, carries a
-per-session CSRF token, and revokes the session in the store. Every answer carries
+(:mod:`edgeq.sync.server.console.login`). Every form that changes anything (an operator's actions,
+:mod:`edgeq.sync.server.console.acting`; logout, which revokes the session in the store) carries a
+per-session CSRF token. Every answer carries
 :func:`security_headers` (a strict Content-Security-Policy, no framing, no caching).
 Pages are rendered on the server (Jinja2 templates shipped in the package, inline SVG
 charts), and refresh themselves.
@@ -31,15 +32,23 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
+from edgeq.manager import QueueManager
 from edgeq.sync.pipeline.report.charts import line_chart, time_marks
-from edgeq.sync.server.console.auth import SESSION_MS, ConsoleCredential, load_credential, revoke_session
+from edgeq.sync.server.console.acting import Session, act_endpoint, action_pages, outcome
+from edgeq.sync.server.console.auth import (
+    COOKIE,
+    SESSION_MS,
+    dummy_verify,
+    has_accounts,
+    load_credential,
+    revoke_session,
+)
 from edgeq.sync.server.console.data import BUCKET_MS, read_console
 from edgeq.sync.server.console.drill import drill_pages
 from edgeq.sync.server.console.login import LoginGuard
 
 __all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
 
-COOKIE = "edgeq_console"
 #: the session cookie goes with the console's pages and the management API (/api/v1) on its port
 COOKIE_PATH = "/"
 #: how often the page reloads itself (seconds)
@@ -108,29 +117,26 @@ def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, 
                              html_id=html_id))
 
 
-def console_app(path: str | Path, *, clock: Callable[[], int], api: Sequence[BaseRoute] = ()) -> Starlette:
-    """The console's own app over the store at ``path``: its routes, ``/healthz`` and the ``api`` routes
+def console_app(qm: QueueManager, *, clock: Callable[[], int], api: Sequence[BaseRoute] = ()) -> Starlette:
+    """The console's own app over ``qm``'s store: its routes, ``/healthz`` and the ``api`` routes
     (the management API's, :mod:`edgeq.sync.server.api`)."""
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    app = Starlette(routes=[*console_routes(path, clock=clock), Route("/healthz", healthz, methods=["GET"]),
+    app = Starlette(routes=[*console_routes(qm, clock=clock), Route("/healthz", healthz, methods=["GET"]),
                             *api])
     app.router.redirect_slashes = False
     return app
 
 
-def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRoute]:
-    """The routes of ``/console`` over the store at ``path``; ``clock`` is the server's (ms)."""
-    templates = _templates()
+def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]:
+    """The routes of ``/console`` over ``qm``'s store; ``clock`` is the server's (ms)."""
+    templates, path = _templates(), qm.path
     guard = LoginGuard(clock=clock)
 
-    def credential(session: str | None = None) -> ConsoleCredential | None:
-        return load_credential(path, session)
-
-    async def signed_in(request: Request) -> tuple[ConsoleCredential, str] | None:
+    async def signed_in(request: Request) -> Session | None:
         token = request.cookies.get(COOKIE)
-        cred = await run_in_threadpool(credential, token)
+        cred = await run_in_threadpool(load_credential, path, token)
         if cred is None or token is None or not cred.session_valid(token, now_ms=clock()):
             return None
         return cred, token
@@ -141,16 +147,19 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
         if session is None:
             return RedirectResponse("/console/login", status_code=303)
         view = await run_in_threadpool(read_console, path, now_ms=clock())
+        done = await run_in_threadpool(outcome, str(path), request)
         return templates.TemplateResponse(request, "console.html", {
-            "view": view, "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
+            "view": view, "me": session[0], "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
+            "done": done,
             "throughput": _per_minute(view.throughput, view.now_ms, series="accepted",
                                       title="messages accepted per minute, last hour",
                                       html_id="chart-throughput"),
             "expired": _per_minute(view.expired, view.now_ms, series="expired", html_id="chart-expiries",
                                    title="expiries per minute, last hour")})
 
-    async def login_form(request: Request, error: str = "", status: int = 200) -> Response:
-        return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=status)
+    async def login_form(request: Request, error: str = "", status: int = 200, user: str = "") -> Response:
+        return templates.TemplateResponse(request, "login.html", {"error": error, "user": user},
+                                          status_code=status)
 
     async def too_many(request: Request, address: str) -> Response:
         wait_s = -(-guard.wait_ms(address) // 1000)
@@ -161,22 +170,26 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
         return response
 
     async def login(request: Request) -> Response:
-        """``POST /console/login``: a session cookie for the operator's password (429, and no
+        """``POST /console/login``: a session cookie for an account's name and password (429, and no
         check, while the client's address waits after wrong ones)."""
         address = _address(request)
         if guard.wait_ms(address):
             return await too_many(request, address)
         form = await _form(request)
-        cred = await run_in_threadpool(credential)
-        if cred is None:
-            return await login_form(request, "No console password is set: edgeq server set-console-password.",
+        user, password = form.get("user", "").strip(), form.get("password", "")
+        if not user:
+            return await login_form(request, "Give your account's name (edgeq server console-user list).",
+                                    400)
+        cred = await run_in_threadpool(lambda: load_credential(path, account=user))
+        if cred is None and not await run_in_threadpool(has_accounts, path):
+            return await login_form(request, "No console account is set: edgeq server console-user add.",
                                     403)
-        password = form.get("password", "")
-        ok = await guard.check(address, lambda: cred.verify(password))
+        ok = await guard.check(address,
+                               lambda: dummy_verify(password) if cred is None else cred.verify(password))
         if ok is None:
             return await too_many(request, address)
-        if not ok:
-            return await login_form(request, "Wrong password.", 403)
+        if not ok or cred is None:
+            return await login_form(request, "Wrong account name or password.", 403, user[:64])
         response = RedirectResponse("/console", status_code=303)
         response.set_cookie(COOKIE, cred.new_session(now_ms=clock()), max_age=SESSION_MS // 1000,
                             path=COOKIE_PATH,
@@ -199,16 +212,20 @@ def console_routes(path: str | Path, *, clock: Callable[[], int]) -> list[BaseRo
 
     async def not_found(request: Request) -> Response:
         return Response("not found: the console's pages are /console, /console/login, /console/devices/NAME, "
-                        "/console/queues/NAME and /console/admin", status_code=404)
+                        "/console/queues/NAME, /console/admin, /console/rule-events and /console/actions",
+                        status_code=404)
 
     headers = security_headers()
-    drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in)
+    drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in,
+                        dlq=qm.dead_letter_queue, more=action_pages(qm))
+    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_form)
     return [
         Route("/console", _secured(page, headers), methods=["GET"]),
         *(Route(route, _secured(endpoint, headers), methods=["GET"]) for route, endpoint in drill),
         Route("/console/login", _secured(form_page, headers), methods=["GET"]),
         Route("/console/login", _secured(login, headers), methods=["POST"]),
         Route("/console/logout", _secured(logout, headers), methods=["POST"]),
+        Route("/console/actions/{action}", _secured(act, headers), methods=["POST"]),
         Route("/console/{rest:path}", _secured(not_found, headers)),  # the headers on every answer
     ]
 
@@ -222,3 +239,4 @@ async def _form(request: Request) -> Mapping[str, str]:
             return {}
     parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
     return {k: v[0] for k, v in parsed.items()}
+

@@ -25,9 +25,9 @@ PASSWORD = "viewer-pass-1"
 def browser(home_qm: QueueManager, server_clock: ManualClock,
             make_server: Callable[..., LiveServer]) -> Iterator[httpx.Client]:
     set_password(home_qm.path, PASSWORD, "viewer")
-    app = console_app(home_qm.path, clock=server_clock, api=api_routes(home_qm, clock=server_clock))
+    app = console_app(home_qm, clock=server_clock, api=api_routes(home_qm, clock=server_clock))
     with httpx.Client(base_url=make_server(home_qm, app=app).url, timeout=10) as client:
-        assert client.post("/console/login", data={"password": PASSWORD}).status_code == 303
+        assert client.post("/console/login", data={"user": "viewer", "password": PASSWORD}).status_code == 303
         yield client
 
 
@@ -40,10 +40,10 @@ def test_a_viewer_s_session_reads_and_is_refused_actions(
     assert [q["depth"] for q in browser.get("/api/v1/queues").json()["queues"]] == [1]
     refused = browser.post("/api/v1/queues/ORDERS/purge", headers={CSRF_HEADER: csrf[1]})
     assert refused.status_code == 403 and refused.json()["error"] == (
-        "purge-queue needs the operator role; console is a viewer")
+        "purge-queue needs the operator role; console:viewer is a viewer")
     assert home_qm.depth("ORDERS") == 1
     (action,) = recorded(home_qm.path, before=None, limit=10)
-    assert (action["who"], action["role"], action["outcome"]) == ("console", "viewer", "refused")
+    assert (action["who"], action["role"], action["outcome"]) == ("console:viewer", "viewer", "refused")
 
 
 def test_a_session_reaches_the_api_only_while_it_lasts(

@@ -163,7 +163,8 @@ def test_a_revoked_token_is_refused_from_its_next_request(served: Served) -> Non
 
 def test_a_console_session_reads_and_acts_with_its_csrf_token(served: Served) -> None:
     with httpx.Client(base_url=served.console.console_url, timeout=10) as browser:
-        assert browser.post("/console/login", data={"password": PASSWORD}).status_code == 303
+        assert browser.post("/console/login", data={"user": "operator", "password": PASSWORD}
+                       ).status_code == 303
         assert browser.get("/api/v1/queues").status_code == 200
         _error(browser.post("/api/v1/devices/NOSUCH/revoke"), 403, "CSRF")
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', browser.get("/console").text)
@@ -171,7 +172,7 @@ def test_a_console_session_reads_and_acts_with_its_csrf_token(served: Served) ->
         _error(browser.post("/api/v1/devices/NOSUCH/revoke", headers={"X-Edgeq-CSRF": csrf[1]}), 404,
                "no device 'NOSUCH'")
     assert _actions(served)[0] | {"at_ms": 0, "id": 0} == {
-        "at_ms": 0, "id": 0, "who": "console", "role": "operator", "action": "revoke-device",
+        "at_ms": 0, "id": 0, "who": "console:operator", "role": "operator", "action": "revoke-device",
         "target": "NOSUCH",
         "outcome": "failed", "detail": "no device 'NOSUCH': GET /api/v1/devices lists them"}
 
@@ -374,3 +375,39 @@ def test_the_record_of_actions_comes_a_page_at_a_time_newest_first(served: Serve
         whole = api.get("/actions", params={"limit": len(every) + 1}).json()
         assert whole["actions"] == every and whole["next"] is None
         _error(api.get("/actions", params={"before": "x"}), 400, "before must be")
+
+
+def test_an_operator_retries_or_drops_a_parked_rule_event_and_a_viewer_cannot(served: Served) -> None:
+    def parked() -> list[int]:
+        with served.client("viewer") as api:
+            found = api.get("/rule-events", params={"parked": "true"}).json()["rule_events"]
+            return [e["event_id"] for e in found]
+
+    assert parked() == [1, 2, 3]
+    with served.client("viewer") as api:
+        for path in ("/rule-events/1/retry", "/rule-events/1/drop"):
+            _error(api.post(path), 403, "needs the operator role; token:ops-viewer is a viewer")
+    assert parked() == [1, 2, 3]
+    with served.client("operator") as api:
+        dropped = api.post("/rule-events/3/drop").json()
+        assert dropped["event_id"] == 3 and [d["binding"] for d in dropped["dropped"]] == ["b1"]
+        _error(api.post("/rule-events/3/drop"), 404, "rule event 3 has no parked delivery")
+        _error(api.post("/rule-events/x/retry"), 400, "a rule event's id is a whole number")
+        again = api.post("/rule-events/1/retry").json()  # the rule still raises: waiting for its next retry
+        assert again["succeeded"] == 0
+        assert [(f["event_id"], f["parked"]) for f in again["failing"]] == [(1, False)]
+        assert "failing on purpose" in again["failing"][0]["last_error"]
+        (served.db.parent / "fail").unlink()  # the rule works again
+        done = api.post("/rule-events/2/retry").json()
+        assert done == {"event_id": 2, "retried": 1, "succeeded": 1, "failing": []}
+    assert parked() == []
+    with sqlite3.connect(served.db) as conn:
+        assert conn.execute("SELECT event_id FROM rule_failures").fetchall() == [(1,)]
+        assert conn.execute("SELECT count(*) FROM rule_events WHERE id IN (2, 3)").fetchone() == (0,)
+    recorded = [(a["action"], a["target"], a["outcome"]) for a in _actions(served)[:5]]
+    assert recorded == [("retry-rule-event", "2", "done"), ("retry-rule-event", "1", "done"),
+                        ("retry-rule-event", "x", "failed"), ("drop-rule-event", "3", "failed"),
+                        ("drop-rule-event", "3", "done")]
+    with served.client("viewer") as api:
+        only = api.get("/actions", params={"who": "token:ops-viewer", "action": "drop-rule-event"}).json()
+        assert [(a["who"], a["outcome"]) for a in only["actions"]] == [("token:ops-viewer", "refused")]

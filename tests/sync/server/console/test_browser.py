@@ -95,9 +95,10 @@ def _click_and_wait(driver: webdriver.Chrome, button: WebElement) -> None:
             "return window.edgeqOldPage === undefined && document.readyState") == "complete")
 
 
-def _sign_in(driver: webdriver.Chrome, url: str, password: str) -> None:
+def _sign_in(driver: webdriver.Chrome, url: str, password: str, user: str = "operator") -> None:
     driver.get(url + "/console")
     assert driver.current_url.endswith("/console/login")  # no session: the sign-in form, nothing else
+    driver.find_element(By.ID, "user").send_keys(user)
     driver.find_element(By.ID, "password").send_keys(password)
     _click_and_wait(driver, driver.find_element(By.ID, "sign-in"))
 
@@ -134,7 +135,7 @@ def test_an_operator_watches_the_fleet_sync_in_chromium(browser: webdriver.Chrom
         assert browser.current_url.endswith("/console/login")  # signed out: refused again
         # Last: a wrong password makes this address wait before its next try (issue 29).
         _sign_in(browser, console, "not-the-password")
-        assert "Wrong password" in browser.find_element(By.ID, "error").text
+        assert "Wrong account name or password" in browser.find_element(By.ID, "error").text
         assert not browser.find_elements(By.ID, "devices")
 
 

@@ -19,7 +19,14 @@ from edgeq.cli.serve import CONSOLE_NICENESS
 from edgeq.clock import system_clock
 from edgeq.sync import protocol as p
 from edgeq.sync.server.app import create_app
-from edgeq.sync.server.console.auth import SESSION_MS, load_credential, set_password
+from edgeq.sync.server.console.auth import (
+    SESSION_MS,
+    add_account,
+    load_credential,
+    remove_account,
+    set_password,
+)
+from edgeq.sync.server.console.login import FIRST_DELAY_MS
 from tests.sync.conftest import LiveServer, edgeq_serve_console, free_port
 
 PASSWORD = "operator-pass-1"
@@ -36,7 +43,7 @@ def _client(server: LiveServer) -> httpx.Client:
 
 
 def _sign_in(client: httpx.Client, url: str = "", password: str = PASSWORD) -> httpx.Response:
-    return client.post(url + "/console/login", data={"password": password})
+    return client.post(url + "/console/login", data={"user": "operator", "password": password})
 
 
 def test_the_console_is_off_unless_asked_for(server: LiveServer, http: httpx.Client) -> None:
@@ -52,7 +59,7 @@ def test_without_a_session_only_the_sign_in_form_is_served(console: LiveServer) 
         form = client.get("/console/login")
         assert form.status_code == 200 and 'type="password"' in form.text and "ORDERS" not in form.text
         wrong = _sign_in(client, password="not-the-password")
-        assert (wrong.status_code == 403 and "Wrong password" in wrong.text
+        assert (wrong.status_code == 403 and "Wrong account name or password" in wrong.text
                 and "set-cookie" not in wrong.headers)
 
 
@@ -107,11 +114,30 @@ def test_sessions_live_in_the_store_shared_by_every_process(console: LiveServer,
         assert client.get("/console").status_code == 303
 
 
+def test_two_accounts_sign_in_at_once_and_a_removed_ones_session_ends(
+    console: LiveServer, home_qm: QueueManager, server_clock: ManualClock
+) -> None:
+    add_account(home_qm.path, "bob", "bob-pass-12", "viewer")
+    with _client(console) as alice, _client(console) as bob:
+        assert _sign_in(alice).status_code == 303
+        wrong = bob.post("/console/login", data={"user": "bob", "password": PASSWORD})  # the operator's
+        assert wrong.status_code == 403 and "Wrong account name or password" in wrong.text
+        server_clock.advance(FIRST_DELAY_MS)  # this address's delay after a wrong password
+        nobody = bob.post("/console/login", data={"user": "nobody", "password": "bob-pass-12"})
+        assert nobody.status_code == 403 and "Wrong account name or password" in nobody.text  # the same
+        server_clock.advance(2 * FIRST_DELAY_MS)
+        assert bob.post("/console/login", data={"user": "bob", "password": "bob-pass-12"}).status_code == 303
+        assert 'id="me">operator (operator)' in alice.get("/console").text
+        assert 'id="me">bob (viewer: read-only)' in bob.get("/console").text
+        assert remove_account(home_qm.path, "bob")
+        assert bob.get("/console").status_code == 303 and alice.get("/console").status_code == 200
+
+
 def test_the_password_is_stored_hashed_and_salted(home_qm: QueueManager) -> None:
     set_password(home_qm.path, PASSWORD)
-    first = load_credential(home_qm.path)
+    first = load_credential(home_qm.path, account="operator")
     set_password(home_qm.path, PASSWORD)
-    second = load_credential(home_qm.path)
+    second = load_credential(home_qm.path, account="operator")
     assert first is not None and second is not None
     assert first.salt != second.salt and first.digest != second.digest
     raw = home_qm.path.read_bytes()
@@ -125,7 +151,7 @@ def test_set_console_password_from_a_file(tmp_path: Path) -> None:
     done = CliRunner().invoke(cli, ["server", "set-console-password", "--db", str(home),
                                     "--password-file", str(tmp_path / "pw")])
     assert done.exit_code == 0, done.output
-    cred = load_credential(home)
+    cred = load_credential(home, account="operator")
     assert cred is not None and cred.verify("long-enough-pw")
     (tmp_path / "pw").write_text("short\n")
     short = CliRunner().invoke(cli, ["server", "set-console-password", "--db", str(home),
@@ -139,7 +165,7 @@ def test_set_console_password_asks_twice(tmp_path: Path) -> None:
     done = CliRunner().invoke(cli, ["server", "set-console-password", "--db", str(home)],
                               input="long-enough-pw\nlong-enough-pw\n")
     assert done.exit_code == 0, done.output
-    cred = load_credential(home)
+    cred = load_credential(home, account="operator")
     assert cred is not None and cred.verify("long-enough-pw")
 
 
@@ -151,11 +177,11 @@ def test_serve_refuses_the_console_over_plain_http_off_loopback(tmp_path: Path) 
     assert done.exit_code == 2 and "needs TLS" in done.output
 
 
-def test_serve_refuses_the_console_without_a_password(tmp_path: Path) -> None:
+def test_serve_refuses_the_console_without_an_account(tmp_path: Path) -> None:
     home = tmp_path / "home.db"
     QueueManager(home, name="HOME").close()
     done = CliRunner().invoke(cli, ["serve", "--db", str(home), "--console", "--port", "0"])
-    assert done.exit_code == 2 and "set-console-password" in done.output
+    assert done.exit_code == 2 and "console-user add" in done.output
 
 
 def test_create_app_without_console_needs_no_jinja(home_qm: QueueManager) -> None:
@@ -169,7 +195,7 @@ def test_the_device_app_says_where_the_console_is(home_qm: QueueManager,
     set_password(home_qm.path, PASSWORD)
     devices = make_server(home_qm, console_url="http://127.0.0.1:9/console")
     for method, path in (("GET", "/console"), ("POST", "/console/login")):
-        answer = http.request(method, devices.url + path, data={"password": PASSWORD})
+        answer = http.request(method, devices.url + path, data={"user": "operator", "password": PASSWORD})
         assert answer.status_code == 404 and "http://127.0.0.1:9/console" in answer.text
         assert "set-cookie" not in answer.headers
 
@@ -197,7 +223,8 @@ def test_serve_console_answers_the_console_on_its_port_and_devices_on_theirs(tmp
         assert 'data-queue="ORDERS"' in http.get(served.console_url + "/console").text
         elsewhere = http.get(served.url + "/console")  # the device port serves no console
         assert elsewhere.status_code == 404 and f"{served.console_url}/console" in elsewhere.text
-        assert http.post(served.url + "/console/login", data={"password": PASSWORD}).status_code == 404
+        assert http.post(served.url + "/console/login", data={"user": "operator", "password": PASSWORD}
+                       ).status_code == 404
         assert _hello(http, served.console_url).status_code == 404  # nor the console's port devices
         assert http.get(served.console_url + "/healthz").text == "ok"
     (serving,) = [json.loads(x) for x in served.lines if '"event": "serve"' in x]
