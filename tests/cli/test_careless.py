@@ -70,7 +70,7 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home.db"
     with QueueManager(path, name="HOME") as qm:
         qm.register_device("DEV1", bytes(32))
-        qm.register_device("DEV2", bytes(32))
+        qm.register_device("DEV2", bytes([2]) * 32)  # a key of its own
     made = edgeq("admin", "keygen", "--out", str(tmp_path / "operator.key"))
     assert made.returncode == 0, made.stderr
     return path

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
@@ -75,9 +75,10 @@ class ApiClient:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, params: Mapping[str, str] | None = None) -> Any:
+    def _call(self, method: str, path: str, params: Mapping[str, str] | None = None,
+              body: Mapping[str, Any] | None = None) -> Any:
         try:
-            response = self._http.request(method, path, params=params)
+            response = self._http.request(method, path, params=params, json=body)
         except httpx.HTTPError as exc:
             raise RemoteError(0, f"cannot reach the management API at {self.url}: {exc}; give the "
                                  "console's address (edgeq serve --console, --console-port)") from exc
@@ -113,6 +114,21 @@ class ApiClient:
         """Revoke ``name``: whether it was revoked now (False: it was already), and the device."""
         body = self._call("POST", f"/devices/{_part(name)}/revoke")
         return bool(body["revoked"]), _device(body["device"])[0]
+
+    def register_device(self, name: str, public_key: str, queues: Sequence[str] | None, *, share_key: bool,
+                        replace: bool) -> list[str]:
+        """Register ``name`` with ``public_key`` (a .pub file's text): the other devices sharing the key."""
+        body = {"name": name, "public_key": public_key, "queues": None if queues is None else list(queues),
+                "force": share_key, "replace": replace}
+        return list(self._call("POST", "/devices", body=body)["shares_key_with"])
+
+    def rekey_device(self, name: str, public_key: str, *, share_key: bool) -> list[str]:
+        body = {"public_key": public_key, "force": share_key}
+        return list(self._call("POST", f"/devices/{_part(name)}/key", body=body)["shares_key_with"])
+
+    def set_device_queues(self, name: str, queues: Sequence[str] | None) -> None:
+        wanted = None if queues is None else list(queues)
+        self._call("PUT", f"/devices/{_part(name)}/queues", body={"queues": wanted})
 
     def refusals(self, device: str | None) -> list[DeviceRefusal]:
         found = self._call("GET", "/refusals", {} if device is None else {"device": device})

@@ -4,7 +4,7 @@ errors as JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,21 +14,26 @@ from starlette.responses import Response
 
 from edgeq.errors import EdgeqError, InvalidArgument, InvalidType
 from edgeq.manager import QueueManager
+from edgeq.sync.server.admin.client import OperatorKey
 from edgeq.sync.server.api import audit
 from edgeq.sync.server.api.auth import Principal, authenticate
 from edgeq.sync.server.api.http import ApiError, answer
 
-__all__ = ["Api"]
+__all__ = ["Action", "Api"]
 
 _Endpoint = Callable[[Request], Awaitable[Response]]
+#: an action as the API and the console call it: (the queue manager, who asks, the arguments) -> the answer
+Action = Callable[[QueueManager, Principal, Mapping[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Api:
-    """The queue manager the API serves, and its clock (epoch ms)."""
+    """The queue manager the API serves, its clock (epoch ms), and the operator key it signs admin requests
+    with (None: it sends none)."""
 
     qm: QueueManager
     clock: Callable[[], int]
+    signer: OperatorKey | None = None
 
     def read(self, fn: Callable[[Request], Any]) -> _Endpoint:
         """A GET endpoint: any role; ``fn`` (run in a thread) returns the JSON body."""
@@ -47,25 +52,37 @@ class Api:
             try:
                 who = await authenticate(request, self.qm.path, self.clock)
                 what = target(request)
+                return answer(await run_in_threadpool(
+                    audit.audited, self.qm.path, who, action, what, lambda: fn(request), clock=self.clock))
             except EdgeqError as exc:
                 return _refusal(exc).response()
-            try:
-                if who.role != "operator":
-                    raise ApiError(403, f"{action} needs the operator role; {who.who} is a {who.role}")
-                body = await run_in_threadpool(fn, request)
-            except EdgeqError as exc:
-                error = _refusal(exc)
-                outcome = "refused" if error.status == 403 else "failed"
-                await self._record(who, action, what, outcome, str(exc))
-                return error.response()
-            await self._record(who, action, what, "done", json.dumps(body)[:500])
-            return answer(body)
         return endpoint
 
-    async def _record(self, who: Principal, action: str, target: str, outcome: str, detail: str) -> None:
-        await run_in_threadpool(lambda: audit.record(
-            self.qm.path, at_ms=self.clock(), who=who.who, role=who.role, action=action, target=target,
-            outcome=outcome, detail=detail))
+    def act_on(self, fn: Action) -> _Endpoint:
+        """A POST (or PUT) endpoint calling ``fn(qm, who, arguments)``: the arguments are the JSON body's
+        (an object; none: ``{}``) and the path's; ``fn`` checks the role and records (``audit.audited``)."""
+        async def endpoint(request: Request) -> Response:
+            try:
+                who = await authenticate(request, self.qm.path, self.clock)
+                arguments = {**_json_object(await request.body()), **request.path_params}
+                return answer(await run_in_threadpool(fn, self.qm, who, arguments))
+            except EdgeqError as exc:
+                return _refusal(exc).response()
+        return endpoint
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A request's JSON body: an object (an empty body: ``{}``); a 400 :class:`ApiError` otherwise."""
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the body is not JSON ({exc}): send a JSON object, see docs/management-api.md"
+                       ) from None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"the body must be a JSON object, not {type(value).__name__}")
+    return value
 
 
 def _refusal(exc: EdgeqError) -> ApiError:

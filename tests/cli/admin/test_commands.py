@@ -32,7 +32,7 @@ def home_db(tmp_path: Path) -> Path:
     path = tmp_path / "home.db"
     with QueueManager(path, name="HOME") as qm:
         qm.register_device("DEV1", bytes(32))
-        qm.register_device("DEV2", bytes(32))
+        qm.register_device("DEV2", bytes([2]) * 32)  # a key of its own
     return path
 
 
@@ -196,7 +196,7 @@ def test_waiting_in_vain_exits_1_and_says_pending(run: Run) -> None:
 
 
 def test_a_device_named_like_a_command(run: Run, home: QueueManager) -> None:
-    home.register_device("pending", bytes(32))
+    home.register_device("pending", bytes([3]) * 32)
     request_id(run("--device", "pending", "queue", "list"))
     assert len(queued(home, "pending")) == 1
 

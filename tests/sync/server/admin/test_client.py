@@ -33,7 +33,7 @@ def key() -> Ed25519PrivateKey:
 def home(tmp_path: Path, clock: ManualClock) -> Iterator[QueueManager]:
     qm = QueueManager(tmp_path / "home.db", name="HOME", clock=clock)
     qm.register_device("DEV1", bytes(32))
-    qm.register_device("DEV2", bytes(32))
+    qm.register_device("DEV2", bytes([2]) * 32)  # a key of its own
     yield qm
     qm.close()
 

@@ -374,3 +374,12 @@ def test_the_record_of_actions_comes_a_page_at_a_time_newest_first(served: Serve
         whole = api.get("/actions", params={"limit": len(every) + 1}).json()
         assert whole["actions"] == every and whole["next"] is None
         _error(api.get("/actions", params={"before": "x"}), 400, "before must be")
+
+
+def test_sending_an_admin_request_without_an_operator_key_is_a_409_saying_what_to_do(served: Served) -> None:
+    with served.client() as api:
+        _error(api.post("/admin-requests", json={"device": "DEV1", "action": "inquire-all"}), 409,
+               "no operator key to sign admin requests with: start it with edgeq serve --console --admin-key")
+    with QueueManager(served.db, keys=served.keys) as qm:
+        assert "DEV1.SYSTEM.ADMIN" not in qm.queue_names()  # nothing was queued
+    assert _actions(served)[0]["outcome"] == "failed"
