@@ -35,6 +35,14 @@ class Served:
     device: tuple[Path, Path]  # DEV1's store and its key
     tokens: dict[str, str]
     expired: str  # the id of a request recorded with an expiry long past
+    token_files: dict[str, Path]
+
+    def local(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return edgeq("admin", "--db", str(self.home), *args)
+
+    def remote(self, *args: str, role: str = "operator") -> subprocess.CompletedProcess[str]:
+        return edgeq("admin", "--server", self.console.console_url, "--token-file",
+                     str(self.token_files[role]), *args)
 
     def client(self, role: str = "operator") -> httpx.Client:
         return httpx.Client(base_url=self.console.console_url + "/api/v1", timeout=30,
@@ -72,8 +80,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     set_password(home, "operator-pass-1")
     tokens = {role: edgeq("server", "token", "create", "--name", role, "--role", role, "--db",
                           str(home)).stdout.strip() for role in ("viewer", "operator")}
+    token_files = {role: tmp / f"{role}.token" for role in tokens}
+    for role, path in token_files.items():
+        path.write_text(tokens[role])
+        path.chmod(0o600)
     with edgeq_serve_console(home, "--auth", "--admin-key", str(operator)) as console:
-        yield Served(console, home, (tmp / "dev1.db", device_key.private_path), tokens, old.request_id)
+        yield Served(console, home, (tmp / "dev1.db", device_key.private_path), tokens, old.request_id,
+                     token_files)
 
 
 def _error(response: httpx.Response, status: int, says: str) -> None:
@@ -173,3 +186,39 @@ def test_showing_and_resending_unknown_expired_or_malformed_ids(served: Served) 
         _error(api.post(f"/admin-requests/{served.expired}/resend"), 409, "expired")
         _error(api.post("/admin-requests", content=b"[1, 2]"), 400, "must be a JSON object")
         assert api.get(f"/admin-requests/{served.expired}").json()["status"] == "expired"
+
+
+def test_edgeq_admin_through_the_api_prints_what_it_prints_on_the_store(served: Served) -> None:
+    sent = served.remote("DEV1", "queue", "depth", "LOGS")
+    assert sent.returncode == 0, sent.stderr
+    request_id = sent.stdout.split("request ")[1].strip()
+    assert sent.stdout == f"Sent inquire-queue LOGS to DEV1: request {request_id}\n"
+    assert f"--server {served.console.console_url} --token-file {served.token_files['operator']} show " \
+        f"{request_id} --wait 30s" in sent.stderr
+    pending = served.remote("pending", role="viewer")
+    assert request_id in pending.stdout and pending.stdout == served.local("pending").stdout
+    served.sync()
+    for args in (("show", request_id), ("show", request_id, "--json"), ("replies", "--limit", "3"),
+                 ("replies", "--json", "--device", "DEV1"), ("pending",)):
+        remote, local = served.remote(*args, role="viewer"), served.local(*args)
+        assert (remote.returncode, remote.stdout) == (local.returncode, local.stdout), args
+    assert served.remote("show", "ab" * 16).returncode == 1
+
+
+def test_edgeq_admin_waits_through_the_api_until_the_device_answers(served: Served) -> None:
+    waiting = subprocess.Popen([*EDGEQ, "admin", "--server", served.console.console_url, "--token-file",
+                                str(served.token_files["operator"]), "DEV1", "queue", "list", "--wait", "2m"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(20):  # sync until the command has its reply (it sends its request at some point)
+        served.sync()
+        if waiting.poll() is not None:
+            break
+    out, err = waiting.communicate(timeout=150)
+    assert waiting.returncode == 0, err
+    assert out.startswith("DEV1 inquire-all: replied: success") and "ALERTS" in out
+
+
+def test_a_viewer_s_edgeq_admin_request_is_refused(served: Served) -> None:
+    refused = served.remote("DEV1", "queue", "purge", "LOGS", role="viewer")
+    assert refused.returncode == 1 and "answered 403" in refused.stderr
+    assert "send-admin-request needs the operator role" in refused.stderr

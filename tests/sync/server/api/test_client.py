@@ -164,7 +164,7 @@ def test_the_token_may_come_from_edgeq_token(served: Served) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"), ("admin", "pending"),
+    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"),
 ])
 def test_a_command_the_api_cannot_do_refuses_server(served: Served, args: tuple[str, ...]) -> None:
     refused = served.remote(*args)
