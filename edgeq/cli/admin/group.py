@@ -35,7 +35,7 @@ __all__ = ["AdminOptions", "admin", "client_of", "confirm", "depth_line", "exit_
            "merged_options", "remote", "request_options", "send", "stack"]
 
 #: The operator's own commands; any other first word is a device name.
-OPERATOR_COMMANDS = ("keygen", "pending", "replies", "show")
+OPERATOR_COMMANDS = ("keygen", "pending", "replies", "resend", "show")
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""The operator's own ``edgeq admin`` commands: ``keygen``, ``pending``, ``replies``, ``show``."""
+"""The operator's own ``edgeq admin`` commands: ``keygen``, ``pending``, ``replies``, ``show``, ``resend``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from edgeq.cli.options import output_options, remote_options, wants_json
 from edgeq.cli.params import DEVICE_NAME, DURATION
 from edgeq.clock import system_clock
 
-__all__ = ["keygen", "pending", "replies", "show"]
+__all__ = ["keygen", "pending", "replies", "resend", "show"]
 
 
 @admin.command("keygen")
@@ -133,3 +133,33 @@ def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool
     else:
         click.echo(format_record(record, now))
     exit_unless_success(ctx, [record])
+
+
+@admin.command("resend")
+@click.argument("request_id")
+@remote_options
+@output_options
+@click.pass_context
+def resend(ctx: click.Context, request_id: str, as_json: bool) -> None:
+    """Send a request again, the same one (its id): a device that ran it answers from its remembered
+    reply and never runs it twice; one whose expiry passed, or for a revoked device, is refused.
+
+    \b
+    Example:
+      edgeq admin --db home.db resend 3f2a9c0e5b7d4a1f8e6c2b0a9d8f7e6c
+    """
+    opts = merged_options(ctx, as_json=as_json)
+    api = remote(ctx, opts)
+    if api is not None:
+        record, now = api.resend_admin_request(request_id), system_clock()
+    else:
+        client = client_of(ctx, opts, signing=False)
+        client.resend(request_id)
+        record, now = client.handle(request_id).record, client.clock()
+    from edgeq.cli.admin.views import request_words
+
+    if opts.json:
+        emit_json(record.as_dict(now))
+    else:
+        click.echo(f"Re-sent {request_words(record)} to {record.device}: request {request_id} "
+                   f"({record.describe(now)})")

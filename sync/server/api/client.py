@@ -145,6 +145,9 @@ class ApiClient:
     def admin_request(self, request_id: str) -> AdminRecord:
         return _admin_record(self._call("GET", f"/admin-requests/{_part(request_id)}"))
 
+    def resend_admin_request(self, request_id: str) -> AdminRecord:
+        return _admin_record(self._call("POST", f"/admin-requests/{_part(request_id)}/resend"))
+
     def admin_requests(self, device: str | None, *, replied: bool) -> list[AdminRecord]:
         """Every replied (or unreplied) request (of ``device``), newest first."""
         wanted = {"status": "replied" if replied else "pending"}

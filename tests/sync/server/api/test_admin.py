@@ -205,6 +205,19 @@ def test_edgeq_admin_through_the_api_prints_what_it_prints_on_the_store(served: 
     assert served.remote("show", "ab" * 16).returncode == 1
 
 
+def test_edgeq_admin_resend_through_the_api(served: Served) -> None:
+    sent = served.remote("DEV1", "queue", "show", "LOGS", "--json")
+    request_id = json.loads(sent.stdout)["request_id"]
+    again = served.remote("resend", request_id, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["request_id"] == request_id, again.stderr
+    assert served.remote("resend", request_id, role="viewer").returncode == 1
+    lapsed = served.remote("resend", served.expired)
+    assert lapsed.returncode == 1 and "answered 409" in lapsed.stderr
+    assert "send a new request" in lapsed.stderr
+    served.sync()
+    assert served.remote("show", request_id).returncode == 0  # replied: success
+
+
 def test_edgeq_admin_waits_through_the_api_until_the_device_answers(served: Served) -> None:
     waiting = subprocess.Popen([*EDGEQ, "admin", "--server", served.console.console_url, "--token-file",
                                 str(served.token_files["operator"]), "DEV1", "queue", "list", "--wait", "2m"],

@@ -122,7 +122,8 @@ def test_a_viewer_may_not_register_rekey_or_change_queues(served: Served) -> Non
                 (api.post("/devices", json={"name": "DEV7", "public_key": served.pem("spare")}),
                  "register-device"),
                 (api.post("/devices/DEV1/key", json={"public_key": served.pem("spare")}), "rekey-device"),
-                (api.put("/devices/DEV1/queues", json={"queues": None}), "set-device-queues")):
+                (api.put("/devices/DEV1/queues", json={"queues": None}), "set-device-queues"),
+                (api.post("/devices", content=b"not json"), "register-device")):
             _error(response, 403, f"{action} needs the operator role; token:viewer is a viewer")
             assert _last_action(served)[2] == "refused"
     assert served.device("DEV7") is None and served.device("DEV1") == before
