@@ -72,8 +72,8 @@ def resend_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[st
 
 def collect_replies(qm: QueueManager) -> None:
     """Record the replies waiting on ``SYSTEM.ADMIN.REPLY`` for their requests (as ``edgeq admin``
-    does before it shows anything)."""
-    if ADMIN_REPLY_QUEUE in qm.queue_names():
+    does before it shows anything); with none waiting, nothing is written."""
+    if ADMIN_REPLY_QUEUE in qm.queue_names() and qm.depth(ADMIN_REPLY_QUEUE):
         with AdminClient(qm) as client:
             client.collect()
 
