@@ -117,14 +117,14 @@ def test_a_request_sent_through_the_api_gets_its_reply_and_a_resend_never_runs_t
                                                   "target": "LOGS"}).json()
         assert api.get(f"/admin-requests/{purge['request_id']}").json()["status"] == "pending"
         served.sync()
+        listed = api.get("/admin-requests", params={"device": "DEV1", "status": "replied"}).json()
+        ids = {r["request_id"] for r in listed["admin_requests"]}  # the list collects the replies too
+        assert {purge["request_id"], define["request_id"]} <= ids
         shown = api.get(f"/admin-requests/{define['request_id']}").json()
         assert shown["status"] == "replied" and shown["rc"] == "success", shown
         assert shown["reply"]["results"][0]["attributes"]["expiry_ms"] == 60_000
         purged = api.get(f"/admin-requests/{purge['request_id']}").json()
         assert purged["rc"] == "success" and purged["reply"]["results"][0]["purged"] == 3
-        listed = api.get("/admin-requests", params={"device": "DEV1", "status": "replied"}).json()
-        ids = {r["request_id"] for r in listed["admin_requests"]}
-        assert {purge["request_id"], define["request_id"]} <= ids
 
         with QueueManager(served.device[0]) as dev:
             assert "ALERTS" in dev.queue_names()
