@@ -6,12 +6,14 @@ from __future__ import annotations
 __all__ = [
     "AdminError",
     "ConfirmIdNotFound",
+    "DeviceExists",
     "DeviceNotFound",
     "DuplicateMessage",
     "EdgeqError",
     "ExpiryError",
     "InvalidArgument",
     "InvalidType",
+    "KeyInUse",
     "MessageExpired",
     "MessageNotFound",
     "MessageTooLarge",
@@ -73,6 +75,14 @@ class StoreBusy(StoreError):
 
 class DeviceNotFound(EdgeqError, LookupError):
     """No device of that name is known to this (home server) queue manager."""
+
+
+class DeviceExists(EdgeqError):
+    """A device of that name is registered already (re-key it, or change its queues, instead)."""
+
+
+class KeyInUse(EdgeqError):
+    """Another device is registered with that public key: a signature would not say which device made it."""
 
 
 class QueueManagerClosed(EdgeqError):

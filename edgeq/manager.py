@@ -428,9 +428,12 @@ class QueueManager:
     def devices(self) -> list[DeviceRecord]:
         return self._devices.devices()
 
-    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None) -> None:
-        """Register a device's Ed25519 key for authenticated sync (again: re-keyed, revocation lifted)."""
-        self._devices.register_device(name, public_key, queues=queues)
+    def register_device(self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None,
+                        share_key: bool = False, replace: bool = True) -> list[str]:
+        """Register a device's Ed25519 key for authenticated sync (again: re-keyed, revocation lifted, unless
+        not ``replace``); a key another device has is refused unless ``share_key``: returns those devices."""
+        return self._devices.register_device(name, public_key, queues=queues, share_key=share_key,
+                                             replace=replace)
 
     def revoke_device(self, name: str) -> None:
         """Revoke a device: the server refuses its requests from now on."""

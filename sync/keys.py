@@ -22,6 +22,7 @@ __all__ = [
     "load_public_key",
     "loose_secret",
     "new_key_pair",
+    "parse_public_key",
     "public_bytes",
 ]
 
@@ -129,12 +130,18 @@ def load_public_key(path: Path) -> bytes:
         data = path.read_bytes()
     except OSError as exc:
         raise KeyFileError(f"cannot read the public key {path}: {exc.strerror or exc}") from exc
+    return parse_public_key(data, str(path))
+
+
+def parse_public_key(data: bytes, source: str = "the public key") -> bytes:
+    """The 32 raw bytes of the Ed25519 public key ``data`` holds (a ``.pub`` file's PEM text);
+    ``source`` names it in errors."""
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(
-            f"{path} is not a PEM public key (a device.pub from edgeq keys new): {exc}"
+            f"{source} is not a PEM public key (a device.pub from edgeq keys new): {exc}"
         ) from exc
     if not isinstance(key, Ed25519PublicKey):
-        raise KeyFileError(f"{path} holds a {type(key).__name__}, not an Ed25519 public key")
+        raise KeyFileError(f"{source} holds a {type(key).__name__}, not an Ed25519 public key")
     return public_bytes(key)

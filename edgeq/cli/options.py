@@ -38,6 +38,7 @@ __all__ = [
     "output_options",
     "remote_api",
     "remote_options",
+    "remote_words",
     "require_queue",
     "store_options",
     "store_path",
@@ -156,6 +157,13 @@ def remote_api(ctx: click.Context) -> ApiClient | None:
     client = ApiClient(str(server), load_token(token_file))
     ctx.call_on_close(client.close)
     return client
+
+
+def remote_words(ctx: click.Context) -> list[str]:
+    """The ``--server URL --token-file F`` the command was given, to repeat in a hint."""
+    words = ["--server", str(ctx.meta.get(_SERVER))]
+    token_file = ctx.meta.get(_TOKEN_FILE)
+    return words if token_file is None else [*words, "--token-file", str(token_file)]
 
 
 _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)

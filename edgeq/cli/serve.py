@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from edgeq.manager import QueueManager
+    from edgeq.sync.server.admin.client import OperatorKey
 
 __all__ = ["CONSOLE_NICENESS", "serve"]
 
@@ -99,6 +100,10 @@ def _listen_address(ctx: click.Context, param: click.Parameter, host: str | None
 @click.option("--console-host", callback=_listen_address,
               help="The console's address (default: --host), e.g. 127.0.0.1 while devices use 0.0.0.0.")
 @click.option("--console-fd", type=int, hidden=True)  # set by --console for its process: the inherited socket
+@click.option("--admin-key", type=click.Path(dir_okay=False, path_type=Path), envvar="EDGEQ_SERVE_ADMIN_KEY",
+              show_envvar=True, help="With --console: the operator key (edgeq admin keygen) the management "
+              "API signs admin requests with (POST /api/v1/admin-requests); the server then holds it.")
+@click.option("--admin-key-id", help="The id the devices trust --admin-key under (default: the key's own).")
 @click.option("--bridges/--no-bridges", default=True, show_default=True,
               help="Run the store's bridges (`edgeq bridge define`) in a process of their own, started "
                    "again after a back-off if it exits (docs/bridges.md).")
@@ -110,8 +115,8 @@ def serve(
     max_batch: int, remember_confirmed_ms: int, durability: str, sweep_interval: float, journal: bool,
     auth: bool | None, auth_skew: float, nonce_db: Path | None, tls_cert: Path | None, tls_key: Path | None,
     hold: Limit, held_quota_messages: Limit, held_quota_bytes: Limit, workers: int, worker_fd: int | None,
-    console: bool, console_port: int | None, console_host: str | None, console_fd: int | None, bridges: bool,
-    bridges_process: bool, log_level: str,
+    console: bool, console_port: int | None, console_host: str | None, console_fd: int | None,
+    admin_key: Path | None, admin_key_id: str | None, bridges: bool, bridges_process: bool, log_level: str,
 ) -> None:
     """Run the home server: devices push (put/confirm) and pull over HTTP.
 
@@ -122,6 +127,7 @@ def serve(
       edgeq serve --db home.db --hold 30m --held-quota-messages 20000 --held-quota-bytes 64MiB
       edgeq serve --db home.db --workers 2
       edgeq serve --db home.db --console   # then open http://127.0.0.1:8471/console
+      edgeq serve --db home.db --console --admin-key operator.key
       edgeq serve --db home.db --no-bridges
       curl http://127.0.0.1:8470/metrics
 
@@ -156,6 +162,7 @@ def serve(
         if console_port and console_port == port:
             raise click.BadParameter(f"{port} is also --port: the console needs a port of its own",
                                      param_hint="'--console-port'")
+    signer = _admin_key(admin_key, admin_key_id, console)
     child = worker_fd is not None or console_fd is not None or bridges_process
     if not child:  # a worker serves its supervisor's socket
         _check_listen(host, port)
@@ -182,7 +189,7 @@ def serve(
         _check_console_password(qm.path)
     if console_fd is not None:
         _serve_console(qm, console_host, console_port, console_fd, console_url or "", log_level, tls_cert,
-                       tls_key)
+                       tls_key, signer)
         return
     if bridges_process:
         from edgeq.cli.bridge import run_bridges
@@ -252,7 +259,7 @@ def serve(
 
 
 def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, log_level: str,
-                   tls_cert: Path | None, tls_key: Path | None) -> None:
+                   tls_cert: Path | None, tls_key: Path | None, signer: OperatorKey | None) -> None:
     """The console's process (``--console``): its app alone on the inherited socket ``fd``, run
     nicer (:data:`CONSOLE_NICENESS`) than the devices' workers, so that they win a short CPU."""
     import logging
@@ -264,11 +271,35 @@ def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, lo
 
     niceness = os.nice(CONSOLE_NICENESS)
     logging.getLogger("edgeq.sync.server").info(
-        "the console of %s on %s, its management API on %s (nice %d)", qm.name, url,
+        "the console of %s on %s, its management API on %s (nice %d; admin requests %s)", qm.name, url,
         url.removesuffix("/console") + "/api/v1", niceness,
-        extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness})
-    app = console_app(qm, clock=system_clock, api=api_routes(qm, clock=system_clock))
+        "not sent: no --admin-key" if signer is None else f"signed with key {signer.key_id}",
+        extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness,
+               "admin_key": None if signer is None else signer.key_id})
+    app = console_app(qm, clock=system_clock, api=api_routes(qm, clock=system_clock, signer=signer))
     _run_uvicorn(app, host, port, fd, log_level, tls_cert, tls_key)
+
+
+def _admin_key(path: Path | None, key_id: str | None, console: bool) -> OperatorKey | None:
+    """The operator key ``--admin-key`` names, loaded as ``edgeq admin --key`` loads one (a file others may
+    read is refused); a usage mistake (exit 2) if it is not one."""
+    if path is None:
+        if key_id is not None:
+            raise click.UsageError("--admin-key-id goes with --admin-key")
+        return None
+    if not console:
+        raise click.UsageError("--admin-key signs the management API's admin requests: give --console too "
+                               "(or unset EDGEQ_SERVE_ADMIN_KEY)")
+    from edgeq.admin.wire import check_key_id
+    from edgeq.errors import EdgeqError
+    from edgeq.sync.server.admin.client import OperatorKey
+
+    try:
+        key = OperatorKey.load(path, key_id)
+        check_key_id(key.key_id)
+    except EdgeqError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--admin-key'/'--admin-key-id'") from None
+    return key
 
 
 def _bridges_defined(path: Path) -> bool:

@@ -25,7 +25,7 @@ from edgeq.cli.options import (
     store_path,
     wants_json,
 )
-from edgeq.cli.params import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAMES
+from edgeq.cli.params import DEVICE_NAME, DURATION, QM_NAME, QUEUE_NAME, QUEUE_NAMES
 from edgeq.cli.tokens import PASSWORD_FILE, ROLE_OPTION, console_user, read_password, token
 from edgeq.cli.views import (
     device_json,
@@ -71,20 +71,26 @@ def _public_key(ctx: click.Context, param: click.Parameter, value: Path) -> tupl
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+_public_key_option = click.option(
+    "--public-key", "public_key", required=True, callback=_public_key,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The device's public key file (dev1.pub, written by `edgeq keys new --out dev1.key`).")
+_force_option = click.option("--force", is_flag=True,
+                             help="Register the key even if another device already has it.")
+
+
 @devices.command("add")
 @click.argument("name", type=DEVICE_NAME)
-@click.option("--public-key", "public_key", required=True, callback=_public_key,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The device's public key file (dev1.pub, written by `edgeq keys new --out dev1.key`).")
+@_public_key_option
 @click.option("--queues", type=QUEUE_NAMES,
               help="Comma-separated queues the device may push to (default: any).")
-@click.option("--force", is_flag=True, help="Register the key even if another device already has it.")
+@_force_option
 @click.option("--create", "--yes", "create", is_flag=True,
               help="Create the server's store if it does not exist, without asking (give --name too).")
 @click.option("--name", "server_name", type=QM_NAME,
               help="The server's queue manager name, e.g. HOME: needed only to create its store.")
 @_server_db
-@local_only
+@remote_options
 @click.pass_context
 def devices_add(ctx: click.Context, name: str, public_key: tuple[Path, bytes], queues: list[str] | None,
                 force: bool, create: bool, server_name: str | None, db: Path | None) -> None:
@@ -98,15 +104,90 @@ def devices_add(ctx: click.Context, name: str, public_key: tuple[Path, bytes], q
       edgeq keys new --out dev1.key        # on the device: dev1.key and dev1.pub
       edgeq server devices add DEV1 --public-key dev1.pub --queues ORDERS,TELEMETRY --db home.db
       edgeq server devices add DEV1 --public-key dev1.pub --db home.db --create --name HOME
+      edgeq server devices add DEV1 --public-key dev1.pub --server http://home:8471 --token-file ops.token
     """
     from edgeq.sync.keys import fingerprint
 
     path, raw = public_key
-    qm = _open_or_create(ctx, db, create, server_name)
-    _check_key_unshared(qm.devices(), name, raw, path, force)
-    qm.register_device(name, raw, queues=queues)
-    click.echo(f"Registered {name} ({fingerprint(raw)}), may push to "
-               f"{'any queue' if queues is None else ', '.join(queues) or 'no queue'}.")
+    api = remote_api(ctx)
+    if api is not None:
+        if create or server_name is not None:
+            raise click.UsageError("--create and --name make a local store: not with --server")
+        others = api.register_device(name, path.read_text(encoding="utf-8"), queues, share_key=force,
+                                     replace=True)
+    else:
+        others = _open_or_create(ctx, db, create, server_name).register_device(
+            name, raw, queues=queues, share_key=force)
+    _warn_shared(path, others)
+    click.echo(f"Registered {name} ({fingerprint(raw)}), may push to {_may_push(queues)}.")
+
+
+@devices.command("rekey")
+@click.argument("name", type=DEVICE_NAME)
+@_public_key_option
+@_force_option
+@_server_db
+@remote_options
+@click.pass_context
+def devices_rekey(ctx: click.Context, name: str, public_key: tuple[Path, bytes], force: bool,
+                  db: Path | None) -> None:
+    """Re-register device NAME with a new key (a replaced device): its queues are kept, a revocation
+    lifted, and requests signed with the old key refused from now on.
+
+    \b
+    Examples:
+      edgeq server devices rekey DEV1 --public-key dev1-new.pub --db home.db
+      edgeq server devices rekey DEV1 --public-key new.pub --server http://home:8471 --token-file ops.token
+    """
+    from edgeq.sync.keys import fingerprint
+
+    path, raw = public_key
+    api = remote_api(ctx)
+    if api is not None:
+        others = api.rekey_device(name, path.read_text(encoding="utf-8"), share_key=force)
+    else:
+        others = open_store(ctx, ADMIN, db=db).exchange.rekey_device(name, raw, share_key=force)
+    _warn_shared(path, others)
+    click.echo(f"Re-keyed {name} ({fingerprint(raw)}); requests signed with its old key are refused.")
+
+
+@devices.command("set-queues")
+@click.argument("name", type=DEVICE_NAME)
+@click.option("--queue", "queues", multiple=True, type=QUEUE_NAME,
+              help="A queue the device may push to (repeat it for more).")
+@click.option("--any", "any_queue", is_flag=True, help="Let it push to any queue.")
+@click.option("--none", "no_queue", is_flag=True, help="Let it push to no queue (its admin replies go).")
+@_server_db
+@remote_options
+@click.pass_context
+def devices_set_queues(ctx: click.Context, name: str, queues: tuple[str, ...], any_queue: bool,
+                       no_queue: bool, db: Path | None) -> None:
+    """Change the queues registered device NAME may push to, from its next request.
+
+    \b
+    Examples:
+      edgeq server devices set-queues DEV1 --queue ORDERS --queue TELEMETRY --db home.db
+      edgeq server devices set-queues DEV1 --any --server http://home:8471 --token-file ops.token
+    """
+    if (bool(queues) + any_queue + no_queue) != 1:
+        raise click.UsageError("give the queues (--queue Q, repeated), or --any, or --none: one of them")
+    wanted = None if any_queue else list(queues)
+    api = remote_api(ctx)
+    if api is not None:
+        api.set_device_queues(name, wanted)
+    else:
+        open_store(ctx, ADMIN, db=db).exchange.set_device_queues(name, wanted)
+    click.echo(f"{name} may push to {_may_push(wanted)} from its next request.")
+
+
+def _may_push(queues: list[str] | None) -> str:
+    return "any queue" if queues is None else ", ".join(queues) or "no queue"
+
+
+def _warn_shared(path: Path, others: list[str]) -> None:
+    if others:
+        click.echo(f"Warning: the key in {path} is also registered to {', '.join(others)}; requests signed "
+                   "with it may come from any of them.", err=True)
 
 
 def _open_or_create(ctx: click.Context, db: Path | None, create: bool, name: str | None) -> QueueManager:
@@ -124,24 +205,6 @@ def _open_or_create(ctx: click.Context, db: Path | None, create: bool, name: str
         if name is None:
             name = click.prompt("The server's queue manager name", default="HOME", type=QM_NAME, err=True)
     return check_store(ctx, NEW_SERVER, db=db, name=name).open(ctx)
-
-
-def _check_key_unshared(known: list[DeviceRecord], name: str, raw: bytes, path: Path, force: bool) -> None:
-    """Refuse (warn, with ``force``) a key another device is registered with: a signature
-    would no longer say which device made it."""
-    others = [d for d in known if d.public_key == raw and d.name != name]
-    if not others:
-        return
-    named = ", ".join(d.name + (f" (revoked {format_time(d.revoked_ms)})" if d.revoked_ms is not None else "")
-                      for d in others)
-    if not force:
-        raise click.ClickException(
-            f"the key in {path} is already registered to {named}: one key pair per device, so a "
-            f"signature says which device sent it; make {name} its own with `edgeq keys new`, "
-            "or give --force to share it"
-        )
-    click.echo(f"Warning: the key in {path} is also registered to {named}; requests signed with it may come "
-               "from any of them.", err=True)
 
 
 @devices.command("list")

@@ -131,6 +131,15 @@ class Exchange:
         """Note that device ``name`` was heard from now (at a hello: its clock offset and agent)."""
         self._devices.record_device(name, clock_offset_ms=clock_offset_ms, agent=agent)
 
+    def rekey_device(self, name: str, public_key: bytes, *, share_key: bool = False) -> list[str]:
+        """Give registered device ``name`` a new key (its queues kept, a revocation lifted); a key another
+        device has is refused unless ``share_key``: returns those devices."""
+        return self._devices.rekey_device(name, public_key, share_key=share_key)
+
+    def set_device_queues(self, name: str, queues: Sequence[str] | None) -> None:
+        """Change the queues registered device ``name`` may push to (None: any)."""
+        self._devices.set_device_queues(name, queues)
+
     def has_registered_device(self) -> bool:
         """Whether a device was ever registered here: what turns authentication on."""
         return self._devices.has_registered()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from edgeq.args import check_int, check_positive
-from edgeq.errors import DeviceNotFound, InvalidArgument, InvalidType
+from edgeq.errors import DeviceExists, DeviceNotFound, InvalidArgument, InvalidType, KeyInUse
 from edgeq.names import check_name
 from edgeq.store.connection import ConnectionFactory
 from edgeq.store.damage import damaged
@@ -110,6 +110,21 @@ class DeviceTx:
             (name, now_ms, public_key, None if queues is None else json.dumps(list(queues))),
         )
 
+    def rekey(self, name: str, public_key: bytes) -> None:
+        self.conn.execute("UPDATE devices SET public_key = ?, revoked_ms = NULL WHERE name = ?",
+                          (public_key, name))
+
+    def set_queues(self, name: str, queues: Sequence[str] | None) -> None:
+        self.conn.execute("UPDATE devices SET queues = ? WHERE name = ?",
+                          (None if queues is None else json.dumps(list(queues)), name))
+
+    def holders(self, public_key: bytes, but: str) -> list[DeviceRecord]:
+        """The devices other than ``but`` registered with ``public_key`` (revoked ones too)."""
+        rows = self.conn.execute(
+            f"SELECT {_COLS} FROM devices WHERE public_key = ? AND name != ? ORDER BY name",
+            (public_key, but))
+        return [_record(row, self.conn) for row in rows]
+
     def revoke(self, name: str, now_ms: int) -> bool:
         """Revoke a device; return False if it is unknown or already revoked."""
         cur = self.conn.execute(
@@ -177,26 +192,45 @@ class DeviceRegistry:
             ).fetchone() is not None
 
     def register_device(
-        self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None
-    ) -> None:
-        """Register a device for authenticated sync (see ``QueueManager.register_device``)."""
-        check_name(name, "device name")
-        if "." in name:
-            raise InvalidArgument(
-                f"device name {name!r} must not contain '.': the home server holds a device's messages on "
-                "queues named <device>.<queue>, so a dot would let one device read another's"
-            )
-        if not isinstance(public_key, bytes) or len(public_key) != 32:
-            raise InvalidArgument(
-                "public_key must be the 32 raw bytes of an Ed25519 public key "
-                "(make a pair with `edgeq keys new`)"
-            )
-        if queues is not None:
-            if isinstance(queues, str) or not isinstance(queues, Sequence):
-                raise InvalidType("queues must be a list of queue names, or None for any")
-            queues = [check_name(q, "queue name") for q in queues]
+        self, name: str, public_key: bytes, *, queues: Sequence[str] | None = None, share_key: bool = False,
+        replace: bool = True,
+    ) -> list[str]:
+        """Register a device (see ``QueueManager.register_device``); return the other devices that
+        have its key too (some only with ``share_key``)."""
+        _check_device_name(name)
+        _check_key(public_key)
+        queues = _checked_queues(queues)
         with self.db.write() as tx:
-            DeviceTx(tx).register(name, public_key, queues, self.clock())
+            devices = DeviceTx(tx)
+            before = None if replace else devices.get(name)
+            if before is not None and before.public_key is not None:
+                raise DeviceExists(
+                    f"device {name} is registered already: re-key it (edgeq server devices rekey), change "
+                    "its queues (edgeq server devices set-queues), or revoke it")
+            others = _key_holders(devices, name, public_key, share_key)
+            devices.register(name, public_key, queues, self.clock())
+        return others
+
+    def rekey_device(self, name: str, public_key: bytes, *, share_key: bool = False) -> list[str]:
+        """Give registered device ``name`` a new key, keeping its queues and lifting a revocation; return
+        the other devices that have the key too (some only with ``share_key``)."""
+        check_name(name, "device name")
+        _check_key(public_key)
+        with self.db.write() as tx:
+            devices = DeviceTx(tx)
+            _registered(devices, name)
+            others = _key_holders(devices, name, public_key, share_key)
+            devices.rekey(name, public_key)
+        return others
+
+    def set_device_queues(self, name: str, queues: Sequence[str] | None) -> None:
+        """Change the queues registered device ``name`` may push to (None: any), from its next request."""
+        check_name(name, "device name")
+        queues = _checked_queues(queues)
+        with self.db.write() as tx:
+            devices = DeviceTx(tx)
+            _registered(devices, name)
+            devices.set_queues(name, queues)
 
     def revoke_device(self, name: str) -> None:
         """Revoke a device: the server refuses its requests from now on."""
@@ -232,3 +266,50 @@ class DeviceRegistry:
             check_name(device, "device name")
         with self.db.read() as conn:
             return DeviceTx(conn).refusals(device)
+
+
+def _check_device_name(name: str) -> None:
+    check_name(name, "device name")
+    if "." in name:
+        raise InvalidArgument(
+            f"device name {name!r} must not contain '.': the home server holds a device's messages on "
+            "queues named <device>.<queue>, so a dot would let one device read another's"
+        )
+
+
+def _check_key(public_key: bytes) -> None:
+    if not isinstance(public_key, bytes) or len(public_key) != 32:
+        raise InvalidArgument(
+            "public_key must be the 32 raw bytes of an Ed25519 public key "
+            "(make a pair with `edgeq keys new`)"
+        )
+
+
+def _checked_queues(queues: Sequence[str] | None) -> list[str] | None:
+    if queues is None:
+        return None
+    if isinstance(queues, str) or not isinstance(queues, Sequence):
+        raise InvalidType("queues must be a list of queue names, or None for any")
+    return [check_name(q, "queue name") for q in queues]
+
+
+def _registered(devices: DeviceTx, name: str) -> DeviceRecord:
+    found = devices.get(name)
+    if found is None or found.public_key is None:
+        raise DeviceNotFound(f"no device {name!r} is registered here: register it first "
+                             "(edgeq server devices add, or POST /api/v1/devices)")
+    return found
+
+
+def _key_holders(devices: DeviceTx, name: str, public_key: bytes, share_key: bool) -> list[str]:
+    """The other devices with ``public_key``: refused unless ``share_key`` (a signature would no longer
+    say which device made it)."""
+    others = devices.holders(public_key, name)
+    if others and not share_key:
+        named = ", ".join(d.name + (f" (revoked {d.revoked_at})" if d.revoked_ms is not None else "")
+                          for d in others)
+        raise KeyInUse(
+            f"that key is already registered to {named}: one key pair per device, so a signature says "
+            f"which device sent it; make {name} its own with `edgeq keys new`, or share it knowingly "
+            "(--force; the API's \"force\": true)")
+    return [d.name for d in others]

@@ -70,7 +70,7 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home.db"
     with QueueManager(path, name="HOME") as qm:
         qm.register_device("DEV1", bytes(32))
-        qm.register_device("DEV2", bytes(32))
+        qm.register_device("DEV2", bytes([2]) * 32)  # a key of its own
     made = edgeq("admin", "keygen", "--out", str(tmp_path / "operator.key"))
     assert made.returncode == 0, made.stderr
     return path
@@ -190,6 +190,21 @@ def test_serve_with_the_certificate_and_key_swapped_names_the_file(tmp_path: Pat
     garbage.write_text("not a key\n")
     refused(edgeq("serve", "--db", db, "--name", "HOME", "--port", "0", "--tls-cert", str(pki.cert),
                   "--tls-key", str(garbage)), 2, str(garbage), "--tls-key")
+
+
+def test_serve_refuses_an_admin_key_others_may_read_or_without_the_console(tmp_path: Path) -> None:
+    from edgeq.sync.server.admin.client import new_operator_key
+
+    pair, _ = new_operator_key(tmp_path / "operator.key")
+    serve = ("serve", "--db", str(tmp_path / "home.db"), "--name", "HOME", "--port", "0")
+    refused(edgeq(*serve, "--admin-key", str(pair.private_path)),
+            2, "--admin-key signs the management API's admin requests: give --console too")
+    pair.private_path.chmod(0o644)
+    refused(edgeq(*serve, "--console", "--admin-key", str(pair.private_path)),
+            2, "is readable by others (mode 644): run chmod 600", "--admin-key")
+    refused(edgeq(*serve, "--console", "--admin-key", str(pair.public_path)),
+            2, "is a public key; give the private key file")
+    assert not (tmp_path / "home.db").exists()  # refused before anything was made
 
 
 # -- stores and queues ---------------------------------------------------------------------------

@@ -74,10 +74,10 @@ def test_a_revoked_devices_key_is_refused_too_and_the_refusal_dates_the_revocati
     add(home, "DEV1", keys["dev1"])
     run("server", "devices", "revoke", "DEV1", "--db", str(home))
     with QueueManager(home) as qm:
-        revoked = qm.device("DEV1").revoked_ms  # type: ignore[union-attr]
+        revoked = qm.device("DEV1").revoked_at  # type: ignore[union-attr]
     assert revoked is not None
     reused = add(home, "DEV3", keys["dev1"])
-    assert reused.exit_code == 1 and f"DEV1 (revoked {format_time(revoked)})" in reused.stderr
+    assert reused.exit_code == 1 and f"DEV1 (revoked {revoked})" in reused.stderr
 
 
 def test_revocations_print_iso_dates_never_epoch_ms(home: Path, keys: dict[str, Path]) -> None:
@@ -92,6 +92,37 @@ def test_revocations_print_iso_dates_never_epoch_ms(home: Path, keys: dict[str, 
     assert f"revoked {when}" in listed.stdout
     (entry,) = json.loads(run("server", "devices", "list", "--db", str(home), "--json").stdout)
     assert entry["revoked"] == when and isinstance(entry["revoked_ms"], int)
+
+
+def test_rekey_keeps_the_queues_and_lifts_a_revocation(home: Path, keys: dict[str, Path]) -> None:
+    add(home, "DEV1", keys["dev1"], "--queues", "ORDERS")
+    run("server", "devices", "revoke", "DEV1", "--db", str(home))
+    rekeyed = run("server", "devices", "rekey", "DEV1", "--public-key", str(keys["dev2"]), "--db", str(home))
+    with QueueManager(home) as qm:
+        after = qm.device("DEV1")
+    assert after is not None and (after.queues, after.revoked_ms) == (("ORDERS",), None)
+    assert rekeyed.exit_code == 0 and rekeyed.stdout.startswith("Re-keyed DEV1 (SHA256:")
+    unknown = run("server", "devices", "rekey", "DEV9", "--public-key", str(keys["dev1"]), "--db", str(home))
+    assert unknown.exit_code == 1 and "no device 'DEV9' is registered here" in unknown.stderr
+
+
+def test_set_queues_takes_a_list_any_or_none(home: Path, keys: dict[str, Path]) -> None:
+    add(home, "DEV1", keys["dev1"])
+
+    def set_queues(*args: str) -> Result:
+        return run("server", "devices", "set-queues", "DEV1", *args, "--db", str(home))
+
+    listed = set_queues("--queue", "ORDERS", "--queue", "TELEMETRY")
+    assert listed.stdout == "DEV1 may push to ORDERS, TELEMETRY from its next request.\n"
+    assert set_queues("--none").stdout == "DEV1 may push to no queue from its next request.\n"
+    with QueueManager(home) as qm:
+        assert qm.device("DEV1").queues == ()  # type: ignore[union-attr]
+    assert set_queues("--any").stdout == "DEV1 may push to any queue from its next request.\n"
+    for wrong in ((), ("--any", "--none"), ("--queue", "ORDERS", "--any")):
+        refused = set_queues(*wrong)
+        assert refused.exit_code == 2 and "one of them" in refused.stderr
+    with QueueManager(home) as qm:
+        assert qm.device("DEV1").queues is None  # type: ignore[union-attr]
 
 
 def test_a_missing_store_is_created_when_the_operator_says_yes(tmp_path: Path, keys: dict[str, Path]) -> None:

@@ -11,19 +11,31 @@ from typing import TYPE_CHECKING
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.options import ADMIN, F, db_option, open_store, output_options, wants_json
+from edgeq.cli.options import (
+    ADMIN,
+    F,
+    db_option,
+    open_store,
+    output_options,
+    remote_api,
+    remote_options,
+    remote_words,
+    wants_json,
+)
 from edgeq.cli.params import DEVICE_NAME, DURATION, REQUEST_EXPIRY, parse_device_name
+from edgeq.clock import system_clock
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:  # the admin stack (cbor2, cryptography) is imported when a command runs
     from edgeq.sync.server.admin.client import AdminClient
     from edgeq.sync.server.admin.records import AdminRecord
+    from edgeq.sync.server.api.client import ApiClient
 
 __all__ = ["AdminOptions", "admin", "client_of", "confirm", "depth_line", "exit_unless_success",
-           "merged_options", "request_options", "send", "stack"]
+           "merged_options", "remote", "request_options", "send", "stack"]
 
 #: The operator's own commands; any other first word is a device name.
-OPERATOR_COMMANDS = ("keygen", "pending", "replies", "show")
+OPERATOR_COMMANDS = ("keygen", "pending", "replies", "resend", "show")
 
 
 @dataclass(slots=True)
@@ -99,6 +111,7 @@ request_options = stack(
 @click.option("--all-devices", is_flag=True,
               help="Send to every device the server knows (and has not revoked).")
 @request_options
+@remote_options
 @click.pass_context
 def admin(ctx: click.Context, db: Path | None, key_file: Path | None, key_id: str | None, device: str | None,
           all_devices: bool, wait_ms: int | None, expires_ms: int | None, as_json: bool) -> None:
@@ -109,6 +122,7 @@ def admin(ctx: click.Context, db: Path | None, key_file: Path | None, key_id: st
       edgeq admin keygen --out operator.key
       edgeq admin --db home.db --key operator.key DEV1 queue list --wait 30s
       edgeq admin --db home.db --key operator.key --all-devices sync-status --wait 1m
+      edgeq admin --server http://home:8471 --token-file ops.token DEV1 queue list --wait 30s
 
     Exit status: 0 on success; 1 on an error, or a failed (or no) reply with --wait; 2 on a usage mistake.
     """
@@ -165,36 +179,72 @@ def send(ctx: click.Context, action: str, target: str | None = None,
     from edgeq.cli.admin.views import format_fanout, format_record
 
     opts = merged_options(ctx, wait_ms, expires_ms, as_json)
-    client = client_of(ctx, opts, signing=True)
-    expires = None if opts.expires_ms is None else client.clock() + opts.expires_ms
-    if opts.all_devices:
-        handles = client.request_all(action, target, params, expires_ms=expires)
-    elif opts.device is not None:
-        handles = [client.request(opts.device, action, target, params, expires_ms=expires)]
-    else:
+    if not opts.all_devices and opts.device is None:
         raise click.UsageError("name the device (edgeq admin DEV1 ...), or give --all-devices", ctx)
-    if opts.wait_ms is None:
-        records = [client.records.get(h.request_id) for h in handles]
+    api = remote(ctx, opts)
+    if api is not None:
+        done = _send_remote(api, opts, action, target, params or {})
+        now, again = system_clock(), remote_words(ctx)
     else:
-        waited = client.wait_all(handles, opts.wait_ms / 1000)
-        records = [waited[h.request_id] for h in handles]
-    done = [r for r in records if r is not None]
-    now = client.clock()
+        done, now, again = _send_local(ctx, opts, action, target, params)
     if opts.json:
         dicts = [r.as_dict(now) for r in done]
         emit_json(dicts if opts.all_devices else dicts[0])
     elif opts.wait_ms is None:
         for r in done:
             click.echo(f"Sent {action}{' ' + target if target else ''} to {r.device}: request {r.request_id}")
-        db = shlex.quote(str(client.qm.path))
         later = f"show {done[0].request_id} --wait 30s" if len(done) == 1 else "replies"
-        click.echo(f"Its reply, once the device has synced: edgeq admin --db {db} {later}", err=True)
+        click.echo(f"Its reply, once the device has synced: edgeq admin {shlex.join(again)} {later}",
+                   err=True)
     elif opts.all_devices:
         click.echo(format_fanout(done, now))
     else:
         click.echo((show or format_record)(done[0], now))
     if opts.wait_ms is not None:
         exit_unless_success(ctx, done)
+
+
+def _send_local(ctx: click.Context, opts: AdminOptions, action: str, target: str | None,
+                params: Mapping[str, object] | None) -> tuple[list[AdminRecord], int, list[str]]:
+    """Through the store: the records, the client's time, and the words that name the store."""
+    client = client_of(ctx, opts, signing=True)
+    expires = None if opts.expires_ms is None else client.clock() + opts.expires_ms
+    if opts.all_devices:
+        handles = client.request_all(action, target, params, expires_ms=expires)
+    else:
+        handles = [client.request(str(opts.device), action, target, params, expires_ms=expires)]
+    if opts.wait_ms is None:
+        records = [client.records.get(h.request_id) for h in handles]
+    else:
+        waited = client.wait_all(handles, opts.wait_ms / 1000)
+        records = [waited[h.request_id] for h in handles]
+    return [r for r in records if r is not None], client.clock(), ["--db", str(client.qm.path)]
+
+
+def _send_remote(api: ApiClient, opts: AdminOptions, action: str, target: str | None,
+                 params: Mapping[str, object]) -> list[AdminRecord]:
+    """Through the management API: the server signs with its operator key (edgeq serve --admin-key)."""
+    devices = [str(opts.device)] if not opts.all_devices else [
+        d.name for d, _ in api.devices() if d.revoked_ms is None]
+    if not devices:
+        raise click.ClickException("the server knows no device (none said hello, none is registered): "
+                                   "nothing to send to")
+    sent = [api.send_admin_request(d, action, target, params, expires_in_ms=opts.expires_ms) for d in devices]
+    if opts.wait_ms is None:
+        return sent
+    return api.wait_admin_requests([r.request_id for r in sent], opts.wait_ms / 1000)
+
+
+def remote(ctx: click.Context, opts: AdminOptions) -> ApiClient | None:
+    """The management API client ``--server`` asks for (None: the store, --db); ``--key`` is not used
+    then (the server signs), and says so."""
+    api = remote_api(ctx)
+    if api is not None and opts.db is not None:
+        raise click.UsageError("give --server URL (a remote store) or --db PATH (a local one), not both")
+    if api is not None and opts.key_file is not None:
+        click.echo(f"Note: {opts.key_file} (--key or EDGEQ_ADMIN_KEY) is not used with --server: the server "
+                   "signs with its own operator key (edgeq serve --admin-key).", err=True)
+    return api
 
 
 def depth_line(record: AdminRecord, now_ms: int) -> str:

@@ -1,4 +1,4 @@
-"""The operator's own ``edgeq admin`` commands: ``keygen``, ``pending``, ``replies``, ``show``."""
+"""The operator's own ``edgeq admin`` commands: ``keygen``, ``pending``, ``replies``, ``show``, ``resend``."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from edgeq.cli.admin.group import admin, client_of, exit_unless_success, merged_options
+from edgeq.cli.admin.group import admin, client_of, exit_unless_success, merged_options, remote
 from edgeq.cli.base import emit_json
-from edgeq.cli.options import local_only, output_options, wants_json
+from edgeq.cli.options import output_options, remote_options, wants_json
 from edgeq.cli.params import DEVICE_NAME, DURATION
+from edgeq.clock import system_clock
 
-__all__ = ["keygen", "pending", "replies", "show"]
+__all__ = ["keygen", "pending", "replies", "resend", "show"]
 
 
 @admin.command("keygen")
@@ -43,7 +44,7 @@ def keygen(ctx: click.Context, out: Path, force: bool, as_json: bool) -> None:
 
 @admin.command("pending")
 @click.option("--device", "only", type=DEVICE_NAME, help="Only this device's requests.")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
@@ -52,12 +53,17 @@ def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
     \b
     Example:
       edgeq admin --db home.db pending
+      edgeq admin --server http://home:8471 --token-file viewer.token pending
     """
     from edgeq.cli.admin.views import format_pending
 
     opts = merged_options(ctx, as_json=as_json)
-    client = client_of(ctx, opts, signing=False)
-    records, now = client.pending(only), client.clock()
+    api = remote(ctx, opts)
+    if api is not None:
+        records, now = api.admin_requests(only, replied=False)[::-1], system_clock()
+    else:
+        client = client_of(ctx, opts, signing=False)
+        records, now = client.pending(only), client.clock()
     if opts.json:
         emit_json([r.as_dict(now) for r in records])
     else:
@@ -68,7 +74,7 @@ def pending(ctx: click.Context, only: str | None, as_json: bool) -> None:
 @click.option("--device", "only", type=DEVICE_NAME, help="Only this device's replies.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1),
               help="Show at most this many.")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> None:
@@ -81,8 +87,14 @@ def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> 
     from edgeq.cli.admin.views import format_replies
 
     opts = merged_options(ctx, as_json=as_json)
-    client = client_of(ctx, opts, signing=False)
-    records, now = client.replies(only, limit=limit), client.clock()
+    api = remote(ctx, opts)
+    if api is not None:  # the API pages by time sent: the latest replies first, as here
+        found = sorted(api.admin_requests(only, replied=True),
+                       key=lambda r: (-(r.replied_ms or 0), r.request_id))
+        records, now = found[:limit], system_clock()
+    else:
+        client = client_of(ctx, opts, signing=False)
+        records, now = client.replies(only, limit=limit), client.clock()
     if opts.json:
         emit_json([r.as_dict(now) for r in records])
     else:
@@ -93,7 +105,7 @@ def replies(ctx: click.Context, only: str | None, limit: int, as_json: bool) -> 
 @click.argument("request_id")
 @click.option("--wait", "wait_ms", type=DURATION, metavar="DURATION",
               help="Wait this long for the reply (30s, 2m).")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool) -> None:
@@ -106,16 +118,48 @@ def show(ctx: click.Context, request_id: str, wait_ms: int | None, as_json: bool
     from edgeq.cli.admin.views import format_record
 
     opts = merged_options(ctx, wait_ms, None, as_json)
-    client = client_of(ctx, opts, signing=False)
-    record = client.records.get(request_id)
-    if record is None:
-        raise click.BadParameter(f"no admin request {request_id!r} was sent from this store (see edgeq admin "
-                                 "pending and replies)", ctx, param_hint="'REQUEST_ID'")
-    handle = client.handle(request_id)
-    record = client.wait_all([handle], (opts.wait_ms or 0) / 1000)[request_id]
-    now = client.clock()
+    api = remote(ctx, opts)
+    if api is not None:
+        (record,), now = api.wait_admin_requests([request_id], (opts.wait_ms or 0) / 1000), system_clock()
+    else:
+        client = client_of(ctx, opts, signing=False)
+        if client.records.get(request_id) is None:
+            raise click.BadParameter(f"no admin request {request_id!r} was sent from this store (see edgeq "
+                                     "admin pending and replies)", ctx, param_hint="'REQUEST_ID'")
+        record = client.wait_all([client.handle(request_id)], (opts.wait_ms or 0) / 1000)[request_id]
+        now = client.clock()
     if opts.json:
         emit_json(record.as_dict(now))
     else:
         click.echo(format_record(record, now))
     exit_unless_success(ctx, [record])
+
+
+@admin.command("resend")
+@click.argument("request_id")
+@remote_options
+@output_options
+@click.pass_context
+def resend(ctx: click.Context, request_id: str, as_json: bool) -> None:
+    """Send a request again, the same one (its id): a device that ran it answers from its remembered
+    reply and never runs it twice; one whose expiry passed, or for a revoked device, is refused.
+
+    \b
+    Example:
+      edgeq admin --db home.db resend 3f2a9c0e5b7d4a1f8e6c2b0a9d8f7e6c
+    """
+    opts = merged_options(ctx, as_json=as_json)
+    api = remote(ctx, opts)
+    if api is not None:
+        record, now = api.resend_admin_request(request_id), system_clock()
+    else:
+        client = client_of(ctx, opts, signing=False)
+        client.resend(request_id)
+        record, now = client.handle(request_id).record, client.clock()
+    from edgeq.cli.admin.views import request_words
+
+    if opts.json:
+        emit_json(record.as_dict(now))
+    else:
+        click.echo(f"Re-sent {request_words(record)} to {record.device}: request {request_id} "
+                   f"({record.describe(now)})")

@@ -9,7 +9,8 @@ from edgeq.cli.format import format_time
 from edgeq.cli.views import format_table
 from edgeq.sync.server.admin.records import AdminRecord, plain_json
 
-__all__ = ["format_fanout", "format_items", "format_pending", "format_record", "format_replies", "value_text"]
+__all__ = ["format_fanout", "format_items", "format_pending", "format_record", "format_replies",
+           "request_words", "value_text"]
 
 _FIRST = ("object", "rc")
 #: The values a queue's item usually has, in the order a table shows them (any other after).
@@ -67,13 +68,14 @@ def _vertical(item: Mapping[str, object], indent: str = "") -> str:
     return "\n".join(lines)
 
 
-def _what(record: AdminRecord) -> str:
+def request_words(record: AdminRecord) -> str:
+    """``define-queue ALERTS``: the action and its target."""
     return f"{record.action} {record.target}" if record.target else record.action
 
 
 def format_record(record: AdminRecord, now_ms: int) -> str:
     """A request and how it stands: one line, then the reply's items once it came."""
-    head = f"{record.device} {_what(record)}: {record.describe(now_ms)} (request {record.request_id})"
+    head = f"{record.device} {request_words(record)}: {record.describe(now_ms)} (request {record.request_id})"
     reply = record.reply
     if reply is None:
         return head
@@ -96,7 +98,7 @@ def format_pending(records: Sequence[AdminRecord], now_ms: int) -> str:
     """Requests with no reply yet, one line each."""
     if not records:
         return "No admin request is waiting for a reply."
-    rows = [(r.request_id, r.device, _what(r), format_time(r.created_ms), r.describe(now_ms))
+    rows = [(r.request_id, r.device, request_words(r), format_time(r.created_ms), r.describe(now_ms))
             for r in records]
     return format_table(("REQUEST", "DEVICE", "ACTION", "SENT", "STATUS"), rows)
 
@@ -105,6 +107,6 @@ def format_replies(records: Sequence[AdminRecord]) -> str:
     """Requests and their replies, newest first, one line each."""
     if not records:
         return "No admin reply yet."
-    rows = [(r.request_id, r.device, _what(r), format_time(r.replied_ms or 0), r.rc or "-",
+    rows = [(r.request_id, r.device, request_words(r), format_time(r.replied_ms or 0), r.rc or "-",
              r.reply.message if r.reply is not None else "-") for r in records]
     return format_table(("REQUEST", "DEVICE", "ACTION", "REPLIED", "RC", "MESSAGE"), rows)

@@ -186,8 +186,16 @@ class AdminClient:
 
     def resend(self, request_id: str) -> AdminHandle:
         """Put the same signed request on its device's admin queue again (a device that ran it
-        answers from its remembered reply)."""
+        answers from its remembered reply); refused if its expiry passed or its device is revoked."""
         record = self._record(request_id)
+        now = self.clock()
+        if record.expires_ms is not None and now >= record.expires_ms:
+            raise EdgeqError(f"request {request_id} expired {(now - record.expires_ms) / 1000:.0f} s ago: a "
+                             "device would never run it; send a new request")
+        device = self.qm.device(record.device)
+        if device is not None and device.revoked_ms is not None:
+            raise EdgeqError(f"device {record.device} is revoked (since {device.revoked_at}): it would never "
+                             "take the request; re-key it first (edgeq server devices rekey)")
         held = device_queue_name(record.device, ADMIN_QUEUE)
         self._ensure_queue(held)
         self.qm.put(held, request_message(AdminRequest.from_bytes(record.request)))

@@ -4,20 +4,21 @@ confirmation page says it will do (docs/console.md, "Actions")."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
 from edgeq.store.opening import connect
 from edgeq.store.rules import FailureRow, RuleTx
 from edgeq.sync.server.api import audit
 from edgeq.sync.server.api.browse import device_json, one_message
 from edgeq.sync.server.api.http import ApiError, queue_name, uid
+
+if TYPE_CHECKING:
+    from edgeq.sync.server.api.auth import Principal
 
 __all__ = ["ACTIONS", "Action", "perform"]
 
@@ -34,21 +35,12 @@ class Action:
     ask: Callable[[QueueManager, str], str]
 
 
-def perform(qm: QueueManager, action: str, target: str, *, who: str, role: str,
-            at_ms: int) -> tuple[int, Any]:
-    """Do ``action`` on ``target`` as ``who``, record how it ended; the record's id and the answer (an
-    :class:`EdgeqError` raised again once recorded). A viewer's is refused (403, recorded)."""
-    try:
-        if role != "operator":
-            raise ApiError(403, f"{action} needs the operator role; {who} is a {role}")
-        body = ACTIONS[action].do(qm, target, who)
-    except EdgeqError as exc:
-        refused = isinstance(exc, ApiError) and exc.status == 403
-        audit.record(qm.path, at_ms=at_ms, who=who, role=role, action=action, target=target,
-                     outcome="refused" if refused else "failed", detail=str(exc))
-        raise
-    return audit.record(qm.path, at_ms=at_ms, who=who, role=role, action=action, target=target,
-                        outcome="done", detail=json.dumps(body)[:500]), body
+def perform(qm: QueueManager, action: str, target: str, *, who: Principal,
+            clock: Callable[[], int]) -> tuple[int, Any]:
+    """Do ``action`` on ``target`` as ``who`` (:func:`.audit.audited`: an operator's only, recorded however it
+    ends); the record's id and the answer."""
+    return audit.audited(qm.path, who, action, target, lambda: ACTIONS[action].do(qm, target, who.who),
+                         clock=clock)
 
 
 def _depth(qm: QueueManager, name: str) -> int:

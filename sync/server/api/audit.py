@@ -1,17 +1,25 @@
 """The API's record of actions (table ``api_actions``): who acted, when, on what, and how it ended;
-refused ones too."""
+refused ones too. :func:`audited` does an action the way every endpoint (and the console) must."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from edgeq.errors import EdgeqError
 from edgeq.store.opening import connect
+from edgeq.sync.server.api.http import ApiError
 
-__all__ = ["one", "record", "recorded"]
+if TYPE_CHECKING:
+    from edgeq.sync.server.api.auth import Principal
+
+__all__ = ["audited", "one", "record", "recorded"]
 
 _COLS = ("id", "at_ms", "who", "role", "action", "target", "outcome", "detail")
+T = TypeVar("T")
 
 
 def record(path: str | Path, *, at_ms: int, who: str, role: str, action: str, target: str, outcome: str,
@@ -22,6 +30,27 @@ def record(path: str | Path, *, at_ms: int, who: str, role: str, action: str, ta
                             "VALUES (?, ?, ?, ?, ?, ?, ?)",
                             (at_ms, who, role, action, target, outcome, detail))
         return done.lastrowid or 0
+
+
+def audited(path: str | Path, who: Principal, action: str, target: str, do: Callable[[], T], *,
+            clock: Callable[[], int]) -> tuple[int, T]:
+    """``do()`` as ``who`` asks it: only an operator may (a 403 :class:`ApiError`, nothing done), and it is
+    recorded however it ends: ``refused``, ``failed`` (the error) or ``done`` (the answer). The record's id,
+    and the answer."""
+    def note(outcome: str, detail: str) -> int:
+        return record(path, at_ms=clock(), who=who.who, role=who.role, action=action, target=target,
+                      outcome=outcome, detail=detail)
+
+    if who.role != "operator":
+        refusal = ApiError(403, f"{action} needs the operator role; {who.who} is a {who.role}")
+        note("refused", str(refusal))
+        raise refusal
+    try:
+        body = do()
+    except EdgeqError as exc:
+        note("refused" if isinstance(exc, ApiError) and exc.status == 403 else "failed", str(exc))
+        raise
+    return note("done", json.dumps(body)[:500]), body
 
 
 def recorded(path: str | Path, *, before: int | None, limit: int, who: str | None = None,

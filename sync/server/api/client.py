@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
 
+from edgeq.admin.wire import AdminReply
 from edgeq.errors import EdgeqError
 from edgeq.events.bindings import BindingInfo
 from edgeq.queues.attributes import QueueAttributes, QueueUsage
 from edgeq.store.devices import DeviceRecord, DeviceRefusal
 from edgeq.store.rules import FailureRow
 from edgeq.sync.keys import loose_secret
+from edgeq.sync.server.admin.records import AdminRecord
 from edgeq.sync.server.api.paging import MAX_LIMIT
 
 __all__ = ["TOKEN_ENV", "ApiClient", "RemoteError", "RemoteQueue", "load_token"]
@@ -26,6 +29,8 @@ RemoteQueue = tuple[QueueAttributes, QueueUsage, list[BindingInfo]]
 
 #: the environment variable holding a token, when no --token-file is given
 TOKEN_ENV: Final = "EDGEQ_TOKEN"
+#: how often a remote wait for admin replies asks again (seconds)
+WAIT_POLL_S: Final = 0.2
 
 _WHAT_TO_DO = {
     401: "check the token (--token-file or $EDGEQ_TOKEN): `edgeq server token list` on the server's host "
@@ -75,9 +80,10 @@ class ApiClient:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, params: Mapping[str, str] | None = None) -> Any:
+    def _call(self, method: str, path: str, params: Mapping[str, str] | None = None,
+              body: Mapping[str, Any] | None = None) -> Any:
         try:
-            response = self._http.request(method, path, params=params)
+            response = self._http.request(method, path, params=params, json=body)
         except httpx.HTTPError as exc:
             raise RemoteError(0, f"cannot reach the management API at {self.url}: {exc}; give the "
                                  "console's address (edgeq serve --console, --console-port)") from exc
@@ -113,6 +119,51 @@ class ApiClient:
         """Revoke ``name``: whether it was revoked now (False: it was already), and the device."""
         body = self._call("POST", f"/devices/{_part(name)}/revoke")
         return bool(body["revoked"]), _device(body["device"])[0]
+
+    def register_device(self, name: str, public_key: str, queues: Sequence[str] | None, *, share_key: bool,
+                        replace: bool) -> list[str]:
+        """Register ``name`` with ``public_key`` (a .pub file's text): the other devices sharing the key."""
+        body = {"name": name, "public_key": public_key, "queues": None if queues is None else list(queues),
+                "force": share_key, "replace": replace}
+        return list(self._call("POST", "/devices", body=body)["shares_key_with"])
+
+    def rekey_device(self, name: str, public_key: str, *, share_key: bool) -> list[str]:
+        body = {"public_key": public_key, "force": share_key}
+        return list(self._call("POST", f"/devices/{_part(name)}/key", body=body)["shares_key_with"])
+
+    def set_device_queues(self, name: str, queues: Sequence[str] | None) -> None:
+        wanted = None if queues is None else list(queues)
+        self._call("PUT", f"/devices/{_part(name)}/queues", body={"queues": wanted})
+
+    def send_admin_request(self, device: str, action: str, target: str | None, params: Mapping[str, object],
+                           *, expires_in_ms: int | None) -> AdminRecord:
+        """Have the server sign ``action`` for ``device`` with its operator key and queue it."""
+        body = {"device": device, "action": action, "target": target, "params": dict(params),
+                "expires_in_ms": expires_in_ms}
+        return _admin_record(self._call("POST", "/admin-requests", body=body))
+
+    def admin_request(self, request_id: str) -> AdminRecord:
+        return _admin_record(self._call("GET", f"/admin-requests/{_part(request_id)}"))
+
+    def resend_admin_request(self, request_id: str) -> AdminRecord:
+        return _admin_record(self._call("POST", f"/admin-requests/{_part(request_id)}/resend"))
+
+    def admin_requests(self, device: str | None, *, replied: bool) -> list[AdminRecord]:
+        """Every replied (or unreplied) request (of ``device``), newest first."""
+        wanted = {"status": "replied" if replied else "pending"}
+        if device is not None:
+            wanted["device"] = device
+        return [_admin_record(r) for r in self._pages("/admin-requests", "admin_requests", **wanted)]
+
+    def wait_admin_requests(self, request_ids: Sequence[str], timeout_s: float) -> list[AdminRecord]:
+        """The requests once none is pending, or as they stand after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            records = [self.admin_request(r) for r in request_ids]
+            left = deadline - time.monotonic()
+            if left <= 0 or all(r.status(int(time.time() * 1000)) != "pending" for r in records):
+                return records
+            time.sleep(min(WAIT_POLL_S, left))
 
     def refusals(self, device: str | None) -> list[DeviceRefusal]:
         found = self._call("GET", "/refusals", {} if device is None else {"device": device})
@@ -155,6 +206,16 @@ def _device(d: dict[str, Any]) -> tuple[DeviceRecord, str | None]:
     record = DeviceRecord(d["name"], d["added_ms"], d["last_seen_ms"], d["clock_offset_ms"], d["agent"],
                           None, queues, d["revoked_ms"])
     return record, d["public_key"]
+
+
+def _admin_record(d: dict[str, Any]) -> AdminRecord:
+    """A request as the API shows it (without its signed bytes: ``request`` is empty)."""
+    r = d["reply"]
+    reply = None if r is None else AdminReply(d["request_id"], d["device"], r["rc"], r["results"],
+                                              r["message"], r["executed_ms"])
+    return AdminRecord(d["request_id"], d["device"], d["action"], d["target"], d["created_ms"],
+                       d["expires_ms"], d["replied_ms"], d["rc"], reply, b"", d["delivered_ms"],
+                       in_flight=d["status"] == "unknown" and d["delivered_ms"] is None)
 
 
 def _queue(q: dict[str, Any]) -> RemoteQueue:

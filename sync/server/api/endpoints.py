@@ -3,7 +3,8 @@ errors as JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,21 +14,26 @@ from starlette.responses import Response
 
 from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
+from edgeq.sync.server.admin.client import OperatorKey
 from edgeq.sync.server.api.actions import perform
-from edgeq.sync.server.api.auth import authenticate
-from edgeq.sync.server.api.http import answer, refusal
+from edgeq.sync.server.api.auth import Principal, authenticate
+from edgeq.sync.server.api.http import ApiError, answer, refusal
 
-__all__ = ["Api"]
+__all__ = ["Api", "BodyAction"]
 
 _Endpoint = Callable[[Request], Awaitable[Response]]
+#: an action whose arguments are a JSON body: (the queue manager, who asks, the arguments) -> the answer
+BodyAction = Callable[[QueueManager, Principal, Mapping[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Api:
-    """The queue manager the API serves, and its clock (epoch ms)."""
+    """The queue manager the API serves, its clock (epoch ms), and the operator key it signs admin requests
+    with (None: it sends none)."""
 
     qm: QueueManager
     clock: Callable[[], int]
+    signer: OperatorKey | None = None
 
     def read(self, fn: Callable[[Request], Any]) -> _Endpoint:
         """A GET endpoint: any role; ``fn`` (run in a thread) returns the JSON body."""
@@ -46,9 +52,41 @@ class Api:
             try:
                 who = await authenticate(request, self.qm.path, self.clock)
                 what = target(request)
-                _, body = await run_in_threadpool(lambda: perform(
-                    self.qm, action, what, who=who.who, role=who.role, at_ms=self.clock()))
+                _, body = await run_in_threadpool(lambda: perform(self.qm, action, what, who=who,
+                                                                  clock=self.clock))
             except EdgeqError as exc:
                 return refusal(exc).response()
             return answer(body)
         return endpoint
+
+    def act_on(self, fn: BodyAction) -> _Endpoint:
+        """A POST (or PUT) endpoint calling ``fn(qm, who, arguments)``: the arguments are the JSON body's
+        (an object; none: ``{}``) and the path's; ``fn`` checks the role and records (``audit.audited``)."""
+        async def endpoint(request: Request) -> Response:
+            try:
+                who = await authenticate(request, self.qm.path, self.clock)
+                try:
+                    body = _json_object(await request.body())
+                except ApiError:
+                    if who.role == "operator":
+                        raise
+                    body = {}  # a viewer is refused (403, recorded) whatever the body
+                return answer(await run_in_threadpool(fn, self.qm, who, {**body, **request.path_params}))
+            except EdgeqError as exc:
+                return refusal(exc).response()
+        return endpoint
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A request's JSON body: an object (an empty body: ``{}``); a 400 :class:`ApiError` otherwise."""
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the body is not JSON ({exc}): send a JSON object, see docs/management-api.md"
+                       ) from None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"the body must be a JSON object, not {type(value).__name__}")
+    return value
+

@@ -17,6 +17,7 @@ from edgeq.names import check_name
 from edgeq.store.opening import connect
 from edgeq.store.rules import RuleTx
 from edgeq.sync.server.admin.records import page, page_cursor, read_cursor
+from edgeq.sync.server.api.admin import collect_replies
 from edgeq.sync.server.api.endpoints import Api
 from edgeq.sync.server.api.http import ApiError, limit
 
@@ -47,6 +48,7 @@ def routes(api: Api) -> list[Route]:
             raise ApiError(400, f"status must be pending or replied, not {status[:20]!r}")
         before = read_cursor(request.query_params.get("after"))
         size, now = limit(request), api.clock()
+        collect_replies(qm)  # replies that came show as such
         with closing(connect(qm.path, read_only=True)) as conn:
             found = page(conn, device=_device(request), replied=None if status is None else _REPLIED[status],
                          before=before, limit=size)

@@ -11,7 +11,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from edgeq.manager import QueueManager
-from edgeq.sync.server.api import audit, devices, messages, queues, records
+from edgeq.sync.server.admin.client import OperatorKey
+from edgeq.sync.server.api import admin, audit, devices, messages, queues, records, registry
 from edgeq.sync.server.api.endpoints import Api
 from edgeq.sync.server.api.http import ApiError, cursor, limit
 
@@ -20,9 +21,11 @@ __all__ = ["api_routes"]
 _ALL = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
-def api_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]:
-    """The routes of ``/api/v1`` over ``qm``; ``clock`` is the server's (epoch ms)."""
-    api = Api(qm, clock)
+def api_routes(qm: QueueManager, *, clock: Callable[[], int], signer: OperatorKey | None = None
+               ) -> list[BaseRoute]:
+    """The routes of ``/api/v1`` over ``qm``; ``clock`` is the server's (epoch ms); ``signer`` the operator
+    key admin requests are signed with (``edgeq serve --admin-key``; None: none is sent)."""
+    api = Api(qm, clock, signer)
 
     def actions(request: Request) -> dict[str, Any]:
         size = limit(request)
@@ -35,7 +38,8 @@ def api_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]
                         ).response()
 
     return [Mount("/api/v1", routes=[
-        *devices.routes(api), *queues.routes(api), *messages.routes(api), *records.routes(api),
+        *devices.routes(api), *registry.routes(api), *queues.routes(api), *messages.routes(api),
+        *records.routes(api), *admin.routes(api),
         Route("/actions", api.read(actions), methods=["GET"]),
         Route("/{rest:path}", not_found, methods=_ALL),
     ]), *(Route(path, not_found, methods=_ALL) for path in ("/api", "/api/{rest:path}"))]

@@ -21,6 +21,7 @@ from edgeq.store.opening import connect
 from edgeq.store.rules import RuleTx
 from edgeq.sync.server.api import audit
 from edgeq.sync.server.api.actions import ACTIONS, perform
+from edgeq.sync.server.api.auth import Principal
 from edgeq.sync.server.api.http import ApiError, cursor, refusal
 from edgeq.sync.server.console.auth import ConsoleCredential
 from edgeq.sync.server.console.detail import PAGE
@@ -86,7 +87,7 @@ def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja
                 "question": question, "back": _back(qm, name, target)})
         try:
             done, _ = await run_in_threadpool(lambda: perform(
-                qm, name, target, who=who, role=cred.role, at_ms=clock()))
+                qm, name, target, who=Principal(who, cred.role), clock=clock))
         except EdgeqError as exc:  # recorded: shown here, with what to do
             return problem(request, session, str(exc), refusal(exc).status)
         return RedirectResponse(f"{_back(qm, name, target)}?done={done}", status_code=303)

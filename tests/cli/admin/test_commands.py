@@ -32,7 +32,7 @@ def home_db(tmp_path: Path) -> Path:
     path = tmp_path / "home.db"
     with QueueManager(path, name="HOME") as qm:
         qm.register_device("DEV1", bytes(32))
-        qm.register_device("DEV2", bytes(32))
+        qm.register_device("DEV2", bytes([2]) * 32)  # a key of its own
     return path
 
 
@@ -186,6 +186,21 @@ def test_a_depth_and_a_failed_reply(run: Run, home: QueueManager, dev1: QueueMan
     assert shown["reply"]["results"][0]["attributes"]["name"] == "ORDERS" and shown["status"] == "replied"
 
 
+def test_resend_puts_the_same_request_again_and_is_answered_from_memory(
+        run: Run, home: QueueManager, dev1: QueueManager) -> None:
+    dev1.define_queue("LOGS")
+    dev1.put_many("LOGS", [Message(b"a"), Message(b"b")])
+    rid = request_id(run("DEV1", "queue", "purge", "LOGS"))
+    carry(home, dev1)
+    dev1.put("LOGS", Message(b"later"))
+    again = ok(run("resend", rid, key=False))
+    assert again == f"Re-sent purge LOGS to DEV1: request {rid} (replied: success)\n"
+    assert [r.request_id for r in queued(home)] == [rid]  # the same signed request, queued again
+    assert carry(home, dev1) == 1 and dev1.depth("LOGS") == 1  # answered from memory: not purged twice
+    unknown = run("resend", "ab" * 16, key=False)
+    assert unknown.exit_code == 1 and "no admin request" in unknown.stderr
+
+
 def test_waiting_in_vain_exits_1_and_says_pending(run: Run) -> None:
     result = run("DEV1", "sync-status", "--wait", "0")
     assert result.exit_code == 1 and result.stdout.startswith("DEV1 inquire-sync: pending (request ")
@@ -196,7 +211,7 @@ def test_waiting_in_vain_exits_1_and_says_pending(run: Run) -> None:
 
 
 def test_a_device_named_like_a_command(run: Run, home: QueueManager) -> None:
-    home.register_device("pending", bytes(32))
+    home.register_device("pending", bytes([3]) * 32)
     request_id(run("--device", "pending", "queue", "list"))
     assert len(queued(home, "pending")) == 1
 

@@ -33,7 +33,7 @@ def key() -> Ed25519PrivateKey:
 def home(tmp_path: Path, clock: ManualClock) -> Iterator[QueueManager]:
     qm = QueueManager(tmp_path / "home.db", name="HOME", clock=clock)
     qm.register_device("DEV1", bytes(32))
-    qm.register_device("DEV2", bytes(32))
+    qm.register_device("DEV2", bytes([2]) * 32)  # a key of its own
     yield qm
     qm.close()
 
@@ -241,3 +241,17 @@ def test_operator_keys_round_trip_through_their_files(tmp_path: Path) -> None:
     assert OperatorKey.load(pair.private_path, "ops-alice").key_id == "ops-alice"
     with pytest.raises(EdgeqError, match="exists"):
         new_operator_key(tmp_path / "operator.key")
+
+
+def test_resend_refuses_a_request_that_expired_or_whose_device_is_revoked(
+    client: AdminClient, home: QueueManager, clock: ManualClock
+) -> None:
+    lapsed = client.request("DEV1", "inquire-all", expires_ms=clock() + 1_000)
+    kept = client.request("DEV2", "inquire-all")
+    clock.advance(2_000)
+    with pytest.raises(EdgeqError, match="expired 1 s ago: a device would never run it; send a new request"):
+        client.resend(lapsed.request_id)
+    home.revoke_device("DEV2")
+    with pytest.raises(EdgeqError, match=r"device DEV2 is revoked .*: it would never take the request"):
+        client.resend(kept.request_id)
+    assert home.depth(f"DEV2.{ADMIN_QUEUE}") == 1  # only the first sending

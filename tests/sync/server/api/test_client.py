@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from edgeq import Int64, Message, QueueManager
+from edgeq.sync.keys import fingerprint, new_key_pair
 from edgeq.sync.server.console.auth import set_password
 from tests.sync.conftest import EDGEQ, ServedConsole, edgeq_serve_console
 
@@ -163,7 +164,7 @@ def test_the_token_may_come_from_edgeq_token(served: Served) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"), ("admin", "pending"),
+    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"),
 ])
 def test_a_command_the_api_cannot_do_refuses_server(served: Served, args: tuple[str, ...]) -> None:
     refused = served.remote(*args)
@@ -177,3 +178,32 @@ def test_server_and_db_together_or_more_than_one_uid_are_refused(served: Served)
     assert both.returncode == 2 and "give --server URL (a remote store) or --db PATH" in both.stderr
     every = served.remote("dlq", "delete", "--all", role="operator")
     assert every.returncode == 2 and "--all and --queue are not available remotely yet" in every.stderr
+
+
+def test_an_operator_registers_rekeys_and_changes_queues_remotely(served: Served, tmp_path: Path) -> None:
+    keys = {name: new_key_pair(tmp_path / f"{name}.key") for name in ("a", "b")}
+
+    def devices(*args: str, role: str = "operator") -> subprocess.CompletedProcess[str]:
+        return served.remote("server", "devices", *args, role=role)
+
+    added = devices("add", "DEV5", "--public-key", str(keys["a"].public_path), "--queues", "ORDERS")
+    assert (added.returncode, added.stdout) == (
+        0, f"Registered DEV5 ({fingerprint(keys['a'].public_key)}), may push to ORDERS.\n"), added.stderr
+    shared = devices("add", "DEV6", "--public-key", str(keys["a"].public_path))
+    assert shared.returncode == 1 and "answered 409" in shared.stderr
+    assert "registered to DEV5" in shared.stderr
+    forced = devices("add", "DEV6", "--public-key", str(keys["a"].public_path), "--force")
+    assert forced.returncode == 0
+    assert f"Warning: the key in {keys['a'].public_path} is also registered to DEV5" in forced.stderr
+    rekeyed = devices("rekey", "DEV5", "--public-key", str(keys["b"].public_path))
+    assert rekeyed.stdout == (f"Re-keyed DEV5 ({fingerprint(keys['b'].public_key)}); requests signed "
+                              "with its old key are refused.\n")
+    none = devices("set-queues", "DEV5", "--none")
+    assert none.stdout == "DEV5 may push to no queue from its next request.\n"
+    refused = devices("set-queues", "DEV5", "--any", role="viewer")
+    assert refused.returncode == 1 and "set-device-queues needs the operator role" in refused.stderr
+    listed = {d["name"]: d for d in json.loads(served.local("server", "devices", "list", "--json").stdout)}
+    assert listed["DEV5"]["queues"] == [] and listed["DEV6"]["queues"] is None
+    local = devices("add", "DEV7", "--public-key", str(keys["b"].public_path), "--create", "--force")
+    assert local.returncode == 2
+    assert "--create and --name make a local store: not with --server" in local.stderr

@@ -411,3 +411,12 @@ def test_an_operator_retries_or_drops_a_parked_rule_event_and_a_viewer_cannot(se
     with served.client("viewer") as api:
         only = api.get("/actions", params={"who": "token:ops-viewer", "action": "drop-rule-event"}).json()
         assert [(a["who"], a["outcome"]) for a in only["actions"]] == [("token:ops-viewer", "refused")]
+
+
+def test_sending_an_admin_request_without_an_operator_key_is_a_409_saying_what_to_do(served: Served) -> None:
+    with served.client() as api:
+        _error(api.post("/admin-requests", json={"device": "DEV1", "action": "inquire-all"}), 409,
+               "no operator key to sign admin requests with: start it with edgeq serve --console --admin-key")
+    with QueueManager(served.db, keys=served.keys) as qm:
+        assert "DEV1.SYSTEM.ADMIN" not in qm.queue_names()  # nothing was queued
+    assert _actions(served)[0]["outcome"] == "failed"
