@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import asdict
 from typing import Any
 
@@ -9,16 +10,19 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from edgeq.store.devices import DeviceRecord
+from edgeq.store.opening import connect
 from edgeq.sync.keys import fingerprint
 from edgeq.sync.server.api.endpoints import Api
 from edgeq.sync.server.api.http import ApiError
+from edgeq.sync.server.backlog import reported_backlogs
 
 __all__ = ["device_json", "routes"]
 
 
-def device_json(d: DeviceRecord) -> dict[str, Any]:
-    """A device as the API shows it: its key by fingerprint only."""
+def device_json(d: DeviceRecord, backlog: tuple[int, int] | None = None) -> dict[str, Any]:
+    """A device as the API shows it: its key by fingerprint only; the backlog it last reported and when."""
     out = asdict(d)
+    out["backlog"], out["backlog_reported_ms"] = backlog or (None, None)
     out["public_key"] = None if d.public_key is None else fingerprint(d.public_key)
     out["queues"] = None if d.queues is None else list(d.queues)
     out["registered"] = d.registered
@@ -34,18 +38,27 @@ def routes(api: Api) -> list[Route]:
             raise ApiError(404, f"no device {name[:60]!r}: GET /api/v1/devices lists them")
         return found
 
+    def reported() -> dict[str, tuple[int, int]]:
+        """The backlogs the devices last reported (docs/console.md, "Backlog")."""
+        with closing(connect(qm.path, read_only=True)) as conn:
+            return reported_backlogs(conn)
+
+    def shown_json(d: DeviceRecord) -> dict[str, Any]:
+        return device_json(d, reported().get(d.name))
+
     def listed(request: Request) -> dict[str, Any]:
-        return {"devices": [device_json(d) for d in qm.devices()]}
+        backlogs = reported()
+        return {"devices": [device_json(d, backlogs.get(d.name)) for d in qm.devices()]}
 
     def shown(request: Request) -> dict[str, Any]:
-        return device_json(one(request.path_params["name"]))
+        return shown_json(one(request.path_params["name"]))
 
     def revoke(request: Request) -> dict[str, Any]:
         before = one(request.path_params["name"])
         if before.revoked_ms is not None:
-            return {"revoked": False, "detail": "it was revoked already", "device": device_json(before)}
+            return {"revoked": False, "detail": "it was revoked already", "device": shown_json(before)}
         qm.revoke_device(before.name)
-        return {"revoked": True, "device": device_json(one(before.name))}
+        return {"revoked": True, "device": shown_json(one(before.name))}
 
     def name(request: Request) -> str:
         return str(request.path_params["name"])
