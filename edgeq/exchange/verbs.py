@@ -148,5 +148,9 @@ class Exchange:
         """Count this home server's refusals of ``device``'s messages on ``queue``, per reason."""
         self._devices.record_refusals(device, queue, refused)
 
+    def record_backlog(self, device: str, queue: str, messages: int) -> None:
+        """Keep the backlog ``device`` last reported pushing to ``queue`` (docs/console.md, "Backlog")."""
+        self._devices.record_backlog(device, queue, messages)
+
     def device_refusals(self, device: str | None = None) -> list[DeviceRefusal]:
         return self._devices.refusals(device)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from edgeq.args import check_int, check_positive
+from edgeq.args import check_int, check_non_negative, check_positive
 from edgeq.errors import DeviceExists, DeviceNotFound, InvalidArgument, InvalidType, KeyInUse
 from edgeq.names import check_name
 from edgeq.store.connection import ConnectionFactory
@@ -163,6 +163,13 @@ class DeviceTx:
             "ORDER BY last_ms DESC, device, queue, reason", args)
         return [DeviceRefusal(*row) for row in rows]
 
+    def backlog(self, device: str, queue: str, messages: int, now_ms: int) -> None:
+        self.conn.execute(
+            "INSERT INTO device_backlogs (device, queue, messages, reported_ms) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (device, queue) DO UPDATE SET messages = excluded.messages, "
+            "reported_ms = excluded.reported_ms", (device, queue, messages, now_ms))
+
+
 class DeviceRegistry:
     """The devices a home server knows: contact, clock offset, keys, revocation."""
 
@@ -259,6 +266,14 @@ class DeviceRegistry:
         if refused:
             with self.db.write() as tx:
                 DeviceTx(tx).refused(device, queue, refused, self.clock())
+
+    def record_backlog(self, device: str, queue: str, messages: int) -> None:
+        """Keep the backlog ``device`` reported for ``queue`` now (the console's and /metrics' figure)."""
+        check_name(device, "device name")
+        check_name(queue, "queue name")
+        check_non_negative(messages, "backlog")
+        with self.db.write(durable=False) as tx:  # lost in a power cut: the next report replaces it
+            DeviceTx(tx).backlog(device, queue, messages, self.clock())
 
     def refusals(self, device: str | None = None) -> list[DeviceRefusal]:
         """What the server refused, per device, queue and reason (of ``device`` only, if given)."""

@@ -372,8 +372,20 @@ def _v14(db: Database) -> None:
     )
 
 
+def _v15(db: Database) -> None:
+    """The backlog each device last reported pushing, per queue (a row per device and queue)."""
+    db.execute(
+        """CREATE TABLE device_backlogs (
+               device TEXT NOT NULL,
+               queue TEXT NOT NULL,
+               messages INTEGER NOT NULL,
+               reported_ms INTEGER NOT NULL,
+               PRIMARY KEY (device, queue)) WITHOUT ROWID"""
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
-    _v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12, _v13, _v14,
+    _v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12, _v13, _v14, _v15,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

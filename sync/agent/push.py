@@ -178,7 +178,7 @@ class Pusher:
         self._target, self._compression = target, attrs.compression
         last_why: str | None = None
         ahead: list[Message] = []  # read, not put yet: the next batches
-        read_ms, read_mono, all_read = 0, 0.0, False
+        read_ms, read_mono, all_read, waiting = 0, 0.0, False, 0
         self._pending.clear()
         self._fresh_clock_bounds()
         try:
@@ -187,11 +187,13 @@ class Pusher:
                     read_ms = self.link.clock()  # remaining expiry is measured from (about) now
                     read_mono = self.link.monotonic()  # and no earlier than this instant
                     ahead, all_read = self._read_ahead(name, inflight_uids, skipped)
+                    waiting = self._depth(name) - len(inflight_uids)  # the backlog: not being confirmed
                 batch, ahead = ahead[: self.link.batch_size], ahead[self.link.batch_size :]
                 drained = all_read and not ahead
                 to_confirm: list[str] = []
                 for chunk in self._chunks(batch, report):
-                    to_confirm += self._put_stage(target, chunk, read_ms, read_mono, report)
+                    to_confirm += self._put_stage(target, chunk, read_ms, read_mono, report, max(0, waiting))
+                waiting -= len(batch)
                 report.batches += bool(batch)
                 moved = True
                 if inflight is not None:
@@ -297,11 +299,16 @@ class Pusher:
         # One warning per queue and push says what to do (Pusher._push_one); each here is detail.
         log.debug("refused %s: %s", uid, why, extra={"event": "refused-message", "uid": uid, "why": why})
 
+    def _depth(self, name: str) -> int:
+        """Messages queue ``name`` holds, as stored (in flight and refused ones included): one read."""
+        return next((q.depth for q in self.qm.store_usage().queues if q.name == name), 0)
+
     def _put_stage(
-        self, target: str, chunk: list[Message], read_ms: int, read_mono: float, report: PushReport
+        self, target: str, chunk: list[Message], read_ms: int, read_mono: float, report: PushReport,
+        waiting: int,
     ) -> list[str]:
-        """Stage one for a chunk whose lifetimes were read at ``read_ms`` (device clock), no
-        earlier than monotonic ``read_mono``; returns the uids to confirm."""
+        """Stage one for a chunk whose lifetimes were read at ``read_ms`` (device clock), no earlier than
+        monotonic ``read_mono``, reporting ``waiting`` (the backlog); returns the uids to confirm."""
         wire = []
         for message in chunk:
             assert message.uid is not None
@@ -309,7 +316,7 @@ class Pusher:
             wire.append(wm.WireMessage.from_message(message, resend=resend).to_wire())
             self._attempted.add(message.uid)
         epoch = self.link.server_clock.epoch
-        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire,
+        body = {"type": "put", "now_ms": read_ms, "queue": target, "messages": wire, "backlog": waiting,
                 **self._server_ms(read_mono)}
         results = decode_results(self.link.call(p.PATH_PUT, body, "put", compression=self._compression),
                                  PUT_STATUSES, chunk)
@@ -371,9 +378,10 @@ class Pusher:
         delete the confirmed local copies in one transaction; ``compression``: the queue's."""
         limit = self.link.info.max_batch
         results: Results = []
+        waiting = max(0, self._depth(name) - len(uids))  # the backlog once these are confirmed
         for start in range(0, len(uids), limit):
             body = {"type": "confirm", "now_ms": self.link.clock(), "queue": target,
-                    "uids": uids[start : start + limit]}
+                    "uids": uids[start : start + limit], "backlog": waiting}
             answer = self.link.call(p.PATH_CONFIRM, body, "confirm", compression=compression)
             results += decode_results(answer, CONFIRM_STATUSES)
         done = [uid for uid, status, _ in results if status in ("confirmed", "already")]

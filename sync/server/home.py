@@ -196,6 +196,7 @@ class HomeService:
         self.metrics.count("refused", tally["refused"])
         if tally["refused"]:
             self._record_refusals(state.name, queue, results)
+        self._backlog(state, queue, body, now)
         log.info(
             "put %d message(s) from %s to %s", len(wire), state.name, queue,
             extra={"event": "put", "device": state.name, "queue": queue, "count": len(wire),
@@ -203,6 +204,13 @@ class HomeService:
                    "ms": round((time.perf_counter() - started) * 1000, 2)},
         )
         return {"type": "put", "now_ms": self.clock(), "queue": queue, "results": results}
+
+    def _backlog(self, state: DeviceState, queue: str, body: Mapping[str, Any], now: int) -> None:
+        """Keep the backlog a put or confirm reports for ``queue`` (absent from an older agent), at most
+        every 10 s per device and queue unless it reached or left 0 (``DeviceState.backlog_due``)."""
+        backlog = p.opt_int(body, "backlog")
+        if backlog is not None and state.backlog_due(queue, backlog, now):
+            self.qm.exchange.record_backlog(state.name, queue, backlog)
 
     def _record_refusals(self, device: str, queue: str, results: list[dict[str, Any]]) -> None:
         """Record what this put refused, per reason (count, last text), for the operator to see."""
@@ -220,9 +228,10 @@ class HomeService:
     def confirm(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Stage two: make the batch visible, one transaction."""
         p.expect(body, "confirm")
-        state, _, _ = self._device(body)
+        state, _, now = self._device(body)
         queue = p.req_name(body, "queue")
         uids = p.req_uids(body, "uids", max_len=self.limits.max_batch)
+        self._backlog(state, queue, body, now)
         results: list[dict[str, Any]]
         try:
             outcome = self.qm.confirm_put_each(

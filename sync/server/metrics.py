@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from edgeq.queues.attributes import StoreUsage
     from edgeq.store.devices import DeviceRefusal
     from edgeq.sync.bridges.views import BridgeView
+    from edgeq.sync.server.backlog import Backlog
     from edgeq.sync.server.sessions import DeviceSessions
 
 __all__ = ["Metrics"]
@@ -81,10 +82,10 @@ class Metrics:
 
     def render(self, sessions: DeviceSessions | None = None, usage: StoreUsage | None = None,
                refusals: Sequence[DeviceRefusal] | None = None,
-               bridges: Sequence[BridgeView] | None = None) -> str:
+               bridges: Sequence[BridgeView] | None = None, backlog: Backlog | None = None) -> str:
         """The Prometheus text format (0.0.4), with the gauges of ``sessions`` and ``usage``
-        (``qm.store_usage()``), ``refusals`` (``qm.exchange.device_refusals()``) and ``bridges``
-        (``bridge_views``) when given."""
+        (``qm.store_usage()``), ``refusals`` (``qm.exchange.device_refusals()``), ``bridges``
+        (``bridge_views``) and ``backlog`` (``read_backlog``) when given."""
         lines: list[str] = []
         with self._lock:
             counters = dict(self._counters)
@@ -123,6 +124,8 @@ class Metrics:
             lines += _refusal_lines(refusals)
         if bridges is not None:
             lines += _bridge_lines(bridges)
+        if backlog is not None:
+            lines += _backlog_lines(backlog)
         return "\n".join(lines) + "\n"
 
 
@@ -156,6 +159,45 @@ def _bridge_lines(bridges: Sequence[BridgeView]) -> list[str]:
     return lines
 
 
+def _family(metric: str, kind: str, text: str, samples: Sequence[tuple[str, str, float | None]]) -> list[str]:
+    """One metric's HELP, TYPE and samples ``(label, value, number)``; a None number is left out."""
+    return [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}",
+            *(f'{metric}{{{label}="{_escape(value)}"}} {n}' for label, value, n in samples if n is not None)]
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+def _backlog_lines(b: Backlog) -> list[str]:
+    """The backlog figures (docs/console.md, "Backlog"): per queue, per device, dead-lettered and given up."""
+    queues = b.queues
+    return [
+        *_family("edgeq_queue_oldest_message_age_seconds", "gauge", "Age of each queue's oldest unexpired "
+                 "message, from its creation (none when empty).",
+                 [("queue", q.name, _seconds(q.oldest_age_ms)) for q in queues]),
+        *_family("edgeq_queue_out_rate_messages_per_second", "gauge", "Messages each queue delivered per "
+                 "second over the last 15 minutes (journal).",
+                 [("queue", q.name, q.out_per_s) for q in queues]),
+        *_family("edgeq_queue_drain_estimate_seconds", "gauge", "Depth / out-rate: the time to drain each "
+                 "queue at its recent rate (none when nothing went out).",
+                 [("queue", q.name, _seconds(q.drain_ms)) for q in queues]),
+        *_family("edgeq_queue_expiry_interval_seconds", "gauge", "Each queue's expiry_ms, for alerts (none "
+                 "when it has none).", [("queue", q.name, _seconds(q.expiry_ms)) for q in queues]),
+        *_family("edgeq_device_backlog_messages", "gauge", "Messages each device last reported waiting to "
+                 "be pushed, over its queues.", [("device", d.name, d.backlog) for d in b.devices]),
+        *_family("edgeq_device_backlog_reported_timestamp_seconds", "gauge", "When each device last "
+                 "reported its backlog (server clock).",
+                 [("device", d.name, _seconds(d.reported_ms)) for d in b.devices]),
+        *_family("edgeq_dead_lettered_total", "counter", "Messages moved to a dead-letter queue, by reason "
+                 "(journal; devices' reports included).",
+                 [("reason", r, n) for r, n in b.dead_lettered.items()]),
+        *_family("edgeq_given_up_total", "counter", "Messages dropped for good, by reason (journal "
+                 "'discarded': deleted from a dead-letter queue).",
+                 [("reason", r, n) for r, n in b.given_up.items()]),
+    ]
+
+
 def _refusal_lines(refusals: Sequence[DeviceRefusal]) -> list[str]:
     """What the server refused, per device, queue and reason: kept in the store, so it survives restarts."""
     metric = "edgeq_sync_device_refusals_total"
@@ -182,7 +224,7 @@ def _usage_lines(usage: StoreUsage) -> list[str]:
         family("edgeq_store_max_bytes", "gauge", "The store's flash budget (max_store_bytes).",
                [("", usage.max_bytes)])
     queues = [(f'{{queue="{_escape(q.name)}"}}', q) for q in usage.queues]
-    family("edgeq_queue_depth", "gauge", "Messages held by each queue, locked ones included.",
+    family("edgeq_queue_depth_messages", "gauge", "Messages held by each queue, locked ones included.",
            [(label, q.depth) for label, q in queues])
     family("edgeq_queue_bytes", "gauge", "Data plus fields held by each queue, as stored.",
            [(label, q.bytes) for label, q in queues])

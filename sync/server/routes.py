@@ -19,6 +19,7 @@ from edgeq.sync import protocol as p
 from edgeq.sync.bridges.views import bridge_views
 from edgeq.sync.framing import H_ACCEPT, answer_codec, frame, negotiate
 from edgeq.sync.server.auth import AuthGate
+from edgeq.sync.server.backlog import read_backlog
 from edgeq.sync.server.home import HomeService
 from edgeq.sync.server.middleware import BodyDecoder, error_response, protocol_middleware
 
@@ -104,7 +105,8 @@ class HomeRoutes:
         qm = self.service.qm
         usage, refusals = await run_in_threadpool(lambda: (qm.store_usage(), qm.exchange.device_refusals()))
         bridges = await run_in_threadpool(bridge_views, qm.path, {q.name: q.depth for q in usage.queues})
-        text = self.service.metrics.render(self.service.sessions, usage, refusals, bridges)
+        backlog = await run_in_threadpool(lambda: read_backlog(qm.path, now_ms=self.service.clock()))
+        text = self.service.metrics.render(self.service.sessions, usage, refusals, bridges, backlog)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

@@ -35,6 +35,8 @@ class DeviceState:
     agent: str = ""
     #: when this process last wrote the device's last contact to the store (None: never)
     stored_seen_ms: int | None = None
+    #: the backlog this process last stored per queue: (messages, when)
+    backlogs: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
     #: serialises the device's puts while its quota is checked (HoldGate)
     put_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -45,6 +47,15 @@ class DeviceState:
 
     def seen_stored(self, now_ms: int) -> None:
         self.stored_seen_ms = now_ms
+
+    def backlog_due(self, queue: str, messages: int, now_ms: int) -> bool:
+        """Note a reported backlog; return whether it is due to be stored: the first, one that reached or
+        left 0, or one :data:`SEEN_WRITE_MS` after the last stored."""
+        last = self.backlogs.get(queue)
+        if last is not None and (messages == 0) == (last[0] == 0) and 0 <= now_ms - last[1] < SEEN_WRITE_MS:
+            return False
+        self.backlogs[queue] = (messages, now_ms)
+        return True
 
     def said_hello(self, *, sent_ms: int, now_ms: int, agent: object = None) -> int:
         """Begin (or renew) the session; return the clock offset measured (server minus device)."""

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from edgeq import Message, MessageUID, QueueManager
+from edgeq.errors import InvalidArgument
 from edgeq.store.journal import JournalEntry
+from edgeq.store.opening import connect
+from edgeq.sync.server.backlog import reported_backlogs
 
 
 @pytest.fixture
@@ -84,3 +88,16 @@ def test_device_refusals_are_counted_per_reason(home: QueueManager) -> None:
     home.exchange.record_refusals("DEV1", "METRICS", {"no-queue": (1, why)})
     got = [(r.device, r.queue, r.reason, r.count) for r in home.exchange.device_refusals()]
     assert got == [("DEV1", "METRICS", "no-queue", 3)]
+
+
+def test_a_devices_reported_backlog_replaces_its_last_report_per_queue(home: QueueManager) -> None:
+    home.exchange.record_device("DEV1")
+    home.exchange.record_backlog("DEV1", "ORDERS", 40)
+    home.exchange.record_backlog("DEV1", "ORDERS", 0)
+    home.exchange.record_backlog("DEV1", "METRICS", 3)
+    with closing(connect(home.path, read_only=True)) as conn:
+        assert reported_backlogs(conn)["DEV1"][0] == 3
+    with pytest.raises(InvalidArgument, match="backlog"):
+        home.exchange.record_backlog("DEV1", "ORDERS", -1)
+    with pytest.raises(InvalidArgument, match="queue name"):
+        home.exchange.record_backlog("DEV1", "bad name", 1)

@@ -8,8 +8,10 @@ import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-__all__ = ["COLORS", "Chart", "bar_chart", "line_chart", "nice_ticks", "text_width", "time_marks"]
+__all__ = ["COLORS", "Chart", "bar_chart", "line_chart", "nice_ticks", "text_width", "time_chart",
+           "time_marks"]
 
 #: One colour per series name (colour-blind-safe Tableau 10); others get ``#4e79a7``.
 COLORS: dict[str, str] = {
@@ -274,3 +276,20 @@ def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None
     out += _x_labels(chart, centres)
     out.append("</svg>")
     return "".join(out)
+
+
+def time_chart(start_ms: int, step_ms: int, series: Mapping[str, Sequence[float]], *, title: str, unit: str,
+               width: float = _WIDTH, html_id: str = "") -> str:
+    """Counts per ``step_ms`` from ``start_ms`` as lines, the x axis labelled in UTC at round times (hours
+    and minutes within two days, else days), the y axis at 1-2-5 ticks.
+
+    >>> svg = time_chart(0, 3_600_000, {"in": [1] * 24}, title="t", unit="u", width=600)
+    >>> [t.split(">")[1].split("<")[0] for t in svg.split('class="xtick"')[1:]][:2]
+    ['00:00', '03:00']
+    """
+    n = len(next(iter(series.values()), ()))
+    times = [start_ms + i * step_ms for i in range(n)]
+    form = "%H:%M" if n * step_ms <= 2 * _DAY else "%d %b"
+    labels = [datetime.fromtimestamp(t / 1000, UTC).strftime(form) for t in times]
+    return line_chart(labels, series, title=title, unit=unit, width=width, html_id=html_id, x_title="UTC",
+                      marks=time_marks(times, labels[0] if labels else "00:00", width))

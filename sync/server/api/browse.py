@@ -95,9 +95,10 @@ def one_message(conn: sqlite3.Connection, queue: str, uid: MessageUID, *,
     return None if row is None else message_json(queue, row, now_ms, None)
 
 
-def device_json(d: DeviceRecord) -> dict[str, Any]:
-    """A device as the API shows it: its key by fingerprint only."""
+def device_json(d: DeviceRecord, backlog: tuple[int, int] | None = None) -> dict[str, Any]:
+    """A device as the API shows it: its key by fingerprint only; the backlog it last reported and when."""
     out = asdict(d)
+    out["backlog"], out["backlog_reported_ms"] = backlog or (None, None)
     out["public_key"] = None if d.public_key is None else fingerprint(d.public_key)
     out["queues"] = None if d.queues is None else list(d.queues)
     out["registered"] = d.registered

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
@@ -219,7 +220,8 @@ def _admin_record(d: dict[str, Any]) -> AdminRecord:
 
 
 def _queue(q: dict[str, Any]) -> RemoteQueue:
-    attrs = QueueAttributes(**{k: v for k, v in q.items() if k not in ("depth", "bytes", "bindings")})
+    known = {f.name for f in fields(QueueAttributes)}  # the rest is usage, bindings, backlog
+    attrs = QueueAttributes(**{k: v for k, v in q.items() if k in known})
     usage = QueueUsage(attrs.name, q["depth"], q["bytes"], attrs.max_depth, attrs.max_bytes, attrs.on_full)
     bindings = [BindingInfo(b["name"], b["config"], b["persisted"], b["error"]) for b in q["bindings"]]
     return attrs, usage, bindings

@@ -16,12 +16,14 @@ process's memory: the console runs in a process of its own (``edgeq serve --cons
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeq.store.opening import connect
 from edgeq.sync.bridges.views import BridgeView, bridge_views
 from edgeq.sync.server.admin.records import recent
+from edgeq.sync.server.backlog import QueueBacklog, journal_counts, queue_backlogs, reported_backlogs
 from edgeq.types import MessageState
 
 __all__ = ["ConsoleView", "DeviceRow", "QueueRow", "device_rows", "queue_rows", "read_console",
@@ -46,21 +48,38 @@ class DeviceRow:
     held: int
     revoked_ms: int | None
     registered: bool
+    backlog: tuple[int, int] | None = None  # what it last reported waiting to be pushed, and when
 
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One queue: its depth (as ``QueueManager.depth`` counts it: expired messages left out),
-    the expired messages it still holds (no check point discarded them yet), bytes as
-    stored, its oldest unexpired message's age and the last hour's expiries by check point."""
+    """One queue: its kind, backlog figures (depth as ``QueueManager.depth`` counts it, the expired
+    messages it still holds, bytes, oldest message's age, drain estimate) and the last hour's expiries by
+    check point."""
 
-    name: str
     kind: str
-    depth: int
-    bytes: int
-    oldest_age_ms: int | None
+    backlog: QueueBacklog
     expiries_hour: dict[str, int]
-    expired: int
+
+    @property
+    def name(self) -> str:
+        return self.backlog.name
+
+    @property
+    def depth(self) -> int:
+        return self.backlog.depth
+
+    @property
+    def bytes(self) -> int:
+        return self.backlog.bytes
+
+    @property
+    def oldest_age_ms(self) -> int | None:
+        return self.backlog.oldest_age_ms
+
+    @property
+    def expired(self) -> int:
+        return self.backlog.expired
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,9 @@ class ConsoleView:
     throughput: list[int] = field(default_factory=list)  # accepted per minute, oldest first
     expired: list[int] = field(default_factory=list)  # expired per minute, oldest first
     bridges: list[BridgeView] = field(default_factory=list)  # the store's bridges (docs/bridges.md)
+    #: journal counts by reason: moved to a dead-letter queue, dropped for good (docs/console.md, "Backlog")
+    dead_lettered: dict[str, int] = field(default_factory=dict)
+    given_up: dict[str, int] = field(default_factory=dict)
 
 
 def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
@@ -86,7 +108,8 @@ def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
     conn = connect(path, read_only=True)
     try:
         tables = table_names(conn)
-        queues = queue_rows(conn, now_ms)
+        out, dead_lettered, given_up = journal_counts(conn, now_ms)
+        queues = queue_rows(conn, now_ms, out=out)
         return ConsoleView(
             now_ms=now_ms,
             devices=device_rows(conn, tables),
@@ -103,6 +126,8 @@ def read_console(path: str | Path, *, now_ms: int) -> ConsoleView:
             throughput=_per_minute(conn, "accepted", now_ms),
             expired=_per_minute(conn, "expired", now_ms),
             bridges=bridge_views(path, {q.name: q.depth for q in queues}),
+            dead_lettered=dead_lettered,
+            given_up=given_up,
         )
     finally:
         conn.close()
@@ -133,6 +158,7 @@ def device_rows(conn: sqlite3.Connection, tables: set[str], name: str | None = N
         "AND device IS NOT NULL GROUP BY device")}
     refusals = dict(conn.execute("SELECT device, sum(count) FROM device_refusals GROUP BY device")
                     if "device_refusals" in tables else ())
+    reported = reported_backlogs(conn) if "device_backlogs" in tables else {}
     held = _by_device(conn,
                       f"SELECT origin, count(*) FROM messages WHERE state = {MessageState.PUT_LOCKED:d} "
                       "GROUP BY origin")
@@ -143,7 +169,8 @@ def device_rows(conn: sqlite3.Connection, tables: set[str], name: str | None = N
         count, put_offset = pushes.get(device, (0, None))
         known = [x for x in (offset, put_offset) if x is not None]
         out.append(DeviceRow(device, seen, offset, (min(known), max(known)) if known else None, count,
-                             refusals.get(device, 0), held.get(device, 0), revoked, bool(registered)))
+                             refusals.get(device, 0), held.get(device, 0), revoked, bool(registered),
+                             reported.get(device)))
     return out
 
 
@@ -156,23 +183,18 @@ def _by_device(conn: sqlite3.Connection, sql: str) -> dict[str, int]:
     return out
 
 
-def queue_rows(conn: sqlite3.Connection, now_ms: int, name: str | None = None) -> list[QueueRow]:
-    """Each queue (only ``name``, if given); its expired messages (one range of the deadline index per
-    queue) are not in its depth, as no reader is ever given them (the console discards nothing itself)."""
-    oldest = dict(conn.execute("SELECT queue_id, min(arrived_ms) FROM messages WHERE deadline IS NULL "
-                               "OR deadline > ? GROUP BY queue_id", (now_ms,)))
+def queue_rows(conn: sqlite3.Connection, now_ms: int, name: str | None = None, *,
+               out: Mapping[str, int] | None = None) -> list[QueueRow]:
+    """Each queue (only ``name``, if given) with its backlog figures (:func:`queue_backlogs`, ``out``: its
+    deliveries if read already) and the last hour's expiries by check point (the console discards nothing)."""
+    kinds = dict(conn.execute("SELECT name, kind FROM queues WHERE ? IS NULL OR name = ?", (name, name)))
     expiries: dict[str, dict[str, int]] = {}
     for queue, point, n in conn.execute(
             "SELECT queue, ifnull(check_point, '?'), count(*) FROM journal "
             "WHERE kind = 'expired' AND at_ms >= ? GROUP BY queue, check_point", (now_ms - HOUR_MS,)):
         expiries.setdefault(queue, {})[point] = n
-    return [QueueRow(queue, kind, depth - expired, size, None
-                     if qid not in oldest else max(0, now_ms - oldest[qid]), expiries.get(queue, {}), expired)
-            for qid, queue, kind, depth, size, expired in conn.execute(
-                "SELECT id, name, kind, depth, bytes, "
-                "(SELECT count(*) FROM messages m WHERE m.queue_id = q.id AND m.deadline IS NOT NULL "
-                "AND m.deadline <= ?) FROM queues q WHERE ? IS NULL OR name = ? ORDER BY name",
-                (now_ms, name, name))]
+    return [QueueRow(kinds[b.name], b, expiries.get(b.name, {}))
+            for b in queue_backlogs(conn, now_ms, name, out=out)]
 
 
 def _per_minute(conn: sqlite3.Connection, kind: str, now_ms: int) -> list[int]:

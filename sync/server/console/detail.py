@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,11 +19,15 @@ from edgeq.sync.server.console.data import HOUR_MS, DeviceRow, QueueRow, device_
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
 
-__all__ = ["KINDS", "PAGE", "RANGES", "AdminPage", "DevicePage", "DeviceQueue", "QueuePage", "read_admin",
-           "read_device", "read_message", "read_queue"]
+__all__ = ["CHARTED", "KINDS", "PAGE", "RANGES", "STEPS", "AdminPage", "DevicePage", "DeviceQueue",
+           "QueuePage", "read_admin", "read_device", "read_message", "read_queue"]
 
 #: the spans a queue page counts its journal over (``?range=``)
 RANGES: Final[Mapping[str, int]] = {"1h": HOUR_MS, "24h": 24 * HOUR_MS, "7d": 7 * 24 * HOUR_MS}
+#: the width of a queue chart's bucket in each range: 60, 96 and 84 points
+STEPS: Final[Mapping[str, int]] = {"1h": 60_000, "24h": 15 * 60_000, "7d": 2 * HOUR_MS}
+#: the journal kinds a queue's chart draws, by its series' names
+CHARTED: Final[Mapping[str, str]] = {"in": "accepted", "out": "delivered", "expired": "expired"}
 #: rows per page of messages or admin requests
 PAGE: Final = 20
 #: what a queue page counts of the journal (docs/console.md): in, out, and what expired or was dropped
@@ -67,7 +71,8 @@ class DevicePage:
 
 @dataclass(frozen=True)
 class QueuePage:
-    """One queue: its console row, encryption, journal counts by kind over ``range``, a page of messages."""
+    """One queue: its console row, encryption, journal counts by kind over ``range`` and per
+    :data:`STEPS` ``[range]`` from ``start_ms`` (:data:`CHARTED`), a page of messages."""
 
     row: QueueRow
     encryption: str | None
@@ -75,6 +80,8 @@ class QueuePage:
     counts: dict[str, int]
     messages: list[dict[str, Any]]
     next: int | None
+    start_ms: int = 0
+    series: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _admin(conn: sqlite3.Connection, device: str | None, replied: bool | None,
@@ -129,7 +136,21 @@ def read_queue(path: str | Path, name: str, *, now_ms: int, span: str,
             "SELECT kind, count(*) FROM journal WHERE queue = ? AND at_ms >= ? GROUP BY kind",
             (name, now_ms - RANGES[span])))
         found = message_page(conn, name, after=after, size=PAGE, now_ms=now_ms)
-    return QueuePage(row, queue.encryption, span, counts, found["messages"], found["next"])
+        start, series = _series(conn, name, now_ms, span)
+    return QueuePage(row, queue.encryption, span, counts, found["messages"], found["next"], start, series)
+
+
+def _series(conn: sqlite3.Connection, name: str, now_ms: int, span: str) -> tuple[int, dict[str, list[int]]]:
+    """Queue ``name``'s :data:`CHARTED` journal rows per step over ``span``, in buckets at round times up
+    to the one holding ``now_ms``: the first bucket's start and the counts."""
+    step = STEPS[span]
+    end = (now_ms // step + 1) * step
+    start, buckets = end - RANGES[span], RANGES[span] // step
+    counts = {(kind, i): n for kind, i, n in conn.execute(
+        "SELECT kind, (at_ms - ?) / ?, count(*) FROM journal WHERE queue = ? AND at_ms >= ? AND at_ms < ? "
+        "AND kind IN ('accepted', 'delivered', 'expired') GROUP BY 1, 2", (start, step, name, start, end))}
+    return start, {label: [counts.get((kind, i), 0) for i in range(buckets)]
+                   for label, kind in CHARTED.items()}
 
 
 def read_message(path: str | Path, queue: str, uid: MessageUID, *, now_ms: int) -> dict[str, Any] | None:

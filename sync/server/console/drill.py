@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -14,10 +15,19 @@ from starlette.templating import Jinja2Templates
 
 from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.names import check_name
+from edgeq.sync.pipeline.report.charts import time_chart
 from edgeq.sync.server.admin.records import read_cursor
 from edgeq.sync.server.api.http import ApiError, cursor, uid
 from edgeq.sync.server.console.acting import Page, Session, outcome
-from edgeq.sync.server.console.detail import KINDS, RANGES, read_admin, read_device, read_message, read_queue
+from edgeq.sync.server.console.detail import (
+    KINDS,
+    RANGES,
+    STEPS,
+    read_admin,
+    read_device,
+    read_message,
+    read_queue,
+)
 
 __all__ = ["drill_pages"]
 
@@ -72,7 +82,10 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
         found = read_queue(path, name, now_ms=now, span=span, after=cursor(request))
         if found is None:
             raise ApiError(404, f"no queue {name!r}: the console's Queues table lists them")
-        return "queue.html", {"q": found, "ranges": list(RANGES), "kinds": KINDS}
+        every = _every(STEPS[span])
+        chart = time_chart(found.start_ms, STEPS[span], found.series, unit=f"messages / {every}",
+                           title=f"in, out and expired per {every}, last {span}", html_id="chart-queue")
+        return "queue.html", {"q": found, "ranges": list(RANGES), "kinds": KINDS, "chart": Markup(chart)}
 
     def message(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         name, text = _name(request.path_params["name"], "queue name"), request.path_params["uid"]
@@ -96,6 +109,12 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
     return [(route, page(fn)) for route, fn in (
         ("/console/devices/{name}", device), ("/console/queues/{name}", queue),
         ("/console/queues/{name}/messages/{uid}", message), ("/console/admin", admin), *more)]
+
+
+def _every(step_ms: int) -> str:
+    """A chart's step in words: minute, 15 min, 2 h."""
+    minutes = step_ms // 60_000
+    return "minute" if minutes == 1 else f"{minutes} min" if minutes < 60 else f"{minutes // 60} h"
 
 
 def _after(request: Request) -> tuple[int, str] | None:

@@ -116,7 +116,7 @@ def test_the_sync_daemon_runs_the_devices_bridges_and_stops_them(
     try:
         until(lambda: "in1" in read_states(db) and read_states(db)["in1"].connected, "the bridge connected")
         device.publish("dev1/t", b"reading")
-        until(lambda: _metric(url, 'edgeq_queue_depth{queue="ORDERS"} 1'), "pushed to the server")
+        until(lambda: _metric(url, 'edgeq_queue_depth_messages{queue="ORDERS"} 1'), "pushed to the server")
         # The bridge writes its counters a moment after its put (the state's flush): waited for.
         until(lambda: _sync_status(db)[1]["in1"]["forwarded"] == 1, "the forward counted in sync status")
         code, bridges = _sync_status(db)

@@ -202,5 +202,6 @@ def test_metrics_are_prometheus_text(
     assert 'edgeq_sync_device_clock_offset_seconds{device="DEV1"} 0.25' in text
     assert 'edgeq_sync_requests_total{endpoint="/v1/put",status="400"} 1' in text
     # the store's flash budget: two 9-byte messages held (locked, awaiting their confirm)
-    assert 'edgeq_queue_depth{queue="ORDERS"} 2' in text and 'edgeq_queue_bytes{queue="ORDERS"} 18' in text
+    assert 'edgeq_queue_depth_messages{queue="ORDERS"} 2' in text
+    assert 'edgeq_queue_bytes{queue="ORDERS"} 18' in text
     assert "edgeq_store_bytes 18" in text

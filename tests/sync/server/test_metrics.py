@@ -19,7 +19,8 @@ def test_store_and_queue_bytes_and_overflow_discards_are_exported(tmp_path: Path
     lines = text.splitlines()
     assert "edgeq_store_bytes 12" in lines  # RING holds 4 + 5 bytes, PLAIN 3
     assert "edgeq_store_max_bytes 10000" in lines
-    assert 'edgeq_queue_depth{queue="RING"} 2' in lines and 'edgeq_queue_depth{queue="PLAIN"} 1' in lines
+    assert 'edgeq_queue_depth_messages{queue="RING"} 2' in lines
+    assert 'edgeq_queue_depth_messages{queue="PLAIN"} 1' in lines
     assert 'edgeq_queue_bytes{queue="RING"} 9' in lines
     assert 'edgeq_queue_overflow_discards_total{queue="RING"} 3' in lines
     assert 'edgeq_queue_overflow_discards_total{queue="PLAIN"} 0' in lines

@@ -99,3 +99,13 @@ def test_each_device_has_its_own_put_lock() -> None:
         two.put_lock.release()
     assert sessions.device("DEV1").put_lock is one.put_lock
     assert "put_lock" not in repr(one)
+
+
+def test_a_reported_backlog_is_stored_when_it_reaches_or_leaves_zero_else_every_10_s_per_queue() -> None:
+    state = DeviceSessions().device("DEV1")
+    due = [state.backlog_due("ORDERS", n, at) for n, at in (
+        (50, T0), (40, T0 + 1_000), (0, T0 + 2_000), (0, T0 + 3_000), (7, T0 + 4_000), (6, T0 + 5_000),
+        (5, T0 + 14_000))]
+    assert due == [True, False, True, False, True, False, True]
+    assert state.backlog_due("METRICS", 3, T0 + 12_000)  # each queue on its own
+    assert state.backlog_due("ORDERS", 5, T0 + 1_000)  # the server's clock stepped back: stored

@@ -108,8 +108,9 @@ def test_requests_sent_before_the_mark_are_taken_as_handed_over_unless_waiting(t
             records.close()
     conn = sqlite3.connect(path)  # the store as the migration before the mark left it
     conn.execute("ALTER TABLE admin_requests DROP COLUMN delivered_ms")
-    conn.execute("DROP TABLE api_tokens")  # and the tables of the migrations after it (_v14)
+    conn.execute("DROP TABLE api_tokens")  # and the tables of the migrations after it (_v14, _v15)
     conn.execute("DROP TABLE api_actions")
+    conn.execute("DROP TABLE device_backlogs")
     conn.execute(f"PRAGMA user_version = {[m.__name__ for m in MIGRATIONS].index('_v13')}")
     conn.commit()
     conn.close()

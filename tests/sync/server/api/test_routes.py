@@ -77,6 +77,7 @@ def _fill(db: Path, keys: StoreKeys) -> tuple[list[str], list[str], dict[str, by
             qm.register_device(name, public_key)
         qm.exchange.record_refusals("DEV1", "ORDERS", {"no-queue": (2, "no queue ORDERS")})
         qm.exchange.record_refusals("DEV2", "OTHER", {"too-large": (1, "too large")})
+        qm.exchange.record_backlog("DEV1", "ORDERS", 7)  # what DEV1 reported pushing; DEV2 never did
     (db.parent / "fail").touch()  # tests.rulekit:Failing raises while it exists
     with QueueManager(db, keys=keys, rule_retry_limit=1) as qm:  # each failed delivery parked at once
         qm.define_queue("RULED", rules=[("tests.rulekit:Failing", {"switch": str(db.parent / "fail")})])
@@ -199,6 +200,8 @@ def test_devices_are_listed_and_shown_by_their_key_s_fingerprint(served: Served)
         one = api.get("/devices/DEV1").json()
         assert one["registered"] is True and one["public_key"] == fingerprint(served.devices["DEV1"])
         assert one == listed[0]
+        assert one["backlog"] == 7 and one["backlog_reported_ms"] > 0
+        assert (listed[1]["backlog"], listed[1]["backlog_reported_ms"]) == (None, None)  # none: not 0
         _error(api.get("/devices/NOSUCH"), 404, "no device 'NOSUCH'")
 
 
@@ -206,7 +209,10 @@ def test_queues_are_listed_and_shown_with_their_depth(served: Served) -> None:
     with served.client("viewer") as api:
         queues = {q["name"]: q for q in api.get("/queues").json()["queues"]}
         assert queues["ORDERS"]["depth"] == 5 and queues["SECRETS"]["encryption"] == "aes-256-gcm"
-        assert api.get("/queues/ORDERS").json() == queues["ORDERS"]
+        one = api.get("/queues/ORDERS").json()
+        aged = one["backlog"].pop("oldest_age_ms") - queues["ORDERS"]["backlog"].pop("oldest_age_ms")
+        assert one == queues["ORDERS"] and aged >= 0  # the same figures, a moment older
+        assert (one["backlog"]["depth"], one["backlog"]["drain_ms"]) == (5, None)  # nothing went out
         _error(api.get("/queues/NOSUCH"), 404, "NOSUCH")
         _error(api.get("/queues/bad%20name"), 400, "queue name")
 

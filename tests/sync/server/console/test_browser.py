@@ -114,6 +114,9 @@ def test_an_operator_watches_the_fleet_sync_in_chromium(browser: webdriver.Chrom
         assert list(devices) == ["DEV1"]
         assert devices["DEV1"][4] == "5"  # pushes
         assert _cells(browser, "queues", "queue")["ORDERS"][2] == "5"  # depth
+        assert devices["DEV1"][7].startswith("0 (")  # the backlog it reported: all pushed
+        assert _cells(browser, "queues", "queue")["ORDERS"][6] == "no estimate: nothing went out in 15 min"
+        assert browser.find_element(By.ID, "dead-lettered").text == "none"
         for chart in ("chart-throughput", "chart-expiries"):
             svg = browser.find_element(By.ID, chart)
             assert svg.tag_name == "svg" and svg.size["width"] > 300

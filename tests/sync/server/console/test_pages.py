@@ -5,6 +5,7 @@ encrypted queue's data never shown."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -132,6 +133,11 @@ def _facts(site: Site, table: str) -> dict[str, str]:
     return {r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td").text for r in rows}
 
 
+def _ticks(site: Site, kind: str) -> list[str]:
+    """The labels on the queue chart's axis (``xtick``: times, ``ytick``: values)."""
+    return [t.text for t in site.browser.find_elements(By.CSS_SELECTOR, f"#chart-queue .{kind}")]
+
+
 def test_an_operator_follows_the_fleet_to_a_device_its_queue_and_a_message(site: Site) -> None:
     site.open("/console")
     site.follow('#devices tr[data-device="DEV1"] a')
@@ -139,6 +145,7 @@ def test_an_operator_follows_the_fleet_to_a_device_its_queue_and_a_message(site:
     facts = _facts(site, "device")
     assert facts["Pushes (messages accepted)"] == str(PUSHED) and facts["Status"] == "heard from"
     assert facts["Last seen"].endswith("ago") and facts["Clock offset (ms)"] != "—"
+    assert re.fullmatch(r"0 \(\d+ s ago\)", facts["Backlog reported (waiting on it to be pushed)"])
     assert _cells(site.browser, "device-queues", "queue")["ORDERS"][:4] == ["ORDERS", str(PUSHED), "0", "0"]
     site.shot("console-device.png")
 
@@ -146,6 +153,11 @@ def test_an_operator_follows_the_fleet_to_a_device_its_queue_and_a_message(site:
     assert site.browser.current_url.endswith("/console/queues/ORDERS")
     facts = _facts(site, "queue")
     assert facts["Depth"] == str(PUSHED) and int(facts["Bytes"]) > 0 and facts["Encryption at rest"] == "none"
+    assert facts["Out, last 15 min"] == "0.00 / min" and facts["Expiry interval"] == "none"
+    assert facts["Drain estimate (depth at that rate)"] == "no estimate: nothing went out in 15 min"
+    assert re.fullmatch(r"\d+ (s|min)", facts["Oldest message (age since created)"])
+    assert _ticks(site, "xtick") and all(re.fullmatch(r"\d\d:\d[05]", t) for t in _ticks(site, "xtick"))
+    assert _ticks(site, "ytick")[0] == "0" and len(_ticks(site, "ytick")) >= 3  # values at round steps
     in_hour = site.browser.find_element(By.CSS_SELECTOR, '#counts td[data-kind="accepted"]').text
     assert in_hour == str(PUSHED)  # the journal rows of two days ago are not in the last hour
     rows = site.browser.find_elements(By.CSS_SELECTOR, "#messages tr.message")
@@ -182,6 +194,9 @@ def test_a_queues_messages_come_a_page_at_a_time_and_the_journal_by_range(site: 
         site.follow(f"#range-{span}")
         assert site.browser.current_url.endswith(f"?range={span}")
         counts[span] = site.browser.find_element(By.CSS_SELECTOR, '#counts td[data-kind="accepted"]').text
+        # the chart's time axis: round hours over a day, days over a week
+        form = r"\d\d:00" if span == "24h" else r"\d\d [A-Z][a-z][a-z]"
+        assert _ticks(site, "xtick") and all(re.fullmatch(form, t) for t in _ticks(site, "xtick")), span
     assert counts == {"24h": str(PUSHED), "7d": str(PUSHED + 7)}
 
 
