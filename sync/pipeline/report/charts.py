@@ -278,10 +278,10 @@ def line_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None
     return "".join(out)
 
 
-def time_chart(start_ms: int, step_ms: int, series: Mapping[str, Sequence[float]], *, title: str, unit: str,
-               width: float = _WIDTH, html_id: str = "") -> str:
-    """Counts per ``step_ms`` from ``start_ms`` as lines, the x axis labelled in UTC at round times (hours
-    and minutes within two days, else days), the y axis at 1-2-5 ticks.
+def time_chart(start_ms: int, step_ms: int, series: Mapping[str, Sequence[float | None]], *, title: str,
+               unit: str, width: float = _WIDTH, html_id: str = "") -> str:
+    """Values per ``step_ms`` from ``start_ms`` as lines (None: a gap), the x axis labelled in UTC at round
+    times (hours and minutes within two days, else days), the y axis at 1-2-5 ticks.
 
     >>> svg = time_chart(0, 3_600_000, {"in": [1] * 24}, title="t", unit="u", width=600)
     >>> [t.split(">")[1].split("<")[0] for t in svg.split('class="xtick"')[1:]][:2]

@@ -19,8 +19,8 @@ from edgeq.sync.server.console.data import HOUR_MS, DeviceRow, QueueRow, device_
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
 
-__all__ = ["CHARTED", "KINDS", "PAGE", "RANGES", "STEPS", "AdminPage", "DevicePage", "DeviceQueue",
-           "QueuePage", "read_admin", "read_device", "read_message", "read_queue"]
+__all__ = ["CHARTED", "KINDS", "PAGE", "RANGES", "STEPS", "AdminPage", "DeviceHealth", "DevicePage",
+           "DeviceQueue", "QueuePage", "read_admin", "read_device", "read_message", "read_queue"]
 
 #: the spans a queue page counts its journal over (``?range=``)
 RANGES: Final[Mapping[str, int]] = {"1h": HOUR_MS, "24h": 24 * HOUR_MS, "7d": 7 * 24 * HOUR_MS}
@@ -67,6 +67,18 @@ class DevicePage:
     allowed: tuple[str, ...] | None  # the queues it may push to (None: any)
     queues: list[DeviceQueue]
     admin: AdminPage
+    health: DeviceHealth | None = None
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    """A device over ``range``, per :data:`STEPS` ``[range]`` from ``start_ms`` (the journal's ``accepted``
+    rows): the messages accepted from it, and its mean clock offset (None: it pushed nothing then)."""
+
+    range: str
+    start_ms: int
+    accepted: list[int]
+    offset_ms: list[float | None]
 
 
 @dataclass(frozen=True)
@@ -97,8 +109,10 @@ def read_admin(path: str | Path, *, device: str | None, replied: bool | None,
         return _admin(conn, device, replied, before)
 
 
-def read_device(path: str | Path, name: str, *, before: tuple[int, str] | None) -> DevicePage | None:
-    """Device ``name``'s page (None: the server has never heard of it); ``before`` pages its admin history."""
+def read_device(path: str | Path, name: str, *, before: tuple[int, str] | None, now_ms: int = 0,
+                span: str = "1h") -> DevicePage | None:
+    """Device ``name``'s page (None: the server has never heard of it); ``before`` pages its admin history;
+    its health over :data:`RANGES` ``[span]`` up to ``now_ms``."""
     with closing(connect(path, read_only=True)) as conn:
         record = DeviceTx(conn).get(name)
         if record is None:
@@ -120,7 +134,25 @@ def read_device(path: str | Path, name: str, *, before: tuple[int, str] | None) 
         queues = [DeviceQueue(q, pushed.get(q, 0), held.get(q, 0), refused.get(q, 0), q in defined,
                               record.queues is None or q in record.queues) for q in names]
         admin = _admin(conn, name, None, before) if "admin_requests" in tables else AdminPage([], None)
-    return DevicePage(row, record.added_ms, record.agent, record.queues, queues, admin)
+        health = _health(conn, name, now_ms, span)
+    return DevicePage(row, record.added_ms, record.agent, record.queues, queues, admin, health)
+
+
+def _buckets(now_ms: int, span: str) -> tuple[int, int, int, int]:
+    """The buckets of a chart over ``span`` at round times, up to the one holding ``now_ms``: their
+    width, the first's start, the last's end, and how many."""
+    step = STEPS[span]
+    end = (now_ms // step + 1) * step
+    return step, end - RANGES[span], end, RANGES[span] // step
+
+
+def _health(conn: sqlite3.Connection, name: str, now_ms: int, span: str) -> DeviceHealth:
+    step, start, end, buckets = _buckets(now_ms, span)
+    found = {i: (n, offset) for i, n, offset in conn.execute(
+        "SELECT (at_ms - ?) / ?, count(*), avg(clock_offset_ms) FROM journal WHERE kind = 'accepted' "
+        "AND device = ? AND at_ms >= ? AND at_ms < ? GROUP BY 1", (start, step, name, start, end))}
+    return DeviceHealth(span, start, [found.get(i, (0, None))[0] for i in range(buckets)],
+                        [found.get(i, (0, None))[1] for i in range(buckets)])
 
 
 def read_queue(path: str | Path, name: str, *, now_ms: int, span: str,
@@ -143,9 +175,7 @@ def read_queue(path: str | Path, name: str, *, now_ms: int, span: str,
 def _series(conn: sqlite3.Connection, name: str, now_ms: int, span: str) -> tuple[int, dict[str, list[int]]]:
     """Queue ``name``'s :data:`CHARTED` journal rows per step over ``span``, in buckets at round times up
     to the one holding ``now_ms``: the first bucket's start and the counts."""
-    step = STEPS[span]
-    end = (now_ms // step + 1) * step
-    start, buckets = end - RANGES[span], RANGES[span] // step
+    step, start, end, buckets = _buckets(now_ms, span)
     counts = {(kind, i): n for kind, i, n in conn.execute(
         "SELECT kind, (at_ms - ?) / ?, count(*) FROM journal WHERE queue = ? AND at_ms >= ? AND at_ms < ? "
         "AND kind IN ('accepted', 'delivered', 'expired') GROUP BY 1, 2", (start, step, name, start, end))}

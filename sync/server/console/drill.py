@@ -69,16 +69,22 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
         return endpoint
 
     def device(request: Request, now: int) -> tuple[str, dict[str, Any]]:
-        name = _name(request.path_params["name"], "device name")
-        found = read_device(path, name, before=_after(request))
-        if found is None:
+        name, span = _name(request.path_params["name"], "device name"), _range(request)
+        found = read_device(path, name, before=_after(request), now_ms=now, span=span)
+        if found is None or found.health is None:
             raise ApiError(404, f"no device {name!r} has been heard from or registered: the fleet lists them")
-        return "device.html", {"d": found}
+        h, step = found.health, STEPS[span]
+        every = _every(step)
+        charts = [time_chart(h.start_ms, step, {"accepted": h.accepted}, unit=f"messages / {every}",
+                             title=f"messages accepted per {every}, last {span}",
+                             html_id="chart-device-accepted"),
+                  time_chart(h.start_ms, step, {"clock offset": h.offset_ms}, unit="ms (mean)",
+                             title=f"clock offset, mean per {every}, last {span}",
+                             html_id="chart-device-offset")]
+        return "device.html", {"d": found, "ranges": list(RANGES), "charts": [Markup(c) for c in charts]}
 
     def queue(request: Request, now: int) -> tuple[str, dict[str, Any]]:
-        name, span = _name(request.path_params["name"], "queue name"), request.query_params.get("range", "1h")
-        if span not in RANGES:
-            raise ApiError(400, f"range must be one of {', '.join(RANGES)}, not {span[:20]!r}")
+        name, span = _name(request.path_params["name"], "queue name"), _range(request)
         found = read_queue(path, name, now_ms=now, span=span, after=cursor(request))
         if found is None:
             raise ApiError(404, f"no queue {name!r}: the console's Queues table lists them")
@@ -109,6 +115,14 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
     return [(route, page(fn)) for route, fn in (
         ("/console/devices/{name}", device), ("/console/queues/{name}", queue),
         ("/console/queues/{name}/messages/{uid}", message), ("/console/admin", admin), *more)]
+
+
+def _range(request: Request) -> str:
+    """The page's ``?range=`` (1h if none; a 400 if it is not one of :data:`RANGES`)."""
+    span = request.query_params.get("range", "1h")
+    if span not in RANGES:
+        raise ApiError(400, f"range must be one of {', '.join(RANGES)}, not {span[:20]!r}")
+    return span
 
 
 def _every(step_ms: int) -> str:

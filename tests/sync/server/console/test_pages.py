@@ -179,6 +179,32 @@ def test_an_operator_follows_the_fleet_to_a_device_its_queue_and_a_message(site:
     assert site.browser.current_url.endswith("/console/queues/ORDERS")
 
 
+def _points(site: Site, chart: str) -> list[float]:
+    """The values of a chart's points, from their tooltips ("03:05: 25 accepted")."""
+    titles = site.browser.find_elements(By.CSS_SELECTOR, f"#{chart} circle title")
+    return [float(t.get_attribute("textContent").split(": ")[1].split()[0].replace(",", "")) for t in titles]
+
+
+def test_a_devices_health_is_charted_from_the_journal_by_range(site: Site) -> None:
+    with closing(connect(site.shots / "home.db", read_only=True)) as conn:
+        (mean,) = conn.execute("SELECT avg(clock_offset_ms) FROM journal WHERE kind = 'accepted' "
+                               "AND device = 'DEV1'").fetchone()
+    site.open("/console/devices/DEV1")
+    for span in ("1h", "24h", "7d"):
+        if span != "1h":
+            site.follow(f"#range-{span}")
+            assert site.browser.current_url.endswith(f"?range={span}")
+        accepted = _points(site, "chart-device-accepted")
+        assert sum(accepted) == PUSHED, span  # every push of DEV1's, none of the journal's older rows
+        offsets = _points(site, "chart-device-offset")  # a point only where it pushed: a mean per bucket
+        pushed = [n for n in accepted if n]
+        assert len(offsets) == len(pushed), span
+        weighted = sum(o * n for o, n in zip(offsets, pushed, strict=True)) / PUSHED
+        assert weighted == pytest.approx(mean, abs=0.01), span
+    site.open("/console/devices/DEV1?range=1y")
+    assert "range must be one of 1h, 24h, 7d" in site.browser.page_source
+
+
 def test_a_queues_messages_come_a_page_at_a_time_and_the_journal_by_range(site: Site) -> None:
     site.open("/console/queues/ORDERS")
     first = site.keys("#messages tr.message", "uid")
