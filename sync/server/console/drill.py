@@ -36,11 +36,12 @@ def _name(text: str, what: str) -> str:
 
 def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2Templates,
                 signed_in: Callable[[Request], Awaitable[Session | None]],
-                dlq: Callable[[], str], more: Sequence[tuple[str, Page]] = (),
+                dlq: Callable[[], str], collect: Callable[[], None], more: Sequence[tuple[str, Page]] = (),
                 ) -> list[tuple[str, _Endpoint]]:
     """The drill-down pages (GET) over the store at ``path``, and ``more``, by route; ``signed_in``: a
     request's session. Each page is given who is signed in (``me``), the CSRF token for its action
-    forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``)."""
+    forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``);
+    ``collect`` records the admin replies waiting, before a page shows admin requests."""
     def page(fn: Page) -> _Endpoint:
         """A page: the sign-in form without a session; ``fn`` (in a thread) names its template and context."""
         async def endpoint(request: Request) -> Response:
@@ -60,6 +61,7 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
 
     def device(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         name = _name(request.path_params["name"], "device name")
+        collect()
         found = read_device(path, name, before=_after(request))
         if found is None:
             raise ApiError(404, f"no device {name!r} has been heard from or registered: the fleet lists them")
@@ -89,6 +91,7 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
         device, status = request.query_params.get("device", ""), request.query_params.get("status", "")
         if status not in STATUSES:
             raise ApiError(400, f"status must be pending or replied (or nothing: all), not {status[:20]!r}")
+        collect()
         found = read_admin(path, device=_name(device, "device name") if device else None,
                            replied=STATUSES[status][0], before=_after(request))
         return "admin.html", {"admin": found, "device": device, "status": status, "statuses": STATUSES}

@@ -34,6 +34,7 @@ from starlette.templating import Jinja2Templates
 
 from edgeq.manager import QueueManager
 from edgeq.sync.pipeline.report.charts import line_chart, time_marks
+from edgeq.sync.server.api.admin import collect_replies
 from edgeq.sync.server.console.acting import Session, act_endpoint, action_pages, outcome
 from edgeq.sync.server.console.auth import (
     COOKIE,
@@ -146,6 +147,7 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
         session = await signed_in(request)
         if session is None:
             return RedirectResponse("/console/login", status_code=303)
+        await run_in_threadpool(collect_replies, qm)
         view = await run_in_threadpool(read_console, path, now_ms=clock())
         done = await run_in_threadpool(outcome, str(path), request)
         return templates.TemplateResponse(request, "console.html", {
@@ -217,7 +219,7 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
 
     headers = security_headers()
     drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in,
-                        dlq=qm.dead_letter_queue, more=action_pages(qm))
+                        dlq=qm.dead_letter_queue, collect=lambda: collect_replies(qm), more=action_pages(qm))
     act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_form)
     return [
         Route("/console", _secured(page, headers), methods=["GET"]),
