@@ -12,9 +12,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from edgeq.admin.wire import ACTIONS as ADMIN_ACTIONS
 from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.names import check_name
 from edgeq.sync.server.admin.records import read_cursor
+from edgeq.sync.server.api.admin import NO_KEY
 from edgeq.sync.server.api.http import ApiError, cursor, uid
 from edgeq.sync.server.console.acting import Page, Session, outcome
 from edgeq.sync.server.console.detail import KINDS, RANGES, read_admin, read_device, read_message, read_queue
@@ -36,12 +38,13 @@ def _name(text: str, what: str) -> str:
 
 def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2Templates,
                 signed_in: Callable[[Request], Awaitable[Session | None]],
-                dlq: Callable[[], str], collect: Callable[[], None], more: Sequence[tuple[str, Page]] = (),
-                ) -> list[tuple[str, _Endpoint]]:
+                dlq: Callable[[], str], collect: Callable[[], None], admin_key: str | None,
+                more: Sequence[tuple[str, Page]] = ()) -> list[tuple[str, _Endpoint]]:
     """The drill-down pages (GET) over the store at ``path``, and ``more``, by route; ``signed_in``: a
     request's session. Each page is given who is signed in (``me``), the CSRF token for its action
     forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``);
-    ``collect`` records the admin replies waiting, before a page shows admin requests."""
+    ``collect`` records the admin replies waiting, before a page shows admin requests; ``admin_key``: the
+    key id the console signs admin requests with (None: it sends none)."""
     def page(fn: Page) -> _Endpoint:
         """A page: the sign-in form without a session; ``fn`` (in a thread) names its template and context."""
         async def endpoint(request: Request) -> Response:
@@ -65,7 +68,8 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
         found = read_device(path, name, before=_after(request))
         if found is None:
             raise ApiError(404, f"no device {name!r} has been heard from or registered: the fleet lists them")
-        return "device.html", {"d": found}
+        return "device.html", {"d": found, "admin_key": admin_key, "admin_actions": ADMIN_ACTIONS,
+                               "no_key": NO_KEY}
 
     def queue(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         name, span = _name(request.path_params["name"], "queue name"), request.query_params.get("range", "1h")

@@ -34,6 +34,7 @@ from starlette.templating import Jinja2Templates
 
 from edgeq.manager import QueueManager
 from edgeq.sync.pipeline.report.charts import line_chart, time_marks
+from edgeq.sync.server.admin.client import OperatorKey
 from edgeq.sync.server.api.admin import collect_replies
 from edgeq.sync.server.console.acting import Session, act_endpoint, action_pages, outcome
 from edgeq.sync.server.console.auth import (
@@ -118,20 +119,24 @@ def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, 
                              html_id=html_id))
 
 
-def console_app(qm: QueueManager, *, clock: Callable[[], int], api: Sequence[BaseRoute] = ()) -> Starlette:
+def console_app(qm: QueueManager, *, clock: Callable[[], int], api: Sequence[BaseRoute] = (),
+                signer: OperatorKey | None = None) -> Starlette:
     """The console's own app over ``qm``'s store: its routes, ``/healthz`` and the ``api`` routes
-    (the management API's, :mod:`edgeq.sync.server.api`)."""
+    (the management API's, :mod:`edgeq.sync.server.api`); ``signer`` signs its admin requests."""
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    app = Starlette(routes=[*console_routes(qm, clock=clock), Route("/healthz", healthz, methods=["GET"]),
+    app = Starlette(routes=[*console_routes(qm, clock=clock, signer=signer),
+                            Route("/healthz", healthz, methods=["GET"]),
                             *api])
     app.router.redirect_slashes = False
     return app
 
 
-def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]:
-    """The routes of ``/console`` over ``qm``'s store; ``clock`` is the server's (ms)."""
+def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: OperatorKey | None = None
+                   ) -> list[BaseRoute]:
+    """The routes of ``/console`` over ``qm``'s store; ``clock`` is the server's (ms); ``signer`` the
+    operator key admin requests are signed with (None: the console sends none, and says so)."""
     templates, path = _templates(), qm.path
     guard = LoginGuard(clock=clock)
 
@@ -213,14 +218,16 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
         return await login_form(request)
 
     async def not_found(request: Request) -> Response:
-        return Response("not found: the console's pages are /console, /console/login, /console/devices/NAME, "
-                        "/console/queues/NAME, /console/admin, /console/rule-events and /console/actions",
+        return Response("not found: the console's pages are /console, /console/login, /console/devices, "
+                        "/console/devices/NAME, /console/queues/NAME, /console/admin, /console/admin/ID, "
+                        "/console/rule-events and /console/actions",
                         status_code=404)
 
     headers = security_headers()
     drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in,
-                        dlq=qm.dead_letter_queue, collect=lambda: collect_replies(qm), more=action_pages(qm))
-    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_form)
+                        dlq=qm.dead_letter_queue, collect=lambda: collect_replies(qm),
+                        admin_key=None if signer is None else signer.key_id, more=action_pages(qm))
+    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_form, signer=signer)
     return [
         Route("/console", _secured(page, headers), methods=["GET"]),
         *(Route(route, _secured(endpoint, headers), methods=["GET"]) for route, endpoint in drill),
