@@ -62,7 +62,7 @@ def outcome(path: str, request: Request) -> dict[str, Any] | None:
 
 def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja2Templates,
                  signed_in: Callable[[Request], Awaitable[Session | None]],
-                 form: Callable[[Request], Awaitable[Mapping[str, str]]],
+                 form: Callable[[Request], Awaitable[Mapping[str, str] | None]],
                  signer: OperatorKey | None) -> _Endpoint:
     """``POST /console/actions/{action}``: without ``confirm``, the page asking to; with it, the action (of
     :data:`.api.actions.ACTIONS`, on a ``target``, or of :data:`.forms.FORMS`, on its fields)."""
@@ -90,6 +90,9 @@ def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja
         if session is None:
             return Response("forbidden: no session (sign in at /console/login)", status_code=403)
         cred, token = session
+        if posted is None:
+            return problem(request, session, "the form is too large, nothing was done: give an admin "
+                                             "request's parameters, or a key, of a few kilobytes", 413)
         who, name = f"console:{cred.name}", request.path_params["action"]
         if posted.get("csrf") != cred.csrf_token(token):
             return Response("forbidden: a form from elsewhere (no or a wrong CSRF token)", status_code=403)

@@ -47,6 +47,7 @@ from edgeq.sync.server.console.auth import (
 )
 from edgeq.sync.server.console.data import BUCKET_MS, read_console
 from edgeq.sync.server.console.drill import drill_pages
+from edgeq.sync.server.console.forms import scope
 from edgeq.sync.server.console.login import LoginGuard
 
 __all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
@@ -57,6 +58,8 @@ COOKIE_PATH = "/"
 REFRESH_S = 10
 #: a login form is small: refuse a larger body before reading it
 MAX_FORM_BYTES = 4096
+#: an action's form may carry a pasted key or an admin request's parameters
+MAX_ACTION_BYTES = 16384
 
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -94,6 +97,7 @@ def _address(request: Request) -> str:
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(_TEMPLATES))
     templates.env.filters["age"] = _age
+    templates.env.filters["scope"] = scope
     return templates
 
 
@@ -227,7 +231,8 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: Operat
     drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in,
                         dlq=qm.dead_letter_queue, collect=lambda: collect_replies(qm),
                         admin_key=None if signer is None else signer.key_id, more=action_pages(qm))
-    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_form, signer=signer)
+    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_action_form,
+                       signer=signer)
     return [
         Route("/console", _secured(page, headers), methods=["GET"]),
         *(Route(route, _secured(endpoint, headers), methods=["GET"]) for route, endpoint in drill),
@@ -240,12 +245,22 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: Operat
 
 
 async def _form(request: Request) -> Mapping[str, str]:
-    """A small url-encoded form (no multipart: nothing here uploads)."""
+    """A small url-encoded form (larger: empty)."""
+    return await _read_form(request, MAX_FORM_BYTES) or {}
+
+
+async def _action_form(request: Request) -> Mapping[str, str] | None:
+    """An action's form (None: larger than :data:`MAX_ACTION_BYTES`)."""
+    return await _read_form(request, MAX_ACTION_BYTES)
+
+
+async def _read_form(request: Request, limit: int) -> Mapping[str, str] | None:
+    """A url-encoded form of at most ``limit`` bytes (no multipart: nothing here uploads); None: larger."""
     body = b""
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return {}
+        if len(body) > limit:
+            return None
     parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
     return {k: v[0] for k, v in parsed.items()}
 

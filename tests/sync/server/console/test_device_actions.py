@@ -284,6 +284,9 @@ def test_bad_fields_are_refused_saying_why_and_markup_stays_text(stage: Stage) -
         refused = _post(alice, action, fields)
         assert refused.status_code in (400, 404, 409), (action, refused.text)
         assert says in refused.text and MARKUP not in refused.text, (action, refused.text)
+    large = _post(alice, "send-admin-request", {"device": "DEV1", "action": "inquire-all",
+                                                "params": json.dumps({"note": "x" * 20_000})})
+    assert large.status_code == 413 and "the form is too large, nothing was done" in large.text
     assert _admin_depth(stage.home) == pending
     with QueueManager(stage.home) as qm:
         assert qm.device("DEV7") is None
@@ -309,3 +312,18 @@ def test_without_an_operator_key_the_send_form_says_so_and_a_send_is_refused(tmp
             assert refused.status_code == 409 and "has no operator key" in refused.text
     assert _admin_depth(home) == 0
     assert _recorded(home, "console:alice") == [("send-admin-request", "failed")]
+
+
+def test_a_page_view_writes_nothing_when_no_reply_waits(stage: Stage) -> None:
+    stage.sync()
+    stage.bob.open("/console/admin")  # any reply waiting collected
+    cookies, _ = _session(stage.bob)
+    with closing(connect(stage.home)) as conn, \
+            httpx.Client(base_url=stage.bob.served.console_url, cookies=cookies, timeout=5) as http:
+        conn.execute("BEGIN IMMEDIATE")  # a page that wrote would wait for this lock (and time out)
+        try:
+            for path in ("/console", "/console/admin", "/console/devices/DEV1"):
+                shown = http.get(path)
+                assert shown.status_code == 200 and 'id="admin"' in shown.text, path
+        finally:
+            conn.execute("ROLLBACK")
