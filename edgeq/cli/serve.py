@@ -276,7 +276,8 @@ def _serve_console(qm: QueueManager, host: str, port: int, fd: int, url: str, lo
         "not sent: no --admin-key" if signer is None else f"signed with key {signer.key_id}",
         extra={"event": "console", "qmgr": qm.name, "console": url, "pid": os.getpid(), "nice": niceness,
                "admin_key": None if signer is None else signer.key_id})
-    app = console_app(qm, clock=system_clock, api=api_routes(qm, clock=system_clock, signer=signer))
+    app = console_app(qm, clock=system_clock, api=api_routes(qm, clock=system_clock, signer=signer),
+                      signer=signer)
     _run_uvicorn(app, host, port, fd, log_level, tls_cert, tls_key)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from contextlib import closing
 from functools import partial
 from typing import Any, Final
 
@@ -14,6 +15,8 @@ from starlette.routing import Route
 
 from edgeq.admin.wire import ACTIONS, ADMIN_REPLY_QUEUE
 from edgeq.manager import QueueManager
+from edgeq.store.opening import connect
+from edgeq.store.tx import Tx
 from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 from edgeq.sync.server.admin.records import AdminRecord
 from edgeq.sync.server.api.audit import audited
@@ -73,8 +76,10 @@ def resend_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[st
 
 def collect_replies(qm: QueueManager) -> None:
     """Record the replies waiting on ``SYSTEM.ADMIN.REPLY`` for their requests (as ``edgeq admin``
-    does before it shows anything); with none waiting, nothing is written."""
-    if ADMIN_REPLY_QUEUE in qm.queue_names() and qm.depth(ADMIN_REPLY_QUEUE):
+    does before it shows anything); with none waiting, nothing is written (not even a check point)."""
+    with closing(connect(qm.path, read_only=True)) as conn:
+        replies = Tx(conn).queue(ADMIN_REPLY_QUEUE)
+    if replies is not None and replies.depth:
         with AdminClient(qm) as client:
             client.collect()
 

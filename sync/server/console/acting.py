@@ -5,6 +5,7 @@ session's CSRF token. Also the parked rule events' page and the record of action
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import closing
 from typing import Any
@@ -19,12 +20,16 @@ from edgeq.errors import EdgeqError
 from edgeq.manager import QueueManager
 from edgeq.store.opening import connect
 from edgeq.store.rules import RuleTx
+from edgeq.sync.server.admin.client import OperatorKey
 from edgeq.sync.server.api import audit
 from edgeq.sync.server.api.actions import ACTIONS, perform
+from edgeq.sync.server.api.admin import collect_replies
 from edgeq.sync.server.api.auth import Principal
 from edgeq.sync.server.api.http import ApiError, cursor, refusal
+from edgeq.sync.server.console import forms
 from edgeq.sync.server.console.auth import ConsoleCredential
 from edgeq.sync.server.console.detail import PAGE
+from edgeq.sync.server.console.forms import FORMS
 
 __all__ = ["Page", "Session", "act_endpoint", "action_pages", "outcome"]
 
@@ -57,45 +62,66 @@ def outcome(path: str, request: Request) -> dict[str, Any] | None:
 
 def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja2Templates,
                  signed_in: Callable[[Request], Awaitable[Session | None]],
-                 form: Callable[[Request], Awaitable[Mapping[str, str]]]) -> _Endpoint:
-    """``POST /console/actions/{action}``: without ``confirm``, the page asking to; with it, the action."""
+                 form: Callable[[Request], Awaitable[Mapping[str, str] | None]],
+                 signer: OperatorKey | None) -> _Endpoint:
+    """``POST /console/actions/{action}``: without ``confirm``, the page asking to; with it, the action (of
+    :data:`.api.actions.ACTIONS`, on a ``target``, or of :data:`.forms.FORMS`, on its fields)."""
     def problem(request: Request, session: Session, text: str, status: int) -> Response:
         return templates.TemplateResponse(request, "problem.html", {
             "problem": text, "me": session[0], "csrf": session[0].csrf_token(session[1])}, status_code=status)
 
+    def ask(name: str, fields: Mapping[str, str]) -> tuple[str, str]:
+        """What the action will do, and the page to cancel to."""
+        if name in FORMS:
+            return FORMS[name].ask(qm, signer, fields), FORMS[name].back(fields, None)
+        return ACTIONS[name].ask(qm, fields["target"]), _back(qm, name, fields["target"])
+
+    def do(name: str, fields: Mapping[str, str], who: Principal) -> str:
+        """Do it (recorded, however it ends); the page showing how it ended."""
+        if name not in FORMS:
+            done, _ = perform(qm, name, fields["target"], who=who, clock=clock)
+            return f"{_back(qm, name, fields['target'])}?done={done}"
+        answer = FORMS[name].do(qm, signer, who, fields)
+        (latest,) = audit.recorded(qm.path, before=None, limit=1, who=who.who, action=name)
+        return f"{FORMS[name].back(fields, answer)}?done={latest['id']}"
+
     async def act(request: Request) -> Response:
-        session, fields = await signed_in(request), await form(request)
+        session, posted = await signed_in(request), await form(request)
         if session is None:
             return Response("forbidden: no session (sign in at /console/login)", status_code=403)
         cred, token = session
-        who, name, target = f"console:{cred.name}", request.path_params["action"], fields.get("target", "")
-        if fields.get("csrf") != cred.csrf_token(token):
+        if posted is None:
+            return problem(request, session, "the form is too large, nothing was done: give an admin "
+                                             "request's parameters, or a key, of a few kilobytes", 413)
+        who, name = f"console:{cred.name}", request.path_params["action"]
+        if posted.get("csrf") != cred.csrf_token(token):
             return Response("forbidden: a form from elsewhere (no or a wrong CSRF token)", status_code=403)
-        if name not in ACTIONS:
+        if name not in ACTIONS and name not in FORMS:
             return problem(request, session,
-                           f"no action {name[:40]!r}: the console's are {', '.join(ACTIONS)}", 404)
-        if fields.get("confirm") != "yes":
+                           f"no action {name[:40]!r}: the console's are {', '.join([*ACTIONS, *FORMS])}", 404)
+        fields = {k: posted.get(k, "") for k in (FORMS[name].fields if name in FORMS else ("target",))}
+        if posted.get("confirm") != "yes":
             if cred.role != "operator":
                 return problem(request, session,
                                f"{name} needs the operator role; {who} is a {cred.role}", 403)
             try:
-                question = await run_in_threadpool(ACTIONS[name].ask, qm, target)
+                question, back = await run_in_threadpool(ask, name, fields)
             except EdgeqError as exc:
                 return problem(request, session, str(exc), refusal(exc).status)
             return templates.TemplateResponse(request, "confirm.html", {
-                "me": cred, "csrf": cred.csrf_token(token), "action": name, "target": target,
-                "question": question, "back": _back(qm, name, target)})
+                "me": cred, "csrf": cred.csrf_token(token), "action": name, "fields": fields,
+                "question": question, "back": back})
         try:
-            done, _ = await run_in_threadpool(lambda: perform(
-                qm, name, target, who=Principal(who, cred.role), clock=clock))
+            back = await run_in_threadpool(do, name, fields, Principal(who, cred.role))
         except EdgeqError as exc:  # recorded: shown here, with what to do
             return problem(request, session, str(exc), refusal(exc).status)
-        return RedirectResponse(f"{_back(qm, name, target)}?done={done}", status_code=303)
+        return RedirectResponse(back, status_code=303)
     return act
 
 
 def action_pages(qm: QueueManager) -> list[tuple[str, Page]]:
-    """The parked rule events' page and the record of actions (GET), by route."""
+    """The parked rule events' page, the record of actions, the device registration form and one admin
+    request's page (GET), by route."""
     def rule_events(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         with closing(connect(qm.path, read_only=True)) as conn:
             parked = RuleTx(conn).failures(parked=True)
@@ -105,7 +131,17 @@ def action_pages(qm: QueueManager) -> list[tuple[str, Page]]:
         who, action = request.query_params.get("who", ""), request.query_params.get("action", "")
         found = audit.recorded(qm.path, before=cursor(request), limit=PAGE, who=who or None,
                                action=action or None)
-        return "actions.html", {"actions": found, "who": who, "action": action, "names": list(ACTIONS),
+        return "actions.html", {"actions": found, "who": who, "action": action, "names": [*ACTIONS, *FORMS],
                                 "next": found[-1]["id"] if len(found) == PAGE else None}
 
-    return [("/console/rule-events", rule_events), ("/console/actions", actions)]
+    def register(request: Request, now: int) -> tuple[str, dict[str, Any]]:
+        return "register.html", {}
+
+    def admin_request(request: Request, now: int) -> tuple[str, dict[str, Any]]:
+        collect_replies(qm)
+        shown = forms.admin_request(qm, request.path_params["id"], now)
+        return "request.html", {"r": shown, "results": json.dumps(
+            None if shown["reply"] is None else shown["reply"]["results"], indent=2, sort_keys=True)}
+
+    return [("/console/rule-events", rule_events), ("/console/actions", actions),
+            ("/console/devices", register), ("/console/admin/{id}", admin_request)]

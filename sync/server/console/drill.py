@@ -13,10 +13,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from edgeq.admin.wire import ACTIONS as ADMIN_ACTIONS
 from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.names import check_name
 from edgeq.sync.pipeline.report.charts import time_chart
 from edgeq.sync.server.admin.records import read_cursor
+from edgeq.sync.server.api.admin import NO_KEY
 from edgeq.sync.server.api.http import ApiError, cursor, uid
 from edgeq.sync.server.console.acting import Page, Session, outcome
 from edgeq.sync.server.console.detail import (
@@ -46,11 +48,13 @@ def _name(text: str, what: str) -> str:
 
 def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2Templates,
                 signed_in: Callable[[Request], Awaitable[Session | None]],
-                dlq: Callable[[], str], more: Sequence[tuple[str, Page]] = (),
-                ) -> list[tuple[str, _Endpoint]]:
+                dlq: Callable[[], str], collect: Callable[[], None], admin_key: str | None,
+                more: Sequence[tuple[str, Page]] = ()) -> list[tuple[str, _Endpoint]]:
     """The drill-down pages (GET) over the store at ``path``, and ``more``, by route; ``signed_in``: a
     request's session. Each page is given who is signed in (``me``), the CSRF token for its action
-    forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``)."""
+    forms (``csrf``), the action ``?done=`` names (``done``) and the dead-letter queue's name (``dlq``);
+    ``collect`` records the admin replies waiting, before a page shows admin requests; ``admin_key``: the
+    key id the console signs admin requests with (None: it sends none)."""
     def page(fn: Page) -> _Endpoint:
         """A page: the sign-in form without a session; ``fn`` (in a thread) names its template and context."""
         async def endpoint(request: Request) -> Response:
@@ -70,18 +74,21 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
 
     def device(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         name, span = _name(request.path_params["name"], "device name"), _range(request)
+        collect()
         found = read_device(path, name, before=_after(request), now_ms=now, span=span)
         if found is None or found.health is None:
             raise ApiError(404, f"no device {name!r} has been heard from or registered: the fleet lists them")
         h, step = found.health, STEPS[span]
         every = _every(step)
-        charts = [time_chart(h.start_ms, step, {"accepted": h.accepted}, unit=f"messages / {every}",
-                             title=f"messages accepted per {every}, last {span}",
-                             html_id="chart-device-accepted"),
-                  time_chart(h.start_ms, step, {"clock offset": h.offset_ms}, unit="ms (mean)",
-                             title=f"clock offset, mean per {every}, last {span}",
-                             html_id="chart-device-offset")]
-        return "device.html", {"d": found, "ranges": list(RANGES), "charts": [Markup(c) for c in charts]}
+        charts = [(f"Messages accepted per {every}", time_chart(
+                      h.start_ms, step, {"accepted": h.accepted}, unit=f"messages / {every}",
+                      title=f"messages accepted per {every}, last {span}", html_id="chart-device-accepted")),
+                  (f"Clock offset, mean per {every}", time_chart(
+                      h.start_ms, step, {"clock offset": h.offset_ms}, unit="ms (mean)",
+                      title=f"clock offset, mean per {every}, last {span}", html_id="chart-device-offset"))]
+        return "device.html", {"d": found, "ranges": list(RANGES),
+                               "charts": [(t, Markup(c)) for t, c in charts], "admin_key": admin_key,
+                               "admin_actions": ADMIN_ACTIONS, "no_key": NO_KEY}
 
     def queue(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         name, span = _name(request.path_params["name"], "queue name"), _range(request)
@@ -108,6 +115,7 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
         device, status = request.query_params.get("device", ""), request.query_params.get("status", "")
         if status not in STATUSES:
             raise ApiError(400, f"status must be pending or replied (or nothing: all), not {status[:20]!r}")
+        collect()
         found = read_admin(path, device=_name(device, "device name") if device else None,
                            replied=STATUSES[status][0], before=_after(request))
         return "admin.html", {"admin": found, "device": device, "status": status, "statuses": STATUSES}

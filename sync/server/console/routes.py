@@ -34,6 +34,8 @@ from starlette.templating import Jinja2Templates
 
 from edgeq.manager import QueueManager
 from edgeq.sync.pipeline.report.charts import line_chart, time_marks
+from edgeq.sync.server.admin.client import OperatorKey
+from edgeq.sync.server.api.admin import collect_replies
 from edgeq.sync.server.console.acting import Session, act_endpoint, action_pages, outcome
 from edgeq.sync.server.console.auth import (
     COOKIE,
@@ -45,6 +47,7 @@ from edgeq.sync.server.console.auth import (
 )
 from edgeq.sync.server.console.data import BUCKET_MS, read_console
 from edgeq.sync.server.console.drill import drill_pages
+from edgeq.sync.server.console.forms import scope
 from edgeq.sync.server.console.login import LoginGuard
 
 __all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
@@ -55,6 +58,8 @@ COOKIE_PATH = "/"
 REFRESH_S = 10
 #: a login form is small: refuse a larger body before reading it
 MAX_FORM_BYTES = 4096
+#: an action's form may carry a pasted key or an admin request's parameters
+MAX_ACTION_BYTES = 16384
 
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -92,6 +97,7 @@ def _address(request: Request) -> str:
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(_TEMPLATES))
     templates.env.filters["age"] = _age
+    templates.env.filters["scope"] = scope
     return templates
 
 
@@ -117,20 +123,24 @@ def _per_minute(values: Sequence[int], now_ms: int, *, series: str, title: str, 
                              html_id=html_id))
 
 
-def console_app(qm: QueueManager, *, clock: Callable[[], int], api: Sequence[BaseRoute] = ()) -> Starlette:
+def console_app(qm: QueueManager, *, clock: Callable[[], int], api: Sequence[BaseRoute] = (),
+                signer: OperatorKey | None = None) -> Starlette:
     """The console's own app over ``qm``'s store: its routes, ``/healthz`` and the ``api`` routes
-    (the management API's, :mod:`edgeq.sync.server.api`)."""
+    (the management API's, :mod:`edgeq.sync.server.api`); ``signer`` signs its admin requests."""
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    app = Starlette(routes=[*console_routes(qm, clock=clock), Route("/healthz", healthz, methods=["GET"]),
+    app = Starlette(routes=[*console_routes(qm, clock=clock, signer=signer),
+                            Route("/healthz", healthz, methods=["GET"]),
                             *api])
     app.router.redirect_slashes = False
     return app
 
 
-def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRoute]:
-    """The routes of ``/console`` over ``qm``'s store; ``clock`` is the server's (ms)."""
+def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: OperatorKey | None = None
+                   ) -> list[BaseRoute]:
+    """The routes of ``/console`` over ``qm``'s store; ``clock`` is the server's (ms); ``signer`` the
+    operator key admin requests are signed with (None: the console sends none, and says so)."""
     templates, path = _templates(), qm.path
     guard = LoginGuard(clock=clock)
 
@@ -146,6 +156,7 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
         session = await signed_in(request)
         if session is None:
             return RedirectResponse("/console/login", status_code=303)
+        await run_in_threadpool(collect_replies, qm)
         view = await run_in_threadpool(read_console, path, now_ms=clock())
         done = await run_in_threadpool(outcome, str(path), request)
         return templates.TemplateResponse(request, "console.html", {
@@ -211,14 +222,17 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
         return await login_form(request)
 
     async def not_found(request: Request) -> Response:
-        return Response("not found: the console's pages are /console, /console/login, /console/devices/NAME, "
-                        "/console/queues/NAME, /console/admin, /console/rule-events and /console/actions",
+        return Response("not found: the console's pages are /console, /console/login, /console/devices, "
+                        "/console/devices/NAME, /console/queues/NAME, /console/admin, /console/admin/ID, "
+                        "/console/rule-events and /console/actions",
                         status_code=404)
 
     headers = security_headers()
     drill = drill_pages(path, clock=clock, templates=templates, signed_in=signed_in,
-                        dlq=qm.dead_letter_queue, more=action_pages(qm))
-    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_form)
+                        dlq=qm.dead_letter_queue, collect=lambda: collect_replies(qm),
+                        admin_key=None if signer is None else signer.key_id, more=action_pages(qm))
+    act = act_endpoint(qm, clock=clock, templates=templates, signed_in=signed_in, form=_action_form,
+                       signer=signer)
     return [
         Route("/console", _secured(page, headers), methods=["GET"]),
         *(Route(route, _secured(endpoint, headers), methods=["GET"]) for route, endpoint in drill),
@@ -231,12 +245,22 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int]) -> list[BaseRo
 
 
 async def _form(request: Request) -> Mapping[str, str]:
-    """A small url-encoded form (no multipart: nothing here uploads)."""
+    """A small url-encoded form (larger: empty)."""
+    return await _read_form(request, MAX_FORM_BYTES) or {}
+
+
+async def _action_form(request: Request) -> Mapping[str, str] | None:
+    """An action's form (None: larger than :data:`MAX_ACTION_BYTES`)."""
+    return await _read_form(request, MAX_ACTION_BYTES)
+
+
+async def _read_form(request: Request, limit: int) -> Mapping[str, str] | None:
+    """A url-encoded form of at most ``limit`` bytes (no multipart: nothing here uploads); None: larger."""
     body = b""
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return {}
+        if len(body) > limit:
+            return None
     parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
     return {k: v[0] for k, v in parsed.items()}
 
