@@ -4,10 +4,14 @@ running (by the queue manager's clock), the expired ones are discarded on the wa
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.bridges.book import define_bridge
+from edgeq.sync.bridges.mapping import UID_PROPERTY
 from edgeq.sync.bridges.status import read_states
 from tests.sync.bridges.conftest import Broker, Device
 from tests.sync.bridges.kit import running
@@ -63,3 +67,43 @@ def test_a_message_with_less_than_a_second_left_is_not_published(tmp_path: Path,
             until(lambda: qm.depth("OUT") == 0, "the late one discarded")
         assert got.payload == b"next"
         assert qm.queue_stats("OUT")["expired"] == 1
+
+
+def test_a_batch_the_broker_takes_in_part_confirms_what_it_acknowledged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """mosquitto acknowledges the first five PUBLISHes of a batch, then drops one over its
+    message_size_limit (paho closes the connection at its answer): the five confirmed, the rest put back
+    (not counted against them), and published once the culprit is gone; nothing lost."""
+    small = Broker(tmp_path)
+    small.config.write_text(small.config.read_text() + "message_size_limit 100\n")
+    small.start()
+    device = Device(small, "partial-device")
+    try:
+        device.subscribe("partial/out", qos=1)
+        with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+            qm.define_queue("OUT", redelivery_delay_ms=0)
+            sizes = [50] * 5 + [200] + [50] * 4
+            uids = [str(qm.put("OUT", Message(bytes([65 + i]) * n))) for i, n in enumerate(sizes)]
+            define_bridge(qm, "partial", "mqtt-out", "OUT",
+                          {"url": small.url, "topics": ["partial/out"], "retry_max_s": 0.2})
+            with running(qm, ["partial"]) as runner:
+                board = runner.bridges[0].board
+                until(lambda: board.state().errors >= 4, "the batch's rest put back, twice")
+            assert board.state().forwarded == 5
+            left = qm.browse("OUT")
+            assert [str(m.uid) for m in left] == uids[5:]  # back on the queue, in order
+            assert {m.backout_count for m in left} == {0}  # a lost connection is not their fault
+            qm.delete_message("OUT", uids[5])
+            with running(qm, ["partial"]) as runner:
+                board = runner.bridges[0].board
+                until(lambda: qm.depth("OUT") == 0 and board.state().forwarded == 4, "the rest forwarded")
+        said = [r.getMessage() for r in caplog.records]
+        assert f"bridge partial: 5 messages (first {uids[5]}) each was not confirmed by the broker (the " \
+               "connection ended first): put back on queue OUT" in said
+        got = Counter(dict(m.properties.UserProperty)[UID_PROPERTY] for m in device.wait_for(9))
+        assert set(got) == set(uids) - {uids[5]}  # nothing lost
+        assert all(got[uid] == 1 for uid in uids[:5])  # each acknowledged one published once
+    finally:
+        device.close()
+        small.stop()
