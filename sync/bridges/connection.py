@@ -56,8 +56,8 @@ class Connection:
         self.reason = ""
         #: The broker's Receive Maximum (CONNACK): how many QoS 1/2 PUBLISHes it takes unacknowledged.
         self.receive_maximum = _RECEIVE_MAXIMUM
-        #: The PUBACK/PUBREC reason codes of failure (0x80 and up) by packet id: the broker refused those.
-        self.refused: dict[int, ReasonCode] = {}
+        #: Called (in paho's thread) with each PUBACK's or PUBCOMP's packet id and reason code.
+        self.on_published: Callable[[int, ReasonCode], None] | None = None
         self._ready = threading.Event()
         client = client_cls(CallbackAPIVersion.VERSION2, client_id=client_id,
                             protocol=MQTTProtocolVersion.MQTTv5, manual_ack=manual_ack,
@@ -120,8 +120,8 @@ class Connection:
             raise BridgeError(f"the broker refused the subscription to {', '.join(refused)}")
 
     def _published(self, _c: Client, _u: Any, mid: int, rc: ReasonCode, _p: Any) -> None:
-        if rc.is_failure:
-            self.refused[mid] = rc
+        if self.on_published is not None:
+            self.on_published(mid, rc)
 
     def close(self) -> None:
         """Disconnect (the broker keeps a persistent session) and stop the network thread."""

@@ -8,10 +8,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from edgeq import ManualClock, Message, QueueManager
 from edgeq.sync.bridges.book import define_bridge
 from edgeq.sync.bridges.mapping import UID_PROPERTY
+from edgeq.sync.bridges.mqtt_out import pack_publish_properties
 from edgeq.sync.bridges.status import read_states
 from tests.sync.bridges.conftest import Broker, Device
 from tests.sync.bridges.kit import running
@@ -107,3 +110,14 @@ def test_a_batch_the_broker_takes_in_part_confirms_what_it_acknowledged(
     finally:
         device.close()
         small.stop()
+
+
+def test_the_publish_properties_are_packed_as_paho_packs_them() -> None:
+    props = {"PayloadFormatIndicator": 1, "MessageExpiryInterval": 70_000, "ContentType": "text/plain; é",
+             "ResponseTopic": "r/1", "CorrelationData": b"\x00\xff" * 100,
+             "UserProperty": [("a", "1"), ("a", "2 ü"), (UID_PROPERTY, "DEV1:x.1")]}
+    for some in ({}, {"UserProperty": props["UserProperty"]}, props):
+        paho = Properties(PacketTypes.PUBLISH)
+        for name, value in some.items():
+            setattr(paho, name, value)
+        assert pack_publish_properties(some) == paho.pack(), some
