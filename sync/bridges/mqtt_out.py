@@ -75,19 +75,18 @@ class MqttOutBridge(Bridge):
     def _forward(self, conn: Connection, stop: threading.Event) -> None:
         """Forward over one connection until it ends or ``stop``: batches got while the one before is still
         going out, so the line never idles (an idle line lets Nagle and delayed ACKs stall the PUBACKs)."""
-        batch = self.outbox.batch
-        flight = _Flight(self, conn, min(batch, conn.receive_maximum))
+        flight = _Flight(self, conn, min(self.outbox.batch, conn.receive_maximum))
         conn.on_published = flight.answered
         try:
             while not stop.is_set() and not conn.lost.is_set():
-                if flight.waiting() < max(batch // 2, 1):
+                if len(flight.pending) < flight.low:
                     got = self.outbox.get(0 if flight.busy() else _POLL_S)
                     if got:
                         self.step("out.got")
                         flight.add(got)
                         self.step("out.sent")
                         continue
-                flight.wait(batch)
+                flight.wait()
                 self._settle(flight.take())
             flight.stop(stop)
         finally:
@@ -125,15 +124,15 @@ class _Flight:
 
     def __init__(self, bridge: MqttOutBridge, conn: Connection, window: int) -> None:
         self.bridge, self.conn, self.slots = bridge, conn, window
+        self.batch = bridge.outbox.batch
+        #: Fewer messages than this waiting to be sent: time to get the next batch.
+        self.low = max(self.batch // 2, 1)
         self.pending: deque[Got] = deque()
         self.flying: dict[int, Got] = {}  # by packet id
         self.early: dict[int, ReasonCode] = {}  # answers that came before their publish() returned
         self.done = _Done()
         self.stopping = self.closed = False  # no more sent; no more answers taken
         self.changed = threading.Condition()
-
-    def waiting(self) -> int:
-        return len(self.pending)
 
     def busy(self) -> bool:
         return bool(self.pending or self.flying)
@@ -161,12 +160,12 @@ class _Flight:
         while True:
             with self.changed:
                 if self.stopping or self.closed or not self.pending or not self.slots:
-                    if not self.busy() or len(self.done.acked) >= self.bridge.outbox.batch:
+                    if not self.busy() or len(self.done.acked) >= self.batch:
                         self.changed.notify_all()  # all answered, or a batch to confirm: wakes wait()
                     return
                 got = self.pending.popleft()
                 self.slots -= 1
-                if len(self.pending) == self.bridge.outbox.batch // 2 - 1:
+                if len(self.pending) == self.low - 1:
                     self.changed.notify_all()  # time to get the next batch
             publish = self._prepare(got)
             if publish is None:
@@ -211,10 +210,10 @@ class _Flight:
         else:
             self.done.acked.append(got.uid)
 
-    def wait(self, batch: int) -> None:
+    def wait(self) -> None:
         """Until a batch is acknowledged, the flight is idle, it is time to get more, or ``_POLL_S``."""
         with self.changed:
-            if len(self.done.acked) < batch and self.busy():
+            if len(self.done.acked) < self.batch and self.busy():
                 self.changed.wait(_POLL_S)
 
     def take(self) -> _Done:
