@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from paho.mqtt.client import MQTTMessage
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -72,12 +73,22 @@ def test_a_message_with_less_than_a_second_left_is_not_published(tmp_path: Path,
         assert qm.queue_stats("OUT")["expired"] == 1
 
 
+def uid_of(message: MQTTMessage) -> str:
+    return str(dict(message.properties.UserProperty)[UID_PROPERTY])
+
+
+def put_back_count(line: str) -> int:
+    """How many messages a bridge's "put back" line is about ("message X ..." or "N messages ...")."""
+    what = line.split(": ", 1)[1]
+    return 1 if what.startswith("message ") else int(what.split(" ", 1)[0])
+
+
 def test_a_batch_the_broker_takes_in_part_confirms_what_it_acknowledged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """mosquitto acknowledges the first five PUBLISHes of a batch, then drops one over its
-    message_size_limit (paho closes the connection at its answer): the five confirmed, the rest put back
-    (not counted against them), and published once the culprit is gone; nothing lost."""
+    """mosquitto takes the PUBLISHes of a batch up to the sixth, over its message_size_limit, and the
+    connection ends there: those acknowledged confirmed (each at the subscriber), the rest back on the
+    queue, published once the culprit is gone; nothing lost, nothing doubled but what was put back."""
     small = Broker(tmp_path)
     small.config.write_text(small.config.read_text() + "message_size_limit 100\n")
     small.start()
@@ -92,21 +103,27 @@ def test_a_batch_the_broker_takes_in_part_confirms_what_it_acknowledged(
                           {"url": small.url, "topics": ["partial/out"], "retry_max_s": 0.2})
             with running(qm, ["partial"]) as runner:
                 board = runner.bridges[0].board
-                until(lambda: board.state().errors >= 4, "the batch's rest put back, twice")
-            assert board.state().forwarded == 5
-            left = qm.browse("OUT")
-            assert [str(m.uid) for m in left] == uids[5:]  # back on the queue, in order
-            assert {m.backout_count for m in left} == {0}  # a lost connection is not their fault
+                until(lambda: board.state().errors >= 4, "the big one refused with the connection, twice")
+            first = board.state().forwarded
+            left = {str(m.uid): m for m in qm.browse("OUT")}
+            assert uids[5] in left and first >= 1  # some of the batch acknowledged and confirmed, not all
+            assert first + len(left) == 10  # each either confirmed or back on the queue
+            confirmed = set(uids) - set(left)
+            until(lambda: confirmed <= {uid_of(m) for m in list(device.received)},
+                  "each confirmed one at the subscriber")
+            assert all(m.backout_count == 0 for uid, m in left.items() if uid != uids[5])  # not their fault
             qm.delete_message("OUT", uids[5])
             with running(qm, ["partial"]) as runner:
                 board = runner.bridges[0].board
-                until(lambda: qm.depth("OUT") == 0 and board.state().forwarded == 4, "the rest forwarded")
-        said = [r.getMessage() for r in caplog.records]
-        assert f"bridge partial: 5 messages (first {uids[5]}) each was not confirmed by the broker (the " \
-               "connection ended first): put back on queue OUT" in said
-        got = Counter(dict(m.properties.UserProperty)[UID_PROPERTY] for m in device.wait_for(9))
-        assert set(got) == set(uids) - {uids[5]}  # nothing lost
-        assert all(got[uid] == 1 for uid in uids[:5])  # each acknowledged one published once
+                until(lambda: qm.depth("OUT") == 0 and board.state().forwarded == len(left) - 1,
+                      "the rest forwarded")
+        put_back = [put_back_count(r.getMessage()) for r in caplog.records if "put back on queue OUT" in
+                    r.getMessage()]
+        got = Counter(uid_of(m) for m in device.wait_for(9))
+        assert set(got) == set(uids) - {uids[5]}  # nothing lost, the big one never taken
+        # A copy twice at the broker only for a message put back unacknowledged (a PUBACK lost with the
+        # connection): MQTT's at-least-once, each copy carrying its edgeq-uid.
+        assert sum(got.values()) - len(got) <= sum(put_back)
     finally:
         device.close()
         small.stop()
