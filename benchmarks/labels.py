@@ -66,6 +66,13 @@ _VARIANTS_BY_CASE = {
         "edgeq-signed-tls": "edgeq, signed, HTTPS",
     },
     "fleet": {"edgeq": "edgeq serve, signed devices"},
+    "bridge_out": {
+        "edgeq-mqtt-out": "edgeq mqtt-out bridge, QoS 1 → mosquitto",
+        "paho-qos1": "paho-mqtt publishing at QoS 1 → mosquitto (20 in flight)",
+        "edgeq-jetstream-out": "edgeq jetstream-out bridge → JetStream",
+        "nats-py": "nats-py js.publish, all at once, PubAcks awaited",
+        "nats-py-awaited": "nats-py js.publish, each awaited",
+    },
     "rule_cost": {"edgeq": "edgeq, no rule", "edgeq-counters": "edgeq, counters rule bound"},
     "aio_puts": {
         "edgeq": "edgeq AsyncQueueManager (32 worker threads)",
@@ -134,5 +141,6 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
         "wire_bytes": (f"bytes on the wire per message, batches of {size}" if size is not None else
                        "bytes on the wire per message (MQTT: a PUBLISH each)"),
         "fleet": f"{size} devices pushing at once, loopback",
+        "bridge_out": f"queue → broker, {human(size)} msgs, loopback",
     }
     return titles.get(case, case)

@@ -113,6 +113,16 @@ def _fleet(m: dict[str, float]) -> str:
             f"{m.get('server_cpu_s', 0):.1f} s, devices {m.get('client_cpu_s', 0):.1f} s")
 
 
+def _bridge_out(m: dict[str, float]) -> str:
+    """A bridge_out row: the ratio to the broker's own client, peak RSS (the bridges'), CPU."""
+    text = f"**{m['vs_client']:.2f}x the client**; " if "vs_client" in m else ""
+    if "peak_rss_small_mb" in m:
+        text += f"peak RSS {m['peak_rss_mb']:.1f} MB (smaller backlog: {m['peak_rss_small_mb']:.1f} MB); "
+    elif "peak_rss_mb" in m:
+        text += f"peak RSS {m['peak_rss_mb']:.1f} MB; "
+    return text + f"CPU {m.get('client_cpu_s', 0):.1f} s"
+
+
 #: Per case: the metric (see ``benchmarks.results.HEADLINE_METRIC``), its unit, how to detail a row.
 HEADLINES: dict[str, Headline] = {
     "import": Headline("import_ms", "ms", False,
@@ -149,6 +159,7 @@ HEADLINES: dict[str, Headline] = {
     "fleet": Headline("msgs_per_s", "msg/s", True, _fleet),
     "wakeup_same": Headline("p50_ms", "ms", False, lambda m: _wakeup(m)),
     "wakeup_other": Headline("p50_ms", "ms", False, lambda m: _wakeup(m)),
+    "bridge_out": Headline("msgs_per_s", "msg/s", True, _bridge_out),
     "idle_wait": Headline("cpu_percent", "% of a core", False,
                           lambda m: f"{m.get('cpu_ms', 0):.0f} ms CPU (user {m.get('user_ms', 0):.0f}, "
                                     f"sys {m.get('sys_ms', 0):.0f}) in {m.get('wall_s', 0):.1f} s"),

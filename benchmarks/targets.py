@@ -125,6 +125,28 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     out += _thread_targets(results)
     out += _slow_flush_targets(results, s)
     out += _cli_targets(results)
+    out += _bridge_targets(results, s)
+    return out
+
+
+def _bridge_targets(results: list[Result], s: Settings) -> list[Target]:
+    """Issue 32's floors: each out-bridge ≥ 0.5x its broker's own Python client, side by side in one run;
+    its peak RSS flat with the backlog (≤ +5 MB)."""
+    n, backlog = s.bridge_messages, s.bridge_backlog
+    out = []
+    for lib, peer, what in (("edgeq-mqtt-out", "paho-qos1", "MQTT QoS 1: paho-mqtt → mosquitto"),
+                            ("edgeq-jetstream-out", "nats-py", "JetStream with acks: nats-py, all at once")):
+        kind = lib.removeprefix("edgeq-")
+        out.append(_ratio(f"{kind} bridge, {human(n)} msgs, vs the client", f"≥ 0.5x {what}",
+                          _metric(results, "bridge_out", lib, "msgs_per_s", n),
+                          _metric(results, "bridge_out", peer, "msgs_per_s", n), 0.5, "msg/s"))
+        small = _metric(results, "bridge_out", lib, "peak_rss_mb", n)
+        large = _metric(results, "bridge_out", lib, "peak_rss_mb", backlog)
+        out.append(_judge(
+            f"{kind} bridge memory @ {human(backlog)} vs {human(n)} backlog", "flat (≤ +5 MB peak RSS)",
+            None if small is None or large is None or n == backlog else large <= small + 5,
+            f"{large:.1f} MB vs {small:.1f} MB ({large - small:+.1f} MB)" if small and large else "",
+        ))
     return out
 
 

@@ -37,7 +37,10 @@ EDGEQ_ONLY = {"aio_puts", "rule_cost", "cli_start"}
 #: (and MQTT, for the bytes), not the queue libraries; and the targets they add.
 FLEET_CASES = {"sync_secure", "wire_bytes", "fleet"}
 FLEET_TARGETS = 4
-CASES = CASES | FLEET_CASES
+#: The bridges' case (edgeq's out-bridges beside the brokers' own clients): its rows and targets.
+BRIDGE_CASES = {"bridge_out"}
+BRIDGE_TARGETS = 4
+CASES = CASES | FLEET_CASES | BRIDGE_CASES
 #: Figures that are differences of two measurements, so may be negative within their noise.
 SIGNED = {"wall_delta_ms"}
 HEADLINE = {
@@ -63,6 +66,7 @@ HEADLINE = {
     "wakeup_same": "p50_ms",
     "wakeup_other": "p50_ms",
     "idle_wait": "cpu_percent",
+    "bridge_out": "msgs_per_s",
 }
 MQTT_ROWS = ("mqtt", "mqtt-periodic")
 ALWAYS_MEASURED = ("edgeq", "raw-sqlite")  # need nothing beyond edgeq's own install
@@ -103,7 +107,7 @@ def test_no_library_fails(report: dict[str, Any]) -> None:
 
 
 def test_edgeq_and_raw_sqlite_measure_every_case(report: dict[str, Any]) -> None:
-    for case in CASES - {"sync"} - FLEET_CASES:
+    for case in CASES - {"sync"} - FLEET_CASES - BRIDGE_CASES:
         for lib in ALWAYS_MEASURED if case not in WAITING | EDGEQ_ONLY else ("edgeq",):
             assert _ok(report, case, lib), f"{case}: no result for {lib}"
 
@@ -166,7 +170,7 @@ def test_peers_are_measured_or_marked_not_installed(report: dict[str, Any]) -> N
 
 
 def test_targets(report: dict[str, Any]) -> None:
-    assert len(report["targets"]) == 30 + FLEET_TARGETS
+    assert len(report["targets"]) == 30 + FLEET_TARGETS + BRIDGE_TARGETS
     assert {t["status"] for t in report["targets"]} <= {"met", "missed", "n/a"}
     names = [t["name"] for t in report["targets"]]
     assert "sync throughput (edgeq, exactly once)" in names
@@ -330,3 +334,17 @@ def test_edgeqs_sql_alone_is_measured_beside_edgeq_for_puts(report: dict[str, An
         (row,) = _ok(report, case, "edgeq-sql")
         assert row["info"]["pragmas"]["journal_mode"].lower() == "wal", row
         assert row["metrics"][HEADLINE[case]] > 0
+
+
+def test_the_out_bridges_are_measured_beside_their_clients(report: dict[str, Any]) -> None:
+    rows = {(r["lib"], r["size"]): r for r in report["results"] if r["case"] == "bridge_out"}
+    n, backlog = report["settings"]["bridge_messages"], report["settings"]["bridge_backlog"]
+    for lib, peer in (("edgeq-mqtt-out", "paho-qos1"), ("edgeq-jetstream-out", "nats-py")):
+        # make test installs mosquitto and the nats-server wheel: both run here
+        assert rows[(lib, n)]["status"] == "ok", rows[(lib, n)]
+        m = rows[(lib, n)]["metrics"]
+        assert m["messages"] == n and m["vs_client"] > 0 and m["peak_rss_mb"] > 0
+        assert rows[(peer, n)]["status"] == "ok"
+        assert rows[(lib, backlog)]["metrics"]["peak_rss_small_mb"] == m["peak_rss_mb"]
+    names = {t["name"]: t for t in report["targets"]}
+    assert {t["status"] for name, t in names.items() if "bridge" in name} <= {"met", "missed", "n/a"}

@@ -22,6 +22,8 @@ from edgeq.sync.bridges.errors import BridgeError, BrokerUnavailable
 __all__ = ["BridgeClient", "Connection"]
 
 _CONNECT_TIMEOUT_S = 5.0
+#: MQTT 5's Receive Maximum when the CONNACK does not give one.
+_RECEIVE_MAXIMUM = 65_535
 
 
 class BridgeClient(Client):
@@ -47,17 +49,20 @@ class Connection:
     def __init__(
         self, settings: BrokerSettings, client_id: str, *, clean_start: bool, session_expiry_s: int = 0,
         on_message: Callable[[Client, MQTTMessage], None] | None = None,
-        client_cls: type[BridgeClient] = BridgeClient, manual_ack: bool = False,
+        client_cls: type[BridgeClient] = BridgeClient, manual_ack: bool = False, max_inflight: int = 20,
     ) -> None:
         self.lost = threading.Event()
         self.session_present = False
         self.reason = ""
-        #: The PUBACK/PUBREC reason codes of failure (0x80 and up) by packet id: the broker refused those.
-        self.refused: dict[int, ReasonCode] = {}
+        #: The broker's Receive Maximum (CONNACK): how many QoS 1/2 PUBLISHes it takes unacknowledged.
+        self.receive_maximum = _RECEIVE_MAXIMUM
+        #: Called (in paho's thread) with each PUBACK's or PUBCOMP's packet id and reason code.
+        self.on_published: Callable[[int, ReasonCode], None] | None = None
         self._ready = threading.Event()
         client = client_cls(CallbackAPIVersion.VERSION2, client_id=client_id,
                             protocol=MQTTProtocolVersion.MQTTv5, manual_ack=manual_ack,
                             reconnect_on_failure=False)
+        client.max_inflight_messages_set(max_inflight)  # paho's window; the broker's own is receive_maximum
         if settings.username or settings.password_env or settings.password_file:
             client.username_pw_set(settings.username, settings.password())
         context = settings.ssl_context()
@@ -83,12 +88,13 @@ class Connection:
             raise BrokerUnavailable(f"the broker at {settings.host}:{settings.port} did not accept the "
                                     f"connection ({self.reason or 'no CONNACK in time'})")
 
-    def _connected(self, _c: Client, _u: Any, flags: ConnectFlags, rc: ReasonCode, _p: Any) -> None:
+    def _connected(self, _c: Client, _u: Any, flags: ConnectFlags, rc: ReasonCode, props: Any) -> None:
         if rc.is_failure:
             self.reason = str(rc)
             self.lost.set()
         else:
             self.session_present = flags.session_present
+            self.receive_maximum = int(getattr(props, "ReceiveMaximum", _RECEIVE_MAXIMUM))
         self._ready.set()
 
     def _disconnected(self, _c: Client, _u: Any, _f: DisconnectFlags, rc: ReasonCode, _p: Any) -> None:
@@ -114,8 +120,8 @@ class Connection:
             raise BridgeError(f"the broker refused the subscription to {', '.join(refused)}")
 
     def _published(self, _c: Client, _u: Any, mid: int, rc: ReasonCode, _p: Any) -> None:
-        if rc.is_failure:
-            self.refused[mid] = rc
+        if self.on_published is not None:
+            self.on_published(mid, rc)
 
     def close(self) -> None:
         """Disconnect (the broker keeps a persistent session) and stop the network thread."""

@@ -1,9 +1,10 @@
-"""The JetStream out-bridge: an assured get from the queue, a publish with ``Nats-Msg-Id`` the uid and
-what is left of its expiry as ``Nats-TTL``, the get confirmed only after the stream's PubAck
-(docs/bridges.md)."""
+"""The JetStream out-bridge: a batch of assured gets from the queue, published concurrently, each with
+``Nats-Msg-Id`` its uid and what is left of its expiry as ``Nats-TTL``, the gets confirmed together only
+after the stream's PubAcks (docs/bridges.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
+from nats.js.api import PubAck
 
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import NATS_SCHEMES, BrokerSettings, reconnecting
@@ -23,20 +25,23 @@ from edgeq.sync.bridges.jetstream import (
     check_ttl_support,
     stream_for,
 )
-from edgeq.sync.bridges.jsmapping import outgoing
-from edgeq.sync.bridges.outbox import Got, Outbox
+from edgeq.sync.bridges.jsmapping import JsOutgoing, outgoing
+from edgeq.sync.bridges.outbox import BATCH, Got, Outbox, check_batch
 
 if TYPE_CHECKING:
     from edgeq.manager import QueueManager
     from edgeq.sync.bridges.status import StatusBoard
+    from edgeq.uid import MessageUID
 
 __all__ = ["JetStreamOutBridge"]
 
 log = logging.getLogger("edgeq.bridges")
 
 #: ``ttl_margin_ms``: taken off the TTL sent, as the server stamps a message a moment after it is sent.
-_OWN: dict[str, Any] = {"ttl_margin_ms": 100}
+_OWN: dict[str, Any] = {"ttl_margin_ms": 100, "batch": BATCH}
 _POLL_S = 0.1
+#: A publish's answer: the PubAck and when it came (the queue manager's clock), or the error it met.
+_Answer = tuple[PubAck, int] | BaseException
 
 
 def _check_stream(link: JetStreamLink, stream: str, subject: str) -> None:
@@ -63,6 +68,7 @@ class JetStreamOutBridge(Bridge):
         margin = out["ttl_margin_ms"]
         if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
             raise BridgeConfigError(f"ttl_margin_ms must be an int >= 0, not {margin!r}")
+        check_batch(out)
         settings = BrokerSettings.from_config(out, NATS_SCHEMES)
         try:  # checked now, so that a stream that cannot carry expiry is refused when defined
             link = JetStreamLink(settings, "edgeq-bridge-define", float(out["ack_timeout_s"]))
@@ -96,7 +102,7 @@ class JetStreamOutBridge(Bridge):
         with contextlib.closing(connections):
             for link in connections:
                 while not stop.is_set() and not link.lost.is_set():
-                    if not self._forward_one(link):
+                    if not self._forward(link):
                         stop.wait(min(self.settings.retry_max_s, 0.5))  # JetStream busy: not a hot loop
 
     def _connect(self) -> JetStreamLink:
@@ -111,59 +117,96 @@ class JetStreamOutBridge(Bridge):
             raise
         return link
 
-    def _forward_one(self, link: JetStreamLink) -> bool:
-        """Forward one message, if any; False if JetStream could not take it now (it is put back)."""
-        got = self.outbox.get(_POLL_S)
-        if got is None:
+    def _forward(self, link: JetStreamLink) -> bool:
+        """Forward a batch, if any, its publishes concurrent; False if JetStream could not take some now
+        (they are put back)."""
+        batch = self.outbox.get(_POLL_S)
+        if not batch:
             return True
         self.step("out.got")
-        try:
-            publish = outgoing(got.message, got.before_ms, got.after_ms, self.margin_ms)
-        except BridgeError as exc:
-            self.outbox.put_back(got.uid, f"cannot be published ({exc})", count_backout=True)
-            return True
-        if publish is None:  # under a second left: kept locked, never published, discarded once expired
-            self.outbox.hold(got)
-            return True
-        future = link.submit(link.js.publish(self.subject, publish.payload, timeout=self.timeout_s,
-                                             stream=self.stream, headers=publish.headers))
+        sent: list[tuple[Got, JsOutgoing]] = []
+        for got in batch:
+            try:
+                publish = outgoing(got.message, got.before_ms, self.qm.now_ms(), self.margin_ms)
+            except BridgeError as exc:
+                self.outbox.put_back([got.uid], f"cannot be published ({exc})", count_backout=True)
+                continue
+            if publish is None:  # under a second left: kept locked, never published, discarded once expired
+                self.outbox.hold(got)
+                continue
+            sent.append((got, publish))
+        answers = self._publish(link, [publish for _, publish in sent])
+        self.step("out.acknowledged")
+        acked: list[MessageUID] = []
+        late: list[int] = []
+        missed: list[tuple[MessageUID, BaseException]] = []
+        for (got, publish), answer in zip(sent, answers, strict=True):
+            if isinstance(answer, BaseException):
+                missed.append((got.uid, answer))
+                continue
+            acked.append(got.uid)
+            if answer[0].duplicate:
+                self.board.count("duplicates")  # a resend the stream already had: dropped there
+            if publish.ttl_s is not None and publish.deadline_ms is not None:
+                late.append(answer[1] + publish.ttl_s * 1000 - publish.deadline_ms)
+        self._check_late(late)
+        self.outbox.confirm(acked)
+        self.step("out.confirmed")
+        unanswered = [(uid, a) for uid, a in missed if not _refusal(a)]
+        if unanswered:
+            self.outbox.put_back([uid for uid, _ in unanswered], f"was not acknowledged by JetStream "
+                                 f"({unanswered[0][1] or repr(unanswered[0][1])}); sent again with the same "
+                                 "Nats-Msg-Id")
+        refused = [(uid, a) for uid, a in missed if _refusal(a)]
+        return self._refused(link, refused) and not unanswered
+
+    def _publish(self, link: JetStreamLink, publishes: list[JsOutgoing]) -> list[_Answer]:
+        """Publish them all at once; each one's PubAck and when it came (the clock), or the error it met."""
+        if not publishes:
+            return []
+
+        async def one(p: JsOutgoing) -> tuple[PubAck, int]:
+            ack = await link.js.publish(self.subject, p.payload, timeout=self.timeout_s, stream=self.stream,
+                                        headers=p.headers)
+            return ack, self.qm.now_ms()
+
+        async def publish_all() -> list[_Answer]:
+            return await asyncio.gather(*map(one, publishes), return_exceptions=True)
+
+        future = link.submit(publish_all())
         self.step("out.sent")
         try:
-            ack = future.result(self.timeout_s + 1)
-        except UNAVAILABLE as exc:
+            return future.result(self.timeout_s + 1)
+        except UNAVAILABLE as exc:  # the PubAcks' own timeouts passed: the loop is stuck, or gone
             future.cancel()
-            self.outbox.put_back(got.uid, f"was not acknowledged by JetStream ({exc!r}); it is sent again "
-                                 "with the same Nats-Msg-Id")
-            return False
-        except nats.errors.Error as exc:  # an APIError: the stream refused it
-            return self._refused(link, got, exc)
-        self.step("out.acknowledged")
-        if publish.ttl_s is not None and publish.deadline_ms is not None:
-            self._check_late(got, publish.ttl_s, publish.deadline_ms)
-        if ack.duplicate:
-            self.board.count("duplicates")  # a resend the stream already had: dropped there
-        self.outbox.confirm(got.uid)
-        self.step("out.confirmed")
-        return True
+            return [exc] * len(publishes)
 
-    def _refused(self, link: JetStreamLink, got: Got, exc: Exception) -> bool:
-        """Put back a message the stream refused: counted against it (backout) only if the stream itself
+    def _refused(self, link: JetStreamLink, refused: list[tuple[MessageUID, BaseException]]) -> bool:
+        """Put back messages the stream refused: counted against them (backout) only if the stream itself
         still checks out; else the connection is dropped and the reconnection says what is wrong."""
+        if not refused:
+            return True
         try:
             _check_stream(link, self.stream, self.subject)
         except (BridgeError, *UNAVAILABLE) as why:
-            self.outbox.put_back(got.uid, f"was refused by stream {self.stream} ({exc}), whose check fails "
-                                 f"({why})")
+            self.outbox.put_back([uid for uid, _ in refused], f"was refused by stream {self.stream} "
+                                 f"({refused[0][1]}), whose check fails ({why})")
             link.close()
             return False
-        self.outbox.put_back(got.uid, f"was refused by stream {self.stream} ({exc})", count_backout=True)
+        for uid, exc in refused:
+            self.outbox.put_back([uid], f"was refused by stream {self.stream} ({exc})", count_backout=True)
         return True
 
-    def _check_late(self, got: Got, ttl_s: int, deadline_ms: int) -> None:
-        """Say so if the PubAck came so late that the stream may keep the message past its deadline."""
-        late = self.qm.now_ms() + ttl_s * 1000 - deadline_ms
-        if late > 0:
-            self.board.error(f"message {got.uid}: the PubAck came after more than ttl_margin_ms "
-                             f"({self.margin_ms} ms): stream {self.stream} may keep it up to {late} ms past "
-                             "its deadline; raise ttl_margin_ms")
+    def _check_late(self, late: list[int]) -> None:
+        """Say so if PubAcks came so late (``late``: their time plus the TTL, less the deadline, in ms) that
+        the stream may keep messages past their deadline."""
+        worst = max(late, default=0)
+        if worst > 0:
+            self.board.error(f"{sum(x > 0 for x in late)} message(s): the PubAck came after more than "
+                             f"ttl_margin_ms ({self.margin_ms} ms): stream {self.stream} may keep them up to "
+                             f"{worst} ms past their deadline; raise ttl_margin_ms")
 
+
+def _refusal(answer: BaseException) -> bool:
+    """Whether a publish's error is the stream refusing the message (an API error), not JetStream away."""
+    return isinstance(answer, nats.errors.Error) and not isinstance(answer, UNAVAILABLE)

@@ -1,20 +1,34 @@
-"""The queue side of an out-bridge: assured gets under the bridge's confirm id, confirmed once the foreign
-system has the message, else put back; messages too close to expiry kept locked until they expire."""
+"""The queue side of an out-bridge: batches of assured gets under the bridge's confirm id, confirmed in one
+transaction once the foreign system has them, else put back; messages too close to expiry kept locked
+until they expire."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import ConfirmIdNotFound
 from edgeq.message import Message
+from edgeq.sync.bridges.errors import BridgeConfigError
 
 if TYPE_CHECKING:
     from edgeq.sync.bridges.base import Bridge
     from edgeq.uid import MessageUID
 
-__all__ = ["Got", "Outbox"]
+__all__ = ["BATCH", "MAX_BATCH", "Got", "Outbox", "check_batch"]
+
+#: ``batch``: the messages an out-bridge gets, publishes and confirms together (its default, its most).
+BATCH, MAX_BATCH = 256, 10_000
+
+
+def check_batch(config: Mapping[str, Any]) -> None:
+    """Refuse a ``batch`` setting that is not an int from 1 to :data:`MAX_BATCH`."""
+    n = config["batch"]
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
+        raise BridgeConfigError(f"batch (the messages got, published and confirmed together) must be an int "
+                                f"from 1 to {MAX_BATCH}, not {n!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +47,7 @@ class Outbox:
     def __init__(self, bridge: Bridge) -> None:
         self.bridge, self.qm, self.queue = bridge, bridge.qm, bridge.definition.queue
         self.confirm_id = bridge.definition.confirm_id
+        self.batch = int(bridge.definition.config.get("batch", BATCH))
         #: When the messages too close to expiry to send, left locked, will have expired (its clock).
         self._expiring: list[int] = []
 
@@ -43,16 +58,16 @@ class Outbox:
         except ConfirmIdNotFound:
             return 0
 
-    def get(self, wait_s: float) -> Got | None:
-        """The next message, waiting up to ``wait_s``; the expired ones held locked are discarded first."""
+    def get(self, wait_s: float) -> list[Got]:
+        """Up to ``batch`` messages in one transaction, waiting up to ``wait_s`` for the first; the expired
+        ones held locked are discarded first."""
         before = self.qm.now_ms()  # no later than the get: a deadline computed from it is never extended
         if self._expiring and self._expiring[0] <= before:
             self.qm.activate(self.queue)  # discards the expired ones left locked, telling the queue's rules
             self._expiring = [t for t in self._expiring if t > before]
-        message = self.qm.get(self.queue, confirm_id=self.confirm_id, wait=wait_s)
-        if message is None or message.uid is None:
-            return None
-        return Got(message, message.uid, before, self.qm.now_ms())
+        messages = self.qm.get_many(self.queue, self.batch, confirm_id=self.confirm_id, wait=wait_s)
+        after = self.qm.now_ms()
+        return [Got(m, m.uid, before, after) for m in messages if m.uid is not None]
 
     def hold(self, got: Got) -> None:
         """Keep a message too close to expiry to send locked, never sent, discarded once expired."""
@@ -60,12 +75,23 @@ class Outbox:
         left = got.message.remaining_expiry_ms or 0
         self._expiring = sorted([*self._expiring, got.after_ms + left])
 
-    def confirm(self, uid: MessageUID) -> None:
-        self.qm.confirm_get(self.queue, uid)
-        self.bridge.board.count("forwarded")
+    def confirm(self, uids: Sequence[MessageUID]) -> None:
+        """Confirm the gets of ``uids`` (the foreign system has them) in one transaction."""
+        if not uids:
+            return
+        results = self.qm.confirm_get_each(self.queue, uids)
+        lost = [str(r.uid) for r in results if r.status == "unknown"]
+        self.bridge.board.count("forwarded", len(results) - len(lost))  # "expired": delivered, then due
+        if lost:
+            self.bridge.board.error(f"{len(lost)} message(s) delivered were no longer locked on queue "
+                                    f"{self.queue} when confirmed (first {lost[0]})")
 
-    def put_back(self, uid: MessageUID, why: str, *, count_backout: bool = False) -> None:
-        """Undo the get of ``uid`` (reported with ``why``); ``count_backout`` when the message is at fault."""
-        self.bridge.board.error(f"message {uid} {why}: put back on queue {self.queue}")
-        with contextlib.suppress(ConfirmIdNotFound):  # it expired meanwhile: its rules were told
-            self.qm.undo(self.queue, self.confirm_id, count_backout=count_backout, uids=[uid])
+    def put_back(self, uids: Sequence[MessageUID], why: str, *, count_backout: bool = False) -> None:
+        """Undo the gets of ``uids`` (reported with ``why``); ``count_backout`` when the messages are at
+        fault."""
+        if not uids:
+            return
+        which = f"message {uids[0]}" if len(uids) == 1 else f"{len(uids)} messages (first {uids[0]}) each"
+        self.bridge.board.error(f"{which} {why}: put back on queue {self.queue}")
+        with contextlib.suppress(ConfirmIdNotFound):  # they expired meanwhile: their rules were told
+            self.qm.undo(self.queue, self.confirm_id, count_backout=count_backout, uids=uids)

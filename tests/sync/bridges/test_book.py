@@ -67,6 +67,11 @@ def test_definitions_that_cannot_work_are_refused_when_made(tmp_path: Path) -> N
             ("mqtt-in", "Q", {**ok, "qos": 0}, "QoS 1 or 2"),
             ("mqtt-in", "Q", {**ok, "colour": "red"}, "unknown bridge setting"),
             ("mqtt-out", "Q", ok, "one topic without wildcards"),
+            *(("mqtt-out", "Q", {**ok, "topics": ["a/b"], "batch": bad}, "batch .* must be an int from 1 to "
+               "10000") for bad in (0, 10_001, True, "256")),
+            ("jetstream-out", "Q", {"url": "nats://127.0.0.1:1", "stream": "S", "topics": ["a.b"],
+                                    "batch": 0},
+             r"batch \(the messages got, published and confirmed together\) must be an int"),
             ("mqtt-in", "Q", {**ok, "url": "mqtt://broker.example", "username": "u", "password_env": "P"},
              "refusing to send credentials in clear"),
             ("mqtt-in", "Q", {**ok, "ca_file": str(tmp_path / "none.pem")}, "is not a readable file"),

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from nats.js.api import DiscardPolicy
+from nats.js.client import JetStreamContext
 
 from edgeq import Message, QueueManager
 from edgeq.sync.bridges.book import bridge_definitions, define_bridge
@@ -233,3 +235,39 @@ def test_a_message_the_stream_refuses_is_backed_out_and_the_rest_flows(
         assert "was refused by stream SMALL" in last_error
     ((_, data, _),) = cluster.stored("SMALL", "small.out", 1)
     assert data == b"fits" and cluster.count("SMALL") == 1
+
+
+def test_a_batch_the_stream_takes_in_part_confirms_what_it_acknowledged(
+    tmp_path: Path, cluster: NatsCluster
+) -> None:
+    """A stream full at five messages (discard new) acknowledges five of a batch of ten and answers 503 to
+    the rest: the five confirmed, the rest back on the queue, and each stored once when there is room."""
+    cluster.add_stream("PART", ["part.>"], max_msgs=5, discard=DiscardPolicy.NEW)
+    db = tmp_path / "dev.db"
+    with QueueManager(db, name="DEV1") as qm:
+        qm.define_queue("OUT", redelivery_delay_ms=0)
+        uids = [str(qm.put("OUT", Message(f"m{i}".encode()))) for i in range(10)]
+        define_bridge(qm, "p", "jetstream-out", "OUT",
+                      {"url": cluster.url, "stream": "PART", "topics": ["part.out"], "retry_max_s": 0.2})
+        with running(qm, ["p"]) as runner:
+            board = runner.bridges[0].board
+            until(lambda: board.state().forwarded == 5 and board.state().errors >= 1,
+                  "five stored, the rest not")
+        assert "maximum messages exceeded" in (read_states(db)["p"].last_error or "")
+        assert cluster.count("PART") == 5
+        left = qm.browse("OUT")
+        assert len(left) == 5 and {m.backout_count for m in left} == {0}  # JetStream busy: not their fault
+        stored = {h[MSG_ID_HEADER] for h, _, _ in cluster.stored("PART", "part.out", 5)}
+        assert stored | {str(m.uid) for m in left} == set(uids)  # the acknowledged ones left the queue
+
+        async def room(js: JetStreamContext) -> None:
+            config = (await js.stream_info("PART")).config
+            config.max_msgs = -1
+            await js.update_stream(config)
+
+        cluster.js(room)
+        with running(qm, ["p"]) as runner:
+            until(lambda: qm.depth("OUT") == 0, "the rest forwarded")
+            assert runner.bridges[0].board.state().duplicates == 0
+    assert cluster.count("PART") == 10  # each once
+    assert {h[MSG_ID_HEADER] for h, _, _ in cluster.stored("PART", "part.out", 10)} == set(uids)
