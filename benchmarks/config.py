@@ -73,6 +73,10 @@ class Settings:
     #: ``put_threads_slowsync``: what the slowsync shim adds to every flush (µs), and the thread counts.
     slowsync_us: int = 3_000
     slowsync_threads: tuple[int, ...] = (1, 8)
+    #: bridge_in: the backlog each in-bridge and its broker's own client take, and the larger one the
+    #: bridge's peak RSS is compared at ("memory flat with the backlog").
+    bridge_messages: int = 10_000
+    bridge_memory_messages: int = 100_000
     #: Install mosquitto from Debian packages (apt-get) when it is missing.
     install_mosquitto: bool = True
     smoke: bool = False
@@ -129,5 +133,7 @@ SMOKE = Settings(
     wakeups=10,
     wakeup_gap_ms=10.0,
     idle_s=0.5,
+    bridge_messages=200,
+    bridge_memory_messages=1_000,
     smoke=True,
 )

@@ -125,6 +125,28 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     out += _thread_targets(results)
     out += _slow_flush_targets(results, s)
     out += _cli_targets(results)
+    out += _bridge_in_targets(results, s)
+    return out
+
+
+def _bridge_in_targets(results: list[Result], s: Settings) -> list[Target]:
+    """Issue 32's in direction: each in-bridge ≥ 0.5x its broker's own Python client taking the same
+    backlog (the consume row; the publish ratio is in the row), and its peak RSS flat with the backlog."""
+    out = []
+    n, big = s.bridge_messages, s.bridge_memory_messages
+    for bridge, client, what in (("edgeq-mqtt-in", "paho-consume", "MQTT QoS 1, paho"),
+                                 ("edgeq-jetstream-in", "nats-py-consume", "JetStream, nats-py")):
+        out.append(_ratio(f"{bridge} bridge vs its broker's client consuming ({what})",
+                          f"≥ 0.5x, {human(n)} messages side by side",
+                          _metric(results, "bridge_in", bridge, "msgs_per_s", n),
+                          _metric(results, "bridge_in", client, "msgs_per_s", n), 0.5, "msg/s"))
+        small = _metric(results, "bridge_in", bridge, "peak_rss_mb", n)
+        large = _metric(results, "bridge_in", bridge, "peak_rss_mb", big)
+        out.append(_judge(
+            f"{bridge} bridge memory, a backlog of {human(big)} vs {human(n)}", "peak RSS within +5 MB",
+            None if small is None or large is None else large <= small + 5,
+            f"{large:.1f} MB vs {small:.1f} MB ({large - small:+.1f} MB)" if small and large else "",
+        ))
     return out
 
 

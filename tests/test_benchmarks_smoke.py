@@ -37,7 +37,10 @@ EDGEQ_ONLY = {"aio_puts", "rule_cost", "cli_start"}
 #: (and MQTT, for the bytes), not the queue libraries; and the targets they add.
 FLEET_CASES = {"sync_secure", "wire_bytes", "fleet"}
 FLEET_TARGETS = 4
-CASES = CASES | FLEET_CASES
+#: The in-bridges beside their brokers' own clients (mosquitto and nats-server, when here).
+BRIDGE_CASES = {"bridge_in"}
+BRIDGE_TARGETS = 4
+CASES = CASES | FLEET_CASES | BRIDGE_CASES
 #: Figures that are differences of two measurements, so may be negative within their noise.
 SIGNED = {"wall_delta_ms"}
 HEADLINE = {
@@ -63,6 +66,7 @@ HEADLINE = {
     "wakeup_same": "p50_ms",
     "wakeup_other": "p50_ms",
     "idle_wait": "cpu_percent",
+    "bridge_in": "msgs_per_s",
 }
 MQTT_ROWS = ("mqtt", "mqtt-periodic")
 ALWAYS_MEASURED = ("edgeq", "raw-sqlite")  # need nothing beyond edgeq's own install
@@ -103,7 +107,7 @@ def test_no_library_fails(report: dict[str, Any]) -> None:
 
 
 def test_edgeq_and_raw_sqlite_measure_every_case(report: dict[str, Any]) -> None:
-    for case in CASES - {"sync"} - FLEET_CASES:
+    for case in CASES - {"sync"} - FLEET_CASES - BRIDGE_CASES:
         for lib in ALWAYS_MEASURED if case not in WAITING | EDGEQ_ONLY else ("edgeq",):
             assert _ok(report, case, lib), f"{case}: no result for {lib}"
 
@@ -166,7 +170,7 @@ def test_peers_are_measured_or_marked_not_installed(report: dict[str, Any]) -> N
 
 
 def test_targets(report: dict[str, Any]) -> None:
-    assert len(report["targets"]) == 30 + FLEET_TARGETS
+    assert len(report["targets"]) == 30 + FLEET_TARGETS + BRIDGE_TARGETS
     assert {t["status"] for t in report["targets"]} <= {"met", "missed", "n/a"}
     names = [t["name"] for t in report["targets"]]
     assert "sync throughput (edgeq, exactly once)" in names
@@ -322,3 +326,16 @@ def test_slow_flush_rows_ran_under_the_shim_and_are_judged(report: dict[str, Any
     floors = [t for t in report["targets"] if f"flush +{us:,} µs" in t["name"]]
     assert len(floors) == 2 and all(t["status"] in ("met", "missed") and t["ratio"] > 0 for t in floors)
     assert all(f"{t['ratio']:.2f}x" in t["measured"] for t in floors)
+
+
+def test_in_bridges_take_every_message_once_or_are_not_available(report: dict[str, Any]) -> None:
+    rows = {r["lib"]: r for r in report["results"] if r["case"] == "bridge_in"
+            and r["size"] == report["settings"]["bridge_messages"]}
+    assert set(rows) == {"edgeq-mqtt-in", "paho-consume", "paho-publish", "edgeq-jetstream-in",
+                         "nats-py-consume", "nats-py-publish"}
+    for lib, r in rows.items():
+        assert r["status"] in ("ok", "not available"), (lib, r["note"])
+    for bridge in ("edgeq-mqtt-in", "edgeq-jetstream-in"):
+        if rows[bridge]["status"] == "ok":  # the child checked each payload is on the queue once
+            m = rows[bridge]["metrics"]
+            assert m["messages"] == report["settings"]["bridge_messages"] and m["vs_consume"] > 0, bridge

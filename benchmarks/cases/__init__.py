@@ -38,6 +38,7 @@ CASES: dict[str, str] = {
     "wakeup_same": "benchmarks.cases.wakeup_same",
     "wakeup_other": "benchmarks.cases.wakeup_other",
     "idle_wait": "benchmarks.cases.idle_wait",
+    "bridge_in": "benchmarks.cases.bridge_in",
 }
 
 

@@ -4,6 +4,7 @@ PUBLISH never stored as live."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from edgeq import QueueManager
@@ -12,7 +13,8 @@ from edgeq.sync.bridges.mapping import TOPIC
 from edgeq.sync.bridges.status import read_states
 from edgeq.types import DLQ_QUEUE, DLQ_REASON, DLQ_REFUSAL
 from tests.sync.bridges.conftest import Broker, Device
-from tests.sync.bridges.kit import running
+from tests.sync.bridges.kit import bridge_run, running
+from tests.sync.bridges.test_crash import connected
 from tests.waits import until
 
 
@@ -66,3 +68,33 @@ def test_a_full_queue_leaves_the_publish_with_the_broker_until_there_is_room(
             until(lambda: qm.depth("IN") == 1, "the second one stored once there was room")
         assert [m.data for m in qm.browse("IN")] == [b"second"]
         assert qm.dlq_browse() == [] and board.state().refused == 0
+
+
+def test_a_mixed_batch_is_put_in_full_before_any_of_it_is_acknowledged(
+    tmp_path: Path, broker: Broker, device: Device
+) -> None:
+    db, log = tmp_path / "dev.db", tmp_path / "bridge.log"
+    with QueueManager(db, name="DEV1") as qm:
+        qm.define_queue("IN")
+        define_bridge(qm, "mix", "mqtt-in", "IN", {"url": broker.url, "topics": ["mix/#"], "qos": 1,
+                                                   "max_payload_bytes": 1000, "batch": 5, "linger_ms": 1000})
+        first = bridge_run(db, "mix", log, crash_at="in.stored", log_level="info")  # killed after the put
+        until(lambda: connected(db, "mix", first), "the bridge connected", 15)
+        device.publish("mix/a", b"good 1", qos=1)
+        device.publish("mix/b", b"stale", qos=1, MessageExpiryInterval=1)  # expired once received
+        device.publish("mix/c", b"x" * 1001, qos=1)
+        device.publish("mix/d", b"\xff not utf-8", qos=1, PayloadFormatIndicator=1)
+        device.publish("mix/e", b"good 2", qos=1)
+        assert first.wait(15) == -signal.SIGKILL, log.read_text()
+        assert sorted(m.data for m in qm.browse("IN")) == [b"good 1", b"good 2"]
+        dead = {m.fields[TOPIC]: str(m.fields[DLQ_REFUSAL]) for m in qm.dlq_browse()}
+        assert sorted(dead) == ["mix/c", "mix/d"]
+        assert "over the bridge's max_payload_bytes 1000" in dead["mix/c"]
+        assert "declared UTF-8" in dead["mix/d"]
+        assert "a PUBLISH on 'mix/b' expired before it was stored: dropped" in log.read_text()
+        with running(qm, ["mix"]) as runner:  # none was acknowledged: the broker sends all five again
+            board = runner.bridges[0].board
+            until(lambda: board.state().duplicates == 2 and board.state().refused == 2,
+                  "the two good ones recognised and the two hostile ones refused again")
+        assert sorted(m.data for m in qm.browse("IN")) == [b"good 1", b"good 2"]
+        assert len(qm.dlq_browse()) == 2
