@@ -7,6 +7,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from nats.js.client import JetStreamContext
 from edgeq.errors import QueueFull
 from edgeq.message import Message
 from edgeq.results import PutResult
-from edgeq.sync.bridges.base import Bridge
+from edgeq.sync.bridges.base import PUT_COUNTERS, Bridge
 from edgeq.sync.bridges.broker import NATS_SCHEMES, BrokerSettings, reconnecting
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, BrokerUnavailable, PublishRefused
@@ -169,7 +170,7 @@ class JetStreamInBridge(Bridge):
     def _store(self, link: JetStreamLink, batch: list[Msg]) -> None:
         """Put a fetched batch in one transaction and dead-letter its refused messages, then acknowledge
         them; from the first that cannot be stored on, give them back (JetStream delivers them again)."""
-        received, done = self.qm.now_ms(), 0
+        received, done, counts = self.qm.now_ms(), 0, Counter[str]()
         for _ in batch:
             self.step("in.received")
         try:
@@ -178,11 +179,14 @@ class JetStreamInBridge(Bridge):
             put = self.qm.put_each(self.definition.queue, [m for m in built if isinstance(m, Message)])
             results = dict(zip(fresh, put, strict=True))
             for msg, m in zip(batch, built, strict=True):
-                self._settle(msg, m, results.get(done), received)
+                counts[self._settle(msg, m, results.get(done), received)] += 1
                 done += 1
         except Exception as exc:  # the store refused (full, closed): not acknowledged, so delivered again
             self.board.error(f"could not store message {batch[done].metadata.sequence.stream} of stream "
                              f"{self.stream} ({type(exc).__name__}: {exc}); JetStream delivers it again")
+        for what, n in counts.items():
+            if what:
+                self.board.count(what, n)
         self.step("in.stored")
         self._answer(link, batch[:done], batch[done:])
 
@@ -220,19 +224,22 @@ class JetStreamInBridge(Bridge):
         return incoming_uid(self.origin, self.stream, self._created, msg.metadata.sequence.stream, msg_id)
 
     def _settle(self, msg: Msg, built: Message | PublishRefused, result: PutResult | None,
-                received: int) -> None:
-        """Count a message of a stored batch, or dead-letter it; raise if it must stay with the stream."""
+                received: int) -> str:
+        """The counter a message of a stored batch adds to ("" once dead-lettered, counted there);
+        raise if it must stay with the stream."""
         if isinstance(built, PublishRefused):
-            return self._refuse(msg, bytes(msg.data), received, str(built))
+            self._refuse(msg, bytes(msg.data), received, str(built))
+            return ""
         assert result is not None  # every built message was put
         if isinstance(result.error, QueueFull):
             raise result.error  # not acknowledged: JetStream keeps it until the queue has room
         if result.status == "refused":
-            return self._refuse(msg, bytes(msg.data), received, result.detail)
+            self._refuse(msg, bytes(msg.data), received, result.detail)
+            return ""
         if result.status == "expired":
             log.info("bridge %s: message %s of stream %s expired before it was stored: dropped",
                      self.definition.name, msg.metadata.sequence.stream, self.stream)
-        self.board.count({"duplicate": "duplicates", "expired": "skipped"}.get(result.status, "forwarded"))
+        return PUT_COUNTERS.get(result.status, "forwarded")
 
     def _refuse(self, msg: Msg, payload: bytes, received: int, why: str) -> None:
         seq, uid = msg.metadata.sequence.stream, self._uid(msg)

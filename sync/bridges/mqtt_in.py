@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from paho.mqtt.properties import Properties
 from edgeq.errors import QueueFull
 from edgeq.message import Message
 from edgeq.results import PutResult
-from edgeq.sync.bridges.base import Bridge
+from edgeq.sync.bridges.base import PUT_COUNTERS, Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config, reconnecting
 from edgeq.sync.bridges.connection import BridgeClient, Connection
 from edgeq.sync.bridges.definition import BridgeDefinition
@@ -178,7 +179,7 @@ class MqttInBridge(Bridge):
     def _store(self, client: Client, batch: list[MQTTMessage]) -> bool:
         """Put a batch in one transaction and dead-letter its refused PUBLISHes, then acknowledge them in
         order; False if one could not be stored (it and those after it are left to be redelivered)."""
-        now, mono, done = self.qm.now_ms(), time.monotonic(), 0
+        now, mono, done, counts = self.qm.now_ms(), time.monotonic(), 0, Counter[str]()
         got = [_Publish(m, m._topic.decode("utf-8", "replace"), bytes(m.payload), _properties(m.properties),
                         now - int((mono - m.timestamp) * 1000)) for m in batch]  # paho's .topic raises
         for _ in got:
@@ -191,11 +192,14 @@ class MqttInBridge(Bridge):
                                    self._message)
             results = dict(zip(fresh, put, strict=True))
             for p in got:
-                self._settle(p, why[done], results.get(done))
+                counts[self._settle(p, why[done], results.get(done))] += 1
                 done += 1
         except Exception as exc:  # the store refused (full, closed): not acknowledged, so redelivered
             self.board.error(f"could not store a PUBLISH on {got[done].topic!r} ({type(exc).__name__}: "
                              f"{exc}); reconnecting to have it again")
+        for what, n in counts.items():
+            if what:
+                self.board.count(what, n)
         self.step("in.stored")
         for p in got[:done]:
             client.ack(p.message.mid, p.message.qos)
@@ -232,23 +236,25 @@ class MqttInBridge(Bridge):
     def _uid(self, p: _Publish, salt: int) -> MessageUID:
         return incoming_uid(self.origin, p.message.mid, p.topic, p.payload, p.props, salt)
 
-    def _settle(self, p: _Publish, why: str | None, result: PutResult | None) -> None:
-        """Count a PUBLISH of a stored batch, or dead-letter it; raise if it must stay with the broker."""
+    def _settle(self, p: _Publish, why: str | None, result: PutResult | None) -> str:
+        """The counter a PUBLISH of a stored batch adds to ("" once dead-lettered, counted there);
+        raise if it must stay with the broker."""
         name = self.definition.name
         if why == "":
-            self.board.count("skipped")
             log.info("bridge %s: a retained PUBLISH on %r is not stored as live", name, p.topic)
-        elif why is not None:
+            return "skipped"
+        if why is not None:
             self._refuse(p, why)
-        elif result is not None and isinstance(result.error, QueueFull):
+            return ""
+        assert result is not None  # every PUBLISH not refused was put
+        if isinstance(result.error, QueueFull):
             raise result.error  # not acknowledged: the broker keeps it until the queue has room
-        elif result is not None and result.status == "refused":
+        if result.status == "refused":
             self._refuse(p, result.detail)
-        elif result is not None:
-            if result.status == "expired":
-                log.info("bridge %s: a PUBLISH on %r expired before it was stored: dropped", name, p.topic)
-            self.board.count({"duplicate": "duplicates", "expired": "skipped"}.get(result.status,
-                                                                                   "forwarded"))
+            return ""
+        if result.status == "expired":
+            log.info("bridge %s: a PUBLISH on %r expired before it was stored: dropped", name, p.topic)
+        return PUT_COUNTERS.get(result.status, "forwarded")
 
     def _put_salted(self, queue: str, items: list[_Publish], first: list[Message],
                     build: Callable[[_Publish, int], Message]) -> list[PutResult]:
