@@ -98,3 +98,21 @@ def test_a_mixed_batch_is_put_in_full_before_any_of_it_is_acknowledged(
                   "the two good ones recognised and the two hostile ones refused again")
         assert sorted(m.data for m in qm.browse("IN")) == [b"good 1", b"good 2"]
         assert len(qm.dlq_browse()) == 2
+
+
+def test_a_backlog_far_larger_than_the_inbox_flows_through_in_batches(
+    tmp_path: Path, broker: Broker, device: Device
+) -> None:
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("IN")
+        define_bridge(qm, "small", "mqtt-in", "IN",
+                      {"url": broker.url, "topics": ["small/#"], "qos": 1, "batch": 2, "linger_ms": 0})
+        with running(qm, ["small"]):
+            pass  # the session: what follows waits for the bridge at the broker
+        for i in range(300):
+            device.client.publish("small/r", b"%03d" % i, qos=1)  # paho sends them in order
+        device.publish("small/r", b"last", qos=1)
+        with running(qm, ["small"]) as runner:  # a Receive Maximum of 4: the network thread waits for room
+            board = runner.bridges[0].board
+            until(lambda: board.state().forwarded == 301, "the whole backlog stored", 30)
+        assert [m.data for m in qm.browse("IN")] == [b"%03d" % i for i in range(300)] + [b"last"]
