@@ -44,7 +44,7 @@ TOPIC = "bench/in"
 BRIDGE_ID, PAHO_ID = "edgeq-bench-bridge-in", "edgeq-bench-paho-in"
 STREAM, SUBJECT = "BENCH", "BENCH.in"
 #: Messages per fetch, the jetstream-in bridge's and the nats-py consumer's alike.
-JS_BATCH = 128
+JS_BATCH = 256
 
 
 # -- child side ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ __all__ = ["JetStreamInBridge"]
 
 log = logging.getLogger("edgeq.bridges")
 
-_OWN: dict[str, Any] = {"durable": None, "batch": 128, "ack_wait_s": 30.0, "max_payload_bytes": 1 << 20}
+_OWN: dict[str, Any] = {"durable": None, "batch": 256, "ack_wait_s": 30.0, "max_payload_bytes": 1 << 20}
 _FETCH_S = 0.5
 _BAD_NAME = " .*>/\\\t"
 
@@ -69,7 +69,7 @@ class JetStreamInBridge(Bridge):
                                     or any(c in durable for c in _BAD_NAME)):
             raise BridgeConfigError(f"durable must be a consumer name without spaces, '.', '*', '>' or "
                                     f"slashes, not {durable!r}")
-        for key, top in (("batch", 256), ("max_payload_bytes", 1 << 30)):
+        for key, top in (("batch", 1024), ("max_payload_bytes", 1 << 30)):
             if isinstance(out[key], bool) or not isinstance(out[key], int) or not 1 <= out[key] <= top:
                 raise BridgeConfigError(f"{key} must be an int from 1 to {top}, not {out[key]!r}")
         wait = out["ack_wait_s"]
@@ -129,7 +129,7 @@ class JetStreamInBridge(Bridge):
         return link
 
     def _fetch(self, link: JetStreamLink) -> None:
-        """Fetch a batch and put each message; on the first that cannot be stored, give the rest back."""
+        """Fetch up to ``batch`` messages and store them (:meth:`_store`)."""
         assert self._pull is not None  # set by _connect
         try:
             batch = link.call(self._pull.fetch(int(self.definition.config["batch"]), timeout=_FETCH_S),
