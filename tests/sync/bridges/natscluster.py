@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -145,3 +146,14 @@ def stamp_ns(reply: str) -> int:
     """When the stream stored a message (epoch ns), from its reply subject (v1 or v2 form)."""
     tokens = reply.split(".")
     return int(tokens[7] if len(tokens) == 9 else tokens[9])
+
+
+def raw_publish(cluster: NatsCluster, subject: str, headers: bytes, payload: bytes) -> None:
+    """Publish as a hostile client would, header bytes as given (nats-py would not send them)."""
+    with socket.create_connection(("127.0.0.1", cluster.ports[0]), timeout=5) as sock:
+        replies = sock.makefile("rb")
+        assert replies.readline().startswith(b"INFO ")
+        sock.sendall(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+                     + b"HPUB %s %d %d\r\n" % (subject.encode(), len(headers), len(headers) + len(payload))
+                     + headers + payload + b"\r\nPING\r\n")
+        assert replies.readline() == b"PONG\r\n"

@@ -11,10 +11,11 @@ import pytest
 
 from edgeq import Message, QueueManager
 from edgeq.sync.bridges.book import define_bridge
-from edgeq.sync.bridges.jsmapping import MSG_ID_HEADER
+from edgeq.sync.bridges.jsmapping import MSG_ID_HEADER, SUBJECT
 from edgeq.sync.bridges.status import read_states
+from edgeq.types import DLQ_REFUSAL
 from tests.sync.bridges.kit import bridge_run, running
-from tests.sync.bridges.natscluster import NatsCluster
+from tests.sync.bridges.natscluster import NatsCluster, raw_publish
 from tests.waits import until
 
 #: Redeliveries of the batch of three the clean run recognises, by step: killed after its put (none
@@ -47,6 +48,36 @@ def test_in_bridge_killed_at_each_step_loses_and_doubles_nothing(
         got = [m.data for m in qm.browse("IN")]
         assert sorted(got) == [b"reading 0", b"reading 1", b"reading 2"], log.read_text()
         assert read_states(db)[name].duplicates in IN_DUPLICATES[step]  # recognised and dropped
+
+
+def test_a_mixed_batch_is_put_in_full_before_any_of_it_is_acknowledged(
+    tmp_path: Path, cluster: NatsCluster
+) -> None:
+    db, log = tmp_path / "dev.db", tmp_path / "bridge.log"
+    cluster.add_stream("MIXED", ["mixed.>"])
+    cluster.publish("mixed.a", b"good 1")
+    cluster.publish("mixed.big", b"x" * 1001)
+    raw_publish(cluster, "mixed.noline", b"NATS/1.0\r\nno colon here\r\n\r\n", b"bad")
+    cluster.publish("mixed.b", b"good 2")
+    with QueueManager(db, name="DEV1") as qm:
+        qm.define_queue("IN")
+        define_bridge(qm, "mix", "jetstream-in", "IN", {"url": cluster.url, "stream": "MIXED", "batch": 4,
+                                                        "topics": ["mixed.>"], "ack_wait_s": 1,
+                                                        "max_payload_bytes": 1000})
+        first = bridge_run(db, "mix", log, crash_at="in.stored")  # killed after the batch's put
+        assert first.wait(20) == -signal.SIGKILL, log.read_text()
+        assert sorted(m.data for m in qm.browse("IN")) == [b"good 1", b"good 2"]
+        dead = {m.fields[SUBJECT]: str(m.fields[DLQ_REFUSAL]) for m in qm.dlq_browse()}
+        assert sorted(dead) == ["mixed.big", "mixed.noline"]
+        assert "over the bridge's max_payload_bytes 1000" in dead["mixed.big"]
+        assert "not NAME: VALUE" in dead["mixed.noline"]
+        with running(qm, ["mix"]) as runner:  # none was acknowledged: JetStream delivers all four again
+            board = runner.bridges[0].board
+            until(lambda: board.state().duplicates == 2 and board.state().refused == 2,
+                  "the two good ones recognised and the two hostile ones refused again")
+        assert sorted(m.data for m in qm.browse("IN")) == [b"good 1", b"good 2"]
+        assert len(qm.dlq_browse()) == 2
+    assert cluster.count("MIXED") == 4
 
 
 #: Resends the stream recognised by their Nats-Msg-Id (PubAck duplicate), by step.
