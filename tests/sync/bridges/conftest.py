@@ -133,6 +133,8 @@ def device(broker: Broker, request: pytest.FixtureRequest) -> Iterator[Device]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A three-node JetStream cluster for the module (tests/sync/bridges/natscluster.py)."""
     c = NatsCluster(tmp_path_factory.mktemp("nats"))
-    c.start()
-    yield c
-    c.stop()
+    try:
+        c.start()  # a node that fails to start leaves the others running: stopped below
+        yield c
+    finally:
+        c.stop()
