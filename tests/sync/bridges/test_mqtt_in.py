@@ -80,11 +80,13 @@ def test_a_mixed_batch_is_put_in_full_before_any_of_it_is_acknowledged(
                                                    "max_payload_bytes": 1000, "batch": 5, "linger_ms": 1000})
         first = bridge_run(db, "mix", log, crash_at="in.stored", log_level="info")  # killed after the put
         until(lambda: connected(db, "mix", first), "the bridge connected", 15)
-        device.publish("mix/a", b"good 1", qos=1)
-        device.publish("mix/b", b"stale", qos=1, MessageExpiryInterval=1)  # expired once received
-        device.publish("mix/c", b"x" * 1001, qos=1)
-        device.publish("mix/d", b"\xff not utf-8", qos=1, PayloadFormatIndicator=1)
-        device.publish("mix/e", b"good 2", qos=1)
+        sent = [device.publish("mix/a", b"good 1", qos=1, wait=False),  # in one burst: one batch
+                device.publish("mix/b", b"stale", qos=1, wait=False, MessageExpiryInterval=1),  # expired
+                device.publish("mix/c", b"x" * 1001, qos=1, wait=False),
+                device.publish("mix/d", b"\xff not utf-8", qos=1, wait=False, PayloadFormatIndicator=1),
+                device.publish("mix/e", b"good 2", qos=1, wait=False)]
+        for info in sent:
+            info.wait_for_publish(10)
         assert first.wait(15) == -signal.SIGKILL, log.read_text()
         assert sorted(m.data for m in qm.browse("IN")) == [b"good 1", b"good 2"]
         dead = {m.fields[TOPIC]: str(m.fields[DLQ_REFUSAL]) for m in qm.dlq_browse()}
