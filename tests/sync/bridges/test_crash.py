@@ -47,8 +47,10 @@ def test_in_bridge_killed_at_each_step_loses_and_doubles_nothing(
                                                   "batch": 3, "linger_ms": 1000})  # the three in one batch
         first = bridge_run(db, name, log, crash_at=step)
         until(lambda: connected(db, name, first), "the bridge connected", 15)
-        for i in range(3):
-            device.publish(f"{name}/r", f"reading {i}".encode(), qos=2, MessageExpiryInterval=600)
+        sent = [device.publish(f"{name}/r", f"reading {i}".encode(), qos=2, wait=False,
+                               MessageExpiryInterval=600) for i in range(3)]  # in one burst: one batch
+        for info in sent:
+            info.wait_for_publish(10)
         assert first.wait(15) == -signal.SIGKILL
         again = bridge_run(db, name, log)
         until(lambda: qm.depth("IN") >= 3, "the three readings on the queue", 15)
