@@ -54,6 +54,11 @@ ACTIONS = {
     "proxy": "benchmarks.proxy:child_proxy",
     "mqtt_subscribe": "benchmarks.peers.mqtt_peer:child_subscribe",
     "mqtt_publish": "benchmarks.peers.mqtt_peer:child_publish",
+    "bridge_in_sessions": "benchmarks.cases.bridge_in:child_sessions",
+    "bridge_in_paho": "benchmarks.cases.bridge_in:child_paho_consume",
+    "bridge_in_edgeq": "benchmarks.cases.bridge_in:child_bridge",
+    "nats_publish": "benchmarks.peers.nats_peer:child_publish",
+    "nats_consume": "benchmarks.peers.nats_peer:child_consume",
 }
 
 

@@ -73,8 +73,8 @@ class Settings:
     #: ``put_threads_slowsync``: what the slowsync shim adds to every flush (µs), and the thread counts.
     slowsync_us: int = 3_000
     slowsync_threads: tuple[int, ...] = (1, 8)
-    #: ``bridge_out``: messages each out-bridge and its broker's client send, and the larger backlog of the
-    #: bridges' memory comparison.
+    #: ``bridge_out``, ``bridge_in``: messages each bridge and its broker's client carry, and the larger
+    #: backlog of the bridges' memory comparison.
     bridge_messages: int = 10_000
     bridge_backlog: int = 100_000
     #: Install mosquitto from Debian packages (apt-get) when it is missing.

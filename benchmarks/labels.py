@@ -44,6 +44,14 @@ _PQ_QUEUE_BY_CASE = {
 
 #: The variants of edgeq (and MQTT) the wire, TLS and fleet cases measure.
 _VARIANTS_BY_CASE = {
+    "bridge_in": {
+        "edgeq-mqtt-in": "edgeq mqtt-in bridge (QoS 1)",
+        "paho-consume": "paho consuming the session (QoS 1)",
+        "paho-publish": "paho publishing (QoS 1)",
+        "edgeq-jetstream-in": "edgeq jetstream-in bridge",
+        "nats-py-consume": "nats-py pull consumer (fetch, ack each)",
+        "nats-py-publish": "nats-py publishing (PubAck each)",
+    },
     "import": {
         "edgeq": "edgeq (from edgeq import QueueManager)",
         "edgeq-package": "edgeq (import edgeq alone)",
@@ -142,5 +150,6 @@ def case_title(case: str, size: int | None, extra: dict[str, float] | None = Non
                        "bytes on the wire per message (MQTT: a PUBLISH each)"),
         "fleet": f"{size} devices pushing at once, loopback",
         "bridge_out": f"queue → broker, {human(size)} msgs, loopback",
+        "bridge_in": f"in-bridges: broker → queue, a backlog of {human(size)}, loopback",
     }
     return titles.get(case, case)

@@ -160,6 +160,11 @@ HEADLINES: dict[str, Headline] = {
     "wakeup_same": Headline("p50_ms", "ms", False, lambda m: _wakeup(m)),
     "wakeup_other": Headline("p50_ms", "ms", False, lambda m: _wakeup(m)),
     "bridge_out": Headline("msgs_per_s", "msg/s", True, _bridge_out),
+    "bridge_in": Headline("msgs_per_s", "msg/s", True, lambda m: (
+        f"{m.get('seconds', 0):.2f} s"
+        + (f"; peak RSS {m['peak_rss_mb']:.1f} MB" if "peak_rss_mb" in m else "")
+        + (f"; {m['vs_consume']:.2f}x the client consuming, {m['vs_publish']:.2f}x publishing"
+           if "vs_consume" in m and "vs_publish" in m else ""))),
     "idle_wait": Headline("cpu_percent", "% of a core", False,
                           lambda m: f"{m.get('cpu_ms', 0):.0f} ms CPU (user {m.get('user_ms', 0):.0f}, "
                                     f"sys {m.get('sys_ms', 0):.0f}) in {m.get('wall_s', 0):.1f} s"),

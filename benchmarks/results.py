@@ -33,6 +33,7 @@ HEADLINE_METRIC: dict[str, tuple[str, bool]] = {
     "wakeup_other": ("p50_ms", False),
     "idle_wait": ("cpu_percent", False),
     "bridge_out": ("msgs_per_s", True),
+    "bridge_in": ("msgs_per_s", True),
 }
 
 #: Per case: figures summed over every round (so no round's problem is hidden by the median).

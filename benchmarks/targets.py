@@ -125,11 +125,12 @@ def evaluate(results: list[Result], s: Settings) -> list[Target]:
     out += _thread_targets(results)
     out += _slow_flush_targets(results, s)
     out += _cli_targets(results)
-    out += _bridge_targets(results, s)
+    out += _bridge_out_targets(results, s)
+    out += _bridge_in_targets(results, s)
     return out
 
 
-def _bridge_targets(results: list[Result], s: Settings) -> list[Target]:
+def _bridge_out_targets(results: list[Result], s: Settings) -> list[Target]:
     """Issue 32's floors: each out-bridge ≥ 0.5x its broker's own Python client, side by side in one run;
     its peak RSS flat with the backlog (≤ +5 MB)."""
     n, backlog = s.bridge_messages, s.bridge_backlog
@@ -145,6 +146,32 @@ def _bridge_targets(results: list[Result], s: Settings) -> list[Target]:
         out.append(_judge(
             f"{kind} bridge memory @ {human(backlog)} vs {human(n)} backlog", "flat (≤ +5 MB peak RSS)",
             None if small is None or large is None or n == backlog else large <= small + 5,
+            f"{large:.1f} MB vs {small:.1f} MB ({large - small:+.1f} MB)" if small and large else "",
+        ))
+    return out
+
+
+def _bridge_in_targets(results: list[Result], s: Settings) -> list[Target]:
+    """Issue 32's in direction: each in-bridge ≥ 0.5x its broker's own Python client publishing the same
+    messages (the floor's words; the stricter ratio to the client consuming is shown beside it), and its
+    peak RSS flat with the backlog."""
+    out = []
+    n, big = s.bridge_messages, s.bridge_backlog
+    for bridge, client, what in (("edgeq-mqtt-in", "paho", "MQTT QoS 1"),
+                                 ("edgeq-jetstream-in", "nats-py", "JetStream, PubAck each")):
+        rate = _metric(results, "bridge_in", bridge, "msgs_per_s", n)
+        target = _ratio(f"{bridge} bridge vs {client} publishing ({what})",
+                        f"≥ 0.5x, {human(n)} messages side by side", rate,
+                        _metric(results, "bridge_in", f"{client}-publish", "msgs_per_s", n), 0.5, "msg/s")
+        consume = _metric(results, "bridge_in", f"{client}-consume", "msgs_per_s", n)
+        if target.ratio is not None and rate and consume:
+            target.measured += f"; vs {client} consuming {rate / consume:.2f}x ({consume:,.0f} msg/s)"
+        out.append(target)
+        small = _metric(results, "bridge_in", bridge, "peak_rss_mb", n)
+        large = _metric(results, "bridge_in", bridge, "peak_rss_mb", big)
+        out.append(_judge(
+            f"{bridge} bridge memory, a backlog of {human(big)} vs {human(n)}", "peak RSS within +5 MB",
+            None if small is None or large is None else large <= small + 5,
             f"{large:.1f} MB vs {small:.1f} MB ({large - small:+.1f} MB)" if small and large else "",
         ))
     return out

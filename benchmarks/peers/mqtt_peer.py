@@ -361,7 +361,8 @@ def child_subscribe(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_publish(spec: dict[str, Any]) -> dict[str, Any]:
-    """QoS 2 publisher: ``messages`` publishes as fast as the inflight window allows.
+    """QoS 2 publisher (``qos`` 1 and ``topic`` for the bridge_in case): ``messages`` publishes as fast
+    as the inflight window allows.
 
     Payloads are built before the clock starts. Times from the first
     ``publish`` call to the last PUBCOMP (paho's ``on_publish`` for QoS 2).
@@ -380,6 +381,7 @@ def child_publish(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         bodies = [make_payload(i, int(spec["payload_bytes"])) for i in range(n)]
     client = _client("edgeq-bench-pub", clean_session=False, inflight=int(spec["inflight"]))
+    qos, topic = int(spec.get("qos", 2)), str(spec.get("topic", TOPIC))  # the bridge_in case: QoS 1
     done = threading.Condition()
     completed: list[float] = []
     failures: Counter[str] = Counter()
@@ -407,7 +409,7 @@ def child_publish(spec: dict[str, Any]) -> dict[str, Any]:
                 if not done.wait_for(functools.partial(completed_more_than, sent - window),
                                      timeout=float(spec["budget_s"])):
                     break
-        info = client.publish(TOPIC, body, qos=2)
+        info = client.publish(topic, body, qos=qos)
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             errors += 1
     queued = time.monotonic()
@@ -419,8 +421,8 @@ def child_publish(spec: dict[str, Any]) -> dict[str, Any]:
     client.disconnect()
     client.loop_stop()
     if not finished or errors or failures:
-        raise RuntimeError(f"QoS 2 publish incomplete: {acked} of {n} PUBCOMPs, {errors} publish errors, "
-                           f"failures {dict(failures)}")
+        raise RuntimeError(f"QoS {qos} publish incomplete: {acked} of {n} acknowledged, {errors} publish "
+                           f"errors, failures {dict(failures)}")
     seconds = last - start
     return {"metrics": {"messages": float(n), "seconds": seconds, "msgs_per_s": n / seconds,
                         "publish_calls_s": queued - start, "start": start, "last_pubcomp": last,

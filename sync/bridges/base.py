@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from edgeq.message import Message
 from edgeq.sync.bridges.errors import BridgeError
@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from edgeq.sync.bridges.definition import BridgeDefinition
     from edgeq.sync.bridges.status import StatusBoard
 
-__all__ = ["CRASH_AT_ENV", "Bridge"]
+__all__ = ["CRASH_AT_ENV", "PUT_COUNTERS", "Bridge"]
 
 #: A test seam: the step at which a bridge process kills itself (SIGKILL), e.g. ``in.stored``.
 CRASH_AT_ENV = "EDGEQ_BRIDGE_CRASH_AT"
+#: The status counter an in-bridge's put outcome adds to (any other: ``forwarded``).
+PUT_COUNTERS: Final[Mapping[str, str]] = {"duplicate": "duplicates", "expired": "skipped"}
 
 
 class Bridge:

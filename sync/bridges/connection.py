@@ -50,6 +50,7 @@ class Connection:
         self, settings: BrokerSettings, client_id: str, *, clean_start: bool, session_expiry_s: int = 0,
         on_message: Callable[[Client, MQTTMessage], None] | None = None,
         client_cls: type[BridgeClient] = BridgeClient, manual_ack: bool = False, max_inflight: int = 20,
+        accept_unacked: int | None = None,
     ) -> None:
         self.lost = threading.Event()
         self.session_present = False
@@ -75,6 +76,8 @@ class Connection:
             client.on_message = lambda c, _u, message: on_message(c, message)
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = session_expiry_s
+        if accept_unacked is not None:  # our Receive Maximum: QoS 1/2 PUBLISHes the broker may send unacked
+            props.ReceiveMaximum = min(accept_unacked, 65_535)
         self.client = client
         try:
             client.connect(settings.host, settings.port, settings.keepalive_s, clean_start=clean_start,

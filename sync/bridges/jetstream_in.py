@@ -7,6 +7,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from edgeq.errors import QueueFull
-from edgeq.sync.bridges.base import Bridge
+from edgeq.message import Message
+from edgeq.results import PutResult
+from edgeq.sync.bridges.base import PUT_COUNTERS, Bridge
 from edgeq.sync.bridges.broker import NATS_SCHEMES, BrokerSettings, reconnecting
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError, BrokerUnavailable, PublishRefused
@@ -42,7 +45,7 @@ __all__ = ["JetStreamInBridge"]
 
 log = logging.getLogger("edgeq.bridges")
 
-_OWN: dict[str, Any] = {"durable": None, "batch": 16, "ack_wait_s": 30.0, "max_payload_bytes": 1 << 20}
+_OWN: dict[str, Any] = {"durable": None, "batch": 256, "ack_wait_s": 30.0, "max_payload_bytes": 1 << 20}
 _FETCH_S = 0.5
 _BAD_NAME = " .*>/\\\t"
 
@@ -66,7 +69,7 @@ class JetStreamInBridge(Bridge):
                                     or any(c in durable for c in _BAD_NAME)):
             raise BridgeConfigError(f"durable must be a consumer name without spaces, '.', '*', '>' or "
                                     f"slashes, not {durable!r}")
-        for key, top in (("batch", 256), ("max_payload_bytes", 1 << 30)):
+        for key, top in (("batch", 1024), ("max_payload_bytes", 1 << 30)):
             if isinstance(out[key], bool) or not isinstance(out[key], int) or not 1 <= out[key] <= top:
                 raise BridgeConfigError(f"{key} must be an int from 1 to {top}, not {out[key]!r}")
         wait = out["ack_wait_s"]
@@ -126,7 +129,7 @@ class JetStreamInBridge(Bridge):
         return link
 
     def _fetch(self, link: JetStreamLink) -> None:
-        """Fetch a batch and put each message; on the first that cannot be stored, give the rest back."""
+        """Fetch up to ``batch`` messages and store them (:meth:`_store`)."""
         assert self._pull is not None  # set by _connect
         try:
             batch = link.call(self._pull.fetch(int(self.definition.config["batch"]), timeout=_FETCH_S),
@@ -140,11 +143,8 @@ class JetStreamInBridge(Bridge):
                 self.board.error(f"fetching from stream {self.stream} failed ({exc}); reconnecting")
                 link.close()
             return
-        for i, msg in enumerate(batch):
-            if not self._received(link, msg):
-                for rest in batch[i + 1:]:
-                    self._settle(link, rest.nak(delay=self.settings.retry_max_s), "give back")
-                return
+        if batch:
+            self._store(link, batch)
 
     def _check_consumer(self, link: JetStreamLink) -> bool:
         """Whether the consumer exists (or JetStream cannot say now); one that is gone is reported and the
@@ -167,51 +167,82 @@ class JetStreamInBridge(Bridge):
             return False
         return True
 
-    def _received(self, link: JetStreamLink, msg: Msg) -> bool:
-        """Put one stream message (or dead-letter it), then acknowledge it; False if the store refused."""
-        received = self.qm.now_ms()
-        self.step("in.received")
+    def _store(self, link: JetStreamLink, batch: list[Msg]) -> None:
+        """Put a fetched batch in one transaction and dead-letter its refused messages, then acknowledge
+        them; from the first that cannot be stored on, give them back (JetStream delivers them again)."""
+        received, done, counts = self.qm.now_ms(), 0, Counter[str]()
+        for _ in batch:
+            self.step("in.received")
         try:
-            self._put(msg, received)
+            built = [self._message(msg, received) for msg in batch]
+            fresh = [i for i, m in enumerate(built) if isinstance(m, Message)]
+            put = self.qm.put_each(self.definition.queue, [m for m in built if isinstance(m, Message)])
+            results = dict(zip(fresh, put, strict=True))
+            for msg, m in zip(batch, built, strict=True):
+                counts[self._settle(msg, m, results.get(done), received)] += 1
+                done += 1
         except Exception as exc:  # the store refused (full, closed): not acknowledged, so delivered again
-            self.board.error(f"could not store message {msg.metadata.sequence.stream} of stream "
+            self.board.error(f"could not store message {batch[done].metadata.sequence.stream} of stream "
                              f"{self.stream} ({type(exc).__name__}: {exc}); JetStream delivers it again")
-            self._settle(link, msg.nak(delay=self.settings.retry_max_s), "give back")
-            return False
+        for what, n in counts.items():
+            if what:
+                self.board.count(what, n)
         self.step("in.stored")
-        self._settle(link, msg.ack(), "acknowledge")
-        self.step("in.acked")
-        return True
+        self._answer(link, batch[:done], batch[done:])
 
-    def _settle(self, link: JetStreamLink, coro: Any, what: str) -> None:
+    def _answer(self, link: JetStreamLink, acked: list[Msg], given_back: list[Msg]) -> None:
+        """Acknowledge ``acked`` and give back ``given_back``, in one call (no waiting on each)."""
+
+        async def answer() -> None:
+            for msg in acked:
+                await msg.ack()  # a publish, not a request: nats-py sends it with the next flush
+                self.step("in.acked")
+            for msg in given_back:
+                await msg.nak(delay=self.settings.retry_max_s)
+
         try:
-            link.call(coro)
-        except (nats.errors.Error, *UNAVAILABLE) as exc:  # it comes again after ack_wait_s: recognised
-            self.board.error(f"could not {what} a message of stream {self.stream} ({exc!r}); it is "
-                             "delivered again")
+            link.call(answer())
+        except (nats.errors.Error, *UNAVAILABLE) as exc:  # they come again after ack_wait_s: recognised
+            self.board.error(f"could not acknowledge or give back messages of stream {self.stream} "
+                             f"({exc!r}); they are delivered again")
 
-    def _put(self, msg: Msg, received: int) -> None:
+    def _message(self, msg: Msg, received: int) -> Message | PublishRefused:
+        """The message a stream message becomes, or why it is refused."""
         d, seq, payload = self.definition, msg.metadata.sequence.stream, bytes(msg.data)
-        msg_id = (msg.headers or {}).get(MSG_ID_HEADER)  # nats-py's reading: the same on every redelivery
-        uid = incoming_uid(self.origin, self.stream, self._created, seq, msg_id)
         try:
             if len(payload) > d.config["max_payload_bytes"]:
                 raise PublishRefused(f"its payload is {len(payload)} bytes, over the bridge's "
                                      f"max_payload_bytes {d.config['max_payload_bytes']}")
             raw = getattr(msg.headers, "raw", b"")
-            message = incoming_message(msg.subject, payload, parse_headers(raw) if raw else [], self.stream,
-                                       seq, _stamp_ns(msg.reply), received, uid)
+            return incoming_message(msg.subject, payload, parse_headers(raw) if raw else [], self.stream,
+                                    seq, _stamp_ns(msg.reply), received, self._uid(msg))
         except PublishRefused as exc:
-            return self._refuse(msg, uid, payload, received, str(exc))
-        result = self.qm.put_each(d.queue, [message])[0]
+            return exc
+
+    def _uid(self, msg: Msg) -> MessageUID:
+        msg_id = (msg.headers or {}).get(MSG_ID_HEADER)  # nats-py's reading: the same on every redelivery
+        return incoming_uid(self.origin, self.stream, self._created, msg.metadata.sequence.stream, msg_id)
+
+    def _settle(self, msg: Msg, built: Message | PublishRefused, result: PutResult | None,
+                received: int) -> str:
+        """The counter a message of a stored batch adds to ("" once dead-lettered, counted there);
+        raise if it must stay with the stream."""
+        if isinstance(built, PublishRefused):
+            self._refuse(msg, bytes(msg.data), received, str(built))
+            return ""
+        assert result is not None  # every built message was put
         if isinstance(result.error, QueueFull):
             raise result.error  # not acknowledged: JetStream keeps it until the queue has room
         if result.status == "refused":
-            return self._refuse(msg, uid, payload, received, result.detail)
-        self.board.count({"duplicate": "duplicates", "expired": "skipped"}.get(result.status, "forwarded"))
+            self._refuse(msg, bytes(msg.data), received, result.detail)
+            return ""
+        if result.status == "expired":
+            log.info("bridge %s: message %s of stream %s expired before it was stored: dropped",
+                     self.definition.name, msg.metadata.sequence.stream, self.stream)
+        return PUT_COUNTERS.get(result.status, "forwarded")
 
-    def _refuse(self, msg: Msg, uid: MessageUID, payload: bytes, received: int, why: str) -> None:
-        seq = msg.metadata.sequence.stream
+    def _refuse(self, msg: Msg, payload: bytes, received: int, why: str) -> None:
+        seq, uid = msg.metadata.sequence.stream, self._uid(msg)
         self.dead_letter(lambda dlq, build: self.qm.put_each(dlq, [build(uid)])[0], payload, received, why,
                          {SUBJECT: msg.subject, STREAM: self.stream, SEQ: Int64(seq)},
                          f"message {seq} of stream {self.stream}")

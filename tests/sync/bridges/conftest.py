@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from paho.mqtt.client import Client, MQTTMessage
+from paho.mqtt.client import Client, MQTTMessage, MQTTMessageInfo
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -104,12 +104,16 @@ class Device:
         self.client.subscribe(topic, options=SubscribeOptions(qos=qos))
         assert done.wait(10), "no SUBACK"
 
-    def publish(self, topic: str, payload: bytes, qos: int = 2, *, retain: bool = False,
-                **properties: Any) -> None:
+    def publish(self, topic: str, payload: bytes, qos: int = 2, *, retain: bool = False, wait: bool = True,
+                **properties: Any) -> MQTTMessageInfo:
+        """Publish, waiting for the broker's acknowledgement unless ``wait`` is False."""
         props = Properties(PacketTypes.PUBLISH)
         for name, value in properties.items():
             setattr(props, name, value)
-        self.client.publish(topic, payload, qos, retain=retain, properties=props).wait_for_publish(10)
+        info = self.client.publish(topic, payload, qos, retain=retain, properties=props)
+        if wait:
+            info.wait_for_publish(10)
+        return info
 
     def wait_for(self, count: int, timeout: float = 15) -> list[MQTTMessage]:
         with self.changed:
@@ -133,6 +137,8 @@ def device(broker: Broker, request: pytest.FixtureRequest) -> Iterator[Device]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A three-node JetStream cluster for the module (tests/sync/bridges/natscluster.py)."""
     c = NatsCluster(tmp_path_factory.mktemp("nats"))
-    c.start()
-    yield c
-    c.stop()
+    try:
+        c.start()  # a node that fails to start leaves the others running: stopped below
+        yield c
+    finally:
+        c.stop()

@@ -34,11 +34,12 @@ def running(
         assert thread.stop(10), "the bridges did not stop"
 
 
-def bridge_run(db: Path, name: str, log: Path, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+def bridge_run(db: Path, name: str, log: Path, crash_at: str | None = None,
+               log_level: str = "warning") -> subprocess.Popen[bytes]:
     """A real ``edgeq bridge run NAME`` (stderr to ``log``), killing itself (SIGKILL) at step ``crash_at``."""
     env = {k: v for k, v in os.environ.items() if k != CRASH_AT_ENV}
     if crash_at is not None:
         env[CRASH_AT_ENV] = crash_at
     with log.open("ab") as err:
-        return subprocess.Popen([*EDGEQ, "--db", str(db), "bridge", "run", name, "--log-level", "warning"],
+        return subprocess.Popen([*EDGEQ, "--db", str(db), "bridge", "run", name, "--log-level", log_level],
                                 env=env, stdout=subprocess.DEVNULL, stderr=err)

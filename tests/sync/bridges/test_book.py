@@ -66,6 +66,10 @@ def test_definitions_that_cannot_work_are_refused_when_made(tmp_path: Path) -> N
             ("mqtt-in", "Q", {**ok, "topics": []}, "needs topics"),
             ("mqtt-in", "Q", {**ok, "qos": 0}, "QoS 1 or 2"),
             ("mqtt-in", "Q", {**ok, "colour": "red"}, "unknown bridge setting"),
+            ("mqtt-in", "Q", {**ok, "batch": 0}, "batch must be an int from 1 to 1024, not 0"),
+            ("mqtt-in", "Q", {**ok, "batch": True}, "batch must be an int from 1 to 1024"),
+            ("mqtt-in", "Q", {**ok, "linger_ms": -1}, "linger_ms must be an int from 0 to 1000, not -1"),
+            ("mqtt-in", "Q", {**ok, "linger_ms": 2.5}, "linger_ms must be an int"),
             ("mqtt-out", "Q", ok, "one topic without wildcards"),
             *(("mqtt-out", "Q", {**ok, "topics": ["a/b"], "batch": bad}, "batch .* must be an int from 1 to "
                "10000") for bad in (0, 10_001, True, "256")),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from edgeq.sync.bridges.mapping import SECOND_MS
 from edgeq.sync.bridges.status import read_states
 from edgeq.types import DLQ_REFUSAL
 from tests.sync.bridges.kit import running
-from tests.sync.bridges.natscluster import NatsCluster
+from tests.sync.bridges.natscluster import NatsCluster, raw_publish
 from tests.waits import until
 
 
@@ -78,17 +77,6 @@ def test_no_hop_extends_the_deadline(tmp_path: Path, cluster: NatsCluster) -> No
         (on_b,) = qm.browse("B")
         assert on_b.expiry is not None
         assert in_stream - 1 <= int(on_b.expiry) <= in_stream  # the stream's own deadline, to the ms
-
-
-def raw_publish(cluster: NatsCluster, subject: str, headers: bytes, payload: bytes) -> None:
-    """Publish as a hostile client would, header bytes as given (nats-py would not send them)."""
-    with socket.create_connection(("127.0.0.1", cluster.ports[0]), timeout=5) as sock:
-        replies = sock.makefile("rb")
-        assert replies.readline().startswith(b"INFO ")
-        sock.sendall(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
-                     + b"HPUB %s %d %d\r\n" % (subject.encode(), len(headers), len(headers) + len(payload))
-                     + headers + payload + b"\r\nPING\r\n")
-        assert replies.readline() == b"PONG\r\n"
 
 
 def test_hostile_messages_go_to_the_dead_letter_queue_and_the_rest_flows(
