@@ -347,6 +347,7 @@ def test_the_out_bridges_are_measured_beside_their_clients(report: dict[str, Any
         assert m["messages"] == n and m["vs_client"] > 0 and m["peak_rss_mb"] > 0
         assert rows[(peer, n)]["status"] == "ok"
         assert rows[(lib, backlog)]["metrics"]["peak_rss_small_mb"] == m["peak_rss_mb"]
+        assert rows[(lib, 2 * backlog)]["status"] == "ok"  # memory flat: one and twice the backlog
     names = {t["name"]: t for t in report["targets"]}
     assert {t["status"] for name, t in names.items() if "bridge" in name} <= {"met", "missed", "n/a"}
 
@@ -361,3 +362,11 @@ def test_in_bridges_take_every_message_once(report: dict[str, Any]) -> None:
     for bridge in ("edgeq-mqtt-in", "edgeq-jetstream-in"):  # the child checked each payload is queued once
         m = rows[bridge]["metrics"]
         assert m["messages"] == report["settings"]["bridge_messages"] and m["vs_consume"] > 0, bridge
+    backlog = report["settings"]["bridge_backlog"]
+    for size in (backlog, 2 * backlog):  # memory flat: one and twice the backlog
+        for bridge in ("edgeq-mqtt-in", "edgeq-jetstream-in"):
+            (row,) = [r for r in report["results"] if r["case"] == "bridge_in" and r["lib"] == bridge
+                      and r["size"] == size]
+            assert row["status"] == "ok" and row["metrics"]["peak_rss_mb"] > 0, row
+    memory = [t for t in report["targets"] if "bridge memory" in t["name"]]
+    assert len(memory) == 4 and {t["status"] for t in memory} <= {"met", "missed"}, memory
