@@ -61,7 +61,7 @@ REFRESH_S = 10
 MAX_FORM_BYTES = 4096
 #: an action's form may carry a pasted key or an admin request's parameters
 MAX_ACTION_BYTES = 16384
-#: the most fields a form may have (the console's largest has seven)
+#: the most fields a form may have (the console's largest has six: csrf, confirm and four of its own)
 MAX_FIELDS = 10
 
 
