@@ -1,6 +1,7 @@
 """``/api/v1/admin-requests``: sending a signed admin request to a device (with the server's operator
 key, ``edgeq serve --admin-key``), showing one with its reply, re-sending one. The actions take
-``(qm, who, arguments)`` like the others (the console calls them so too); docs/management-api.md."""
+``(qm, who, arguments)`` and return :data:`.endpoints.Done`, like the others (the console calls them so
+too); docs/management-api.md."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 from edgeq.sync.server.admin.records import AdminRecord
 from edgeq.sync.server.api.audit import audited
 from edgeq.sync.server.api.auth import Principal
-from edgeq.sync.server.api.endpoints import Api
+from edgeq.sync.server.api.endpoints import Api, Done
 from edgeq.sync.server.api.http import ApiError
 
 __all__ = ["collect_replies", "resend_admin_request", "routes", "send_admin_request"]
@@ -33,7 +34,7 @@ NO_KEY: Final = ("this server has no operator key to sign admin requests with: s
 
 
 def send_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[str, Any], *,
-                       signer: OperatorKey | None) -> dict[str, Any]:
+                       signer: OperatorKey | None) -> Done:
     """Sign ``action`` (on ``target``, with ``params``) for ``device`` with ``signer`` and queue it for the
     device's next pull, as ``edgeq admin`` does; ``expires_in_ms``: not taken by then, it never runs."""
     def do() -> dict[str, Any]:
@@ -58,10 +59,10 @@ def send_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[str,
                                     expires_ms=None if lifetime is None else now + lifetime)
             return _shown(client.records.get(handle.request_id), now)
     target = str(arguments.get("device"))[:100]
-    return audited(qm.path, who, "send-admin-request", target, do, clock=qm.now_ms)[1]
+    return audited(qm.path, who, "send-admin-request", target, do, clock=qm.now_ms)
 
 
-def resend_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def resend_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> Done:
     """Put request ``id``'s signed bytes on its device's admin queue again (same id: a device that ran it
     answers from its remembered reply, never running it twice); ``AdminClient.resend``'s refusals: 409."""
     def do() -> dict[str, Any]:
@@ -71,7 +72,7 @@ def resend_admin_request(qm: QueueManager, who: Principal, arguments: Mapping[st
             client.resend(request_id)  # refuses (409) an expired request, a revoked device
             return {**_shown(_found(client, request_id), client.clock()), "resent": True}
     target = str(arguments.get("id"))[:100]
-    return audited(qm.path, who, "resend-admin-request", target, do, clock=qm.now_ms)[1]
+    return audited(qm.path, who, "resend-admin-request", target, do, clock=qm.now_ms)
 
 
 def collect_replies(qm: QueueManager) -> None:

@@ -19,11 +19,13 @@ from edgeq.sync.server.api.actions import perform
 from edgeq.sync.server.api.auth import Principal, authenticate
 from edgeq.sync.server.api.http import ApiError, answer, refusal
 
-__all__ = ["Api", "BodyAction"]
+__all__ = ["Api", "BodyAction", "Done"]
 
 _Endpoint = Callable[[Request], Awaitable[Response]]
-#: an action whose arguments are a JSON body: (the queue manager, who asks, the arguments) -> the answer
-BodyAction = Callable[[QueueManager, Principal, Mapping[str, Any]], dict[str, Any]]
+#: an action done: its record's id (``api_actions``) and its answer
+Done = tuple[int, dict[str, Any]]
+#: an action whose arguments are a JSON body: (the queue manager, who asks, the arguments) -> :data:`Done`
+BodyAction = Callable[[QueueManager, Principal, Mapping[str, Any]], Done]
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class Api:
                     if who.role == "operator":
                         raise
                     body = {}  # a viewer is refused (403, recorded) whatever the body
-                return answer(await run_in_threadpool(fn, self.qm, who, {**body, **request.path_params}))
+                _, done = await run_in_threadpool(fn, self.qm, who, {**body, **request.path_params})
+                return answer(done)
             except EdgeqError as exc:
                 return refusal(exc).response()
         return endpoint

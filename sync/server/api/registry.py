@@ -1,6 +1,7 @@
 """Registering devices over the API: register one, give it a new key, change its queues. Each action
-takes ``(qm, who, arguments)`` (the console calls them so too), checks the role and is recorded; the
-checks themselves are the store's (``edgeq.store.devices``), the same as ``edgeq server devices``'."""
+takes ``(qm, who, arguments)`` (the console calls them so too), checks the role and is recorded (it
+returns :data:`.endpoints.Done`); the checks are the store's (``edgeq.store.devices``), the same as
+``edgeq server devices``'."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ from edgeq.sync.keys import parse_public_key
 from edgeq.sync.server.api.audit import audited
 from edgeq.sync.server.api.auth import Principal
 from edgeq.sync.server.api.devices import device_json
-from edgeq.sync.server.api.endpoints import Api
+from edgeq.sync.server.api.endpoints import Api, Done
 from edgeq.sync.server.api.http import ApiError
 
 __all__ = ["register_device", "rekey_device", "routes", "set_device_queues"]
 
 
-def register_device(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def register_device(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> Done:
     """Register ``name`` with ``public_key`` (a ``.pub`` file's PEM text) and ``queues`` (absent or
     null: any); an existing one is refused (409) unless ``replace``; a shared key unless ``force``."""
     def do() -> dict[str, Any]:
@@ -32,25 +33,25 @@ def register_device(qm: QueueManager, who: Principal, arguments: Mapping[str, An
         others = qm.register_device(name, key, queues=queues, share_key=_flag(arguments, "force"),
                                     replace=_flag(arguments, "replace"))
         return _answer(qm, name, shares_key_with=others)
-    return audited(qm.path, who, "register-device", _target(arguments), do, clock=qm.now_ms)[1]
+    return audited(qm.path, who, "register-device", _target(arguments), do, clock=qm.now_ms)
 
 
-def rekey_device(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def rekey_device(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> Done:
     """Give registered device ``name`` a new ``public_key``: its queues kept, a revocation lifted."""
     def do() -> dict[str, Any]:
         name = _name(arguments)
         others = qm.exchange.rekey_device(name, _public_key(arguments), share_key=_flag(arguments, "force"))
         return _answer(qm, name, shares_key_with=others)
-    return audited(qm.path, who, "rekey-device", _target(arguments), do, clock=qm.now_ms)[1]
+    return audited(qm.path, who, "rekey-device", _target(arguments), do, clock=qm.now_ms)
 
 
-def set_device_queues(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def set_device_queues(qm: QueueManager, who: Principal, arguments: Mapping[str, Any]) -> Done:
     """Change the ``queues`` registered device ``name`` may push to (null: any)."""
     def do() -> dict[str, Any]:
         name = _name(arguments)
         qm.exchange.set_device_queues(name, _queues(arguments, "queues", required=True))
         return _answer(qm, name)
-    return audited(qm.path, who, "set-device-queues", _target(arguments), do, clock=qm.now_ms)[1]
+    return audited(qm.path, who, "set-device-queues", _target(arguments), do, clock=qm.now_ms)
 
 
 def routes(api: Api) -> list[Route]:

@@ -12,7 +12,17 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from edgeq.manager import QueueManager
 from edgeq.sync.server.admin.client import OperatorKey
-from edgeq.sync.server.api import admin, audit, devices, messages, queues, records, registry
+from edgeq.sync.server.api import (
+    admin,
+    audit,
+    bridges,
+    devices,
+    messages,
+    metrics,
+    queues,
+    records,
+    registry,
+)
 from edgeq.sync.server.api.endpoints import Api
 from edgeq.sync.server.api.http import ApiError, cursor, limit
 
@@ -39,7 +49,7 @@ def api_routes(qm: QueueManager, *, clock: Callable[[], int], signer: OperatorKe
 
     return [Mount("/api/v1", routes=[
         *devices.routes(api), *registry.routes(api), *queues.routes(api), *messages.routes(api),
-        *records.routes(api), *admin.routes(api),
+        *records.routes(api), *admin.routes(api), *bridges.routes(api), *metrics.routes(api),
         Route("/actions", api.read(actions), methods=["GET"]),
         Route("/{rest:path}", not_found, methods=_ALL),
     ]), *(Route(path, not_found, methods=_ALL) for path in ("/api", "/api/{rest:path}"))]

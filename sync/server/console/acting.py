@@ -62,7 +62,7 @@ def outcome(path: str, request: Request) -> dict[str, Any] | None:
 
 def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja2Templates,
                  signed_in: Callable[[Request], Awaitable[Session | None]],
-                 form: Callable[[Request], Awaitable[Mapping[str, str] | None]],
+                 form: Callable[[Request], Awaitable[Mapping[str, str]]],
                  signer: OperatorKey | None) -> _Endpoint:
     """``POST /console/actions/{action}``: without ``confirm``, the page asking to; with it, the action (of
     :data:`.api.actions.ACTIONS`, on a ``target``, or of :data:`.forms.FORMS`, on its fields)."""
@@ -81,18 +81,18 @@ def act_endpoint(qm: QueueManager, *, clock: Callable[[], int], templates: Jinja
         if name not in FORMS:
             done, _ = perform(qm, name, fields["target"], who=who, clock=clock)
             return f"{_back(qm, name, fields['target'])}?done={done}"
-        answer = FORMS[name].do(qm, signer, who, fields)
-        (latest,) = audit.recorded(qm.path, before=None, limit=1, who=who.who, action=name)
-        return f"{FORMS[name].back(fields, answer)}?done={latest['id']}"
+        done, answer = FORMS[name].do(qm, signer, who, fields)
+        return f"{FORMS[name].back(fields, answer)}?done={done}"
 
     async def act(request: Request) -> Response:
-        session, posted = await signed_in(request), await form(request)
+        session = await signed_in(request)
         if session is None:
             return Response("forbidden: no session (sign in at /console/login)", status_code=403)
         cred, token = session
-        if posted is None:
-            return problem(request, session, "the form is too large, nothing was done: give an admin "
-                                             "request's parameters, or a key, of a few kilobytes", 413)
+        try:
+            posted = await form(request)
+        except ApiError as exc:  # too large (413) or too many fields (400): nothing done
+            return problem(request, session, str(exc), exc.status)
         who, name = f"console:{cred.name}", request.path_params["action"]
         if posted.get("csrf") != cred.csrf_token(token):
             return Response("forbidden: a form from elsewhere (no or a wrong CSRF token)", status_code=403)

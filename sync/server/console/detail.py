@@ -15,17 +15,14 @@ from edgeq.store.opening import connect
 from edgeq.store.tx import Tx
 from edgeq.sync.server.admin.records import AdminRecord, page, page_cursor
 from edgeq.sync.server.api.browse import message_page, one_message
-from edgeq.sync.server.console.data import HOUR_MS, DeviceRow, QueueRow, device_rows, queue_rows, table_names
+from edgeq.sync.server.console.data import DeviceRow, QueueRow, device_rows, queue_rows, table_names
+from edgeq.sync.server.series import RANGES, buckets, journal_series
 from edgeq.types import MessageState
 from edgeq.uid import MessageUID
 
-__all__ = ["CHARTED", "KINDS", "PAGE", "RANGES", "STEPS", "AdminPage", "DeviceHealth", "DevicePage",
+__all__ = ["CHARTED", "KINDS", "PAGE", "AdminPage", "DeviceHealth", "DevicePage",
            "DeviceQueue", "QueuePage", "read_admin", "read_device", "read_message", "read_queue"]
 
-#: the spans a queue page counts its journal over (``?range=``)
-RANGES: Final[Mapping[str, int]] = {"1h": HOUR_MS, "24h": 24 * HOUR_MS, "7d": 7 * 24 * HOUR_MS}
-#: the width of a queue chart's bucket in each range: 60, 96 and 84 points
-STEPS: Final[Mapping[str, int]] = {"1h": 60_000, "24h": 15 * 60_000, "7d": 2 * HOUR_MS}
 #: the journal kinds a queue's chart draws, by its series' names
 CHARTED: Final[Mapping[str, str]] = {"in": "accepted", "out": "delivered", "expired": "expired"}
 #: rows per page of messages or admin requests
@@ -138,21 +135,14 @@ def read_device(path: str | Path, name: str, *, before: tuple[int, str] | None, 
     return DevicePage(row, record.added_ms, record.agent, record.queues, queues, admin, health)
 
 
-def _buckets(now_ms: int, span: str) -> tuple[int, int, int, int]:
-    """The buckets of a chart over ``span`` at round times, up to the one holding ``now_ms``: their
-    width, the first's start, the last's end, and how many."""
-    step = STEPS[span]
-    end = (now_ms // step + 1) * step
-    return step, end - RANGES[span], end, RANGES[span] // step
-
-
 def _health(conn: sqlite3.Connection, name: str, now_ms: int, span: str) -> DeviceHealth:
-    step, start, end, buckets = _buckets(now_ms, span)
+    b = buckets(now_ms, span)
     found = {i: (n, offset) for i, n, offset in conn.execute(
         "SELECT (at_ms - ?) / ?, count(*), avg(clock_offset_ms) FROM journal WHERE kind = 'accepted' "
-        "AND device = ? AND at_ms >= ? AND at_ms < ? GROUP BY 1", (start, step, name, start, end))}
-    return DeviceHealth(span, start, [found.get(i, (0, None))[0] for i in range(buckets)],
-                        [found.get(i, (0, None))[1] for i in range(buckets)])
+        "AND device = ? AND at_ms >= ? AND at_ms < ? GROUP BY 1", (b.start_ms, b.step_ms, name, b.start_ms,
+                                                                  b.end_ms))}
+    return DeviceHealth(span, b.start_ms, [found.get(i, (0, None))[0] for i in range(b.count)],
+                        [found.get(i, (0, None))[1] for i in range(b.count)])
 
 
 def read_queue(path: str | Path, name: str, *, now_ms: int, span: str,
@@ -168,19 +158,10 @@ def read_queue(path: str | Path, name: str, *, now_ms: int, span: str,
             "SELECT kind, count(*) FROM journal WHERE queue = ? AND at_ms >= ? GROUP BY kind",
             (name, now_ms - RANGES[span])))
         found = message_page(conn, name, after=after, size=PAGE, now_ms=now_ms)
-        start, series = _series(conn, name, now_ms, span)
-    return QueuePage(row, queue.encryption, span, counts, found["messages"], found["next"], start, series)
-
-
-def _series(conn: sqlite3.Connection, name: str, now_ms: int, span: str) -> tuple[int, dict[str, list[int]]]:
-    """Queue ``name``'s :data:`CHARTED` journal rows per step over ``span``, in buckets at round times up
-    to the one holding ``now_ms``: the first bucket's start and the counts."""
-    step, start, end, buckets = _buckets(now_ms, span)
-    counts = {(kind, i): n for kind, i, n in conn.execute(
-        "SELECT kind, (at_ms - ?) / ?, count(*) FROM journal WHERE queue = ? AND at_ms >= ? AND at_ms < ? "
-        "AND kind IN ('accepted', 'delivered', 'expired') GROUP BY 1, 2", (start, step, name, start, end))}
-    return start, {label: [counts.get((kind, i), 0) for i in range(buckets)]
-                   for label, kind in CHARTED.items()}
+        series = journal_series(conn, now_ms, span, queue=name)
+    charted = {label: series.counts[kind] for label, kind in CHARTED.items()}
+    return QueuePage(row, queue.encryption, span, counts, found["messages"], found["next"],
+                     series.buckets.start_ms, charted)
 
 
 def read_message(path: str | Path, queue: str, uid: MessageUID, *, now_ms: int) -> dict[str, Any] | None:

@@ -21,15 +21,8 @@ from edgeq.sync.server.admin.records import read_cursor
 from edgeq.sync.server.api.admin import NO_KEY
 from edgeq.sync.server.api.http import ApiError, cursor, uid
 from edgeq.sync.server.console.acting import Page, Session, outcome
-from edgeq.sync.server.console.detail import (
-    KINDS,
-    RANGES,
-    STEPS,
-    read_admin,
-    read_device,
-    read_message,
-    read_queue,
-)
+from edgeq.sync.server.console.detail import KINDS, read_admin, read_device, read_message, read_queue
+from edgeq.sync.server.series import RANGES, STEPS, check_range
 
 __all__ = ["drill_pages"]
 
@@ -127,10 +120,10 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
 
 def _range(request: Request) -> str:
     """The page's ``?range=`` (1h if none; a 400 if it is not one of :data:`RANGES`)."""
-    span = request.query_params.get("range", "1h")
-    if span not in RANGES:
-        raise ApiError(400, f"range must be one of {', '.join(RANGES)}, not {span[:20]!r}")
-    return span
+    try:
+        return check_range(request.query_params.get("range"))
+    except EdgeqError as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def _every(step_ms: int) -> str:

@@ -17,6 +17,7 @@ from edgeq.sync.keys import fingerprint
 from edgeq.sync.server.admin.client import AdminClient, OperatorKey
 from edgeq.sync.server.api import admin, registry
 from edgeq.sync.server.api.auth import Principal
+from edgeq.sync.server.api.endpoints import Done
 from edgeq.sync.server.api.http import ApiError, queue_name
 
 __all__ = ["FORMS", "FormAction", "admin_request", "scope"]
@@ -27,13 +28,14 @@ Form = Mapping[str, str]
 @dataclass(frozen=True)
 class FormAction:
     """An action on a form's ``fields`` (carried through its confirmation page): ``ask`` says what it will
-    do (an :class:`ApiError` if it cannot be), ``do`` does it as ``who`` (the API's action: recorded);
+    do (an :class:`ApiError` if it cannot be), ``do`` does it as ``who`` (the API's action: recorded; the
+    record's id and the answer);
     ``back(form, answer)`` is the page showing how it ended (answer None: the one to cancel to)."""
 
     name: str
     fields: tuple[str, ...]
     ask: Callable[[QueueManager, OperatorKey | None, Form], str]
-    do: Callable[[QueueManager, OperatorKey | None, Principal, Form], dict[str, Any]]
+    do: Callable[[QueueManager, OperatorKey | None, Principal, Form], Done]
     back: Callable[[Form, dict[str, Any] | None], str]
 
 
@@ -83,7 +85,7 @@ def _ask_register(qm: QueueManager, signer: OperatorKey | None, form: Form) -> s
     return f"Register device {name} with key {fingerprint(key)}: it may push to {scope(queues)}."
 
 
-def _register(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> dict[str, Any]:
+def _register(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> Done:
     return registry.register_device(qm, who, {"name": form.get("name"), "public_key": form.get("public_key"),
                                               "queues": _queues_given(form)})
 
@@ -97,7 +99,7 @@ def _ask_rekey(qm: QueueManager, signer: OperatorKey | None, form: Form) -> str:
             f"{scope(found.queues)}{lifted}.")
 
 
-def _rekey(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> dict[str, Any]:
+def _rekey(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> Done:
     return registry.rekey_device(qm, who, {"name": form.get("name"), "public_key": form.get("public_key")})
 
 
@@ -106,7 +108,7 @@ def _ask_queues(qm: QueueManager, signer: OperatorKey | None, form: Form) -> str
     return f"Device {found.name} may push to {scope(_queues(form))} (was: {scope(found.queues)})."
 
 
-def _set_queues(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> dict[str, Any]:
+def _set_queues(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> Done:
     return registry.set_device_queues(qm, who, {"name": form.get("name"), "queues": _queues_given(form)})
 
 
@@ -139,7 +141,7 @@ def _ask_send(qm: QueueManager, signer: OperatorKey | None, form: Form) -> str:
             f"{signer.key_id}: {device} runs it when it next syncs; its reply shows on the request's page.")
 
 
-def _send(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> dict[str, Any]:
+def _send(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> Done:
     return admin.send_admin_request(qm, who, {"device": form.get("device"), "action": form.get("action"),
                                               "target": form.get("target") or None, "params": _params(form)},
                                     signer=signer)
@@ -159,7 +161,7 @@ def _ask_resend(qm: QueueManager, signer: OperatorKey | None, form: Form) -> str
             "device that ran it already answers from its remembered reply and never runs it twice.")
 
 
-def _resend(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> dict[str, Any]:
+def _resend(qm: QueueManager, signer: OperatorKey | None, who: Principal, form: Form) -> Done:
     return admin.resend_admin_request(qm, who, {"id": form.get("target")})
 
 

@@ -36,6 +36,7 @@ from edgeq.manager import QueueManager
 from edgeq.sync.pipeline.report.charts import line_chart, time_marks
 from edgeq.sync.server.admin.client import OperatorKey
 from edgeq.sync.server.api.admin import collect_replies
+from edgeq.sync.server.api.http import ApiError
 from edgeq.sync.server.console.acting import Session, act_endpoint, action_pages, outcome
 from edgeq.sync.server.console.auth import (
     COOKIE,
@@ -60,6 +61,8 @@ REFRESH_S = 10
 MAX_FORM_BYTES = 4096
 #: an action's form may carry a pasted key or an admin request's parameters
 MAX_ACTION_BYTES = 16384
+#: the most fields a form may have (the console's largest has six: csrf, confirm and four of its own)
+MAX_FIELDS = 10
 
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -186,7 +189,10 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: Operat
         address = _address(request)
         if guard.wait_ms(address):
             return await too_many(request, address)
-        form = await _form(request)
+        try:
+            form = await _form(request)
+        except ApiError as exc:
+            return await login_form(request, str(exc), exc.status)
         user, password = form.get("user", "").strip(), form.get("password", "")
         if not user:
             return await login_form(request, "Give your account's name (edgeq server console-user list).",
@@ -210,7 +216,10 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: Operat
     async def logout(request: Request) -> Response:
         """``POST /console/logout``: end the session (the form's CSRF token must match it)."""
         session = await signed_in(request)
-        form = await _form(request)
+        try:
+            form = await _form(request)
+        except ApiError as exc:
+            return Response(str(exc), status_code=exc.status)
         if session is None or form.get("csrf") != session[0].csrf_token(session[1]):
             return Response("forbidden: no session, or a form from elsewhere", status_code=403)
         await run_in_threadpool(revoke_session, path, session[1], now_ms=clock())
@@ -245,22 +254,28 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: Operat
 
 
 async def _form(request: Request) -> Mapping[str, str]:
-    """A small url-encoded form (larger: empty)."""
-    return await _read_form(request, MAX_FORM_BYTES) or {}
+    """A small url-encoded form (sign-in, sign-out): :func:`_read_form` up to :data:`MAX_FORM_BYTES`."""
+    return await _read_form(request, MAX_FORM_BYTES)
 
 
-async def _action_form(request: Request) -> Mapping[str, str] | None:
-    """An action's form (None: larger than :data:`MAX_ACTION_BYTES`)."""
+async def _action_form(request: Request) -> Mapping[str, str]:
+    """An action's form: :func:`_read_form` up to :data:`MAX_ACTION_BYTES`."""
     return await _read_form(request, MAX_ACTION_BYTES)
 
 
-async def _read_form(request: Request, limit: int) -> Mapping[str, str] | None:
-    """A url-encoded form of at most ``limit`` bytes (no multipart: nothing here uploads); None: larger."""
+async def _read_form(request: Request, limit: int) -> Mapping[str, str]:
+    """A url-encoded form (no multipart: nothing here uploads); larger than ``limit`` bytes, or of more
+    than :data:`MAX_FIELDS` fields, an :class:`ApiError` (413, 400), read no further."""
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            return None
-    parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+            raise ApiError(413, f"the form is too large, nothing was done: a form here is at most "
+                                f"{limit // 1024} KiB (give a key or an admin request's parameters of a few "
+                                "kilobytes)")
+    try:
+        parsed: dict[str, Any] = parse_qs(body.decode("utf-8", "replace"), max_num_fields=MAX_FIELDS)
+    except ValueError:  # parse_qs's "Max number of fields exceeded"
+        raise ApiError(400, f"the form has more than {MAX_FIELDS} fields, nothing was done: post the "
+                            "console's own form") from None
     return {k: v[0] for k, v in parsed.items()}
-

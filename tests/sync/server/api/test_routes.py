@@ -19,7 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgeq import Int64, Message, QueueManager
 from edgeq.admin.wire import AdminRequest
+from edgeq.clock import system_clock
 from edgeq.crypto import StoreKeys
+from edgeq.sync.bridges.book import define_bridge
+from edgeq.sync.bridges.status import StatusBoard, write_states
 from edgeq.sync.keys import fingerprint
 from edgeq.sync.server.admin.records import AdminRecords
 from edgeq.sync.server.api.http import MAX_LIMIT
@@ -78,6 +81,14 @@ def _fill(db: Path, keys: StoreKeys) -> tuple[list[str], list[str], dict[str, by
         qm.exchange.record_refusals("DEV1", "ORDERS", {"no-queue": (2, "no queue ORDERS")})
         qm.exchange.record_refusals("DEV2", "OTHER", {"too-large": (1, "too large")})
         qm.exchange.record_backlog("DEV1", "ORDERS", 7)  # what DEV1 reported pushing; DEV2 never did
+        for name, kind, topic in (("orders-out", "mqtt-out", "edge/orders"),
+                                  ("alerts-in", "mqtt-in", "alerts/#")):
+            define_bridge(qm, name, kind, "ORDERS", {"url": "mqtt://127.0.0.1:1", "topics": [topic]})
+    board = StatusBoard("orders-out", system_clock)  # as a runner in this (live) process reports it
+    board.connected(True)
+    board.count("forwarded", 4)
+    board.error("the broker said no")
+    write_states(db, [board], system_clock())
     (db.parent / "fail").touch()  # tests.rulekit:Failing raises while it exists
     with QueueManager(db, keys=keys, rule_retry_limit=1) as qm:  # each failed delivery parked at once
         qm.define_queue("RULED", rules=[("tests.rulekit:Failing", {"switch": str(db.parent / "fail")})])
@@ -105,7 +116,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                           str(db)).stdout.strip() for role in ("viewer", "operator")}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EDGEQ_STORE_KEY_FILE", str(key_file))
-        with edgeq_serve_console(db) as console:
+        with edgeq_serve_console(db, "--no-bridges") as console:  # defined, never run: their state as written
             yield Served(console, db, keys, tokens, orders, dead, devices)
 
 
@@ -308,6 +319,23 @@ def test_refusals_are_listed_per_device(served: Served) -> None:
             ("DEV1", "ORDERS", "no-queue", 2), ("DEV2", "OTHER", "too-large", 1)}
         only = api.get("/refusals", params={"device": "DEV2"}).json()["refusals"]
         assert [r["device"] for r in only] == ["DEV2"]
+
+
+def test_bridges_are_listed_and_shown_as_edgeq_bridge_status_shows_them(served: Served) -> None:
+    status = json.loads(edgeq("--db", str(served.db), "bridge", "status", "--json").stdout)
+    with served.client("viewer") as api:
+        listed = api.get("/bridges").json()["bridges"]
+        assert listed == status and [b["name"] for b in listed] == ["alerts-in", "orders-out"]
+        out = api.get("/bridges/orders-out").json()
+        _error(api.get("/bridges/NOSUCH"), 404, "no bridge 'NOSUCH' is defined")
+        _error(api.get("/bridges/bad%20name"), 400, "bridge name")
+    assert out == listed[1]
+    assert {k: out[k] for k in ("kind", "queue", "topics", "running", "connected", "forwarded", "backlog",
+                                "errors", "last_error")} == {
+        "kind": "mqtt-out", "queue": "ORDERS", "topics": ["edge/orders"], "running": True, "connected": True,
+        "forwarded": 4, "backlog": 5, "errors": 1, "last_error": "the broker said no"}
+    assert out["last_forward_ms"] is not None
+    assert (listed[0]["running"], listed[0]["backlog"], listed[0]["forwarded"]) == (False, None, 0)
 
 
 # -- acting --------------------------------------------------------------------------------------

@@ -327,3 +327,47 @@ def test_a_page_view_writes_nothing_when_no_reply_waits(stage: Stage) -> None:
                 assert shown.status_code == 200 and 'id="admin"' in shown.text, path
         finally:
             conn.execute("ROLLBACK")
+
+
+def test_each_confirmed_form_shows_its_own_outcome_when_the_account_acts_twice_at_once(stage: Stage) -> None:
+    """A trigger records, with each of alice's changes to DEV1, another action of hers of the same name (as
+    her request in another tab finishing at that moment would): each redirect names its own record."""
+    twin = ("CREATE TRIGGER twin AFTER INSERT ON api_actions WHEN NEW.target = 'DEV1' BEGIN INSERT INTO "
+            "api_actions (at_ms, who, role, action, target, outcome, detail) VALUES (NEW.at_ms, NEW.who, "
+            "NEW.role, NEW.action, 'TWIN', 'failed', 'the other request'); END")
+    with closing(connect(stage.home)) as conn:
+        conn.execute(twin)
+        try:
+            for scope in ("listed", "any"):
+                moved = _post(stage.alice, "set-device-queues",
+                              {"name": "DEV1", "scope": scope, "queues": "LOGS", "confirm": "yes"})
+                assert moved.status_code == 303, moved.text
+                own, other = conn.execute("SELECT max(id) FILTER (WHERE target = 'DEV1'), max(id) FROM "
+                                          "api_actions WHERE who = 'console:alice'").fetchone()
+                assert other == own + 1  # the other request's record is the newest
+                assert moved.headers["location"] == f"/console/devices/DEV1?done={own}"
+                stage.alice.open(moved.headers["location"])
+                shown = stage.alice.browser.find_element(By.ID, "outcome").text
+                assert shown.startswith("set-device-queues DEV1: done (by console:alice)"), shown
+        finally:
+            conn.execute("DROP TRIGGER twin")
+    with QueueManager(stage.home) as qm:
+        assert qm.device("DEV1").queues is None
+
+
+def test_a_form_of_too_many_fields_is_a_400_and_nothing_is_done(stage: Stage) -> None:
+    with QueueManager(stage.home) as qm:
+        before = qm.device("DEV1")
+    recorded = _recorded(stage.home, "console:alice")
+    many = {f"f{i}": "x" for i in range(50)}
+    refused = _post(stage.alice, "set-device-queues",
+                    {"name": "DEV1", "scope": "listed", "queues": "", "confirm": "yes", **many})
+    assert refused.status_code == 400, refused.text
+    assert "the form has more than 10 fields, nothing was done" in refused.text
+    with httpx.Client(base_url=stage.alice.served.console_url, timeout=10) as http:
+        login = http.post("/console/login", data={"user": OPERATOR[0], "password": OPERATOR[1], **many})
+    assert login.status_code == 400 and "the form has more than 10 fields" in login.text
+    assert "set-cookie" not in login.headers
+    with QueueManager(stage.home) as qm:
+        assert qm.device("DEV1") == before
+    assert _recorded(stage.home, "console:alice") == recorded
