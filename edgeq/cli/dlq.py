@@ -6,7 +6,7 @@ import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.messages import messages_text
-from edgeq.cli.options import local_only, open_store, output_options, remote_api, remote_options, wants_json
+from edgeq.cli.options import open_store, output_options, remote_api, remote_options, wants_json
 from edgeq.cli.params import QUEUE_NAME
 from edgeq.manager import QueueManager
 from edgeq.queues.deadletter import Resent
@@ -34,19 +34,24 @@ def dlq() -> None:
 @dlq.command("browse")
 @_ORIGINAL
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def dlq_browse(ctx: click.Context, original: str | None, limit: int | None, as_json: bool) -> None:
     """Show the dead-letter queue's messages with their dlq.* fields, without taking them.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db --json dlq browse --queue METRICS --limit 10
+      edgeq dlq browse --queue METRICS --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    found = qm.dlq_browse(queue=original, limit=limit)
-    empty = f"No messages on dead-letter queue {qm.dead_letter_queue()}" + (
+    api = remote_api(ctx)
+    if api is not None:
+        found, name = api.dlq_browse(original, limit), api.dead_letter_queue()
+    else:
+        qm = open_store(ctx)
+        found, name = qm.dlq_browse(queue=original, limit=limit), qm.dead_letter_queue()
+    empty = f"No messages on dead-letter queue {name}" + (
         f" that left {original}." if original else ".")
     click.echo(messages_text(found, wants_json(ctx, as_json), empty))
 

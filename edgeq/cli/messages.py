@@ -13,7 +13,6 @@ from edgeq.cli.consume import WAIT, Stop, fields_filter, settle, take, write_out
 from edgeq.cli.format import format_time
 from edgeq.cli.options import (
     F,
-    local_only,
     open_store,
     output_options,
     remote_api,
@@ -214,7 +213,7 @@ def get(
 @click.argument("queue_name", metavar="QUEUE", type=QUEUE_NAME)
 @_field_option("Show only messages with this field value (NAME=VALUE or NAME:TYPE=VALUE). Repeatable.")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def browse(
@@ -227,12 +226,20 @@ def browse(
     """Show the messages on QUEUE in get order, without taking them (locked ones are not shown).
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db --json browse ORDERS --field n:int32=5
+      edgeq browse ORDERS --limit 10 --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, queue_name)
-    messages = qm.browse(queue_name, filter=_fields(fields), limit=limit)
+    api = remote_api(ctx)
+    if api is not None:
+        if fields:
+            raise click.UsageError("--field is not available with --server (the API does not filter): "
+                                   "browse without it, or on the server's host with --db")
+        messages = api.browse(queue_name, limit)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, queue_name)
+        messages = qm.browse(queue_name, filter=_fields(fields), limit=limit)
     click.echo(messages_text(messages, wants_json(ctx, as_json), f"No messages to browse on {queue_name}."))
 
 

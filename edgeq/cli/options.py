@@ -119,8 +119,8 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> None
 def _refuse(ctx: click.Context, param: click.Parameter, value: object) -> None:
     if value is not None:
         raise click.UsageError(
-            f"{ctx.command_path} is not available remotely yet (the management API cannot do it): "
-            "run it on the server's host with --db")
+            f"{ctx.command_path} is not available remotely: it manages the store's own credentials (API "
+            "tokens, console accounts), so it needs the store itself: run it on the server's host with --db")
 
 
 def _server_options(callback: Callable[[click.Context, click.Parameter, object], None],
@@ -137,7 +137,8 @@ def _server_options(callback: Callable[[click.Context, click.Parameter, object],
 
 
 #: ``--server URL --token-file F``: the command runs through a home server's management API
-#: (:func:`remote_api`); ``local_only``: the same options, hidden and refused (the API cannot do it yet).
+#: (:func:`remote_api`); ``local_only``: the same options, hidden and refused (the commands managing the
+#: store's credentials: tokens and console accounts, on purpose).
 remote_options = _server_options(_remember, hidden=False)
 local_only = _server_options(_refuse, hidden=True)
 

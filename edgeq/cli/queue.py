@@ -21,7 +21,6 @@ from edgeq.cli.base import EdgeqGroup, emit_json
 from edgeq.cli.format import format_duration, format_size
 from edgeq.cli.options import (
     CREATE,
-    local_only,
     open_store,
     output_options,
     remote_api,
@@ -253,26 +252,31 @@ def _holds_text(usage: QueueUsage) -> str:
 
 @queue.command("stats")
 @click.argument("name", type=QUEUE_NAME)
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def queue_stats(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show what queue NAME holds and its counters (kept by the counters and dead-letter rules).
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db queue stats ORDERS
+      edgeq queue stats ORDERS --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx)
-    require_queue(qm, name)
-    usage, stats = qm.queue_usage(name), qm.queue_stats(name)
+    api = remote_api(ctx)
+    if api is not None:
+        (_, usage, bindings), stats = api.queue_stats(name)
+    else:
+        qm = open_store(ctx)
+        require_queue(qm, name)
+        usage, stats, bindings = qm.queue_usage(name), qm.queue_stats(name), qm.queue_bindings(name)
     if wants_json(ctx, as_json):
         emit_json({"queue": name, "depth": usage.depth, "bytes": usage.bytes, "counters": stats})
         return
     click.echo(_holds_text(usage))
     if stats:
         click.echo(format_stats(stats))
-    elif any(b.name == "counters" for b in qm.queue_bindings(name)):
+    elif any(b.name == "counters" for b in bindings):
         click.echo(f"No counters on {name} yet: nothing has happened since the counters rule was bound.")
     else:
         click.echo(

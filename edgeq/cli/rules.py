@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from edgeq.cli.base import EdgeqGroup, emit_json
-from edgeq.cli.options import local_only, open_store, output_options, remote_api, remote_options, wants_json
+from edgeq.cli.options import open_store, output_options, remote_api, remote_options, wants_json
 from edgeq.cli.views import failure_json, format_failures, format_rules_table
 
 __all__ = ["rules"]
@@ -78,25 +78,33 @@ def rules_failures(ctx: click.Context, parked: bool, waiting: bool, as_json: boo
 @click.option("--parked", is_flag=True, help="Give parked deliveries a fresh round of attempts first.")
 @click.option("--event", "event_id", type=click.IntRange(min=1), metavar="ID",
               help="Only this event's deliveries (ids from `rules failures`).")
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def rules_retry(ctx: click.Context, parked: bool, event_id: int | None, as_json: bool) -> None:
     """Retry failed rule deliveries now, without waiting for their backoff; print what still fails.
+    With --server: one parked event (--parked --event ID); the server retries waiting ones itself.
 
     \b
-    Example:
+    Examples:
       edgeq --db dev.db rules retry --parked --event 42
+      edgeq rules retry --parked --event 42 --server http://home:8471 --token-file ops.token
     """
-    qm = open_store(ctx)
-    candidates = qm.rule_failures(parked=None if parked else False)
-    if event_id is not None and not any(f.event_id == event_id for f in candidates):
-        which = "rule failure" if parked else "waiting rule failure (add --parked for parked ones)"
-        raise click.ClickException(
-            f"no {which} for event {event_id}: see `edgeq rules failures`"
-        )
-    succeeded = qm.retry_rule_failures(parked=parked, event_id=event_id)
-    left = qm.rule_failures()
+    api = remote_api(ctx)
+    if api is not None:
+        if not (parked and event_id is not None):
+            raise click.UsageError("with --server, give --parked --event ID: the API retries one parked "
+                                   "event (the server retries waiting ones on their backoff)")
+        succeeded = int(api.retry_rule_event(event_id)["succeeded"])
+        left = api.rule_failures(None)
+    else:
+        qm = open_store(ctx)
+        candidates = qm.rule_failures(parked=None if parked else False)
+        if event_id is not None and not any(f.event_id == event_id for f in candidates):
+            which = "rule failure" if parked else "waiting rule failure (add --parked for parked ones)"
+            raise click.ClickException(f"no {which} for event {event_id}: see `edgeq rules failures`")
+        succeeded = qm.retry_rule_failures(parked=parked, event_id=event_id)
+        left = qm.rule_failures()
     still_parked = sum(f.parked for f in left)
     if wants_json(ctx, as_json):
         emit_json({"succeeded": succeeded, "waiting": len(left) - still_parked, "parked": still_parked})

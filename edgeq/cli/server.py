@@ -304,7 +304,7 @@ _device_option = click.option("--device", type=DEVICE_NAME,
 @_device_option
 @click.option("--older-than", type=DURATION, help="Only those held at least this long (30m, 2h...).")
 @_server_db
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def held_list(ctx: click.Context, device: str | None, older_than: int | None, db: Path | None,
@@ -315,10 +315,14 @@ def held_list(ctx: click.Context, device: str | None, older_than: int | None, db
     Examples:
       edgeq server held list --db home.db
       edgeq server held list --device DEV1 --older-than 30m --json --db home.db
+      edgeq server held list --server http://home:8471 --token-file viewer.token
     """
-    qm = open_store(ctx, ADMIN, db=db)
-    groups = qm.exchange.held_puts(device, older_than_ms=older_than)
-    now = qm.now_ms()
+    api = remote_api(ctx)
+    if api is not None:
+        groups, now = api.held(device, older_than)
+    else:
+        qm = open_store(ctx, ADMIN, db=db)
+        groups, now = qm.exchange.held_puts(device, older_than_ms=older_than), qm.now_ms()
     if wants_json(ctx, as_json):
         emit_json([held_json(g, now) for g in groups])
     else:
@@ -330,7 +334,7 @@ def held_list(ctx: click.Context, device: str | None, older_than: int | None, db
 @click.option("--older-than", type=DURATION, default="0", show_default=True,
               help="Only those held at least this long (30m, 2h...).")
 @_server_db
-@local_only
+@remote_options
 @output_options
 @click.pass_context
 def held_clear(
@@ -342,9 +346,11 @@ def held_clear(
     \b
     Examples:
       edgeq server held clear --device DEV1 --db home.db
-      edgeq server held clear --older-than 30m --db home.db
+      edgeq server held clear --older-than 30m --server http://home:8471 --token-file ops.token
     """
-    undone = open_store(ctx, ADMIN, db=db).exchange.undo_held_puts(device, older_than_ms=older_than)
+    api = remote_api(ctx)
+    undone = (int(api.clear_held(device, older_than)["undone"]) if api is not None
+              else open_store(ctx, ADMIN, db=db).exchange.undo_held_puts(device, older_than_ms=older_than))
     if wants_json(ctx, as_json):
         emit_json({"undone": undone, "device": device, "older_than_ms": older_than})
         return

@@ -12,7 +12,7 @@ from edgeq.types import FieldValue, ReportOption
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
-__all__ = ["EXPIRY_KINDS", "is_expired", "matches", "plain_size", "to_message"]
+__all__ = ["EXPIRY_KINDS", "is_expired", "matches", "plain_size", "reported_expiry", "to_message"]
 
 _REPORTS: dict[str, ReportOption] = {"with-data": "with-data", "with-full-data": "with-full-data"}
 
@@ -20,7 +20,7 @@ _REPORTS: dict[str, ReportOption] = {"with-data": "with-data", "with-full-data":
 EXPIRY_KINDS = {type(None): 0, Int32: 1, Int64: 2}
 
 
-def _reported_expiry(row: MessageRow) -> Int32 | Int64 | None:
+def reported_expiry(row: MessageRow) -> Int32 | Int64 | None:
     """The expiry a got message carries onward: its own, or the cap as an absolute expiry if
     shorter, so the lowest cap along a forwarding path wins (IBM MQ CAPEXPRY)."""
     own: Int32 | Int64 | None = None
@@ -42,7 +42,7 @@ def to_message(row: MessageRow, now_ms: int, *, intact: bool = False) -> Message
         row.data,
         fields=decode_fields(row.fields),
         priority=row.priority,
-        expiry=_reported_expiry(row),
+        expiry=reported_expiry(row),
         correlation_id=row.correlation_id,
         reply_to=row.reply_to,
         expiry_report=_REPORTS.get(row.report or "", "none"),

@@ -14,14 +14,14 @@ from edgeq.encoding.fields import decode_fields
 from edgeq.errors import EdgeqError, QueueNotFound
 from edgeq.store.devices import DeviceRecord
 from edgeq.store.records import MessageRow, is_intact
-from edgeq.store.rows import plain_size
+from edgeq.store.rows import plain_size, reported_expiry
 from edgeq.store.tx import Tx
 from edgeq.sync.keys import fingerprint
 from edgeq.types import FieldValue, MessageState
 from edgeq.uid import MessageUID
 from edgeq.values import Int32, Int64
 
-__all__ = ["PREVIEW_BYTES", "device_json", "message_json", "message_page", "one_message"]
+__all__ = ["PREVIEW_BYTES", "device_json", "message_json", "message_page", "one_message", "ready_page"]
 
 #: how much of each message's data a page shows (one message is shown whole)
 PREVIEW_BYTES: Final = 256
@@ -49,6 +49,14 @@ def _data(data: bytes, preview: int | None) -> dict[str, Any]:
             "truncated": len(shown) < len(data)}
 
 
+def _expiry(row: MessageRow) -> dict[str, Any] | None:
+    """The expiry a got message carries (its own, or a shorter cap as absolute), as the CLI shows it."""
+    expiry = reported_expiry(row)
+    if isinstance(expiry, Int32):
+        return {"type": "int32", "relative_ms": int(expiry)}
+    return None if expiry is None else {"type": "int64", "at_ms": int(expiry)}
+
+
 def message_json(queue: str, row: MessageRow, now_ms: int, preview: int | None) -> dict[str, Any]:
     """One stored message as the API shows it (``preview``: the data's first bytes only)."""
     out: dict[str, Any] = {
@@ -58,6 +66,7 @@ def message_json(queue: str, row: MessageRow, now_ms: int, preview: int | None) 
         "backout_count": row.backout_count, "size": plain_size(row), "encrypted": row.key_id is not None,
         "correlation_id": None if row.correlation_id is None else row.correlation_id.hex(),
         "reply_to": row.reply_to, "intact": is_intact(queue, row)}
+    out["expiry"] = _expiry(row) if out["intact"] else None  # a damaged row's columns may be anything
     if row.key_id is not None or not out["intact"]:
         return {**out, "fields": None, "data_base64": None, "data_text": None, "truncated": False}
     try:
@@ -85,6 +94,23 @@ def message_page(conn: sqlite3.Connection, queue: str, *, after: int | None, siz
     rows = sorted(tx.rows(ids))
     return {"queue": queue, "messages": [message_json(queue, r, now_ms, PREVIEW_BYTES) for r in rows],
             "next": rows[-1].id if len(rows) == size else None}
+
+
+def ready_page(conn: sqlite3.Connection, queue: str, *, after: tuple[int, int] | None, size: int,
+               now_ms: int) -> dict[str, Any]:
+    """Like :func:`message_page`, but only the ready messages, in get order (what ``browse`` shows); the
+    cursor is the last one's place in that order, ``RANK.SEQ``."""
+    tx = Tx(conn)
+    queue_id = _queue_id(tx, queue)
+    sql = f"SELECT id, rank, seq FROM messages WHERE queue_id = ? AND state = {int(MessageState.READY)}"
+    args: tuple[int, ...] = (queue_id,)
+    if after is not None:  # keyset paging on the ready index, as a get walks it
+        sql, args = f"{sql} AND (rank < ? OR (rank = ? AND seq > ?))", (queue_id, after[0], *after)
+    keys = conn.execute(f"{sql} ORDER BY rank DESC, seq LIMIT ?", (*args, size))
+    found = [(int(i), f"{rank}.{seq}") for i, rank, seq in keys]
+    rows = {r.id: r for r in tx.rows([i for i, _ in found])}  # a row gone since is left out
+    return {"queue": queue, "next": found[-1][1] if len(found) == size else None,
+            "messages": [message_json(queue, rows[i], now_ms, PREVIEW_BYTES) for i, _ in found if i in rows]}
 
 
 def one_message(conn: sqlite3.Connection, queue: str, uid: MessageUID, *,

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Final
@@ -16,12 +17,17 @@ import httpx
 from edgeq.admin.wire import AdminReply
 from edgeq.errors import EdgeqError
 from edgeq.events.bindings import BindingInfo
+from edgeq.exchange.holds import HeldGroup
+from edgeq.message import Message
 from edgeq.queues.attributes import QueueAttributes, QueueUsage
 from edgeq.store.devices import DeviceRecord, DeviceRefusal
 from edgeq.store.rules import FailureRow
 from edgeq.sync.keys import loose_secret
 from edgeq.sync.server.admin.records import AdminRecord
 from edgeq.sync.server.api.paging import MAX_LIMIT
+from edgeq.types import FieldValue
+from edgeq.uid import MessageUID
+from edgeq.values import Int32, Int64
 
 __all__ = ["TOKEN_ENV", "ApiClient", "RemoteError", "RemoteQueue", "load_token"]
 
@@ -100,17 +106,41 @@ class ApiClient:
         raise RemoteError(response.status_code, f"{self.url} answered {response.status_code}: {said}"
                                                 + (f"; {hint}" if hint else ""))
 
-    def _pages(self, path: str, key: str, **params: str) -> list[dict[str, Any]]:
-        """Every item of a paged list."""
-        found: list[dict[str, Any]] = []
+    def _pages(self, path: str, key: str, **params: str) -> Iterator[dict[str, Any]]:
+        """Every item of a paged list, a page fetched as the one before is used up."""
         after: str | None = None
         while True:
             page = self._call("GET", path, {**params, "limit": str(MAX_LIMIT),
                                             **({} if after is None else {"after": after})})
-            found += page[key]
+            yield from page[key]
             if page["next"] is None:
-                return found
+                return
             after = str(page["next"])
+
+    def _browse(self, path: str, limit: int | None, left: str | None = None) -> list[Message]:
+        """The ready, unexpired messages of the queue at ``path`` in get order, whole (only those that left
+        queue ``left``, a dead-letter queue's): what the local ``browse`` shows."""
+        found: list[Message] = []
+        for m in self._pages(path, "messages", order="get"):
+            if limit is not None and len(found) >= limit:
+                break
+            if m["expired"] or (left is not None and (m["fields"] or {}).get("dlq.queue") != _text(left)):
+                continue
+            if m["truncated"]:
+                try:
+                    m = self._call("GET", f"{path}/{_part(m['uid'])}")
+                except RemoteError as exc:
+                    if exc.status == 404:  # got since
+                        continue
+                    raise
+            found.append(_message(path, m))
+        return found
+
+    def browse(self, queue: str, limit: int | None) -> list[Message]:
+        return self._browse(f"/queues/{_part(queue)}/messages", limit)
+
+    def dlq_browse(self, left: str | None, limit: int | None) -> list[Message]:
+        return self._browse("/dead-letters", limit, left)
 
     def devices(self) -> list[tuple[DeviceRecord, str | None]]:
         """The devices, each with its key's fingerprint (the API never shows the key)."""
@@ -180,6 +210,11 @@ class ApiClient:
     def queue(self, name: str) -> RemoteQueue:
         return _queue(self._call("GET", f"/queues/{_part(name)}"))
 
+    def queue_stats(self, name: str) -> tuple[RemoteQueue, dict[str, int]]:
+        """Queue ``name`` and its counters (those the counters and dead-letter rules keep)."""
+        found = self._call("GET", f"/queues/{_part(name)}")
+        return _queue(found), {str(k): int(v) for k, v in found["counters"].items()}
+
     def depth(self, queue: str) -> int:
         """How many messages ``queue`` holds, as the API counts them (expired ones not yet discarded too)."""
         return int(self._call("GET", f"/queues/{_part(queue)}")["depth"])
@@ -196,10 +231,59 @@ class ApiClient:
     def dlq_delete(self, uid: str) -> int:
         return int(self._call("POST", f"/dead-letters/{_part(uid)}/delete")["deleted"])
 
+    def held(self, device: str | None, older_than_ms: int | None) -> tuple[list[HeldGroup], int]:
+        """The held puts (of ``device``; held at least ``older_than_ms``) and the server's time (epoch ms)."""
+        asked = (("device", device), ("older_than_ms", older_than_ms))
+        wanted = {k: str(v) for k, v in asked if v is not None}
+        found = self._call("GET", "/held", wanted)
+        return [HeldGroup(**g) for g in found["held"]], int(found["now_ms"])
+
+    def clear_held(self, device: str | None, older_than_ms: int) -> dict[str, Any]:
+        """Undo the held puts (of ``device``) held ``older_than_ms`` or longer: ``{"undone": N, ...}``."""
+        body = {"device": device, "older_than_ms": older_than_ms}
+        return dict(self._call("POST", "/held/clear", body=body))
+
+    def retry_rule_event(self, event_id: int) -> dict[str, Any]:
+        """Retry parked rule event ``event_id``'s deliveries: ``{"succeeded": N, "failing": [...], ...}``."""
+        return dict(self._call("POST", f"/rule-events/{event_id}/retry"))
+
 
 def _part(text: str) -> str:
     """A name or uid as one path segment (a '/' or '?' in what a user typed cannot reach another endpoint)."""
     return quote(text, safe=":")
+
+
+#: the field types the API shows other than as their JSON value
+_TYPED: Final[Mapping[str, Callable[[Any], FieldValue]]] = {"int32": Int32, "int64": Int64, "float": float,
+                                                           "bytes": bytes.fromhex}
+
+
+def _text(value: str) -> dict[str, Any]:
+    """A str field as the API shows it."""
+    return {"type": "str", "value": value}
+
+
+def _field(f: dict[str, Any]) -> FieldValue:
+    """A typed field from the API's JSON (bytes as hex; a float that is not finite as text)."""
+    kind, value = f["type"], f["value"]
+    typed = _TYPED.get(kind)
+    return value if typed is None else typed(value)
+
+
+def _message(path: str, m: dict[str, Any]) -> Message:
+    """A message from the API's JSON, as ``browse`` prints it (its time left by this host's clock)."""
+    if m["data_base64"] is None or m["fields"] is None:
+        why = "is encrypted (the API never shows its data)" if m["encrypted"] else "is damaged or unreadable"
+        raise RemoteError(0, f"message {m['uid']} at {path} {why}: browse it on the server's host with --db "
+                             "(edgeq check repairs a damaged store)")
+    expiry, deadline = m["expiry"], m["deadline_ms"]
+    return Message(
+        base64.b64decode(m["data_base64"]), fields={k: _field(v) for k, v in m["fields"].items()},
+        priority=m["priority"], correlation_id=None if m["correlation_id"] is None else
+        bytes.fromhex(m["correlation_id"]), reply_to=m["reply_to"], uid=MessageUID.parse(m["uid"]),
+        expiry=None if expiry is None else Int32(expiry["relative_ms"]) if expiry["type"] == "int32"
+        else Int64(expiry["at_ms"]), created_ms=m["created_ms"], backout_count=m["backout_count"],
+        remaining_expiry_ms=None if deadline is None else max(deadline - int(time.time() * 1000), 0))
 
 
 def _device(d: dict[str, Any]) -> tuple[DeviceRecord, str | None]:

@@ -1,4 +1,5 @@
-"""``/api/v1/queues``: the queues, their attributes, usage and rule bindings; purging one."""
+"""``/api/v1/queues``: the queues, their attributes, usage and rule bindings (one queue: its counters too);
+purging one."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def routes(api: Api) -> list[Route]:
 
     def shown(request: Request) -> dict[str, Any]:
         name = queue_name(request.path_params["name"])
-        return queue_json(name, backlogs(name))
+        return {**queue_json(name, backlogs(name)), "counters": qm.queue_stats(name)}
 
     def target(request: Request) -> str:
         return str(request.path_params["name"])

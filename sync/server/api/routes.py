@@ -17,6 +17,7 @@ from edgeq.sync.server.api import (
     audit,
     bridges,
     devices,
+    held,
     messages,
     metrics,
     queues,
@@ -50,6 +51,7 @@ def api_routes(qm: QueueManager, *, clock: Callable[[], int], signer: OperatorKe
     return [Mount("/api/v1", routes=[
         *devices.routes(api), *registry.routes(api), *queues.routes(api), *messages.routes(api),
         *records.routes(api), *admin.routes(api), *bridges.routes(api), *metrics.routes(api),
+        *held.routes(api),
         Route("/actions", api.read(actions), methods=["GET"]),
         Route("/{rest:path}", not_found, methods=_ALL),
     ]), *(Route(path, not_found, methods=_ALL) for path in ("/api", "/api/{rest:path}"))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeq import Int64, Message, QueueManager
+from edgeq import Int32, Int64, Message, MessageUID, QueueManager
 from edgeq.sync.keys import fingerprint, new_key_pair
+from edgeq.sync.server.api.audit import recorded
 from edgeq.sync.server.console.auth import set_password
 from tests.sync.conftest import EDGEQ, ServedConsole, edgeq_serve_console
 
@@ -55,6 +57,23 @@ def _fill(db: Path) -> list[str]:
             qm.register_device(name, bytes([i + 1]) * 32, queues=["ORDERS"] if i else None)
         qm.exchange.record_refusals("DEV1", "ORDERS", {"no-queue": (2, "no queue ORDERS")})
         qm.exchange.record_refusals("DEV2", "OTHER", {"too-large": (1, "too large")})
+        qm.define_queue("MIXED", rules=["counters"])  # priority order; every field type; data cut short
+        now = int(time.time() * 1000)
+        qm.put_many("MIXED", [
+            Message(b"low", priority=1),
+            Message(b"x" * 700, priority=9, fields={"n": Int32(5), "big": Int64(2**40), "f": 1.5, "inf":
+                    float("inf"), "raw": b"\x00\xff", "ok": True, "s": "text"}),
+            Message(bytes(range(256)) * 2, correlation_id=b"\x01\x02", reply_to="REPLIES",
+                    expiry=Int32(864_000_000)),
+            Message(b"line one\nline two", expiry=Int64(now + 864_000_000)),
+        ])
+        qm.define_queue("INBOX")
+    days_ago = now - 3 * 86_400_000  # held that long: their age reads the same to two processes ("3d 0h")
+    with QueueManager(db, clock=lambda: days_ago) as qm:  # puts devices left unconfirmed
+        for device, n in (("DEV1", 2), ("DEV2", 1)):
+            held = [Message(b"held", uid=MessageUID(f"{device}:aaaa", 1000 + i), created_ms=days_ago)
+                    for i in range(n)]
+            assert {r.status for r in qm.put_each("INBOX", held, confirm_id=7)} == {"stored"}
     (db.parent / "fail").touch()  # tests.rulekit:Failing raises while it exists
     with QueueManager(db, rule_retry_limit=1) as qm:  # each failed delivery parked at once
         qm.define_queue("RULED", rules=[("tests.rulekit:Failing", {"switch": str(db.parent / "fail")})])
@@ -75,7 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         tokens[role] = home / f"{role}.token"
         tokens[role].write_text(made.stdout)
         tokens[role].chmod(0o600)
-    with edgeq_serve_console(db) as console:
+    with edgeq_serve_console(db, "--hold", "none") as console:  # the held puts stay until cleared
         yield Served(console, db, tokens, dead)
 
 
@@ -88,6 +107,12 @@ def _same(local: subprocess.CompletedProcess[str], remote: subprocess.CompletedP
     ("server", "refusals", "list", "--device", "DEV1", "--json"),
     ("rules", "failures", "--parked"), ("rules", "failures", "--json"), ("depth", "ORDERS", "--json"),
     ("queue", "list"), ("queue", "list", "--json"), ("queue", "show", "RULED"),
+    ("browse", "MIXED"), ("browse", "ORDERS", "--json"), ("browse", "MIXED", "--limit", "2"),
+    ("browse", "METRICS"), ("dlq", "browse"), ("dlq", "browse", "--queue", "OUT", "--json", "--limit", "1"),
+    ("dlq", "browse", "--queue", "ORDERS"), ("queue", "stats", "MIXED"),
+    ("queue", "stats", "MIXED", "--json"), ("queue", "stats", "ORDERS"), ("server", "held", "list"),
+    ("server", "held", "list", "--device", "DEV2"),
+    ("server", "held", "list", "--older-than", "1h"), ("server", "held", "list", "--older-than", "4d"),
 ])
 def test_a_remote_reading_prints_what_the_local_one_does(served: Served, args: tuple[str, ...]) -> None:
     with ThreadPoolExecutor(2) as both:  # two processes at once: the module stays quick
@@ -163,14 +188,49 @@ def test_the_token_may_come_from_edgeq_token(served: Served) -> None:
     assert none.returncode == 1 and "no token: give --token-file F or set EDGEQ_TOKEN" in none.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ("server", "held", "list"), ("browse", "ORDERS"), ("queue", "stats", "ORDERS"),
+def test_a_remote_browse_in_json_is_the_local_one(served: Served) -> None:
+    """Every field of every message, the time left aside (each process reads its own clock)."""
+    def shown(run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+        assert run.returncode == 0, run.stderr
+        found = json.loads(run.stdout)
+        for message in found:
+            assert message.pop("remaining_expiry_ms") is None or message["expiry"] is not None
+        return list(found)
+
+    local = shown(served.local("browse", "MIXED", "--json"))
+    remote = shown(served.remote("browse", "MIXED", "--json"))
+    assert [m["priority"] for m in remote] == [9, 4, 4, 1] and len(remote[0]["data_text"]) == 700
+    assert remote == local
+
+
+def test_a_remote_held_list_in_json_is_the_local_one(served: Served) -> None:
+    def shown(run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+        assert run.returncode == 0, run.stderr
+        return [{k: v for k, v in g.items() if k != "age_ms"} for g in json.loads(run.stdout)]
+
+    remote = shown(served.remote("server", "held", "list", "--json"))
+    assert [(g["device"], g["messages"]) for g in remote] == [("DEV1", 2), ("DEV2", 1)]
+    assert remote == shown(served.local("server", "held", "list", "--json"))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("browse", "MIXED", "--field", "n:int32=5"), "--field is not available with --server"),
+    (("rules", "retry"), "with --server, give --parked --event ID"),
+    (("rules", "retry", "--event", "1"), "with --server, give --parked --event ID"),
 ])
-def test_a_command_the_api_cannot_do_refuses_server(served: Served, args: tuple[str, ...]) -> None:
+def test_an_option_the_api_cannot_honour_is_refused(served: Served, args: tuple[str, ...], says: str) -> None:
+    refused = served.remote(*args, role="operator")
+    assert (refused.returncode, refused.stdout) == (2, "") and says in refused.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("server", "set-console-password"), ("server", "token", "list"), ("server", "console-user", "list"),
+])
+def test_a_command_on_the_store_s_credentials_refuses_server(served: Served, args: tuple[str, ...]) -> None:
     refused = served.remote(*args)
     assert refused.returncode == 2 and refused.stdout == ""
-    command = " ".join(a for a in args if a != "ORDERS")  # the usage's path names no argument
-    assert f"edgeq {command} is not available remotely yet" in refused.stderr
+    assert f"edgeq {' '.join(args)} is not available remotely: it manages the store's own credentials" in (
+        refused.stderr)
 
 
 def test_server_and_db_together_or_more_than_one_uid_are_refused(served: Served) -> None:
@@ -207,3 +267,41 @@ def test_an_operator_registers_rekeys_and_changes_queues_remotely(served: Served
     local = devices("add", "DEV7", "--public-key", str(keys["b"].public_path), "--create", "--force")
     assert local.returncode == 2
     assert "--create and --name make a local store: not with --server" in local.stderr
+
+
+def test_held_clear_is_an_operator_s_and_undoes_what_the_local_one_would(served: Served) -> None:
+    refused = served.remote("server", "held", "clear", "--device", "DEV1")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "answered 403" in refused.stderr and "clear-held needs the operator role" in refused.stderr
+    assert json.loads(served.local("depth", "INBOX", "--json").stdout)["depth"] == 3  # nothing undone
+
+    young = served.remote("server", "held", "clear", "--older-than", "4d", "--json", role="operator")
+    assert json.loads(young.stdout) == {"undone": 0, "device": None, "older_than_ms": 4 * 86_400_000}
+    cleared = served.remote("server", "held", "clear", "--device", "DEV1", role="operator")
+    assert (cleared.returncode, cleared.stdout) == (
+        0, "Undid 2 unconfirmed put(s) of DEV1; a device's resend is stored afresh.\n"), cleared.stderr
+    left = served.remote("server", "held", "list", "--json")
+    assert [(g["device"], g["messages"]) for g in json.loads(left.stdout)] == [("DEV2", 1)]
+    _same(served.local("server", "held", "clear", "--device", "DEV1", "--json"),
+          served.remote("server", "held", "clear", "--device", "DEV1", "--json", role="operator"))
+    done = recorded(served.db, before=None, limit=10, action="clear-held")
+    assert [(a["role"], a["outcome"], a["target"]) for a in reversed(done)] == [
+        ("viewer", "refused", "DEV1 older than 0 ms"), ("operator", "done", "* older than 345600000 ms"),
+        ("operator", "done", "DEV1 older than 0 ms"), ("operator", "done", "DEV1 older than 0 ms")]
+
+
+def test_rules_retry_remotely_retries_one_parked_event(served: Served) -> None:
+    parked = json.loads(served.local("rules", "failures", "--parked", "--json").stdout)
+    first, second = (str(f["event_id"]) for f in parked)
+    refused = served.remote("rules", "retry", "--parked", "--event", first)
+    assert refused.returncode == 1 and "retry-rule-event needs the operator role" in refused.stderr
+    (served.db.parent / "fail").unlink()  # the rule delivers from now on
+    retried = served.remote("rules", "retry", "--parked", "--event", first, role="operator")
+    assert (retried.returncode, retried.stdout) == (0, "Retried: 1 delivery succeeded.\nStill failing: 0 "
+                                                       "waiting, 1 parked (see `edgeq rules failures`).\n")
+    _same(served.local("rules", "failures", "--json"), served.remote("rules", "failures", "--json"))
+    again = served.remote("rules", "retry", "--parked", "--event", first, role="operator")
+    assert again.returncode == 1 and "answered 404" in again.stderr
+    assert f"rule event {first} has no parked delivery" in again.stderr
+    last = served.remote("rules", "retry", "--parked", "--event", second, "--json", role="operator")
+    assert json.loads(last.stdout) == {"succeeded": 1, "waiting": 0, "parked": 0}

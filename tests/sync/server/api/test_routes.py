@@ -5,6 +5,7 @@ is refused every action, which changes nothing and is recorded) and its errors."
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -17,7 +18,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgeq import Int64, Message, QueueManager
+from edgeq import Int64, Message, MessageUID, QueueManager
 from edgeq.admin.wire import AdminRequest
 from edgeq.clock import system_clock
 from edgeq.crypto import StoreKeys
@@ -67,6 +68,9 @@ def _fill(db: Path, keys: StoreKeys) -> tuple[list[str], list[str], dict[str, by
         orders = [str(qm.put("ORDERS", m)) for m in (
             Message(b"order 1", fields={"n": 1, "tag": "a"}), Message(b"\xff\x00binary"), Message(LONG),
             Message(b"order 4"), Message(b"order 5"))]
+        qm.define_queue("RANKED")  # get order is by priority; a put awaiting its confirm is not in it
+        qm.put_many("RANKED", [Message(b"p%d" % p, priority=p) for p in (1, 9, 4, 9)])
+        qm.put_each("RANKED", [Message(b"held", uid=MessageUID("DEV1:aaaa", 1), created_ms=1)], confirm_id=7)
         qm.define_queue("SECRETS", encryption="aes-256-gcm")
         qm.put("SECRETS", Message(SECRET, fields={"pin": "1234"}))
         qm.define_queue("PURGEME")
@@ -221,6 +225,7 @@ def test_queues_are_listed_and_shown_with_their_depth(served: Served) -> None:
         queues = {q["name"]: q for q in api.get("/queues").json()["queues"]}
         assert queues["ORDERS"]["depth"] == 5 and queues["SECRETS"]["encryption"] == "aes-256-gcm"
         one = api.get("/queues/ORDERS").json()
+        assert one.pop("counters") == {}  # only the one queue's shows them: no counters rule is bound
         aged = one["backlog"].pop("oldest_age_ms") - queues["ORDERS"]["backlog"].pop("oldest_age_ms")
         assert one == queues["ORDERS"] and aged >= 0  # the same figures, a moment older
         assert (one["backlog"]["depth"], one["backlog"]["drain_ms"]) == (5, None)  # nothing went out
@@ -266,6 +271,65 @@ def test_one_message_is_shown_whole(served: Served) -> None:
 def test_hostile_paging_is_a_400(served: Served, query: dict[str, Any], says: str) -> None:
     with served.client("viewer") as api:
         _error(api.get("/queues/ORDERS/messages", params=query), 400, says)
+
+
+def test_order_get_pages_the_ready_messages_in_get_order(served: Served) -> None:
+    seen: list[dict[str, Any]] = []
+    after: str | None = None
+    with served.client("viewer") as api:
+        arrival = api.get("/queues/RANKED/messages").json()["messages"]
+        for _ in range(4):
+            page = api.get("/queues/RANKED/messages", params={"order": "get", "limit": 3,
+                                                             **({"after": after} if after else {})})
+            assert page.status_code == 200, page.text
+            seen += page.json()["messages"]
+            after = page.json()["next"]
+            if after is None:
+                break
+    assert [m["state"] for m in arrival] == ["ready"] * 4 + ["put-locked"]
+    assert [m["data_text"] for m in seen] == ["p9", "p9", "p4", "p1"]
+    assert [m["uid"] for m in seen] == [arrival[i]["uid"] for i in (1, 3, 2, 0)]
+    assert all(m["expiry"] is None for m in seen)
+
+
+@pytest.mark.parametrize(("query", "says"), [
+    ({"order": "random"}, "order must be arrival or get, not 'random'"),
+    ({"order": "get", "after": "17"}, "after must be the 'next' of the page before (RANK.SEQ)"),
+    ({"order": "get", "limit": 0}, "limit must be"),
+])
+def test_hostile_get_order_paging_is_a_400(served: Served, query: dict[str, Any], says: str) -> None:
+    with served.client("viewer") as api:
+        _error(api.get("/queues/ORDERS/messages", params=query), 400, says)
+        _error(api.get("/dead-letters", params=query), 400, says)
+
+
+def test_a_remote_browse_of_an_encrypted_queue_says_why_it_cannot(served: Served) -> None:
+    env = {**os.environ, "EDGEQ_TOKEN": served.tokens["viewer"]}
+    run = subprocess.run([*EDGEQ, "browse", "SECRETS", "--server", served.console.console_url],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 1 and run.stdout == ""
+    says = "is encrypted (the API never shows its data): browse it on the server's host with --db"
+    assert says in run.stderr
+    assert "launch code" not in run.stderr
+
+
+def test_held_puts_are_listed_and_cleared_by_an_operator_only(served: Served) -> None:
+    with served.client("viewer") as viewer, served.client("operator") as operator:
+        held = viewer.get("/held", params={"device": "DEV1"}).json()
+        assert [(g["sender"], g["queue"], g["messages"]) for g in held["held"]] == [("DEV1", "RANKED", 1)]
+        assert viewer.get("/held", params={"older_than_ms": 0, "device": "DEV2"}).json()["held"] == []
+        _error(viewer.get("/held", params={"older_than_ms": "soon"}), 400, "older_than_ms must be a whole")
+        _error(viewer.get("/held", params={"device": "bad name"}), 400, "sender")
+        _error(viewer.post("/held/clear", json={"device": "DEV1"}), 403, "clear-held needs the operator role")
+        _error(operator.post("/held/clear", json={"older_than_ms": -1}), 400, "older_than_ms must be")
+        _error(operator.post("/held/clear", json={"device": 7}), 400, "device must be a device's name")
+        assert len(viewer.get("/held").json()["held"]) == 1  # nothing undone
+        done = operator.post("/held/clear", json={"device": "DEV1"})
+        assert done.json() == {"undone": 1, "device": "DEV1", "older_than_ms": 0}
+        assert viewer.get("/held").json()["held"] == []
+    outcomes = [(a["role"], a["outcome"]) for a in _actions(served) if a["action"] == "clear-held"]
+    assert outcomes == [("operator", "done"), ("operator", "failed"), ("operator", "failed"),
+                        ("viewer", "refused")]
 
 
 def test_an_encrypted_queue_s_data_is_never_shown(served: Served) -> None:
