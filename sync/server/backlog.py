@@ -66,9 +66,11 @@ class Backlog:
 
 
 def queue_backlogs(conn: sqlite3.Connection, now_ms: int, name: str | None = None, *,
-                   out: Mapping[str, int] | None = None) -> list[QueueBacklog]:
-    """Each queue's figures (only ``name``'s, if given), by name: three queries for any number of queues
-    (two when ``out``, the deliveries of :func:`journal_counts`, is given)."""
+                   out: Mapping[str, int] | None = None, contains: str = "", after: str = "",
+                   limit: int = -1) -> list[QueueBacklog]:
+    """Each queue's figures (only ``name``'s, if given; a page: names holding ``contains``, after ``after``,
+    at most ``limit``), by name: three queries for any number of queues (two when ``out``, the deliveries
+    of :func:`journal_counts`, is given)."""
     oldest = dict(conn.execute("SELECT queue_id, min(created_ms) FROM messages WHERE deadline IS NULL "
                                "OR deadline > ? GROUP BY queue_id", (now_ms,)))
     if out is None:
@@ -78,8 +80,8 @@ def queue_backlogs(conn: sqlite3.Connection, now_ms: int, name: str | None = Non
     for qid, queue, depth, size, expiry, expired in conn.execute(
             "SELECT id, name, depth, bytes, expiry_ms, "
             "(SELECT count(*) FROM messages m WHERE m.queue_id = q.id AND m.deadline IS NOT NULL "
-            "AND m.deadline <= ?) FROM queues q WHERE ? IS NULL OR name = ? ORDER BY name",
-            (now_ms, name, name)):
+            "AND m.deadline <= ?) FROM queues q WHERE (? IS NULL OR name = ?) AND instr(name, ?) > 0 "
+            "AND name > ? ORDER BY name LIMIT ?", (now_ms, name, name, contains, after, limit)):
         rate = out.get(queue, 0) * 1000 / RATE_WINDOW_MS
         held = depth - expired
         found.append(QueueBacklog(

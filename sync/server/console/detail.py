@@ -16,21 +16,24 @@ from edgeq.store.tx import Tx
 from edgeq.sync.server.admin.records import AdminRecord, page, page_cursor
 from edgeq.sync.server.api.browse import message_page, one_message
 from edgeq.sync.server.console.data import DeviceRow, QueueRow, device_rows, queue_rows, table_names
+from edgeq.sync.server.console.lists import PAGE
 from edgeq.sync.server.series import RANGES, buckets, journal_series
-from edgeq.types import MessageState
+from edgeq.types import CHECK_POINTS, MessageState
 from edgeq.uid import MessageUID
 
-__all__ = ["CHARTED", "KINDS", "PAGE", "AdminPage", "DeviceHealth", "DevicePage",
+__all__ = ["CHARTED", "KINDS", "PAGE", "POINTS", "AdminPage", "DeviceHealth", "DevicePage",
            "DeviceQueue", "QueuePage", "read_admin", "read_device", "read_message", "read_queue"]
 
 #: the journal kinds a queue's chart draws, by its series' names
 CHARTED: Final[Mapping[str, str]] = {"in": "accepted", "out": "delivered", "expired": "expired"}
-#: rows per page of messages or admin requests
-PAGE: Final = 20
 #: what a queue page counts of the journal (docs/console.md): in, out, and what expired or was dropped
 KINDS: Final[Mapping[str, str]] = {
     "accepted": "in (pushes accepted)", "delivered": "out (got or confirmed)", "expired": "expired",
     "dead-lettered": "dead-lettered", "discarded": "discarded"}
+#: the check points as a queue page heads them (MQe's words beside edgeq's: types.CHECK_POINTS)
+POINTS: Final[Mapping[str, str]] = {
+    p: {"add": "add (put)", "get": "remove (get)", "depth": "size inquiry (depth)"}.get(p, p)
+    for p in CHECK_POINTS}
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class DeviceHealth:
 
 @dataclass(frozen=True)
 class QueuePage:
-    """One queue: its console row, encryption, journal counts by kind over ``range`` and per
+    """One queue: its console row (its expiries by check point over ``range``), encryption, journal counts by
+    kind over ``range`` and per
     :data:`STEPS` ``[range]`` from ``start_ms`` (:data:`CHARTED`), a page of messages."""
 
     row: QueueRow
@@ -153,7 +157,7 @@ def read_queue(path: str | Path, name: str, *, now_ms: int, span: str,
         queue = Tx(conn).queue(name)
         if queue is None:
             return None
-        (row,) = queue_rows(conn, now_ms, name)
+        (row,) = queue_rows(conn, now_ms, name, span_ms=RANGES[span])
         counts = dict(conn.execute(
             "SELECT kind, count(*) FROM journal WHERE queue = ? AND at_ms >= ? GROUP BY kind",
             (name, now_ms - RANGES[span])))

@@ -21,7 +21,7 @@ from edgeq.sync.server.admin.records import read_cursor
 from edgeq.sync.server.api.admin import NO_KEY
 from edgeq.sync.server.api.http import ApiError, cursor, uid
 from edgeq.sync.server.console.acting import Page, Session, outcome
-from edgeq.sync.server.console.detail import KINDS, read_admin, read_device, read_message, read_queue
+from edgeq.sync.server.console.detail import KINDS, POINTS, read_admin, read_device, read_message, read_queue
 from edgeq.sync.server.series import RANGES, STEPS, check_range
 
 __all__ = ["drill_pages"]
@@ -91,7 +91,8 @@ def drill_pages(path: str | Path, *, clock: Callable[[], int], templates: Jinja2
         every = _every(STEPS[span])
         chart = time_chart(found.start_ms, STEPS[span], found.series, unit=f"messages / {every}",
                            title=f"in, out and expired per {every}, last {span}", html_id="chart-queue")
-        return "queue.html", {"q": found, "ranges": list(RANGES), "kinds": KINDS, "chart": Markup(chart)}
+        return "queue.html", {"q": found, "ranges": list(RANGES), "kinds": KINDS, "chart": Markup(chart),
+                              "points": {**POINTS, **{p: p for p in found.row.expiries if p not in POINTS}}}
 
     def message(request: Request, now: int) -> tuple[str, dict[str, Any]]:
         name, text = _name(request.path_params["name"], "queue name"), request.path_params["uid"]

@@ -49,6 +49,7 @@ from edgeq.sync.server.console.auth import (
 from edgeq.sync.server.console.data import BUCKET_MS, read_console
 from edgeq.sync.server.console.drill import drill_pages
 from edgeq.sync.server.console.forms import scope
+from edgeq.sync.server.console.lists import LISTS, links, read_asks
 from edgeq.sync.server.console.login import LoginGuard
 
 __all__ = ["COOKIE", "console_app", "console_routes", "security_headers"]
@@ -159,12 +160,17 @@ def console_routes(qm: QueueManager, *, clock: Callable[[], int], signer: Operat
         session = await signed_in(request)
         if session is None:
             return RedirectResponse("/console/login", status_code=303)
+        try:
+            asks = read_asks(request.query_params)
+        except ApiError as exc:  # a filter too long, a cursor not a page's
+            return templates.TemplateResponse(request, "problem.html",
+                                              {"problem": str(exc), "me": session[0]}, status_code=exc.status)
         await run_in_threadpool(collect_replies, qm)
-        view = await run_in_threadpool(read_console, path, now_ms=clock())
+        view = await run_in_threadpool(read_console, path, now_ms=clock(), asks=asks)
         done = await run_in_threadpool(outcome, str(path), request)
         return templates.TemplateResponse(request, "console.html", {
             "view": view, "me": session[0], "csrf": session[0].csrf_token(session[1]), "refresh": REFRESH_S,
-            "done": done,
+            "done": done, "asks": asks, "links": {name: links(request.query_params, name) for name in LISTS},
             "throughput": _per_minute(view.throughput, view.now_ms, series="accepted",
                                       title="messages accepted per minute, last hour",
                                       html_id="chart-throughput"),

@@ -16,20 +16,25 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.wait import WebDriverWait
 
-from edgeq import Message, QueueManager
+from edgeq import Int64, Message, QueueManager
 from edgeq.admin.wire import AdminRequest
 from edgeq.clock import system_clock
 from edgeq.crypto import StoreKeys
+from edgeq.store.devices import DeviceTx
 from edgeq.store.journal import JournalTx, entry_row
 from edgeq.store.opening import connect
 from edgeq.sync import protocol as p
 from edgeq.sync.agent.agent import SyncAgent
+from edgeq.sync.bridges.book import define_bridge
 from edgeq.sync.server.admin.records import AdminRecords
 from edgeq.sync.server.console.auth import set_password
 from edgeq.sync.server.console.detail import PAGE
+from edgeq.types import CHECK_POINTS
 from tests.sync.conftest import ServedConsole, edgeq_serve_console
 from tests.sync.server.console.test_browser import PASSWORD, _cells, _click_and_wait, _sign_in, chromium
 
@@ -41,6 +46,10 @@ SECRET = b"the launch code is 0000"
 PUSHED = PAGE + 5  # DEV1's pushes to ORDERS: a page of messages and a few more
 REQUESTS = PAGE + 3  # admin requests sent to DEV1 (and one to DEV2)
 DAY_MS = 86_400_000
+MANY = PAGE + 5  # more than a page: devices, queues, refusals, parked events, bridges
+#: FLEET.Q00's expiries in the last hour by check point (this server's, then DEV1's reports)
+POINTS = {"add": 3, "get": 2, "activate": 1, "delete": 1, "depth": 4}
+REPORTED = {"browse": 2}
 
 
 @dataclass
@@ -94,6 +103,12 @@ def _fill(db: Path, keys: StoreKeys) -> None:
         qm.define_queue("ORDERS")
         qm.define_queue("SECRETS", encryption="aes-256-gcm")
         qm.put("SECRETS", Message(SECRET, fields={"pin": "1234"}))
+        for i in range(MANY):
+            qm.define_queue(f"FLEET.Q{i:02}")
+    (db.parent / "fail").touch()
+    with QueueManager(db, name="HOME", keys=keys, rule_retry_limit=1) as qm:  # each failure parked at once
+        qm.define_queue("RULED", rules=[("tests.rulekit:Failing", {"switch": str(db.parent / "fail")})])
+        qm.put_many("RULED", [Message(b"r", expiry=Int64(1))] * MANY)
     key, records = Ed25519PrivateKey.generate(), AdminRecords(str(db))
     try:
         for i, device in enumerate(["DEV1"] * REQUESTS + ["DEV2"]):
@@ -103,9 +118,23 @@ def _fill(db: Path, keys: StoreKeys) -> None:
     finally:
         records.close()
     old = system_clock() - 2 * DAY_MS
+    now = system_clock()
+    expired = [(point, None) for point, n in POINTS.items() for _ in range(n)]
+    expired += [(point, "DEV1") for point, n in REPORTED.items() for _ in range(n)]
     with closing(connect(db)) as conn:
         JournalTx(conn).add([entry_row("accepted", "server", old + i, "ORDERS", f"OLD:a1.{i}", "OLD:a1")
                              for i in range(7)])
+        JournalTx(conn).add([entry_row("expired", "server", now - 60_000 + i, "FLEET.Q00", f"HOME:a1.{i}",
+                                       "HOME:a1", check_point=point, device=device)
+                             for i, (point, device) in enumerate(expired)])
+        JournalTx(conn).add([entry_row("expired", "server", old, "FLEET.Q00", "HOME:a1.99", "HOME:a1",
+                                       check_point="add")])  # in the week, not the day
+        JournalTx(conn).add([entry_row("expired", "server", now - 30_000 + i, "FLEET.Q01", f"DEV2:b1.{i}",
+                                       "DEV2:b1", check_point="get", device="DEV2") for i in range(MANY)])
+        devices = DeviceTx(conn)
+        for i in range(MANY):
+            devices.refused(f"FLEET-{i:02}", "ORDERS", {"not-allowed": (i + 1, MARKUP)}, now - i)
+        conn.commit()
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +153,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                                    "agent": MARKUP})
             assert http.post(served.url + p.PATH_HELLO, content=hello,
                              headers={"content-type": p.CONTENT_TYPE}).status_code == 200
+            for i in range(MANY):
+                hello = p.encode_body({"type": "hello", "qmgr": f"FLEET-{i:02}", "now_ms": system_clock()})
+                assert http.post(served.url + p.PATH_HELLO, content=hello,
+                                 headers={"content-type": p.CONTENT_TYPE}).status_code == 200
             _sign_in(browser, served.console_url, PASSWORD)
             yield Site(served, browser, where)
 
@@ -291,3 +324,120 @@ def test_every_new_page_needs_a_session(site: Site) -> None:
             assert answer.status_code == 303 and answer.headers["location"] == "/console/login", path
             assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'")
 
+
+
+def _filter(site: Site, name: str, text: str) -> None:
+    """Type ``text`` into list ``name``'s filter on the fleet page and submit it."""
+    box = site.browser.find_element(By.ID, f"{name}-text")
+    box.clear()
+    box.send_keys(text)
+    site.follow(f"#{name}-go")
+
+
+def _pages(site: Site, name: str, css: str, key: str) -> list[list[str]]:
+    """List ``name``'s rows a page at a time, from this page on, following its "Next page" links."""
+    found = [site.keys(css, key)]
+    while site.browser.find_elements(By.ID, f"{name}-next-page"):
+        site.follow(f"#{name}-next-page")
+        found.append(site.keys(css, key))
+    return found
+
+
+def test_the_fleet_pages_lists_are_filtered_and_paged_and_refreshed_so(site: Site) -> None:
+    fleet, queues = [f"FLEET-{i:02}" for i in range(MANY)], [f"FLEET.Q{i:02}" for i in range(MANY)]
+    site.open("/console")
+    assert len(site.keys("#devices tr.device", "device")) == PAGE
+    assert site.browser.find_element(By.ID, "devices-heading").text == f"Fleet ({MANY + 2} devices)"
+    _filter(site, "devices", "FLEET-")
+    assert site.browser.find_element(By.ID, "devices-heading").text == f"Fleet ({MANY} devices matching)"
+    assert _pages(site, "devices", "#devices tr.device", "device") == [fleet[:PAGE], fleet[PAGE:]]
+    _filter(site, "queues", "FLEET.Q")  # another list's filter keeps this one's filter and page
+    assert site.keys("#devices tr.device", "device") == fleet[PAGE:]
+    assert site.browser.find_element(By.ID, "queues-heading").text == f"Queues ({MANY} matching)"
+    assert _pages(site, "queues", "#queues tr.queue", "queue") == [queues[:PAGE], queues[PAGE:]]
+    site.follow("#devices-first-page")
+    assert site.keys("#devices tr.device", "device") == fleet[:PAGE]
+    assert site.keys("#queues tr.queue", "queue") == queues[PAGE:]
+    site.follow("#devices-next-page")
+    site.shot("console.png")
+
+    # The page reloads itself (meta refresh) with its filters and pages.
+    shown, url = site.keys("#devices tr.device", "device"), site.browser.current_url
+    site.browser.execute_script("window.edgeqOldPage = true")
+    WebDriverWait(site.browser, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script("return window.edgeqOldPage === undefined && document.readyState")
+        == "complete")
+    assert site.browser.current_url == url and site.keys("#devices tr.device", "device") == shown
+
+    site.open("/console")
+    _filter(site, "expiries", "DEV2")
+    got = _pages(site, "expiries", "#expiries tr.expiry", "uid")
+    assert got == [[f"DEV2:b1.{i}" for i in reversed(range(MANY))][:PAGE],
+                   [f"DEV2:b1.{i}" for i in reversed(range(MANY))][PAGE:]]  # newest first
+    _filter(site, "expiries", "FLEET.Q00")
+    assert len(site.keys("#expiries tr.expiry", "uid")) == sum(POINTS.values()) + sum(REPORTED.values()) + 1
+    assert not site.browser.find_elements(By.ID, "expiries-next-page")
+
+    _filter(site, "refusals", "FLEET-")
+    got = _pages(site, "refusals", "#refusals tr.refusal", "refusal")
+    refused = [f"{d} ORDERS" for d in fleet]  # the latest first
+    assert got == [refused[:PAGE], refused[PAGE:]]
+    row = site.browser.find_element(By.CSS_SELECTOR, '#refusals tr[data-refusal="FLEET-24 ORDERS"]')
+    assert [c.text for c in row.find_elements(By.TAG_NAME, "td")][3:] == [str(MANY), MARKUP]
+    site.no_markup()
+
+    _filter(site, "parked", "RULED")
+    got = _pages(site, "parked", "#parked tr.event", "event")
+    assert [len(p) for p in got] == [PAGE, MANY - PAGE] and len({*got[0], *got[1]}) == MANY
+    _filter(site, "parked", "NOPE")
+    assert site.keys("#parked tr.event", "event") == []
+
+    with QueueManager(site.shots / "home.db") as qm:  # after the server started: it runs none of them
+        for i in range(MANY):
+            define_bridge(qm, f"BR.{i:02}", "mqtt-out", "ORDERS",
+                          {"url": "mqtt://127.0.0.1:1", "topics": ["t"]})
+    site.open("/console?bridges=BR.")
+    got = _pages(site, "bridges", "#bridges tr.bridge", "bridge")
+    assert got == [[f"BR.{i:02}" for i in range(MANY)][:PAGE], [f"BR.{i:02}" for i in range(MANY)][PAGE:]]
+    assert _cells(site.browser, "bridges", "bridge")["BR.24"][4] == "no"  # not running
+
+
+def test_hostile_filters_and_cursors_are_text_and_bounded(site: Site) -> None:
+    site.open("/console")
+    _filter(site, "devices", HOSTILE)
+    assert site.keys("#devices tr.device", "device") == []
+    assert site.browser.find_element(By.ID, "devices-text").get_attribute("value") == HOSTILE
+    site.no_markup()
+    cookie = site.browser.get_cookie("edgeq_console")
+    assert cookie is not None
+    with httpx.Client(base_url=site.served.console_url, timeout=10,
+                      cookies={"edgeq_console": cookie["value"]}) as http:
+        for query, said in (
+                (f"devices={'x' * 49}", "the devices filter is 49 characters long: give at most 48"),
+                (f"refusals-after={quote(HOSTILE)}", "refusals-after must be the cursor of a"),
+                ("queues-after=WyJ4IiwgMV0", "queues-after must be the cursor of a")):  # ["x", 1]: not a name
+            answer = http.get(f"/console?{query}")
+            assert answer.status_code == 400 and said in answer.text, query
+    site.open(f"/console?expiries-after={quote(HOSTILE)}")
+    assert HOSTILE[:12] in site.browser.find_element(By.ID, "problem").text
+    site.no_markup()
+
+
+def test_a_queues_expiries_are_counted_by_check_point_over_its_range(site: Site) -> None:
+    site.open("/console?queues=FLEET.Q00")
+    hour = {**POINTS, **REPORTED}
+    assert _cells(site.browser, "queues", "queue")["FLEET.Q00"][7] == ", ".join(
+        f"{p}: {n}" for p, n in sorted(hour.items()))
+    site.follow('#queues tr[data-queue="FLEET.Q00"] a')
+
+    def points() -> dict[str, str]:
+        cells = site.browser.find_elements(By.CSS_SELECTOR, "#check-points td")
+        return {c.get_attribute("data-point") or "": c.text for c in cells}
+
+    assert points() == {p: str(hour.get(p, 0)) for p in CHECK_POINTS}
+    expired = site.browser.find_element(By.CSS_SELECTOR, '#counts td[data-kind="expired"]').text
+    assert expired == str(sum(hour.values()))
+    heads = [h.text for h in site.browser.find_elements(By.CSS_SELECTOR, "#check-points th")]
+    assert "size inquiry (depth)" in heads and "remove (get)" in heads
+    site.follow("#range-7d")
+    assert points() == {p: str(hour.get(p, 0) + (p == "add")) for p in CHECK_POINTS}  # and two days ago's
