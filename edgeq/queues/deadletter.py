@@ -150,11 +150,15 @@ class DeadLetters:
             why = {(r.origin, r.stamp): (r.backout_count + 1, checked[(r.origin, r.stamp)][:_MAX_REFUSAL])
                    for r in rows}
             moved = self.give_up(tx, q, rows, why, now, undone,
-                                 told=lambda row, reason: stayed.append((_uid(row), reason)))
+                                 told=lambda row, reason: stayed.append((_uid(row), f"{reason}: undone, a "
+                                                                         "backout counted")))
             rest = [r for r in rows if r.id not in moved]
             told = {u for u, _ in stayed}
-            stayed += [(_uid(r), "it has expired or fails its integrity check") for r in rest
+            stayed += [(_uid(r), "it has expired or fails its integrity check: undone") for r in rest
                        if _uid(r) not in told]  # give_up leaves those out unlogged
+            locked = {(r.origin, r.stamp) for r in rows}
+            stayed += [(MessageUID(*key), f"it is not locked under confirm id {confirm_id} (confirmed, "
+                        "undone or expired already)") for key in checked if key not in locked]
             if rest:
                 back = self.backout.undo_gets(tx, q, rest, now, count=True)
                 undone.events += back.events

@@ -108,8 +108,8 @@ class Outbox:
             return
         for uid, why in refusals:
             if uid in stayed:
-                self.bridge.board.error(f"message {uid} {why}, and cannot go to the dead-letter queue {dlq} "
-                                        f"({stayed[uid]}): put back on queue {self.queue}")
+                self.bridge.board.error(f"message {uid} {why}, and did not go to the dead-letter queue "
+                                        f"{dlq}: {stayed[uid]}")
             else:
                 self.bridge.board.count("refused")
                 self.bridge.board.error(f"message {uid} {why}: moved to the dead-letter queue {dlq}")
