@@ -151,6 +151,7 @@ class _Flight:
         self.early: dict[int, ReasonCode] = {}  # answers that came before their publish() returned
         self.done = _Done()
         self.stopping = self.closed = False  # no more sent; no more answers taken
+        self.filling = False  # a thread is handing paho PUBLISHes (one at a time)
         self.changed = threading.Condition()
 
     def busy(self) -> bool:
@@ -176,12 +177,26 @@ class _Flight:
         self._fill()
 
     def _fill(self) -> None:
-        """Hand paho the next messages while the window has room (one held back or refused is passed)."""
+        """Hand paho the next messages while the window has room (one held back or refused is passed), one
+        thread at a time: packet ids then follow the order the PUBLISHes leave in (``stop`` relies on it)."""
+        with self.changed:
+            if self.filling:  # the thread filling sees the slot or message this one brought
+                self._wake()
+                return
+            self.filling = True
+        try:
+            self._filling()
+        except BaseException:
+            with self.changed:
+                self.filling = False
+            raise
+
+    def _filling(self) -> None:
         while True:
             with self.changed:
                 if self.stopping or self.closed or not self.pending or not self.slots:
-                    if not self.busy() or len(self.done.acked) >= self.batch:
-                        self.changed.notify_all()  # all answered, or a batch to confirm: wakes wait()
+                    self.filling = False
+                    self._wake()
                     return
                 got = self.pending.popleft()
                 self.slots -= 1
@@ -207,7 +222,13 @@ class _Flight:
                 else:
                     self._sort(got, early)  # answered already, its slot given back
                 if info.rc != 0:  # not connected: the loss ends the flight
+                    self.filling = False
                     return
+
+    def _wake(self) -> None:
+        """Wake :meth:`wait` if all is answered or a batch is there to confirm (``changed`` held)."""
+        if not self.busy() or len(self.done.acked) >= self.batch:
+            self.changed.notify_all()
 
     def _prepare(self, got: Got) -> _Publish | None:
         """The PUBLISH of ``got`` with what is left of its expiry now; None if held back or refused."""
