@@ -329,6 +329,13 @@ class QueueManager:
         """Move dead-lettered messages back to the queue each left, in one transaction."""
         return self._dead_letters.resend(uids, queue)
 
+    def dlq_give_up(
+        self, queue: str, confirm_id: int, refusals: Sequence[tuple[MessageUID | str, str]]
+    ) -> list[tuple[MessageUID, str]]:
+        """Move messages got under ``confirm_id`` that cannot be delivered, each ``(uid, why)``, to the
+        dead-letter queue; those that cannot go (returned with why) are undone, a backout counted."""
+        return self._dead_letters.give_up_gets(queue, confirm_id, refusals)
+
     def dlq_delete(self, uids: Sequence[MessageUID | str] | None = None) -> int:
         """Delete dead-lettered messages (``uids``, or all) for good; return how many."""
         return self._dead_letters.delete(uids)

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"edgeq": "edgeq", "rules": "edgeq.rules", "sync": "edgeq.sync"}
 #: QueueManager's public verbs (methods and properties): a new one is a decision, not a drift.
-MAX_VERBS = 66
+MAX_VERBS = 67  # 67: dlq_give_up (an out-bridge dead-letters what its broker never takes)
 
 
 def modules() -> dict[str, Path]:

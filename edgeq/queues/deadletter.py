@@ -8,13 +8,14 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from edgeq.args import check_uid
+from edgeq.args import check_confirm_id, check_uid
 from edgeq.encoding.fields import decode_fields
-from edgeq.errors import EdgeqError, InvalidType, MessageNotFound
+from edgeq.errors import ConfirmIdNotFound, EdgeqError, InvalidType, MessageNotFound
 from edgeq.events.sink import EventSink
 from edgeq.gets import Gets
 from edgeq.message import Message
 from edgeq.names import check_name
+from edgeq.queues.attributes import require_queue
 from edgeq.queues.backout import Backout, Kept, Undone
 from edgeq.sealer import Sealer
 from edgeq.store.journal import JournalKind, JournalTx, entry_row
@@ -43,7 +44,9 @@ __all__ = ["DeadLetters", "Resent"]
 log = logging.getLogger("edgeq")
 
 _DEFINED = {"default_priority": 4, "ordering": "priority"}  # the default one's attributes, as define_queue's
-_READY = int(MessageState.READY)
+_READY, _GET_LOCKED = int(MessageState.READY), int(MessageState.GET_LOCKED)
+#: The longest ``dlq.refusal`` kept.
+_MAX_REFUSAL = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +99,10 @@ class DeadLetters:
 
     def give_up(
         self, tx: Tx, q: QueueRow, rows: Sequence[MessageRow], why: Mapping[tuple[str, int], tuple[int, str]],
-        now: int, undone: Undone,
+        now: int, undone: Undone, told: Kept | None = None,
     ) -> set[int]:
         """Move ``rows`` of ``q`` (refused ``why[uid] = (count, last reason)``) to the dead-letter
-        queue in ``tx``; return the ids moved. The others stay, logged."""
+        queue in ``tx``; return the ids moved. The others stay, logged (and ``told``)."""
         target = _name(tx)
         if target == DEFAULT_DEAD_LETTER_QUEUE and tx.queue(target) is None:
             encryption = q.encryption if q.encryption is not None else self.sealer.default_encryption
@@ -115,11 +118,56 @@ class DeadLetters:
 
         def kept(row: MessageRow, reason: str) -> None:
             _kept(q, row, why[(row.origin, row.stamp)][0], target, reason)
+            if told is not None:
+                told(row, reason)
 
         moved = self.backout.move(tx, q, target, movable, now, undone, reason="refused", header=header,
                                   kept=kept)
         self._journal(tx, "dead-lettered", q.name, [r for r in movable if r.id in moved], now, "refused")
         return moved
+
+    def give_up_gets(
+        self, queue: str, confirm_id: int, refusals: Sequence[tuple[MessageUID | str, str]]
+    ) -> list[tuple[MessageUID, str]]:
+        """Move messages got under ``confirm_id`` that cannot be delivered (``(uid, why)``) to the
+        dead-letter queue, in one transaction; those that cannot move are undone, a backout counted,
+        and returned with why."""
+        confirm_id = check_confirm_id(confirm_id)
+        checked = {(u.origin, u.stamp): why for u, why in ((check_uid(u), w) for u, w in refusals)}
+        if any(not isinstance(why, str) for why in checked.values()):
+            raise InvalidType("a refusal's reason must be a str")
+        now = self.sink.clock()
+        undone = Undone()
+        stayed: list[tuple[MessageUID, str]] = []
+        with self.sink.write() as tx:
+            q = require_queue(tx, self.qm_name, queue)
+            rows = [r for r in tx.find_by_confirm_id(q.id, confirm_id)
+                    if r.state == _GET_LOCKED and (r.origin, r.stamp) in checked]
+            if not rows:
+                raise ConfirmIdNotFound(f"none of the {len(checked)} uid(s) given is locked on queue "
+                                        f"{queue!r} under confirm id {confirm_id}: already confirmed, "
+                                        "undone, or expired")
+            why = {(r.origin, r.stamp): (r.backout_count + 1, checked[(r.origin, r.stamp)][:_MAX_REFUSAL])
+                   for r in rows}
+            moved = self.give_up(tx, q, rows, why, now, undone,
+                                 told=lambda row, reason: stayed.append((_uid(row), f"{reason}: undone, a "
+                                                                         "backout counted")))
+            rest = [r for r in rows if r.id not in moved]
+            told = {u for u, _ in stayed}
+            stayed += [(_uid(r), "it has expired or fails its integrity check: undone") for r in rest
+                       if _uid(r) not in told]  # give_up leaves those out unlogged
+            locked = {(r.origin, r.stamp) for r in rows}
+            stayed += [(MessageUID(*key), f"it is not locked under confirm id {confirm_id} (confirmed, "
+                        "undone or expired already)") for key in checked if key not in locked]
+            if rest:
+                back = self.backout.undo_gets(tx, q, rest, now, count=True)
+                undone.events += back.events
+                for name, n in back.overflowed.items():
+                    undone.overflowed[name] = undone.overflowed.get(name, 0) + n
+            self.sink.record(tx, undone.events)
+        self.backout.settle(undone)
+        self.sink.dispatch(undone.events)
+        return stayed
 
     def _journal(
         self, tx: Tx, kind: JournalKind, queue: str, rows: Iterable[MessageRow], now: int,

@@ -19,11 +19,14 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from edgeq.sync.bridges.broker import BrokerSettings
 from edgeq.sync.bridges.errors import BridgeError, BrokerUnavailable
 
-__all__ = ["BridgeClient", "Connection"]
+__all__ = ["PACKET_FAULTS", "BridgeClient", "Connection"]
 
 _CONNECT_TIMEOUT_S = 5.0
 #: MQTT 5's Receive Maximum when the CONNACK does not give one.
 _RECEIVE_MAXIMUM = 65_535
+#: Why a connection ends when a packet was at fault (MQTT 5 reason codes; paho says Protocol Error for an
+#: answer it cannot read, as mosquitto's PUBACK 0x95 for a PUBLISH over its message_size_limit).
+PACKET_FAULTS = frozenset({0x81, 0x82, 0x95, 0x99})  # Malformed, Protocol Error, Too Large, Payload Format
 
 
 class BridgeClient(Client):
@@ -55,6 +58,10 @@ class Connection:
         self.lost = threading.Event()
         self.session_present = False
         self.reason = ""
+        #: The reason code the connection ended with (None: open, or it never connected).
+        self.reason_code: int | None = None
+        #: The broker's Maximum Packet Size (CONNACK), or None if it announces none.
+        self.maximum_packet_size: int | None = None
         #: The broker's Receive Maximum (CONNACK): how many QoS 1/2 PUBLISHes it takes unacknowledged.
         self.receive_maximum = _RECEIVE_MAXIMUM
         #: Called (in paho's thread) with each PUBACK's or PUBCOMP's packet id and reason code.
@@ -98,10 +105,12 @@ class Connection:
         else:
             self.session_present = flags.session_present
             self.receive_maximum = int(getattr(props, "ReceiveMaximum", _RECEIVE_MAXIMUM))
+            size = getattr(props, "MaximumPacketSize", None)
+            self.maximum_packet_size = None if size is None else int(size)
         self._ready.set()
 
     def _disconnected(self, _c: Client, _u: Any, _f: DisconnectFlags, rc: ReasonCode, _p: Any) -> None:
-        self.reason = str(rc)
+        self.reason, self.reason_code = str(rc), rc.value
         self.lost.set()
         self._ready.set()
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
-from nats.js.api import PubAck
+import nats.js.errors
+from nats.js.api import Header, PubAck
 
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import NATS_SCHEMES, BrokerSettings, reconnecting
@@ -42,6 +43,9 @@ _OWN: dict[str, Any] = {"ttl_margin_ms": 100, "batch": BATCH}
 _POLL_S = 0.1
 #: A publish's answer: the PubAck and when it came (the queue manager's clock), or the error it met.
 _Answer = tuple[PubAck, int] | BaseException
+#: The header block's bytes besides its lines (``NATS/1.0`` and the blank line, CRLFs) and each line's
+#: besides its name and value (``: `` and CRLF), as nats-py writes them.
+_HEADER_BLOCK, _HEADER_LINE = 12, 4
 
 
 def _check_stream(link: JetStreamLink, stream: str, subject: str) -> None:
@@ -125,6 +129,8 @@ class JetStreamOutBridge(Bridge):
             return True
         self.step("out.got")
         sent: list[tuple[Got, JsOutgoing]] = []
+        dead: list[tuple[MessageUID, str]] = []
+        most = link.client.max_payload
         for got in batch:
             try:
                 publish = outgoing(got.message, got.before_ms, self.qm.now_ms(), self.margin_ms)
@@ -134,7 +140,13 @@ class JetStreamOutBridge(Bridge):
             if publish is None:  # under a second left: kept locked, never published, discarded once expired
                 self.outbox.hold(got)
                 continue
+            size = self._size(publish)
+            if size > most:  # the server would close the connection: never sent
+                dead.append((got.uid, f"cannot be published: it is {size} bytes with its headers, over the "
+                             f"NATS server's max_payload ({most} bytes, its INFO)"))
+                continue
             sent.append((got, publish))
+        self.outbox.give_up(dead)
         answers = self._publish(link, [publish for _, publish in sent])
         self.step("out.acknowledged")
         acked: list[MessageUID] = []
@@ -152,13 +164,24 @@ class JetStreamOutBridge(Bridge):
         self._check_late(late)
         self.outbox.confirm(acked)
         self.step("out.confirmed")
-        unanswered = [(uid, a) for uid, a in missed if not _refusal(a)]
+        full = [(uid, a) for uid, a in missed if _full(a)]
+        if full:
+            self.outbox.put_back([uid for uid, _ in full], f"was not taken: stream {self.stream} is full "
+                                 f"({full[0][1]}) and discards new messages; kept, and sent again until it "
+                                 "has room (raise its limits, or let it drain)")
+        unanswered = [(uid, a) for uid, a in missed if not _refusal(a) and not _full(a)]
         if unanswered:
             self.outbox.put_back([uid for uid, _ in unanswered], f"was not acknowledged by JetStream "
                                  f"({unanswered[0][1] or repr(unanswered[0][1])}); sent again with the same "
                                  "Nats-Msg-Id")
         refused = [(uid, a) for uid, a in missed if _refusal(a)]
-        return self._refused(link, refused) and not unanswered
+        return self._refused(link, refused) and not unanswered and not full
+
+    def _size(self, publish: JsOutgoing) -> int:
+        """The bytes of ``publish`` the server counts against its max_payload: payload and header block."""
+        headers = {**publish.headers, Header.EXPECTED_STREAM: self.stream}
+        return len(publish.payload) + _HEADER_BLOCK + sum(
+            len(k.strip().encode()) + len(v.strip().encode()) + _HEADER_LINE for k, v in headers.items())
 
     def _publish(self, link: JetStreamLink, publishes: list[JsOutgoing]) -> list[_Answer]:
         """Publish them all at once; each one's PubAck and when it came (the clock), or the error it met."""
@@ -205,6 +228,13 @@ class JetStreamOutBridge(Bridge):
             self.board.error(f"{sum(x > 0 for x in late)} message(s): the PubAck came after more than "
                              f"ttl_margin_ms ({self.margin_ms} ms): stream {self.stream} may keep them up to "
                              f"{worst} ms past their deadline; raise ttl_margin_ms")
+
+
+def _full(answer: BaseException) -> bool:
+    """Whether a publish's error is a stream at its limits that discards new messages (a 503 naming a
+    limit exceeded): back-pressure, the message kept."""
+    why = str(answer.description) if isinstance(answer, nats.js.errors.ServiceUnavailableError) else ""
+    return "exceeded" in why or "insufficient resources" in why
 
 
 def _refusal(answer: BaseException) -> bool:

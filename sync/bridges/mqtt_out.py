@@ -17,7 +17,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from edgeq.sync.bridges.base import Bridge
 from edgeq.sync.bridges.broker import BrokerSettings, check_broker_config, reconnecting
-from edgeq.sync.bridges.connection import Connection
+from edgeq.sync.bridges.connection import PACKET_FAULTS, Connection
 from edgeq.sync.bridges.definition import BridgeDefinition
 from edgeq.sync.bridges.errors import BridgeConfigError, BridgeError
 from edgeq.sync.bridges.mapping import outgoing
@@ -28,12 +28,14 @@ if TYPE_CHECKING:
     from edgeq.sync.bridges.status import StatusBoard
     from edgeq.uid import MessageUID
 
-__all__ = ["MqttOutBridge"]
+__all__ = ["SUSPECT_DROPS", "MqttOutBridge"]
 
 _OWN: dict[str, Any] = {"topics": None, "qos": 1, "batch": BATCH}
 _POLL_S = 0.1
 #: How long a bridge asked to stop still waits for the broker to acknowledge the messages in flight.
 _STOP_GRACE_S = 5.0
+#: The times the broker ends the connection at its answer to a message's PUBLISH before it is dead-lettered.
+SUSPECT_DROPS = 3
 
 
 class MqttOutBridge(Bridge):
@@ -104,15 +106,29 @@ class MqttOutBridge(Bridge):
         self.outbox.put_back(done.unsent, "was not confirmed by the broker (the connection ended first)")
         for uid, why in done.refused:
             self.outbox.put_back([uid], why, count_backout=True)
+        dead = list(done.dead)
+        for got, why in done.suspect:  # the connection ended at the broker's answer to its PUBLISH
+            drops = got.message.backout_count + 1
+            if drops >= SUSPECT_DROPS:
+                dead.append((got.uid, f"the broker ended the connection at its answer to this PUBLISH "
+                             f"{drops} times ({why}): it is over a limit the broker does not announce "
+                             f"(mosquitto's message_size_limit?); payload {len(got.message.data)} bytes"))
+            else:
+                self.outbox.put_back([got.uid], f"ended the broker connection at the answer to its PUBLISH "
+                                     f"({why}; dead-lettered at {SUSPECT_DROPS} times, this was {drops})",
+                                     count_backout=True)
+        self.outbox.give_up(dead)
 
 
 @dataclass
 class _Done:
-    """What a flight's messages came to: acknowledged, refused (their fault), held back, not sent or not
-    acknowledged."""
+    """What a flight's messages came to: acknowledged, refused (their fault), never publishable (``dead``),
+    suspected of ending the connection, held back, not sent or not acknowledged."""
 
     acked: list[MessageUID] = field(default_factory=list)
     refused: list[tuple[MessageUID, str]] = field(default_factory=list)
+    dead: list[tuple[MessageUID, str]] = field(default_factory=list)
+    suspect: list[tuple[Got, str]] = field(default_factory=list)
     held: list[Got] = field(default_factory=list)
     unsent: list[MessageUID] = field(default_factory=list)
 
@@ -125,6 +141,9 @@ class _Flight:
     def __init__(self, bridge: MqttOutBridge, conn: Connection, window: int) -> None:
         self.bridge, self.conn, self.slots = bridge, conn, window
         self.batch = bridge.outbox.batch
+        #: A PUBLISH's bytes after its fixed header besides properties and payload: topic and packet id.
+        self.overhead = 2 + len(bridge.topic.encode()) + 2
+        self.last_answered = 0  # the packet id of the last PUBACK or PUBCOMP
         #: Fewer messages than this waiting to be sent: time to get the next batch.
         self.low = max(self.batch // 2, 1)
         self.pending: deque[Got] = deque()
@@ -132,6 +151,7 @@ class _Flight:
         self.early: dict[int, ReasonCode] = {}  # answers that came before their publish() returned
         self.done = _Done()
         self.stopping = self.closed = False  # no more sent; no more answers taken
+        self.filling = False  # a thread is handing paho PUBLISHes (one at a time)
         self.changed = threading.Condition()
 
     def busy(self) -> bool:
@@ -148,6 +168,7 @@ class _Flight:
             if self.closed:
                 return
             self.slots += 1
+            self.last_answered = mid
             got = self.flying.pop(mid, None)
             if got is None:
                 self.early[mid] = rc
@@ -156,12 +177,26 @@ class _Flight:
         self._fill()
 
     def _fill(self) -> None:
-        """Hand paho the next messages while the window has room (one held back or refused is passed)."""
+        """Hand paho the next messages while the window has room (one held back or refused is passed), one
+        thread at a time: packet ids then follow the order the PUBLISHes leave in (``stop`` relies on it)."""
+        with self.changed:
+            if self.filling:  # the thread filling sees the slot or message this one brought
+                self._wake()
+                return
+            self.filling = True
+        try:
+            self._filling()
+        except BaseException:
+            with self.changed:
+                self.filling = False
+            raise
+
+    def _filling(self) -> None:
         while True:
             with self.changed:
                 if self.stopping or self.closed or not self.pending or not self.slots:
-                    if not self.busy() or len(self.done.acked) >= self.batch:
-                        self.changed.notify_all()  # all answered, or a batch to confirm: wakes wait()
+                    self.filling = False
+                    self._wake()
                     return
                 got = self.pending.popleft()
                 self.slots -= 1
@@ -181,14 +216,19 @@ class _Flight:
                     self.done.refused.append((got.uid, f"cannot be published ({exc})"))
                 continue
             with self.changed:
-                if info.rc != 0:  # not connected: the loss ends the flight
-                    self.done.unsent.append(got.uid)
-                    return
                 early = self.early.pop(info.mid, None)
                 if early is None:
-                    self.flying[info.mid] = got
+                    self.flying[info.mid] = got  # not connected (rc): it may have gone out as the line fell
                 else:
                     self._sort(got, early)  # answered already, its slot given back
+                if info.rc != 0:  # not connected: the loss ends the flight
+                    self.filling = False
+                    return
+
+    def _wake(self) -> None:
+        """Wake :meth:`wait` if all is answered or a batch is there to confirm (``changed`` held)."""
+        if not self.busy() or len(self.done.acked) >= self.batch:
+            self.changed.notify_all()
 
     def _prepare(self, got: Got) -> _Publish | None:
         """The PUBLISH of ``got`` with what is left of its expiry now; None if held back or refused."""
@@ -202,7 +242,17 @@ class _Flight:
             with self.changed:
                 self.done.held.append(got)
             return None
-        return _Publish(publish.payload, _Packed(pack_publish_properties(publish.properties)))
+        props = pack_publish_properties(publish.properties)
+        most = self.conn.maximum_packet_size
+        if most is not None:
+            rest = self.overhead + len(props) + len(publish.payload)
+            size = 1 + len(_length(rest)) + rest
+            if size > most:
+                with self.changed:
+                    self.done.dead.append((got.uid, f"cannot be published: its PUBLISH is {size} bytes, over "
+                                           f"the broker's Maximum Packet Size ({most} bytes, its CONNACK)"))
+                return None
+        return _Publish(publish.payload, _Packed(props))
 
     def _sort(self, got: Got, rc: ReasonCode) -> None:
         if rc.is_failure:
@@ -235,6 +285,10 @@ class _Flight:
                     break
                 self.changed.wait(_POLL_S)
             self.closed = True
+            if self.flying and self.conn.lost.is_set() and self.conn.reason_code in PACKET_FAULTS:
+                # Answers come in order: the one it ended at is the PUBLISH after the last answered.
+                oldest = min(self.flying, key=lambda mid: (mid - self.last_answered) % 65_536)
+                self.done.suspect.append((self.flying.pop(oldest), self.conn.reason))
             self.done.unsent += [got.uid for got in self.flying.values()]
             self.flying.clear()
 

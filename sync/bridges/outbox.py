@@ -1,6 +1,6 @@
 """The queue side of an out-bridge: batches of assured gets under the bridge's confirm id, confirmed in one
-transaction once the foreign system has them, else put back; messages too close to expiry kept locked
-until they expire."""
+transaction once the foreign system has them, else put back (or, if it never will take one, moved to the
+dead-letter queue); messages too close to expiry kept locked until they expire."""
 
 from __future__ import annotations
 
@@ -95,3 +95,21 @@ class Outbox:
         self.bridge.board.error(f"{which} {why}: put back on queue {self.queue}")
         with contextlib.suppress(ConfirmIdNotFound):  # they expired meanwhile: their rules were told
             self.qm.undo(self.queue, self.confirm_id, count_backout=count_backout, uids=uids)
+
+    def give_up(self, refusals: Sequence[tuple[MessageUID, str]]) -> None:
+        """Move messages the foreign system will never take (each ``(uid, why)``) to the dead-letter queue;
+        one that cannot go there is put back, a backout counted."""
+        if not refusals:
+            return
+        dlq = self.qm.dead_letter_queue()
+        try:
+            stayed = dict(self.qm.dlq_give_up(self.queue, self.confirm_id, refusals))
+        except ConfirmIdNotFound:  # they expired meanwhile: their rules were told
+            return
+        for uid, why in refusals:
+            if uid in stayed:
+                self.bridge.board.error(f"message {uid} {why}, and did not go to the dead-letter queue "
+                                        f"{dlq}: {stayed[uid]}")
+            else:
+                self.bridge.board.count("refused")
+                self.bridge.board.error(f"message {uid} {why}: moved to the dead-letter queue {dlq}")

@@ -13,12 +13,14 @@ import pytest
 from sqlite_utils import Database
 
 from edgeq import ManualClock, Message, QueueManager
+from edgeq.errors import ConfirmIdNotFound
 from edgeq.store.integrity import register
 from edgeq.store.journal import JournalEntry
 from edgeq.store.opening import APPLICATION_ID
 from edgeq.store.records import MessageRow, is_intact
 from edgeq.store.schema import MIGRATIONS
 from edgeq.types import DEFAULT_DEAD_LETTER_QUEUE as DLQ
+from edgeq.types import DLQ_ATTEMPTS, DLQ_REFUSAL
 from tests.conftest import STORE_KEYS, Recorder
 from tests.test_batches import selects
 
@@ -148,3 +150,30 @@ def test_sealed_data_never_moves_into_a_clear_dead_letter_queue(tmp_path: Path, 
         qm.set_dead_letter_queue(None)  # the default is made sealed, as the queue the message leaves
         assert qm.exchange.refused("SECRET", [(uid, WHY)])[0].dead_lettered
         assert qm.queue_attributes(DLQ).encryption == "aes-256-gcm" and qm.dlq_browse()[0].data == b"sealed"
+
+
+def test_a_consumer_gives_up_gets_it_holds_and_what_cannot_go_is_undone_with_a_backout(
+    open_qm: Callable[..., QueueManager],
+) -> None:
+    """``dlq_give_up`` (an out-bridge's message the broker never takes): the locked get moves with the
+    header in one transaction; while a named dead-letter queue is undefined it is undone, a backout
+    counted, and said why; a uid not locked under the confirm id is refused."""
+    qm = open_qm()
+    qm.define_queue("OUT", redelivery_delay_ms=0)
+    big, other = qm.put("OUT", Message(b"big", priority=6)), qm.put("OUT", Message(b"ok"))
+    got = qm.get_many("OUT", 2, confirm_id=7)
+    assert [m.uid for m in got] == [big, other]
+    assert qm.dlq_give_up("OUT", 7, [(big, "over the broker's limit")]) == []
+    (dead,) = qm.dlq_browse(queue="OUT")
+    assert (dead.uid, dead.data, dead.priority) == (big, b"big", 6)
+    assert (dead.fields[DLQ_REFUSAL], dead.fields[DLQ_ATTEMPTS]) == ("over the broker's limit", 1)
+    assert qm.depth("OUT") == 1  # the other still locked under 7
+    with pytest.raises(ConfirmIdNotFound):
+        qm.dlq_give_up("OUT", 7, [(big, "again")])
+
+    qm.set_dead_letter_queue("NAMED.DLQ")  # named, not defined: nothing can go there
+    kept = dict(qm.dlq_give_up("OUT", 7, [(other, "too large"), (big, "gone already")]))
+    assert "not defined" in kept[other] and "backout counted" in kept[other]
+    assert "not locked under confirm id 7" in kept[big]
+    (back,) = qm.browse("OUT")
+    assert (back.uid, back.backout_count) == (other, 1)

@@ -225,11 +225,38 @@ def test_a_message_the_stream_refuses_is_backed_out_and_the_rest_flows(
     assert data == b"fits" and cluster.count("SMALL") == 1
 
 
+def test_a_message_over_the_servers_max_payload_is_dead_lettered_unsent(
+    tmp_path: Path, cluster: NatsCluster
+) -> None:
+    """The server's max_payload (its INFO) counts the headers too: a message over it, or under it but over
+    with its headers, goes to the dead-letter queue before it is published, the rest flow."""
+    cluster.add_stream("BIG", ["big.>"])
+    most = 1024 * 1024  # nats-server's default max_payload
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("OUT", redelivery_delay_ms=0)
+        over = str(qm.put("OUT", Message(b"o" * (most + 1))))
+        headed = str(qm.put("OUT", Message(b"h" * (most - 10))))
+        fits = str(qm.put("OUT", Message(b"fits")))
+        define_bridge(qm, "b", "jetstream-out", "OUT",
+                      {"url": cluster.url, "stream": "BIG", "topics": ["big.out"], "retry_max_s": 0.2})
+        with running(qm, ["b"]) as runner:
+            board = runner.bridges[0].board
+            until(lambda: qm.depth("OUT") == 0 and board.state().forwarded == 1, "the queue drained")
+            state = board.state()
+        dead = {str(m.uid): str(m.fields[DLQ_REFUSAL]) for m in qm.dlq_browse(queue="OUT")}
+    assert set(dead) == {over, headed}
+    assert all(f"over the NATS server's max_payload ({most} bytes" in why for why in dead.values()), dead
+    assert state.refused == 2 and state.errors == 2 and "max_payload" in (state.last_error or "")
+    assert [h[MSG_ID_HEADER] for h, _, _ in cluster.stored("BIG", "big.out", 1)] == [fits]
+    assert cluster.count("BIG") == 1
+
+
 def test_a_batch_the_stream_takes_in_part_confirms_what_it_acknowledged(
     tmp_path: Path, cluster: NatsCluster
 ) -> None:
     """A stream full at five messages (discard new) acknowledges five of a batch of ten and answers 503 to
-    the rest: the five confirmed, the rest back on the queue, and each stored once when there is room."""
+    the rest: the five confirmed, the rest back on the queue (the status says the stream is full), and
+    each stored once when there is room."""
     cluster.add_stream("PART", ["part.>"], max_msgs=5, discard=DiscardPolicy.NEW)
     db = tmp_path / "dev.db"
     with QueueManager(db, name="DEV1") as qm:
@@ -241,7 +268,8 @@ def test_a_batch_the_stream_takes_in_part_confirms_what_it_acknowledged(
             board = runner.bridges[0].board
             until(lambda: board.state().forwarded == 5 and board.state().errors >= 1,
                   "five stored, the rest not")
-        assert "maximum messages exceeded" in (read_states(db)["p"].last_error or "")
+        last_error = read_states(db)["p"].last_error or ""
+        assert "stream PART is full (" in last_error and "maximum messages exceeded" in last_error, last_error
         assert cluster.count("PART") == 5
         left = qm.browse("OUT")
         assert len(left) == 5 and {m.backout_count for m in left} == {0}  # JetStream busy: not their fault
