@@ -267,9 +267,14 @@ class _Flight:
                 self.changed.wait(_POLL_S)
 
     def take(self) -> _Done:
-        """What was answered (or came to nothing) since the last take."""
+        """What was answered (or came to nothing) since the last take; while the flight goes on, the
+        acknowledged a whole batch or none: one length of confirm, so one prepared statement (sqlite3 keeps
+        one per length of IN list: lengths that varied grew the memory with the messages forwarded)."""
         with self.changed:
             done, self.done = self.done, _Done()
+            if self.busy() and not self.stopping:
+                whole = self.batch if len(done.acked) >= self.batch else 0
+                done.acked, self.done.acked = done.acked[:whole], done.acked[whole:]
             return done
 
     def stop(self, stop: threading.Event) -> None:

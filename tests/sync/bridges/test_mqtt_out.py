@@ -99,6 +99,28 @@ def test_a_message_with_less_than_a_second_left_is_not_published(tmp_path: Path,
         assert qm.queue_stats("OUT")["expired"] == 1
 
 
+def test_a_backlog_is_confirmed_a_whole_batch_at_a_time(tmp_path: Path, broker: Broker) -> None:
+    """While a flight goes on, its confirms are whole batches (the last excepted): SQLite prepares and
+    sqlite3 keeps (up to 128) a statement per length of IN list, so lengths that varied with the PUBACKs'
+    timing grew the bridge's memory with the messages forwarded."""
+    n, batch = 1_000, 32
+    lengths: list[int] = []
+
+    def traced(sql: str) -> None:  # expanded: DELETE FROM messages WHERE id IN (1,2,3) AND ...
+        if sql.startswith("DELETE FROM messages WHERE id IN ("):
+            lengths.append(sql.split(")", 1)[0].count(",") + 1)
+
+    with QueueManager(tmp_path / "dev.db", name="DEV1") as qm:
+        qm.define_queue("OUT")
+        qm.put_many("OUT", [Message(b"%d" % i) for i in range(n)])
+        define_bridge(qm, "whole", "mqtt-out", "OUT",
+                      {"url": broker.url, "topics": ["whole/out"], "batch": batch})
+        with qm.tracer(traced), running(qm, ["whole"]) as runner:
+            until(lambda: runner.bridges[0].board.state().forwarded == n, "the backlog forwarded")
+    assert sum(lengths) == n
+    assert lengths[:-1] == [batch] * (len(lengths) - 1), Counter(lengths)
+
+
 def uid_of(message: MQTTMessage) -> str:
     return str(dict(message.properties.UserProperty)[UID_PROPERTY])
 
