@@ -149,8 +149,8 @@ def _bridge_out_targets(results: list[Result], s: Settings) -> list[Target]:
 def _flat(name: str, small: float | None, large: float | None, double: float | None, n: int,
           backlog: int) -> Target:
     """Memory flat with the backlog: a bridge's peak RSS at twice ``backlog`` within +1 MB of its peak at
-    ``backlog`` (no growth with the backlog; what ``n`` to ``backlog`` adds first is warm-up: SQLite's
-    page caches and the allocator's arenas filling to their caps), all three shown."""
+    ``backlog``: no growth with the backlog (what ``n`` to ``backlog`` adds first can be a bounded warm-up,
+    SQLite's page cache filling to its cap), all three shown."""
     ok = None if large is None or double is None else double <= large + 1
     shown = (f"{small or 0:.1f} / {large:.1f} / {double:.1f} MB at {human(n)} / {human(backlog)} / "
              f"{human(2 * backlog)} ({double - large:+.1f} MB for twice the backlog)"
