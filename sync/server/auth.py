@@ -102,7 +102,7 @@ class AuthGate:
     >>> import tempfile, os; from edgeq import QueueManager
     >>> qm = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
     >>> gate = AuthGate(lambda request: None, mode="auto", qm=qm)
-    >>> before = gate.required(); qm.register_device("DEV1", bytes(32)); before, gate.required()
+    >>> before = gate.required(); _ = qm.register_device("DEV1", bytes(32)); before, gate.required()
     (False, True)
     >>> qm.close()
     """

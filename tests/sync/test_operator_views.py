@@ -141,8 +141,8 @@ def test_the_server_records_what_it_refused_per_device_queue_and_reason(
     refusals = page.split('id="refusals"')[1].split("</table>")[0]
     assert "None." not in refusals
     rows = re.findall(
-        r"<tr><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td><td class=\"n\">(\d+)</td><td>([^<]*)</td>",
-        refusals)
+        r"<tr class=\"refusal\"[^>]*><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td><td class=\"n\">(\d+)</td>"
+        r"<td>([^<]*)</td>", refusals)
     assert {(q, d, int(n)) for q, d, n, _ in rows} == {("METRICS", "DEV1", 4), ("ORDERS", "DEV1", 2)}
 
 

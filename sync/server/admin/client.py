@@ -93,7 +93,8 @@ class AdminClient:
 
     >>> import tempfile, os; from edgeq import QueueManager
     >>> home = QueueManager(os.path.join(tempfile.mkdtemp(), "home.db"), name="HOME")
-    >>> home.register_device("DEV1", bytes(32))
+    >>> home.register_device("DEV1", bytes(32))  # no other device has this key
+    []
     >>> client = AdminClient(home, operator_key=Ed25519PrivateKey.generate())
     >>> client.request("DEV1", "inquire-queue", "ORDERS").status, home.depth("DEV1.SYSTEM.ADMIN")
     ('pending', 1)
