@@ -24,7 +24,7 @@ from edgeq.sync.keys import new_key_pair
 from edgeq.sync.server.admin.client import AdminClient, OperatorKey, new_operator_key
 from edgeq.sync.server.console.auth import add_account
 from tests.sync.conftest import EDGEQ, edgeq_serve_console
-from tests.sync.server.console.test_actions import _session
+from tests.sync.server.console.test_actions import _confirm, _session
 from tests.sync.server.console.test_browser import _sign_in, chromium
 from tests.sync.server.console.test_pages import MARKUP, Site
 
@@ -87,19 +87,6 @@ def test_a_page_shows_the_reply_the_device_sent_not_pending(stage: Stage) -> Non
     stage.bob.open("/console")
     assert request_id[:12] in stage.bob.browser.find_element(By.ID, "admin").text
     assert "replied: success" in stage.bob.browser.find_element(By.ID, "admin").text
-
-
-def _confirm(site: Site, button: str, asks: str, shot: str | None = None) -> str:
-    """Press ``button``, check the confirmation page asks ``asks``, confirm; the outcome shown after."""
-    site.follow(f'[id="{button}"]')
-    assert "/console/actions/" in site.browser.current_url  # the confirmation page: nothing done yet
-    assert site.browser.find_element(By.ID, "question").text == asks
-    site.no_markup()
-    if shot:
-        site.shot(shot)
-    site.follow("#confirm")
-    site.no_markup()
-    return site.browser.find_element(By.ID, "outcome").text
 
 
 def _type(site: Site, field: str, text: str) -> None:
